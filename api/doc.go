@@ -1,0 +1,12 @@
+// Package api holds the control API contract between scadactl and scadad.
+//
+// The protobuf definitions live in controlpb; this package only documents the
+// conventions: every RPC runs under mutual TLS, writes sent to a follower are
+// forwarded to the leader by the server, and failures carry gRPC status codes
+// that scadactl maps to stable exit codes (see cmd/scadactl).
+//
+// Regenerate with `go generate ./api/...` (needs protoc, protoc-gen-go and
+// protoc-gen-go-grpc on PATH).
+package api
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative controlpb/control.proto

@@ -1,0 +1,396 @@
+package nodeconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Modes of a cluster, see DESIGN.md §3.
+const (
+	ModeWitness = "witness"
+	ModePair    = "pair"
+	ModeStrict  = "strict"
+)
+
+// Config is one node's configuration file.
+type Config struct {
+	NodeID  string  `yaml:"node_id"`
+	DataDir string  `yaml:"data_dir"`
+	Cluster Cluster `yaml:"cluster"`
+	TLS     TLS     `yaml:"tls"`
+	API     API     `yaml:"api"`
+	HTTP    HTTP    `yaml:"http"`
+	Log     Log     `yaml:"log"`
+	SF      SF      `yaml:"store_forward"`
+	Gateway Gateway `yaml:"gateway"`
+	OPCUA   OPCUA   `yaml:"opcua"`
+}
+
+// Cluster is the Raft side of the node.
+type Cluster struct {
+	Mode string `yaml:"mode"`
+	// RaftBind is the address the Raft transport listens on; defaults to
+	// this node's raft_addr in Members.
+	RaftBind string   `yaml:"raft_bind"`
+	Members  []Member `yaml:"members"`
+	// OverrideAfter is how long a lone survivor in pair mode waits without
+	// any contact with its peer before it re-forms the cluster alone.
+	OverrideAfter    Duration `yaml:"override_after"`
+	HeartbeatTimeout Duration `yaml:"heartbeat_timeout"`
+	ElectionTimeout  Duration `yaml:"election_timeout"`
+	LeaderLease      Duration `yaml:"leader_lease_timeout"`
+	// SnapshotThreshold is the number of log entries between snapshots.
+	SnapshotThreshold uint64   `yaml:"snapshot_threshold"`
+	SnapshotInterval  Duration `yaml:"snapshot_interval"`
+}
+
+// Member is one configured member of the cluster; the list is identical on
+// every node.
+type Member struct {
+	ID       string `yaml:"id"`
+	RaftAddr string `yaml:"raft_addr"`
+	APIAddr  string `yaml:"api_addr"`
+	Witness  bool   `yaml:"witness"`
+}
+
+// TLS names the PEM files of the site CA and this node's certificate.
+type TLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// API is the gRPC control API listener (mutual TLS).
+type API struct {
+	Listen string `yaml:"listen"`
+}
+
+// HTTP serves health, metrics and the local enqueue endpoint (plain HTTP,
+// meant for loopback or a management network).
+type HTTP struct {
+	Listen string `yaml:"listen"`
+}
+
+// Log configures zerolog.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"` // json | console
+}
+
+// SF tunes the store-and-forward enqueue path.
+type SF struct {
+	// MaxPayloadBytes bounds one message; larger enqueues get 413.
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	// BatchDelay is how long the group committer waits to fill a batch.
+	BatchDelay Duration `yaml:"batch_delay"`
+	// BatchMaxMessages bounds one Raft entry.
+	BatchMaxMessages int `yaml:"batch_max_messages"`
+}
+
+// Gateway configures the local field-gateway client.
+type Gateway struct {
+	// Standby selects what the Standby does with subscriptions: "warm"
+	// (nothing) or "hot" (read-only subscriptions on the Standby too).
+	Standby string `yaml:"standby"`
+}
+
+// OPCUA configures this node's OPC UA endpoint; empty Listen disables it.
+type OPCUA struct {
+	Listen   string `yaml:"listen"`
+	Endpoint string `yaml:"endpoint"`
+}
+
+// Duration is a time.Duration written as "500ms" or "10s" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (use e.g. 500ms, 10s)", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Load reads, defaults and validates the config at path. Relative paths in
+// the file are resolved against the file's folder.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read node config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("node config %s: %w", path, err)
+	}
+	c.resolvePaths(filepath.Dir(path))
+	return c, nil
+}
+
+// Parse decodes data strictly (unknown fields are errors), applies defaults
+// and validates.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// ApplyDefaults fills every unset field with its documented default.
+func (c *Config) ApplyDefaults() {
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	if c.Cluster.Mode == "" {
+		c.Cluster.Mode = ModeWitness
+	}
+	def(&c.Cluster.OverrideAfter, 10*time.Second)
+	def(&c.Cluster.HeartbeatTimeout, 500*time.Millisecond)
+	def(&c.Cluster.ElectionTimeout, 500*time.Millisecond)
+	def(&c.Cluster.LeaderLease, 250*time.Millisecond)
+	def(&c.Cluster.SnapshotInterval, 30*time.Second)
+	if c.Cluster.SnapshotThreshold == 0 {
+		c.Cluster.SnapshotThreshold = 8192
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "json"
+	}
+	if c.SF.MaxPayloadBytes == 0 {
+		c.SF.MaxPayloadBytes = 1 << 20
+	}
+	def(&c.SF.BatchDelay, 2*time.Millisecond)
+	if c.SF.BatchMaxMessages == 0 {
+		c.SF.BatchMaxMessages = 512
+	}
+	if c.Gateway.Standby == "" {
+		c.Gateway.Standby = "warm"
+	}
+	if c.Cluster.RaftBind == "" {
+		if m, ok := c.Self(); ok {
+			c.Cluster.RaftBind = m.RaftAddr
+		}
+	}
+	if c.API.Listen == "" {
+		if m, ok := c.Self(); ok {
+			c.API.Listen = m.APIAddr
+		}
+	}
+}
+
+// Self returns this node's entry in the membership.
+func (c *Config) Self() (Member, bool) {
+	for _, m := range c.Cluster.Members {
+		if m.ID == c.NodeID {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// Peer returns the one other voter in pair mode (or the other non-witness
+// voter in witness mode).
+func (c *Config) Peer() (Member, bool) {
+	for _, m := range c.Cluster.Members {
+		if m.ID != c.NodeID && !m.Witness {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// IsWitness reports whether this node is the configured witness.
+func (c *Config) IsWitness() bool {
+	m, ok := c.Self()
+	return ok && m.Witness
+}
+
+// Validate checks every field and reports all problems at once, each naming
+// its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.NodeID == "" {
+		bad("node_id", "required")
+	} else if strings.ContainsAny(c.NodeID, " /\\:") {
+		bad("node_id", "%q must not contain spaces, slashes or colons", c.NodeID)
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "required")
+	}
+	switch c.Cluster.Mode {
+	case ModeWitness, ModePair, ModeStrict:
+	default:
+		bad("cluster.mode", "%q is not one of witness, pair, strict", c.Cluster.Mode)
+	}
+	if len(c.Cluster.Members) == 0 {
+		bad("cluster.members", "at least one member required")
+	}
+	seen := map[string]bool{}
+	witnesses, voters := 0, 0
+	for i, m := range c.Cluster.Members {
+		f := fmt.Sprintf("cluster.members[%d]", i)
+		if m.ID == "" {
+			bad(f+".id", "required")
+		} else if seen[m.ID] {
+			bad(f+".id", "duplicate member %q", m.ID)
+		}
+		seen[m.ID] = true
+		if err := checkHostPort(m.RaftAddr); err != nil {
+			bad(f+".raft_addr", "%v", err)
+		}
+		if err := checkHostPort(m.APIAddr); err != nil {
+			bad(f+".api_addr", "%v", err)
+		}
+		if m.Witness {
+			witnesses++
+		} else {
+			voters++
+		}
+	}
+	if c.NodeID != "" && len(c.Cluster.Members) > 0 && !seen[c.NodeID] {
+		bad("cluster.members", "no member has id %q (node_id)", c.NodeID)
+	}
+	switch c.Cluster.Mode {
+	case ModeWitness:
+		if len(c.Cluster.Members) > 1 && witnesses != 1 {
+			bad("cluster.members", "witness mode needs exactly one member with witness: true, found %d", witnesses)
+		}
+	case ModePair:
+		if witnesses != 0 {
+			bad("cluster.members", "pair mode has no witness; use mode: witness")
+		}
+		if voters > 2 {
+			bad("cluster.members", "pair mode has at most two members, found %d", voters)
+		}
+	}
+	if c.Cluster.RaftBind != "" {
+		if err := checkHostPort(c.Cluster.RaftBind); err != nil {
+			bad("cluster.raft_bind", "%v", err)
+		}
+	}
+	if c.Cluster.OverrideAfter.D() < time.Second {
+		bad("cluster.override_after", "%s is shorter than 1s; a blip would split the pair", c.Cluster.OverrideAfter.D())
+	}
+	if c.Cluster.OverrideAfter.D() <= c.Cluster.ElectionTimeout.D() {
+		bad("cluster.override_after", "must exceed election_timeout (%s)", c.Cluster.ElectionTimeout.D())
+	}
+	for _, d := range []struct {
+		field string
+		v     Duration
+	}{{"cluster.heartbeat_timeout", c.Cluster.HeartbeatTimeout}, {"cluster.election_timeout", c.Cluster.ElectionTimeout}, {"cluster.leader_lease_timeout", c.Cluster.LeaderLease}} {
+		if d.v.D() < 10*time.Millisecond {
+			bad(d.field, "%s is too short (minimum 10ms)", d.v.D())
+		}
+	}
+	if c.Cluster.LeaderLease.D() > c.Cluster.HeartbeatTimeout.D() {
+		bad("cluster.leader_lease_timeout", "must not exceed heartbeat_timeout (%s)", c.Cluster.HeartbeatTimeout.D())
+	}
+	if c.TLS.CA == "" {
+		bad("tls.ca", "required (the cluster never runs without mutual TLS)")
+	}
+	if c.TLS.Cert == "" {
+		bad("tls.cert", "required")
+	}
+	if c.TLS.Key == "" {
+		bad("tls.key", "required")
+	}
+	if c.API.Listen == "" {
+		bad("api.listen", "required (or set api_addr on this node's member entry)")
+	} else if err := checkHostPort(c.API.Listen); err != nil {
+		bad("api.listen", "%v", err)
+	}
+	if c.HTTP.Listen != "" {
+		if err := checkHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", "%v", err)
+		}
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format", "%q is not one of json, console", c.Log.Format)
+	}
+	if c.SF.MaxPayloadBytes < 0 {
+		bad("store_forward.max_payload_bytes", "must be positive")
+	}
+	if c.SF.BatchMaxMessages < 1 {
+		bad("store_forward.batch_max_messages", "must be at least 1")
+	}
+	switch c.Gateway.Standby {
+	case "warm", "hot":
+	default:
+		bad("gateway.standby", "%q is not one of warm, hot", c.Gateway.Standby)
+	}
+	if c.OPCUA.Listen != "" {
+		if err := checkHostPort(c.OPCUA.Listen); err != nil {
+			bad("opcua.listen", "%v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkHostPort(s string) error {
+	if s == "" {
+		return errors.New("required")
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", s, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	if port == "" || port == "0" {
+		return fmt.Errorf("%q needs a fixed port", s)
+	}
+	return nil
+}
+
+func (c *Config) resolvePaths(base string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(base, *p)
+		}
+	}
+	abs(&c.DataDir)
+	abs(&c.TLS.CA)
+	abs(&c.TLS.Cert)
+	abs(&c.TLS.Key)
+}

@@ -1,0 +1,75 @@
+package nodeconfig
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const valid = `
+node_id: node-a
+data_dir: /var/lib/scadad
+cluster:
+  mode: witness
+  members:
+    - {id: node-a, raft_addr: "127.0.0.1:7101", api_addr: "127.0.0.1:7201"}
+    - {id: node-b, raft_addr: "127.0.0.1:7102", api_addr: "127.0.0.1:7202"}
+    - {id: witness, raft_addr: "127.0.0.1:7103", api_addr: "127.0.0.1:7203", witness: true}
+tls: {ca: ca.crt, cert: node-a.crt, key: node-a.key}
+`
+
+func TestParseValidAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(valid))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if c.Cluster.RaftBind != "127.0.0.1:7101" || c.API.Listen != "127.0.0.1:7201" {
+		t.Errorf("listeners not defaulted from the member entry: raft %q api %q", c.Cluster.RaftBind, c.API.Listen)
+	}
+	if c.Cluster.OverrideAfter.D() != 10*time.Second {
+		t.Errorf("override_after default = %s, want 10s", c.Cluster.OverrideAfter.D())
+	}
+	if p, ok := c.Peer(); !ok || p.ID != "node-b" {
+		t.Errorf("Peer() = %v %v, want node-b", p, ok)
+	}
+	if c.IsWitness() {
+		t.Error("node-a reported as witness")
+	}
+}
+
+func TestParseNamesTheBadField(t *testing.T) {
+	tests := []struct {
+		name    string
+		replace [2]string
+		want    []string
+	}{
+		{"bad mode", [2]string{"mode: witness", "mode: quorum"}, []string{"cluster.mode", `"quorum"`}},
+		{"unknown field", [2]string{"data_dir:", "datadir:"}, []string{"field datadir not found"}},
+		{"missing node id", [2]string{"node_id: node-a", "node_id: ''"}, []string{"node_id: required"}},
+		{"node not a member", [2]string{"node_id: node-a", "node_id: node-z"}, []string{`no member has id "node-z"`}},
+		{"bad raft addr", [2]string{`raft_addr: "127.0.0.1:7102"`, `raft_addr: "nowhere"`}, []string{"cluster.members[1].raft_addr"}},
+		{"duplicate id", [2]string{"id: node-b", "id: node-a"}, []string{"cluster.members[1].id: duplicate"}},
+		{"no tls", [2]string{"tls: {ca: ca.crt, cert: node-a.crt, key: node-a.key}", ""}, []string{"tls.ca: required", "tls.cert: required", "tls.key: required"}},
+		{"bad duration", [2]string{"mode: witness", "mode: witness\n  override_after: soon"}, []string{`"soon" is not a duration`}},
+		{"override too short", [2]string{"mode: witness", "mode: witness\n  override_after: 100ms"}, []string{"cluster.override_after"}},
+		{"two witnesses", [2]string{`api_addr: "127.0.0.1:7202"}`, `api_addr: "127.0.0.1:7202", witness: true}`}, []string{"exactly one member with witness"}},
+		{"pair with witness", [2]string{"mode: witness", "mode: pair"}, []string{"pair mode has no witness"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := strings.Replace(valid, tt.replace[0], tt.replace[1], 1)
+			if src == valid {
+				t.Fatalf("replacement %q did not apply", tt.replace[0])
+			}
+			_, err := Parse([]byte(src))
+			if err == nil {
+				t.Fatal("Parse accepted an invalid config")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
