@@ -1,0 +1,139 @@
+package pki
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ErrCAExists is returned by Init when dir already holds a CA and
+// WithOverwrite was not given: replacing a CA cuts every issued certificate
+// off the site, so it must be asked for.
+var ErrCAExists = errors.New("site CA already exists")
+
+// InitOption adjusts Init.
+type InitOption func(*initOptions)
+
+type initOptions struct {
+	overwrite bool
+	extraSANs map[string][]string
+}
+
+// WithOverwrite lets Init replace an existing CA and certificates.
+func WithOverwrite() InitOption { return func(o *initOptions) { o.overwrite = true } }
+
+// WithExtraSANs adds host names or IP addresses to the certificate of the
+// node called name (for example the address its peers dial).
+func WithExtraSANs(name string, sans ...string) InitOption {
+	return func(o *initOptions) {
+		if o.extraSANs == nil {
+			o.extraSANs = make(map[string][]string)
+		}
+		o.extraSANs[name] = append(o.extraSANs[name], sans...)
+	}
+}
+
+// Init writes a new site PKI into dir: ca.crt/ca.key and <name>.crt/<name>.key
+// for every node and client, valid for validity. Keys are written 0600. It
+// refuses to touch a dir that already holds ca.crt unless WithOverwrite is
+// given.
+func Init(dir string, site string, nodes []string, clients []string, validity time.Duration, opts ...InitOption) error {
+	var o initOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if validity <= 0 {
+		return fmt.Errorf("init PKI in %s: %w: validity %s must be positive", dir, ErrInvalidInput, validity)
+	}
+	if err := checkNames(append(append([]string{}, nodes...), clients...)); err != nil {
+		return fmt.Errorf("init PKI in %s: %w", dir, err)
+	}
+	caCert := filepath.Join(dir, "ca.crt")
+	if _, err := os.Stat(caCert); err == nil && !o.overwrite {
+		return fmt.Errorf("init PKI in %s: %w (%s); pass overwrite to replace it", dir, ErrCAExists, caCert)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("init PKI in %s: check %s: %w", dir, caCert, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("init PKI: create %s: %w", dir, err)
+	}
+	notAfter := time.Now().Add(validity)
+	ca, err := GenerateCA(site, time.Time{}, notAfter)
+	if err != nil {
+		return fmt.Errorf("init PKI in %s: %w", dir, err)
+	}
+	if err := writePair(dir, "ca", ca.CertPEM, ca.KeyPEM); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		leaf, err := ca.Issue(LeafSpec{Name: n, Usage: NodeUsage, NotAfter: notAfter, ExtraSANs: o.extraSANs[n]})
+		if err != nil {
+			return fmt.Errorf("init PKI in %s: %w", dir, err)
+		}
+		if err := writePair(dir, n, leaf.CertPEM, leaf.KeyPEM); err != nil {
+			return err
+		}
+	}
+	for _, c := range clients {
+		leaf, err := ca.Issue(LeafSpec{Name: c, Usage: ClientUsage, NotAfter: notAfter, ExtraSANs: o.extraSANs[c]})
+		if err != nil {
+			return fmt.Errorf("init PKI in %s: %w", dir, err)
+		}
+		if err := writePair(dir, c, leaf.CertPEM, leaf.KeyPEM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkNames(names []string) error {
+	seen := map[string]bool{"ca": true}
+	for _, n := range names {
+		if n == "" || n != filepath.Base(n) || n == "." || n == ".." {
+			return fmt.Errorf("%w: name %q cannot be a file name", ErrInvalidInput, n)
+		}
+		if seen[n] {
+			return fmt.Errorf("%w: name %q used twice (or clashes with the CA)", ErrInvalidInput, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// writePair writes the key before the certificate and each through a temp
+// file and rename, so a crash never leaves a certificate without its key.
+func writePair(dir, name string, certPEM, keyPEM []byte) error {
+	if err := writeFileAtomic(filepath.Join(dir, name+".key"), keyPEM, 0o600); err != nil {
+		return fmt.Errorf("write key for %q: %w", name, err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, name+".crt"), certPEM, 0o644); err != nil {
+		return fmt.Errorf("write certificate for %q: %w", name, err)
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
