@@ -1,0 +1,116 @@
+package siteconfig
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Canonical renders s in its canonical form: defaults filled in, comments,
+// key order, quoting and indentation normalised, and every list of named
+// entries (connections, instances, attributes, targets, history rules,
+// selectors, server users) sorted by name, because their order carries no
+// meaning. The security list keeps its order: it is a preference. Two
+// configurations that mean the same thing have the same canonical bytes, so
+// SHA-256 of them identifies an artifact; the result parses back to a site
+// whose canonical form is the same bytes.
+func Canonical(s *Site) ([]byte, error) {
+	if s == nil {
+		return nil, errors.New("canonical site config: no site")
+	}
+	c := s.Clone()
+	c.ApplyDefaults()
+	sortNamed(c)
+
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("canonical site config: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("canonical site config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// sortNamed sorts every list whose entries are identified by name.
+func sortNamed(c *Site) {
+	byName := func(a, b string) int { return strings.Compare(a, b) }
+	slices.SortStableFunc(c.Connections, func(a, b Connection) int { return byName(a.Name, b.Name) })
+	slices.SortStableFunc(c.Instances, func(a, b Instance) int { return byName(a.Name, b.Name) })
+	for i := range c.Instances {
+		slices.SortStableFunc(c.Instances[i].Attributes, func(a, b Attribute) int { return byName(a.Name, b.Name) })
+	}
+	slices.SortStableFunc(c.Targets, func(a, b Target) int { return byName(a.Name, b.Name) })
+	slices.SortStableFunc(c.History, func(a, b HistoryRule) int { return byName(a.Name, b.Name) })
+	for i := range c.History {
+		h := &c.History[i]
+		slices.SortStableFunc(h.Select, func(a, b HistorySelector) int { return byName(a.Instance, b.Instance) })
+		for j := range h.Select {
+			slices.Sort(h.Select[j].Attributes)
+		}
+	}
+	slices.SortStableFunc(c.OPCUA.Identities.Users, func(a, b ServerUser) int { return byName(a.Username, b.Username) })
+}
+
+// Digest is the artifact identity of s: the hex SHA-256 of its canonical
+// form.
+func Digest(s *Site) (string, error) {
+	b, err := Canonical(s)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Clone returns a deep copy of s that shares no memory with it.
+func (s *Site) Clone() *Site {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Connections = slices.Clone(s.Connections)
+	for i := range c.Connections {
+		conn := &c.Connections[i]
+		if conn.MxAccess != nil {
+			m := *conn.MxAccess
+			if m.PreferBulkSupervisory != nil {
+				b := *m.PreferBulkSupervisory
+				m.PreferBulkSupervisory = &b
+			}
+			conn.MxAccess = &m
+		}
+		if conn.OPCUA != nil {
+			u := *conn.OPCUA
+			conn.OPCUA = &u
+		}
+	}
+	c.Instances = slices.Clone(s.Instances)
+	for i := range c.Instances {
+		c.Instances[i].Attributes = slices.Clone(c.Instances[i].Attributes)
+	}
+	c.Targets = slices.Clone(s.Targets)
+	for i := range c.Targets {
+		c.Targets[i].Headers = maps.Clone(c.Targets[i].Headers)
+	}
+	c.History = slices.Clone(s.History)
+	for i := range c.History {
+		h := &c.History[i]
+		h.Select = slices.Clone(h.Select)
+		for j := range h.Select {
+			h.Select[j].Attributes = slices.Clone(h.Select[j].Attributes)
+		}
+	}
+	c.OPCUA.Security = slices.Clone(s.OPCUA.Security)
+	c.OPCUA.Identities.Users = slices.Clone(s.OPCUA.Identities.Users)
+	return &c
+}

@@ -1,0 +1,620 @@
+package siteconfig
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// Limits that keep a configuration sane; a value beyond them is almost
+// certainly a typo (milliseconds written as seconds, an extra zero).
+const (
+	MaxNameLength       = 128
+	MaxTagLength        = 1024
+	MaxTextLength       = 4096
+	MaxDuration         = 24 * time.Hour
+	MinSampleInterval   = 100 * time.Millisecond
+	MaxPayloadBytes     = 16 << 20 // one message must fit comfortably in a Raft entry
+	MaxHistoryBatch     = 100000
+	MaxServerSessions   = 10000
+	MaxTargetAttempts   = 1000000
+	maxProblemsReported = 1000
+)
+
+// Problem is one thing wrong with a configuration, at the path of the field
+// (for example "instances[3].attributes[12].tag").
+type Problem struct {
+	Path string
+	Msg  string
+}
+
+func (p Problem) String() string { return p.Path + ": " + p.Msg }
+
+// ValidationError lists every problem found, in document order.
+type ValidationError struct {
+	Problems []Problem
+	// Truncated counts problems found but not listed beyond the first
+	// maxProblemsReported, so a generated mistake cannot flood the log.
+	Truncated int
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid site config: %d problem", len(e.Problems)+e.Truncated)
+	if len(e.Problems)+e.Truncated != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	if e.Truncated > 0 {
+		fmt.Fprintf(&b, "\n  ... and %d more", e.Truncated)
+	}
+	return b.String()
+}
+
+// Validate checks the site as it is (defaults are not applied) and returns
+// a *ValidationError listing every problem, or nil.
+func (s *Site) Validate() error {
+	if s == nil {
+		return &ValidationError{Problems: []Problem{{Path: "", Msg: "no site configuration"}}}
+	}
+	v := &validator{}
+	v.site(s)
+	if len(v.problems) == 0 && v.truncated == 0 {
+		return nil
+	}
+	return &ValidationError{Problems: v.problems, Truncated: v.truncated}
+}
+
+type validator struct {
+	problems  []Problem
+	truncated int
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	if len(v.problems) >= maxProblemsReported {
+		v.truncated++
+		return
+	}
+	v.problems = append(v.problems, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func at(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+
+func field(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func (v *validator) site(s *Site) {
+	if s.Version != CurrentVersion {
+		v.add("version", "unsupported %d (this build reads version %d)", s.Version, CurrentVersion)
+	}
+	v.name("name", s.Name)
+
+	connKinds := make(map[string]ConnectionKind, len(s.Connections))
+	seen := make(map[string]int)
+	for i := range s.Connections {
+		c := &s.Connections[i]
+		p := at("connections", i)
+		if v.name(field(p, "name"), c.Name) {
+			v.unique(seen, "connections", i, c.Name)
+		}
+		v.connection(p, c)
+		if _, dup := connKinds[c.Name]; !dup {
+			connKinds[c.Name] = c.Kind
+		}
+	}
+	if len(s.Connections) == 0 {
+		v.add("connections", "empty: a site needs at least one data connection")
+	}
+
+	attrs := make(map[string]map[string]DataType, len(s.Instances))
+	seen = make(map[string]int)
+	for i := range s.Instances {
+		in := &s.Instances[i]
+		p := at("instances", i)
+		if v.name(field(p, "name"), in.Name) {
+			v.unique(seen, "instances", i, in.Name)
+		}
+		v.instance(p, in, connKinds)
+		if _, dup := attrs[in.Name]; !dup {
+			types := make(map[string]DataType, len(in.Attributes))
+			for _, a := range in.Attributes {
+				if _, dup := types[a.Name]; !dup {
+					types[a.Name] = a.Type
+				}
+			}
+			attrs[in.Name] = types
+		}
+	}
+	if len(s.Instances) == 0 {
+		v.add("instances", "empty: a site needs at least one instance")
+	}
+
+	targets := make(map[string]bool, len(s.Targets))
+	seen = make(map[string]int)
+	for i := range s.Targets {
+		t := &s.Targets[i]
+		p := at("targets", i)
+		if v.name(field(p, "name"), t.Name) {
+			v.unique(seen, "targets", i, t.Name)
+		}
+		v.target(p, t)
+		targets[t.Name] = true
+	}
+
+	seen = make(map[string]int)
+	for i := range s.History {
+		h := &s.History[i]
+		p := at("history", i)
+		if v.name(field(p, "name"), h.Name) {
+			v.unique(seen, "history", i, h.Name)
+		}
+		v.history(p, h, targets, attrs)
+	}
+
+	v.server("opcua", &s.OPCUA)
+}
+
+// name checks an identifier and reports whether it is usable for the
+// duplicate and reference checks that follow.
+func (v *validator) name(path, name string) bool {
+	switch {
+	case name == "":
+		v.add(path, "empty")
+		return false
+	case len(name) > MaxNameLength:
+		v.add(path, "longer than %d bytes", MaxNameLength)
+		return false
+	}
+	for i, r := range name {
+		ok := r == '_' || r == '-' || r == '.' || (r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+		if !ok || (i == 0 && (r == '.' || r == '-')) {
+			v.add(path, "%q: use letters, digits, '_', '-' and '.' (not first)", name)
+			return false
+		}
+	}
+	return true
+}
+
+// unique reports a name seen before in the list at listPath; i is the
+// index of the entry being checked.
+func (v *validator) unique(seen map[string]int, listPath string, i int, name string) {
+	if first, dup := seen[name]; dup {
+		v.add(field(at(listPath, i), "name"), "duplicate %q (also %s[%d])", name, listPath, first)
+		return
+	}
+	seen[name] = i
+}
+
+func (v *validator) text(path, s string, limit int) {
+	if len(s) > limit {
+		v.add(path, "longer than %d bytes", limit)
+	}
+	if !utf8.ValidString(s) {
+		v.add(path, "not valid UTF-8")
+	}
+}
+
+func (v *validator) positive(path string, d time.Duration) bool {
+	switch {
+	case d <= 0:
+		v.add(path, "must be positive (was %s)", d)
+		return false
+	case d > MaxDuration:
+		v.add(path, "%s is longer than %s", d, MaxDuration)
+		return false
+	}
+	return true
+}
+
+func (v *validator) backoff(path string, floor, max time.Duration) {
+	okFloor := v.positive(field(path, "backoff_floor"), floor)
+	okMax := v.positive(field(path, "backoff_max"), max)
+	if okFloor && okMax && max < floor {
+		v.add(field(path, "backoff_max"), "%s is below backoff_floor %s", max, floor)
+	}
+}
+
+func (v *validator) connection(p string, c *Connection) {
+	switch c.Kind {
+	case KindMxAccess:
+		if c.MxAccess == nil {
+			v.add(field(p, "mxaccess"), "missing for kind %q", c.Kind)
+		}
+		if c.OPCUA != nil {
+			v.add(field(p, "opcua"), "set on a connection of kind %q", c.Kind)
+		}
+	case KindOPCUA:
+		if c.OPCUA == nil {
+			v.add(field(p, "opcua"), "missing for kind %q", c.Kind)
+		}
+		if c.MxAccess != nil {
+			v.add(field(p, "mxaccess"), "set on a connection of kind %q", c.Kind)
+		}
+	case "":
+		v.add(field(p, "kind"), "empty (one of mxaccess, opcua)")
+	default:
+		v.add(field(p, "kind"), "unknown %q (one of mxaccess, opcua)", c.Kind)
+	}
+	if m := c.MxAccess; m != nil {
+		mp := field(p, "mxaccess")
+		v.hostPort(field(mp, "endpoint"), m.Endpoint)
+		if m.WriteUserID < 0 {
+			v.add(field(mp, "write_user_id"), "negative (%d)", m.WriteUserID)
+		}
+		okTimeout := v.positive(field(mp, "command_timeout"), m.CommandTimeout)
+		okCeiling := v.positive(field(mp, "in_flight_ceiling"), m.InFlightCeiling)
+		// A ceiling at or below the gateway's own deadline presumes a reply
+		// lost while the gateway may still be working on it: the re-storm
+		// of the 2026-08-26 freeze.
+		if okTimeout && okCeiling && m.InFlightCeiling <= m.CommandTimeout {
+			v.add(field(mp, "in_flight_ceiling"), "%s must exceed command_timeout %s", m.InFlightCeiling, m.CommandTimeout)
+		}
+		v.backoff(mp, m.BackoffFloor, m.BackoffMax)
+		if m.PreferBulkSupervisory == nil {
+			v.add(field(mp, "prefer_bulk_supervisory"), "not set (defaults apply only through Parse or ApplyDefaults)")
+		}
+	}
+	if u := c.OPCUA; u != nil {
+		up := field(p, "opcua")
+		v.opcURL(field(up, "endpoint"), u.Endpoint)
+		v.security(up, "security_policy", "security_mode", u.SecurityPolicy, u.SecurityMode)
+		if u.SecurityMode != "" && u.SecurityMode != "None" {
+			if u.CertificateFile == "" {
+				v.add(field(up, "certificate_file"), "empty: required with security_mode %s", u.SecurityMode)
+			}
+			if u.PrivateKeyFile == "" {
+				v.add(field(up, "private_key_file"), "empty: required with security_mode %s", u.SecurityMode)
+			}
+		}
+		ip := field(up, "identity")
+		switch u.Identity.Type {
+		case IdentityAnonymous:
+			if u.Identity.Username != "" || u.Identity.PasswordFile != "" {
+				v.add(ip, "username and password_file are for type username")
+			}
+		case IdentityUsername:
+			if u.Identity.Username == "" {
+				v.add(field(ip, "username"), "empty")
+			}
+			if u.Identity.PasswordFile == "" {
+				v.add(field(ip, "password_file"), "empty")
+			}
+		default:
+			v.add(field(ip, "type"), "unknown %q (one of anonymous, username)", u.Identity.Type)
+		}
+		v.positive(field(up, "request_timeout"), u.RequestTimeout)
+		v.positive(field(up, "publishing_interval"), u.PublishingInterval)
+		v.backoff(up, u.BackoffFloor, u.BackoffMax)
+	}
+}
+
+func (v *validator) hostPort(path, s string) {
+	if s == "" {
+		v.add(path, "empty")
+		return
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		v.add(path, "%q is not host:port: %v", s, err)
+		return
+	}
+	if host == "" {
+		v.add(path, "%q has no host", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.add(path, "%q: port must be 1-65535", s)
+	}
+}
+
+func (v *validator) opcURL(path, s string) {
+	if s == "" {
+		v.add(path, "empty")
+		return
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		v.add(path, "%q is not a URL: %v", s, err)
+		return
+	}
+	if u.Scheme != "opc.tcp" {
+		v.add(path, "%q: scheme must be opc.tcp", s)
+		return
+	}
+	if u.Hostname() == "" {
+		v.add(path, "%q has no host", s)
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			v.add(path, "%q: port must be 1-65535", s)
+		}
+	}
+}
+
+var securityModes = []string{"None", "Sign", "SignAndEncrypt"}
+
+func (v *validator) security(p, policyKey, modeKey, policy, mode string) {
+	_, okPolicy := ua.SecurityPolicyURIs[policy]
+	if !okPolicy {
+		v.add(field(p, policyKey), "unknown %q (one of %s)", policy, policyNames())
+	}
+	okMode := false
+	for _, m := range securityModes {
+		okMode = okMode || m == mode
+	}
+	if !okMode {
+		v.add(field(p, modeKey), "unknown %q (one of %s)", mode, strings.Join(securityModes, ", "))
+	}
+	if okPolicy && okMode && (policy == "None") != (mode == "None") {
+		v.add(field(p, modeKey), "%s does not go with policy %s (None goes only with None)", mode, policy)
+	}
+}
+
+func policyNames() string {
+	// Fixed order: ua.SecurityPolicyURIs is a map.
+	return "None, Basic128Rsa15, Basic256, Basic256Sha256, Aes128Sha256RsaOaep, Aes256Sha256RsaPss"
+}
+
+func (v *validator) instance(p string, in *Instance, conns map[string]ConnectionKind) {
+	kind, okConn := v.connRef(field(p, "connection"), in.Connection, conns, true)
+	v.text(field(p, "description"), in.Description, MaxTextLength)
+	if len(in.Attributes) == 0 {
+		v.add(field(p, "attributes"), "empty: an instance needs at least one attribute")
+	}
+	seen := make(map[string]int, len(in.Attributes))
+	for j := range in.Attributes {
+		a := &in.Attributes[j]
+		ap := at(field(p, "attributes"), j)
+		if v.name(field(ap, "name"), a.Name) {
+			v.unique(seen, field(p, "attributes"), j, a.Name)
+		}
+		switch a.Type {
+		case TypeBool, TypeInt32, TypeInt64, TypeFloat, TypeDouble, TypeString:
+		case "":
+			v.add(field(ap, "type"), "empty (one of bool, int32, int64, float, double, string)")
+		default:
+			v.add(field(ap, "type"), "unknown %q (one of bool, int32, int64, float, double, string)", a.Type)
+		}
+		attrKind, okAttrConn := kind, okConn
+		if a.Connection != "" {
+			attrKind, okAttrConn = v.connRef(field(ap, "connection"), a.Connection, conns, false)
+		}
+		v.tag(field(ap, "tag"), a.Tag, attrKind, okAttrConn)
+		v.text(field(ap, "description"), a.Description, MaxTextLength)
+		v.text(field(ap, "units"), a.Units, MaxNameLength)
+	}
+}
+
+func (v *validator) connRef(path, name string, conns map[string]ConnectionKind, required bool) (ConnectionKind, bool) {
+	if name == "" {
+		if required {
+			v.add(path, "empty")
+		}
+		return "", false
+	}
+	kind, ok := conns[name]
+	if !ok {
+		v.add(path, "unknown connection %q", name)
+	}
+	return kind, ok
+}
+
+func (v *validator) tag(path, tag string, kind ConnectionKind, kindKnown bool) {
+	switch {
+	case strings.TrimSpace(tag) == "":
+		v.add(path, "empty")
+		return
+	case len(tag) > MaxTagLength:
+		v.add(path, "longer than %d bytes", MaxTagLength)
+		return
+	case tag != strings.TrimSpace(tag):
+		v.add(path, "%q has leading or trailing space", tag)
+		return
+	case !utf8.ValidString(tag):
+		v.add(path, "not valid UTF-8")
+		return
+	}
+	if kindKnown && kind == KindOPCUA {
+		if _, err := ua.ParseNodeID(tag); err != nil {
+			v.add(path, "%q is not an OPC UA NodeId: %v", tag, err)
+		}
+	}
+}
+
+func (v *validator) target(p string, t *Target) {
+	if t.URL == "" {
+		v.add(field(p, "url"), "empty")
+	} else if u, err := url.Parse(t.URL); err != nil {
+		v.add(field(p, "url"), "%q is not a URL: %v", t.URL, err)
+	} else if u.Scheme != "http" && u.Scheme != "https" {
+		v.add(field(p, "url"), "%q: scheme must be http or https", t.URL)
+	} else if u.Host == "" {
+		v.add(field(p, "url"), "%q has no host", t.URL)
+	}
+	for _, k := range sortedKeys(t.Headers) {
+		hp := field(field(p, "headers"), k)
+		switch {
+		case !isHeaderToken(k):
+			v.add(hp, "not a valid header name")
+		case reservedHeader(k):
+			v.add(hp, "set by the delivery itself; cannot be configured")
+		case strings.ContainsAny(t.Headers[k], "\r\n\x00"):
+			v.add(hp, "value contains a line break or NUL")
+		}
+	}
+	v.positive(field(p, "timeout"), t.Timeout)
+	v.backoff(p, t.BackoffFloor, t.BackoffMax)
+	if t.MaxAttempts < 0 || t.MaxAttempts > MaxTargetAttempts {
+		v.add(field(p, "max_attempts"), "%d is outside 0..%d (0 never parks)", t.MaxAttempts, MaxTargetAttempts)
+	}
+	if t.MaxPayloadBytes < 1 || t.MaxPayloadBytes > MaxPayloadBytes {
+		v.add(field(p, "max_payload_bytes"), "%d is outside 1..%d", t.MaxPayloadBytes, MaxPayloadBytes)
+	}
+}
+
+func isHeaderToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func reservedHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "idempotency-key", "content-length", "host", "transfer-encoding", "connection":
+		return true
+	}
+	return false
+}
+
+func (v *validator) history(p string, h *HistoryRule, targets map[string]bool, attrs map[string]map[string]DataType) {
+	if h.Target == "" {
+		v.add(field(p, "target"), "empty")
+	} else if !targets[h.Target] {
+		v.add(field(p, "target"), "unknown target %q", h.Target)
+	}
+	if len(h.Select) == 0 {
+		v.add(field(p, "select"), "empty: select at least one instance")
+	}
+	deadbandOK := !math.IsNaN(h.Deadband) && !math.IsInf(h.Deadband, 0) && h.Deadband >= 0
+	if !deadbandOK {
+		v.add(field(p, "deadband"), "%v must be a finite number >= 0", h.Deadband)
+	}
+	seen := make(map[string]int, len(h.Select))
+	for k := range h.Select {
+		sel := &h.Select[k]
+		sp := at(field(p, "select"), k)
+		types, ok := attrs[sel.Instance]
+		switch {
+		case sel.Instance == "":
+			v.add(field(sp, "instance"), "empty")
+		case !ok:
+			v.add(field(sp, "instance"), "unknown instance %q", sel.Instance)
+		default:
+			if first, dup := seen[sel.Instance]; dup {
+				v.add(field(sp, "instance"), "duplicate %q (also %s[%d])", sel.Instance, field(p, "select"), first)
+			} else {
+				seen[sel.Instance] = k
+			}
+		}
+		seenAttr := make(map[string]int, len(sel.Attributes))
+		for n, name := range sel.Attributes {
+			np := at(field(sp, "attributes"), n)
+			if name == "" {
+				v.add(np, "empty")
+				continue
+			}
+			if _, dup := seenAttr[name]; dup {
+				v.add(np, "duplicate %q", name)
+				continue
+			}
+			seenAttr[name] = n
+			if !ok {
+				continue
+			}
+			typ, known := types[name]
+			switch {
+			case !known:
+				v.add(np, "instance %q has no attribute %q", sel.Instance, name)
+			case deadbandOK && h.Deadband > 0 && !typ.Numeric():
+				v.add(np, "deadband %v set but %q is %s, not numeric", h.Deadband, name, typ)
+			}
+		}
+	}
+	switch h.Mode {
+	case HistoryOnChange:
+		if h.SampleInterval != 0 {
+			v.add(field(p, "sample_interval"), "set with mode on_change (only for mode sample)")
+		}
+	case HistorySample:
+		if v.positive(field(p, "sample_interval"), h.SampleInterval) && h.SampleInterval < MinSampleInterval {
+			v.add(field(p, "sample_interval"), "%s is below %s", h.SampleInterval, MinSampleInterval)
+		}
+	default:
+		v.add(field(p, "mode"), "unknown %q (one of on_change, sample)", h.Mode)
+	}
+	if h.MaxBatch < 1 || h.MaxBatch > MaxHistoryBatch {
+		v.add(field(p, "max_batch"), "%d is outside 1..%d", h.MaxBatch, MaxHistoryBatch)
+	}
+	v.positive(field(p, "max_batch_delay"), h.MaxBatchDelay)
+}
+
+func (v *validator) server(p string, o *OPCUAServer) {
+	np := field(p, "namespace_uri")
+	if o.NamespaceURI == "" {
+		v.add(np, "empty")
+	} else if u, err := url.Parse(o.NamespaceURI); err != nil || u.Scheme == "" {
+		v.add(np, "%q is not an absolute URI (urn:... or http://...)", o.NamespaceURI)
+	}
+	v.opcURL(field(p, "endpoint"), o.Endpoint)
+	if len(o.Security) == 0 {
+		v.add(field(p, "security"), "empty: list at least one policy/mode pair")
+	}
+	seen := make(map[SecurityPair]int, len(o.Security))
+	for i, pair := range o.Security {
+		sp := at(field(p, "security"), i)
+		v.security(sp, "policy", "mode", pair.Policy, pair.Mode)
+		if first, dup := seen[pair]; dup {
+			v.add(sp, "duplicate %s/%s (also security[%d])", pair.Policy, pair.Mode, first)
+		} else {
+			seen[pair] = i
+		}
+	}
+	ip := field(p, "identities")
+	if !o.Identities.Anonymous && len(o.Identities.Users) == 0 {
+		v.add(ip, "no identity accepted: allow anonymous or list users")
+	}
+	users := make(map[string]int, len(o.Identities.Users))
+	for i, u := range o.Identities.Users {
+		up := at(field(ip, "users"), i)
+		if u.Username == "" {
+			v.add(field(up, "username"), "empty")
+		} else {
+			v.text(field(up, "username"), u.Username, MaxNameLength)
+			if first, dup := users[u.Username]; dup {
+				v.add(field(up, "username"), "duplicate %q (also users[%d])", u.Username, first)
+			} else {
+				users[u.Username] = i
+			}
+		}
+		if u.PasswordFile == "" {
+			v.add(field(up, "password_file"), "empty")
+		}
+	}
+	if o.MaxSessions < 1 || o.MaxSessions > MaxServerSessions {
+		v.add(field(p, "max_sessions"), "%d is outside 1..%d", o.MaxSessions, MaxServerSessions)
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
