@@ -1,6 +1,7 @@
 package siteconfig
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -430,10 +431,33 @@ func (v *validator) tag(path, tag string, kind ConnectionKind, kindKnown bool) {
 		return
 	}
 	if kindKnown && kind == KindOPCUA {
-		if _, err := ua.ParseNodeID(tag); err != nil {
+		if err := checkNodeID(tag); err != nil {
 			v.add(path, "%q is not an OPC UA NodeId: %v", tag, err)
 		}
 	}
+}
+
+// checkNodeID accepts ns=<n>;<id> and nsu=<uri>;<id> with an explicit
+// identifier type (i=, s=, g=, b=). A bare string, which the SDK reads as
+// a namespace-0 string id, is almost always a forgotten prefix.
+func checkNodeID(tag string) error {
+	nsPart, id, ok := strings.Cut(tag, ";")
+	if !ok {
+		return errors.New("want ns=<index>;<type>=<id> or nsu=<uri>;<type>=<id>")
+	}
+	if uri, isURI := strings.CutPrefix(nsPart, "nsu="); isURI {
+		if uri == "" {
+			return errors.New("empty namespace URI")
+		}
+		// The SDK resolves URIs against the server's namespace array at
+		// run time; the syntax of the rest is checked as namespace 1.
+		nsPart = "ns=1"
+	}
+	if len(id) < 2 || id[1] != '=' || !strings.ContainsRune("isgb", rune(id[0])) {
+		return errors.New("identifier needs an explicit type: i=, s=, g= or b=")
+	}
+	_, err := ua.ParseNodeID(nsPart + ";" + id)
+	return err
 }
 
 func (v *validator) target(p string, t *Target) {
