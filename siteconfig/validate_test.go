@@ -85,7 +85,9 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"connections[0].kind"}, `unknown "modbus"`},
 		{"kind without block", func(s *Site) { s.Connections[0].MxAccess = nil },
 			[]string{"connections[0].mxaccess"}, "missing"},
-		{"both blocks", func(s *Site) { s.Connections[1].MxAccess = &MxAccessConnection{Endpoint: "x:1", CommandTimeout: time.Second, InFlightCeiling: 2 * time.Second, BackoffFloor: time.Second, BackoffMax: time.Second, PreferBulkSupervisory: new(bool)} },
+		{"both blocks", func(s *Site) {
+			s.Connections[1].MxAccess = &MxAccessConnection{Endpoint: "x:1", CommandTimeout: time.Second, InFlightCeiling: 2 * time.Second, BackoffFloor: time.Second, BackoffMax: time.Second, PreferBulkSupervisory: new(bool)}
+		},
 			[]string{"connections[1].mxaccess"}, "set on a connection of kind"},
 		{"mx endpoint", func(s *Site) { s.Connections[0].MxAccess.Endpoint = "gw.local" },
 			[]string{"connections[0].mxaccess.endpoint"}, "not host:port"},
