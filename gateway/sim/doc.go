@@ -1,0 +1,12 @@
+// Package sim is an in-process simulator of the MxAccess gateway, faithful to
+// what made the 2026-08-26 subscribe storm: one single-threaded command
+// apartment that runs commands one at a time, a cost per command and per tag,
+// a per-session command deadline answered with DEADLINE_EXCEEDED (while the
+// abandoned command still occupies the apartment later, as the real STA
+// does), old and new capability sets, values that change, and fault
+// injection (wedge, dropped replies, restart). It counts what tests and the
+// storm benchmark assert on.
+//
+// It serves tests, benchmarks and the demo (cmd/mxgw-sim). It must not be
+// imported by production code paths of scadad.
+package sim
