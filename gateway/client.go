@@ -129,7 +129,14 @@ type liveSession struct {
 	lostOnce        sync.Once
 	handlesMu       sync.Mutex
 	handles         map[int32]string
+	// early holds the newest data change for handles not (yet) remembered:
+	// the gateway sends an item's first value when it advises it, which can
+	// overtake the reply that tells us the handle.
+	early map[int32]*pb.DataChange
 }
+
+// maxEarly bounds the early-event buffer per session.
+const maxEarly = 65536
 
 func (s *liveSession) markLost() { s.lostOnce.Do(func() { close(s.lost) }) }
 
@@ -261,6 +268,7 @@ func (c *Client) open(ctx context.Context) (*liveSession, error) {
 		caps:         make(map[string]bool, len(rep.GetCapabilities())),
 		lost:         make(chan struct{}),
 		handles:      make(map[int32]string),
+		early:        make(map[int32]*pb.DataChange),
 	}
 	for _, cp := range rep.GetCapabilities() {
 		s.caps[cp] = true
@@ -408,15 +416,23 @@ func (c *Client) readStream(ctx context.Context, s *liveSession) error {
 func (c *Client) deliver(s *liveSession, d *pb.DataChange) {
 	s.handlesMu.Lock()
 	tag, ok := s.handles[d.GetItemHandle()]
+	if !ok && len(s.early) < maxEarly {
+		s.early[d.GetItemHandle()] = d
+	}
 	s.handlesMu.Unlock()
 	if !ok {
-		// An item we do not hold: a subscribe we gave up on that the gateway
-		// ran anyway, or a removed one.
+		// An item we do not hold (yet): its subscribe reply may still be on
+		// the way, or it is a subscribe we gave up on that the gateway ran
+		// anyway, or a removed one.
 		if c.cfg.Metrics != nil {
 			c.cfg.Metrics.orphanEvents.WithLabelValues(c.cfg.Name).Inc()
 		}
 		return
 	}
+	c.emit(tag, d)
+}
+
+func (c *Client) emit(tag string, d *pb.DataChange) {
 	if c.cfg.Handler == nil {
 		return
 	}
@@ -542,12 +558,24 @@ func (c *Client) mapItems(s *liveSession, tags []string, items []*pb.ItemStatus)
 // remember records the handles of successful items so their data changes
 // can be routed; failed items hold no handle.
 func (c *Client) remember(s *liveSession, results []ItemResult) {
+	type early struct {
+		tag string
+		d   *pb.DataChange
+	}
+	var replay []early
 	s.handlesMu.Lock()
-	defer s.handlesMu.Unlock()
 	for _, r := range results {
 		if r.Err == nil {
 			s.handles[r.Handle] = r.Tag
+			if d, ok := s.early[r.Handle]; ok {
+				replay = append(replay, early{r.Tag, d})
+			}
 		}
+		delete(s.early, r.Handle)
+	}
+	s.handlesMu.Unlock()
+	for _, e := range replay {
+		c.emit(e.tag, e.d)
 	}
 }
 
@@ -608,6 +636,7 @@ func (c *Client) RemoveItems(ctx context.Context, handles []int32) error {
 	s.handlesMu.Lock()
 	for _, h := range handles {
 		delete(s.handles, h)
+		delete(s.early, h)
 	}
 	s.handlesMu.Unlock()
 	_, err = c.invokeOn(ctx, s, &pb.MxCommand{Kind: &pb.MxCommand_RemoveItemBulk{RemoveItemBulk: &pb.RemoveItemBulkCommand{
