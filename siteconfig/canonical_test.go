@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 func mustParse(t testing.TB, yamlText string) *Site {
@@ -228,5 +230,40 @@ func BenchmarkDiff5MB(b *testing.B) {
 		if c := Diff(old, new); len(c.Instances) != 1 {
 			b.Fatal("wrong diff")
 		}
+	}
+}
+
+// The piecewise encoder must write exactly what one yaml.v3 Encode of the
+// whole site writes, including for awkward strings.
+func TestCanonicalEncodingMatchesPlainYAML(t *testing.T) {
+	s := Generate(3, 7)
+	s.Instances[0].Description = "two\nlines\n  and an indented third"
+	s.Instances[1].Attributes[2].Description = "  leading space\nand: a colon\n"
+	s.Instances[1].Attributes[3].Units = "'quoted' # not a comment"
+	s.Instances[2].Attributes = nil
+	s.Instances[1].Attributes[0].Description = "tab\there, and unicode: äöü ✓"
+	c := s.Clone()
+	c.ApplyDefaults()
+	sortNamed(c)
+	var want bytes.Buffer
+	enc := yaml.NewEncoder(&want)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		t.Fatal(err)
+	}
+	enc.Close()
+	got, err := Canonical(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("piecewise encoding differs:\n%s\n--- want\n%s", got, want.Bytes())
+	}
+	back, err := Decode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Instances[0].Description != s.Instances[0].Description {
+		t.Errorf("multi-line description did not survive: %q", back.Instances[0].Description)
 	}
 }
