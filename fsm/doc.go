@@ -1,0 +1,47 @@
+// Package fsm is scadad's replicated state machine: the site's deployed
+// configuration artifacts and pointers, the store-and-forward buffer, the
+// cluster epoch and the audit trail, kept in one bbolt file and changed only
+// by Raft log entries.
+//
+// It owns:
+//   - the command envelope (fsmpb.Command) and its Encode/Decode;
+//   - the deterministic Apply of every command: no clocks (the leader stamps
+//     times into commands), no randomness, no map-order dependence; a command
+//     that cannot be decoded or validated changes nothing but the applied
+//     index and yields the same *CommandError on every node;
+//   - the on-disk state: the applied index is written in the same bbolt
+//     transaction as the entry's effects, so a restart replays nothing twice;
+//   - snapshots (a consistent read transaction streamed out, compressed and
+//     checksummed) and atomic restore;
+//   - the read side used by the workers (safe concurrently with Apply).
+//
+// It must not: talk to the network, start goroutines, read the wall clock or
+// know about Raft roles. hashicorp/raft drives it through raft.BatchingFSM;
+// package raftnode wires it.
+//
+// # Bucket layout
+//
+//	meta                     applied_index, applied_term, schema_version,
+//	                         cluster_epoch, audit_seq, delivered_seq (uint64 BE)
+//	artifacts/<sha>/         "info" → ArtifactState, "c"+uint32 BE → chunk bytes
+//	deploy/<target>/         "ptr" → DeployPointer,
+//	                         "history"/uint64 BE rev → DeployRecord,
+//	                         "acks"/<node id> → DeployAckRecord
+//	sf/pending/<target>/     uint64 BE seq → StoredMessage (FIFO)
+//	sf/parked/<target>/      uint64 BE park seq → StoredMessage
+//	sf/ids/                  id → MessageLocation (pending and parked only)
+//	sf/delivered/            id → uint64 BE tombstone seq
+//	sf/delivered_order/      uint64 BE tombstone seq → id (evicts oldest
+//	                         beyond DeliveredTombstones)
+//	sf/targets/              target → TargetCounters
+//	audit/                   uint64 BE seq → AuditRecord
+//
+// # Snapshot format (version 1)
+//
+//	"SCADAFSM" | uint32 BE format version | uint32 BE flags (0)
+//	frames:  uint32 BE length (1..MaxFrame) | bytes      — the gzip of bbolt tx.WriteTo
+//	end:     uint32 BE 0 | uint64 BE total framed bytes | SHA-256 of the framed bytes
+//
+// A stream that ends before the end marker is truncated; a digest mismatch is
+// corruption. Either way Restore refuses it and the running state is kept.
+package fsm

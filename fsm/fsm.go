@@ -1,0 +1,319 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Options configure Open.
+type Options struct {
+	Logger zerolog.Logger
+	// NoSync skips fsync on every commit. Only for tests and benchmarks: a
+	// power loss could corrupt the file.
+	NoSync bool
+	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
+	// holds its read transaction, a write that must grow the map waits for
+	// it; a map larger than the file avoids that. Default 256 MiB. (On
+	// Windows bbolt grows the file itself to this size.)
+	InitialMmapSize int
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process. Default 5 s.
+	LockTimeout time.Duration
+}
+
+func (o Options) boltOptions(readOnly bool) *bolt.Options {
+	bo := &bolt.Options{
+		Timeout:         o.LockTimeout,
+		NoSync:          o.NoSync,
+		InitialMmapSize: o.InitialMmapSize,
+		ReadOnly:        readOnly,
+		FreelistType:    bolt.FreelistMapType,
+	}
+	if bo.Timeout == 0 {
+		bo.Timeout = 5 * time.Second
+	}
+	if bo.InitialMmapSize == 0 {
+		bo.InitialMmapSize = 256 << 20
+	}
+	return bo
+}
+
+// Meta is the FSM's own bookkeeping.
+type Meta struct {
+	AppliedIndex  uint64
+	AppliedTerm   uint64
+	ClusterEpoch  uint64
+	SchemaVersion uint64
+}
+
+// FSM is the bbolt-backed replicated state machine. Apply, ApplyBatch and
+// Restore are called by one goroutine (raft's FSM loop); the read methods may
+// be called from any goroutine at any time.
+type FSM struct {
+	path string
+	opts Options
+	log  zerolog.Logger
+
+	// mu guards db: readers and Apply hold it shared; Restore and Close
+	// hold it exclusively while they swap or close the file.
+	mu     sync.RWMutex
+	db     *bolt.DB
+	closed bool
+
+	meta  atomic.Pointer[Meta]
+	fatal atomic.Pointer[error]
+
+	subsMu sync.Mutex
+	subs   map[chan uint64]struct{}
+}
+
+var (
+	_ raft.BatchingFSM = (*FSM)(nil)
+	_ raft.FSM         = (*FSM)(nil)
+)
+
+// Open opens (creating if needed) the state file at path.
+func Open(path string, opts Options) (*FSM, error) {
+	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{})}
+	db, err := openDB(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	f.db = db
+	if err := f.loadMeta(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	m := f.Meta()
+	f.log.Info().Str("path", path).Uint64("applied_index", m.AppliedIndex).
+		Uint64("cluster_epoch", m.ClusterEpoch).Msg("fsm opened")
+	return f, nil
+}
+
+func openDB(path string, opts Options) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, opts.boltOptions(false))
+	if err != nil {
+		return nil, fmt.Errorf("open fsm state %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketArtifacts, bucketDeploy, bucketSF, bucketAudit} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		sf := tx.Bucket(bucketSF)
+		for _, name := range [][]byte{sfPending, sfParked, sfIDs, sfDelivered, sfDeliveredOrder, sfTargets} {
+			if _, err := sf.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		switch v := getU64(meta.Get(metaSchema)); {
+		case v == 0:
+			return meta.Put(metaSchema, u64(SchemaVersion))
+		case v > SchemaVersion:
+			return fmt.Errorf("schema version %d is newer than this build's %d", v, SchemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("initialise fsm state %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func (f *FSM) loadMeta() error {
+	var m Meta
+	err := f.db.View(func(tx *bolt.Tx) error {
+		m = readMeta(tx)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read fsm meta: %w", err)
+	}
+	f.meta.Store(&m)
+	return nil
+}
+
+func readMeta(tx *bolt.Tx) Meta {
+	b := tx.Bucket(bucketMeta)
+	if b == nil {
+		return Meta{}
+	}
+	return Meta{
+		AppliedIndex:  getU64(b.Get(metaAppliedIndex)),
+		AppliedTerm:   getU64(b.Get(metaAppliedTerm)),
+		ClusterEpoch:  getU64(b.Get(metaClusterEpoch)),
+		SchemaVersion: getU64(b.Get(metaSchema)),
+	}
+}
+
+// Close closes the state file. Later calls return ErrClosed.
+func (f *FSM) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	f.closed = true
+	if f.db == nil {
+		return nil
+	}
+	err := f.db.Close()
+	f.db = nil
+	if err != nil {
+		return fmt.Errorf("close fsm state: %w", err)
+	}
+	return nil
+}
+
+// Path is the state file's path.
+func (f *FSM) Path() string { return f.path }
+
+// Meta returns the applied index, term, cluster epoch and schema version as
+// of the last committed batch.
+func (f *FSM) Meta() Meta { return *f.meta.Load() }
+
+// ClusterEpoch returns the replicated cluster epoch.
+func (f *FSM) ClusterEpoch() uint64 { return f.Meta().ClusterEpoch }
+
+// Err returns the storage failure that stopped the FSM, or nil. After a
+// storage failure every entry is refused with a *StorageError and the node
+// must be restarted (it then replays from the stored applied index).
+func (f *FSM) Err() error {
+	if p := f.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Changes returns a channel that receives the applied index after every
+// applied batch and restore, coalesced (a slow reader sees only the newest),
+// and a function that stops the subscription. It carries the current applied
+// index at once.
+func (f *FSM) Changes() (<-chan uint64, func()) {
+	ch := make(chan uint64, 1)
+	f.subsMu.Lock()
+	f.subs[ch] = struct{}{}
+	ch <- f.Meta().AppliedIndex
+	f.subsMu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			f.subsMu.Lock()
+			delete(f.subs, ch)
+			f.subsMu.Unlock()
+		})
+	}
+}
+
+func (f *FSM) notify(index uint64) {
+	f.subsMu.Lock()
+	defer f.subsMu.Unlock()
+	for ch := range f.subs {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- index
+	}
+}
+
+// Apply applies one entry; it returns *Result.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies entries in one bbolt transaction and returns one *Result
+// per entry. Entries at or below the stored applied index are skipped.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	results := make([]*Result, len(logs))
+	for i, l := range logs {
+		results[i] = &Result{Index: l.Index}
+		out[i] = results[i]
+	}
+	if len(logs) == 0 {
+		return out
+	}
+	if err := f.Err(); err != nil {
+		fail(results, err)
+		return out
+	}
+
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		fail(results, &StorageError{Err: ErrClosed})
+		return out
+	}
+
+	var newMeta Meta
+	err := f.db.Update(func(tx *bolt.Tx) error {
+		a := newApplier(tx)
+		for i, l := range logs {
+			if l.Index <= a.meta.AppliedIndex {
+				results[i].Skipped = true
+				continue
+			}
+			if l.Type == raft.LogCommand {
+				if err := a.applyCommand(l, results[i]); err != nil {
+					return err
+				}
+			}
+			a.meta.AppliedIndex, a.meta.AppliedTerm = l.Index, l.Term
+		}
+		if err := a.flush(); err != nil {
+			return err
+		}
+		newMeta = a.meta
+		return nil
+	})
+	if err != nil {
+		serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", logs[0].Index, logs[len(logs)-1].Index, err)}
+		var e error = serr
+		f.fatal.CompareAndSwap(nil, &e)
+		f.log.Error().Err(serr).Msg("fsm storage failure: refusing further entries; restart the node")
+		fail(results, serr)
+		return out
+	}
+	old := f.meta.Load()
+	f.meta.Store(&newMeta)
+	if newMeta.AppliedIndex != old.AppliedIndex {
+		f.notify(newMeta.AppliedIndex)
+	}
+	return out
+}
+
+func fail(results []*Result, err error) {
+	for _, r := range results {
+		*r = Result{Index: r.Index, Err: err}
+	}
+}
+
+// view runs fn in a read transaction of the current file.
+func (f *FSM) view(fn func(tx *bolt.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return ErrClosed
+	}
+	return f.db.View(fn)
+}
+
+// removeIfExists deletes a leftover file, ignoring "not there".
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
