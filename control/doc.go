@@ -1,0 +1,9 @@
+// Package control serves the scadad control API (gRPC under mutual TLS) and
+// carries writes to the leader.
+//
+// It owns the request handling of every control RPC, the forwarding of
+// writes from a follower to the leader (Forwarder), and the Proposer that
+// the workers use to commit FSM commands from any node. It must not decide
+// anything the FSM or Raft decides: it translates requests into commands
+// and verdicts into gRPC status codes, nothing more.
+package control

@@ -1,0 +1,195 @@
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/role"
+)
+
+// forwardedKey marks a request a follower forwarded, so a node that lost
+// leadership meanwhile answers Unavailable instead of forwarding again.
+const forwardedKey = "x-scadad-forwarded"
+
+// LocalApplier commits encoded commands through the local Raft node, which
+// must be the leader.
+type LocalApplier interface {
+	Apply(ctx context.Context, cmd []byte) (interface{}, error)
+}
+
+// RoleSource is the role stream the forwarder follows.
+type RoleSource interface {
+	Current() role.State
+	Watch() (<-chan role.State, func())
+}
+
+// Forwarder knows where the leader's control API is and keeps one client
+// connection per peer.
+type Forwarder struct {
+	self    string
+	apiAddr map[string]string // node id → control API address
+	tls     *tls.Config
+	roles   RoleSource
+	local   LocalApplier
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewForwarder returns a Forwarder for the node self. apiAddrs maps every
+// configured node id to its control API address; clientTLS authenticates
+// this node to its peers.
+func NewForwarder(self string, apiAddrs map[string]string, clientTLS *tls.Config, roles RoleSource, local LocalApplier) *Forwarder {
+	return &Forwarder{self: self, apiAddr: apiAddrs, tls: clientTLS, roles: roles, local: local, conns: make(map[string]*grpc.ClientConn)}
+}
+
+// Close drops the peer connections.
+func (f *Forwarder) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = map[string]*grpc.ClientConn{}
+}
+
+// errNoLeader is returned while no leader is known.
+var errNoLeader = errors.New("no leader known (the cluster has no quorum or is electing)")
+
+// leader returns a client for the current leader, or nil when this node is
+// the leader. It waits for a leader up to ctx's deadline.
+func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, error) {
+	watch, stop := f.roles.Watch()
+	defer stop()
+	for {
+		st := f.roles.Current()
+		switch {
+		case st.Role == role.Active:
+			return nil, nil
+		case st.Leader != "" && st.Leader != f.self:
+			return f.client(st.Leader)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.Unavailable, "%v: %v", errNoLeader, ctx.Err())
+		case <-watch:
+		}
+	}
+}
+
+func (f *Forwarder) client(id string) (controlpb.ControlClient, error) {
+	addr, ok := f.apiAddr[id]
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "leader %q has no control API address in this node's config", id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	conn, ok := f.conns[addr]
+	if !ok {
+		var err error
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)))
+		if err != nil {
+			return nil, fmt.Errorf("dial leader %s at %s: %w", id, addr, err)
+		}
+		f.conns[addr] = conn
+	}
+	return controlpb.NewControlClient(conn), nil
+}
+
+// forwardContext marks ctx as forwarded for the leader.
+func forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// wasForwarded reports whether an incoming request came from a follower.
+func wasForwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+// Propose commits cmd on the leader, from whichever node this is, and
+// returns the FSM's verdict. It rides out leader changes until ctx ends:
+// enqueues and acks are idempotent, and a deploy's compare-and-set makes a
+// repeated attempt fail cleanly rather than apply twice.
+func (f *Forwarder) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encode command: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	for {
+		res, err := f.proposeOnce(ctx, data)
+		if err == nil || !retryable(err) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.Unavailable, "commit through the leader: %v (last error: %v)", ctx.Err(), err)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Forwarder) proposeOnce(ctx context.Context, data []byte) (*fsm.Result, error) {
+	leader, err := f.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if leader == nil {
+		out, err := f.local.Apply(ctx, data)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "apply on this node: %v", err)
+		}
+		res, ok := out.(*fsm.Result)
+		if !ok {
+			return nil, fmt.Errorf("apply returned %T, not an FSM result", out)
+		}
+		return res, nil
+	}
+	resp, err := leader.Apply(forwardContext(ctx), &controlpb.ApplyRequest{Command: data})
+	if err != nil {
+		return nil, err
+	}
+	return decodeResult(resp)
+}
+
+// retryable reports whether a failed proposal may succeed on a later try:
+// the leader moved, was unreachable, or was not known yet.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// Audit commits an audit entry.
+func (f *Forwarder) Audit(ctx context.Context, actor, kind, detail string) error {
+	res, err := f.Propose(ctx, &fsmpb.Command{
+		Version:       fsm.CommandVersion,
+		StampUnixNano: time.Now().UnixNano(),
+		Actor:         actor,
+		Body:          &fsmpb.Command_Audit{Audit: &fsmpb.Audit{Kind: kind, Detail: detail}},
+	})
+	if err != nil {
+		return err
+	}
+	return res.Err
+}

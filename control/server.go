@@ -1,0 +1,463 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/deploy"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/role"
+)
+
+// Raft is what the server needs of the local Raft node.
+type Raft interface {
+	LocalApplier
+	LeadershipTransfer(ctx context.Context, to string) error
+	AddVoter(ctx context.Context, id, addr string) error
+	AddNonvoter(ctx context.Context, id, addr string) error
+	RemoveServer(ctx context.Context, id string) error
+	Servers() ([]raft.Server, error)
+	Stats() Stats
+	ManualOverride(ctx context.Context, force bool) (uint64, error)
+	// RestoreSnapshot installs a verified snapshot cluster-wide (leader only);
+	// appliedIndex is the index recorded inside it.
+	RestoreSnapshot(ctx context.Context, appliedIndex uint64, r io.Reader) error
+	// OverrideState says what the pair-mode override watchdog is doing.
+	OverrideState() string
+}
+
+// Stats are the Raft figures Status reports.
+type Stats struct {
+	State        string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	// LastContact is the time since the leader was last heard from; -1 when
+	// unknown, 0 on the leader.
+	LastContact time.Duration
+}
+
+// State is the FSM read side the server needs.
+type State interface {
+	Meta() fsm.Meta
+	Snapshot() (raft.FSMSnapshot, error)
+	Audit(afterSeq uint64, limit int) ([]fsm.AuditEntry, error)
+	deploy.State
+}
+
+// StoreForward is the store-and-forward surface of the control API.
+type StoreForward interface {
+	Enqueue(ctx context.Context, target string, payload []byte, id string) (string, bool, error)
+	Stats(ctx context.Context) ([]*controlpb.SFTargetStats, error)
+	List(ctx context.Context, target string, parked bool, limit int) ([]*controlpb.SFMessage, error)
+	Retry(ctx context.Context, ids []string, allOfTarget string) (int, error)
+	Discard(ctx context.Context, ids []string, allOfTarget string) (int, error)
+}
+
+// Member is one configured member as the node config names it.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+	Witness  bool
+}
+
+// Server implements controlpb.ControlServer.
+type Server struct {
+	controlpb.UnimplementedControlServer
+
+	NodeID     string
+	Mode       string
+	Version    string
+	Configured []Member
+	Raft       Raft
+	Roles      RoleSource
+	State      State
+	Forward    *Forwarder
+	Pusher     *deploy.Pusher
+	SF         StoreForward
+	TempDir    string
+	Log        zerolog.Logger
+}
+
+// leaderOr runs local on the leader, or returns the leader's client for the
+// caller to forward to. A request that was already forwarded once is not
+// forwarded again.
+func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context.Context, error) {
+	if s.Roles.Current().Role == role.Active {
+		return nil, ctx, nil
+	}
+	if wasForwarded(ctx) {
+		return nil, ctx, status.Errorf(codes.Unavailable, "%s is no longer the leader; retry", s.NodeID)
+	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := s.Forward.leader(wait)
+	if err != nil {
+		return nil, ctx, err
+	}
+	return c, forwardContext(ctx), nil
+}
+
+// Status reports this node and what it knows of the cluster.
+func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*controlpb.StatusResponse, error) {
+	st := s.Roles.Current()
+	rs := s.Raft.Stats()
+	meta := s.State.Meta()
+	resp := &controlpb.StatusResponse{
+		NodeId:        s.NodeID,
+		Role:          st.Role.String(),
+		Term:          rs.Term,
+		ClusterEpoch:  meta.ClusterEpoch,
+		LeaderId:      st.Leader,
+		CommitIndex:   rs.CommitIndex,
+		AppliedIndex:  meta.AppliedIndex,
+		Mode:          s.Mode,
+		Voters:        int32(st.Voters),
+		LastContactMs: -1,
+		RaftState:     rs.State,
+		Version:       s.Version,
+		OverrideState: s.Raft.OverrideState(),
+	}
+	if rs.LastContact >= 0 {
+		resp.LastContactMs = rs.LastContact.Milliseconds()
+	}
+	for _, m := range s.Configured {
+		if m.ID == st.Leader {
+			resp.LeaderApiAddr = m.APIAddr
+		}
+	}
+	if d, err := s.State.Deployment(deploy.DefaultTarget); err == nil {
+		resp.DeployRevision = d.Revision
+	}
+	members, err := s.members(st)
+	if err != nil {
+		return nil, err
+	}
+	resp.Members = members
+	return resp, nil
+}
+
+func (s *Server) members(st role.State) ([]*controlpb.MemberStatus, error) {
+	servers, err := s.Raft.Servers()
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read raft configuration: %v", err)
+	}
+	byID := map[string]*controlpb.MemberStatus{}
+	var out []*controlpb.MemberStatus
+	for _, m := range s.Configured {
+		ms := &controlpb.MemberStatus{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Witness: m.Witness, Configured: true, Leader: m.ID == st.Leader}
+		byID[m.ID] = ms
+		out = append(out, ms)
+	}
+	for _, srv := range servers {
+		ms, ok := byID[string(srv.ID)]
+		if !ok {
+			ms = &controlpb.MemberStatus{Id: string(srv.ID), RaftAddr: string(srv.Address), Leader: string(srv.ID) == st.Leader}
+			out = append(out, ms)
+		}
+		ms.InRaft = true
+		ms.Suffrage = "voter"
+		if srv.Suffrage == raft.Nonvoter {
+			ms.Suffrage = "nonvoter"
+		}
+	}
+	return out, nil
+}
+
+// Members lists configured and Raft members.
+func (s *Server) Members(ctx context.Context, _ *controlpb.MembersRequest) (*controlpb.MembersResponse, error) {
+	m, err := s.members(s.Roles.Current())
+	if err != nil {
+		return nil, err
+	}
+	return &controlpb.MembersResponse{Members: m}, nil
+}
+
+// AddMember adds a voter (or non-voter) through the leader.
+func (s *Server) AddMember(ctx context.Context, req *controlpb.AddMemberRequest) (*controlpb.AddMemberResponse, error) {
+	if req.Id == "" || req.RaftAddr == "" {
+		return nil, status.Error(codes.InvalidArgument, "add member: id and raft_addr are required")
+	}
+	if c, fctx, err := s.leaderOr(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.AddMember(fctx, req)
+	}
+	add := s.Raft.AddVoter
+	if req.Nonvoter {
+		add = s.Raft.AddNonvoter
+	}
+	if err := add(ctx, req.Id, req.RaftAddr); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "add member %s: %v", req.Id, err)
+	}
+	s.audit(ctx, "member-add", fmt.Sprintf("%s at %s (nonvoter=%v)", req.Id, req.RaftAddr, req.Nonvoter))
+	return &controlpb.AddMemberResponse{}, nil
+}
+
+// RemoveMember removes a member through the leader.
+func (s *Server) RemoveMember(ctx context.Context, req *controlpb.RemoveMemberRequest) (*controlpb.RemoveMemberResponse, error) {
+	if req.Id == "" {
+		return nil, status.Error(codes.InvalidArgument, "remove member: id is required")
+	}
+	if c, fctx, err := s.leaderOr(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.RemoveMember(fctx, req)
+	}
+	servers, err := s.Raft.Servers()
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "remove member: %v", err)
+	}
+	found := false
+	for _, srv := range servers {
+		found = found || string(srv.ID) == req.Id
+	}
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "remove member: %q is not in the raft configuration", req.Id)
+	}
+	if err := s.Raft.RemoveServer(ctx, req.Id); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "remove member %s: %v", req.Id, err)
+	}
+	s.audit(ctx, "member-remove", req.Id)
+	return &controlpb.RemoveMemberResponse{}, nil
+}
+
+// Failover moves leadership away from the leader.
+func (s *Server) Failover(ctx context.Context, req *controlpb.FailoverRequest) (*controlpb.FailoverResponse, error) {
+	if c, fctx, err := s.leaderOr(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.Failover(fctx, req)
+	}
+	if req.To == s.NodeID {
+		return nil, status.Errorf(codes.FailedPrecondition, "failover: %s is already Active", s.NodeID)
+	}
+	if req.To != "" {
+		known := false
+		for _, m := range s.Configured {
+			if m.ID == req.To {
+				known = true
+				if m.Witness {
+					return nil, status.Errorf(codes.FailedPrecondition, "failover: %s is the witness and never keeps the Active role", req.To)
+				}
+			}
+		}
+		if !known {
+			return nil, status.Errorf(codes.NotFound, "failover: no member %q", req.To)
+		}
+	}
+	s.audit(ctx, "failover", fmt.Sprintf("requested from %s to %q", s.NodeID, req.To))
+	if err := s.Raft.LeadershipTransfer(ctx, req.To); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "failover: %v", err)
+	}
+	// Wait until a new leader is known so the answer names it.
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	watch, stop := s.Roles.Watch()
+	defer stop()
+	for {
+		st := s.Roles.Current()
+		if st.Leader != "" && st.Leader != s.NodeID {
+			return &controlpb.FailoverResponse{OldLeader: s.NodeID, NewLeader: st.Leader}, nil
+		}
+		select {
+		case <-wait.Done():
+			return &controlpb.FailoverResponse{OldLeader: s.NodeID, NewLeader: "(not yet known)"}, nil
+		case <-watch:
+		}
+	}
+}
+
+// Override makes this node the sole voter.
+func (s *Server) Override(ctx context.Context, req *controlpb.OverrideRequest) (*controlpb.OverrideResponse, error) {
+	epoch, err := s.Raft.ManualOverride(ctx, req.Force)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "override on %s: %v", s.NodeID, err)
+	}
+	return &controlpb.OverrideResponse{ClusterEpoch: epoch}, nil
+}
+
+// Apply commits a forwarded command; only the leader answers.
+func (s *Server) Apply(ctx context.Context, req *controlpb.ApplyRequest) (*controlpb.ApplyResponse, error) {
+	if s.Roles.Current().Role != role.Active {
+		return nil, status.Errorf(codes.Unavailable, "%s is not the leader", s.NodeID)
+	}
+	out, err := s.Raft.Apply(ctx, req.Command)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "apply on leader %s: %v", s.NodeID, err)
+	}
+	res, ok := out.(*fsm.Result)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "apply returned %T", out)
+	}
+	return encodeResult(res)
+}
+
+// Audit lists audit entries from this node's replica.
+func (s *Server) Audit(ctx context.Context, req *controlpb.AuditRequest) (*controlpb.AuditResponse, error) {
+	limit := int(req.Limit)
+	if limit <= 0 || limit > 10000 {
+		limit = 1000
+	}
+	entries, err := s.State.Audit(req.AfterSeq, limit)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read audit: %v", err)
+	}
+	resp := &controlpb.AuditResponse{}
+	for _, e := range entries {
+		resp.Entries = append(resp.Entries, &controlpb.AuditEntry{Seq: e.Seq, TimeUnixNano: e.At.UnixNano(), Kind: e.Kind, Actor: e.Actor, Detail: e.Detail})
+	}
+	return resp, nil
+}
+
+// audit records an operator action; failures are logged, not fatal, since
+// the action itself already happened.
+func (s *Server) audit(ctx context.Context, kind, detail string) {
+	if err := s.Forward.Audit(ctx, "operator@"+s.NodeID, kind, detail); err != nil {
+		s.Log.Warn().Err(err).Str("kind", kind).Msg("audit entry not recorded")
+	}
+}
+
+// SnapshotSave streams a consistent snapshot of this node's state.
+func (s *Server) SnapshotSave(_ *controlpb.SnapshotSaveRequest, stream controlpb.Control_SnapshotSaveServer) error {
+	snap, err := s.State.Snapshot()
+	if err != nil {
+		return status.Errorf(codes.Internal, "snapshot: %v", err)
+	}
+	defer snap.Release()
+	sink := &streamSink{send: func(p []byte) error {
+		return stream.Send(&controlpb.SnapshotChunk{Data: p})
+	}}
+	if err := snap.Persist(sink); err != nil {
+		return status.Errorf(codes.Internal, "snapshot: %v", err)
+	}
+	return sink.flush()
+}
+
+// SnapshotRestore receives a snapshot, verifies it, and installs it through
+// the leader. A snapshot that does not verify changes nothing.
+func (s *Server) SnapshotRestore(stream controlpb.Control_SnapshotRestoreServer) error {
+	ctx := stream.Context()
+	tmp, err := os.CreateTemp(s.TempDir, "restore-*.snap")
+	if err != nil {
+		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	var n int64
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		m, err := tmp.Write(chunk.Data)
+		n += int64(m)
+		if err != nil {
+			return status.Errorf(codes.ResourceExhausted, "snapshot restore: spool to %s: %v", filepath.Dir(tmp.Name()), err)
+		}
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
+	}
+	info, err := fsm.InspectSnapshot(tmp)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "snapshot restore: refused, the snapshot does not verify (state untouched): %v", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
+	}
+	c, fctx, err := s.leaderOr(ctx)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		return forwardRestore(fctx, c, tmp, n, stream)
+	}
+	if err := s.Raft.RestoreSnapshot(ctx, info.Meta.AppliedIndex, tmp); err != nil {
+		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
+	}
+	s.audit(ctx, "snapshot-restore", fmt.Sprintf("restored a snapshot of %d bytes (applied index %d inside)", n, info.Meta.AppliedIndex))
+	return stream.SendAndClose(&controlpb.SnapshotRestoreResponse{AppliedIndex: s.State.Meta().AppliedIndex, Bytes: n})
+}
+
+func forwardRestore(ctx context.Context, c controlpb.ControlClient, r io.Reader, size int64, in controlpb.Control_SnapshotRestoreServer) error {
+	out, err := c.SnapshotRestore(ctx)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 256<<10)
+	first := true
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			chunk := &controlpb.SnapshotChunk{Data: buf[:n]}
+			if first {
+				chunk.TotalSize, first = size, false
+			}
+			if err := out.Send(chunk); err != nil {
+				_, err = out.CloseAndRecv()
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return status.Errorf(codes.Internal, "snapshot restore: forward: %v", rerr)
+		}
+	}
+	resp, err := out.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return in.SendAndClose(resp)
+}
+
+// streamSink adapts a gRPC stream to raft.SnapshotSink, sending 256 KiB
+// chunks.
+type streamSink struct {
+	send func([]byte) error
+	buf  []byte
+}
+
+func (s *streamSink) Write(p []byte) (int, error) {
+	s.buf = append(s.buf, p...)
+	for len(s.buf) >= 256<<10 {
+		if err := s.send(s.buf[:256<<10]); err != nil {
+			return 0, err
+		}
+		s.buf = append(s.buf[:0], s.buf[256<<10:]...)
+	}
+	return len(p), nil
+}
+
+func (s *streamSink) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	err := s.send(s.buf)
+	s.buf = nil
+	return err
+}
+
+func (s *streamSink) Close() error  { return nil }
+func (s *streamSink) ID() string    { return "control-stream" }
+func (s *streamSink) Cancel() error { return nil }

@@ -1,0 +1,231 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/siteconfig"
+)
+
+// directProposer applies commands straight into one FSM, the way a
+// one-node cluster's leader would.
+type directProposer struct {
+	mu    sync.Mutex
+	f     *fsm.FSM
+	index uint64
+	// fail, when set, makes every proposal fail (no quorum).
+	fail error
+}
+
+func (p *directProposer) Propose(_ context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fail != nil {
+		return nil, p.fail
+	}
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p.index++
+	return p.f.Apply(&raft.Log{Index: p.index, Term: 1, Type: raft.LogCommand, Data: data}).(*fsm.Result), nil
+}
+
+func setup(t *testing.T) (*fsm.FSM, *directProposer, *Pusher) {
+	t.Helper()
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "state.db"), fsm.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	p := &directProposer{f: f}
+	return f, p, &Pusher{Proposer: p, State: f, Now: time.Now}
+}
+
+func example(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile("../configs/site-example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// bigSite renders a generated site so artifacts span several chunks.
+func bigSite(t *testing.T, instances, tags int) []byte {
+	t.Helper()
+	data, err := siteconfig.Canonical(siteconfig.Generate(instances, tags))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func u64(v uint64) *uint64 { return &v }
+
+func TestPush(t *testing.T) {
+	f, _, pusher := setup(t)
+	ctx := context.Background()
+	site := example(t)
+
+	first, err := pusher.Push(ctx, PushRequest{Artifact: site, Actor: "op"})
+	if err != nil {
+		t.Fatalf("first push: %v", err)
+	}
+	if first.Revision != 1 || first.NoChange {
+		t.Fatalf("first push = %+v, want revision 1", first)
+	}
+	again, err := pusher.Push(ctx, PushRequest{Artifact: site, Actor: "op"})
+	if err != nil || !again.NoChange || again.Revision != 1 {
+		t.Fatalf("identical re-push = %+v, %v; want a no-op at revision 1", again, err)
+	}
+
+	big := bigSite(t, 20, 250) // several chunks
+	if len(big) <= ChunkSize {
+		t.Fatalf("generated site is %d bytes, want more than one chunk", len(big))
+	}
+	if _, err := pusher.Push(ctx, PushRequest{Artifact: big, Expect: u64(5), Actor: "op"}); !errors.Is(err, fsm.ErrRevisionMismatch) {
+		t.Fatalf("push with a stale expected revision: err = %v, want revision mismatch", err)
+	}
+	second, err := pusher.Push(ctx, PushRequest{Artifact: big, Expect: u64(1), Actor: "op"})
+	if err != nil || second.Revision != 2 {
+		t.Fatalf("second push = %+v, %v; want revision 2", second, err)
+	}
+	got, err := f.Artifact(second.SHA256)
+	if err != nil || string(got) != string(big) {
+		t.Fatalf("stored artifact differs from the pushed one (err %v)", err)
+	}
+
+	_, err = pusher.Push(ctx, PushRequest{Artifact: []byte("version: 1\nname: ''\n"), Actor: "op"})
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) {
+		t.Fatalf("invalid artifact: err = %v, want *InvalidError", err)
+	}
+	if d, _ := f.Deployment(DefaultTarget); d.Revision != 2 {
+		t.Fatalf("an invalid push moved the pointer to %d", d.Revision)
+	}
+
+	back, err := pusher.Rollback(ctx, "", 0, "op")
+	if err != nil || back.Revision != 3 || back.SHA256 != first.SHA256 {
+		t.Fatalf("rollback = %+v, %v; want revision 3 with the first artifact", back, err)
+	}
+	if _, err := pusher.Rollback(ctx, "", 42, "op"); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("rollback to a missing revision: err = %v, want not found", err)
+	}
+}
+
+func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
+	f, prop, pusher := setup(t)
+	ctx := context.Background()
+	holder := siteconfig.NewHolder()
+	a := &Applier{NodeID: "node-a", Target: DefaultTarget, State: f, Proposer: prop, Holder: holder, Now: time.Now, Log: zerolog.Nop()}
+
+	a.Step(ctx) // nothing deployed: nothing happens
+	if s, _ := holder.Current(); s != nil {
+		t.Fatal("holder has a site before anything was deployed")
+	}
+
+	good, err := pusher.Push(ctx, PushRequest{Artifact: example(t), Actor: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Step(ctx)
+	if _, rev := holder.Current(); uint64(rev) != good.Revision {
+		t.Fatalf("holder at revision %d, want %d", rev, good.Revision)
+	}
+	assertAck(t, f, "node-a", good.Revision, true, "")
+
+	// A committed artifact that is not a valid site config: the pusher
+	// would refuse it, so commit it below the pusher's validation.
+	bad := []byte("version: 1\nname: broken\nconnections: [{name: x, kind: nonsense}]\n")
+	if err := pusher.store(ctx, "0000000000000000000000000000000000000000000000000000000000000000", bad, "test"); err == nil {
+		t.Fatal("storing an artifact under a wrong SHA-256 succeeded")
+	}
+	sha := sha256hex(bad)
+	if err := pusher.store(ctx, sha, bad, "test"); err != nil {
+		t.Fatalf("store bad artifact: %v", err)
+	}
+	if _, err := pusher.move(ctx, &fsmpb.Deploy{Target: DefaultTarget, ExpectRevision: good.Revision, Sha256: sha}, "test"); err != nil {
+		t.Fatalf("deploy bad artifact: %v", err)
+	}
+	a.Step(ctx)
+	if s, rev := holder.Current(); uint64(rev) != good.Revision || s == nil || s.Name != "plant-north" {
+		t.Fatalf("after a bad deploy the holder is at revision %d (%v), want the last good revision %d", rev, s, good.Revision)
+	}
+	d, _ := f.Deployment(DefaultTarget)
+	ack := findAck(t, d, "node-a")
+	if ack.OK || ack.Revision != d.Revision || !strings.Contains(ack.Reason, "kind") {
+		t.Fatalf("ack after a bad deploy = %+v, want failed at revision %d naming the problem", ack, d.Revision)
+	}
+
+	// Rolling back brings the good one back as a new revision.
+	back, err := pusher.Rollback(ctx, "", good.Revision, "op")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Step(ctx)
+	if _, rev := holder.Current(); uint64(rev) != back.Revision {
+		t.Fatalf("holder at %d after rollback, want %d", rev, back.Revision)
+	}
+	assertAck(t, f, "node-a", back.Revision, true, "")
+}
+
+func TestApplierRetriesAckWithoutQuorum(t *testing.T) {
+	f, prop, pusher := setup(t)
+	ctx := context.Background()
+	holder := siteconfig.NewHolder()
+	a := &Applier{NodeID: "node-b", State: f, Proposer: prop, Holder: holder, Now: time.Now, Log: zerolog.Nop()}
+	res, err := pusher.Push(ctx, PushRequest{Artifact: example(t), Actor: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop.fail = errors.New("no quorum")
+	a.Step(ctx)
+	// Applied locally from the replicated copy even without a leader.
+	if _, rev := holder.Current(); uint64(rev) != res.Revision {
+		t.Fatalf("holder at %d, want %d even without quorum", rev, res.Revision)
+	}
+	d, _ := f.Deployment(DefaultTarget)
+	for _, ack := range d.Acks {
+		if ack.NodeID == "node-b" {
+			t.Fatalf("an ack was recorded while proposals fail: %+v", ack)
+		}
+	}
+	prop.fail = nil
+	a.Step(ctx)
+	assertAck(t, f, "node-b", res.Revision, true, "")
+}
+
+func findAck(t *testing.T, d fsm.Deployment, node string) fsm.DeployAck {
+	t.Helper()
+	for _, a := range d.Acks {
+		if a.NodeID == node {
+			return a
+		}
+	}
+	t.Fatalf("no ack from %s in %+v", node, d.Acks)
+	return fsm.DeployAck{}
+}
+
+func assertAck(t *testing.T, f *fsm.FSM, node string, rev uint64, ok bool, reason string) {
+	t.Helper()
+	d, err := f.Deployment(DefaultTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := findAck(t, d, node)
+	if a.Revision != rev || a.OK != ok || a.Reason != reason {
+		t.Fatalf("ack of %s = %+v, want revision %d ok=%v reason %q", node, a, rev, ok, reason)
+	}
+}
