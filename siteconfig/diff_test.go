@@ -80,7 +80,9 @@ func TestDiff(t *testing.T) {
 			[]string{"changed target hist [headers.Authorization]"}},
 		{"target renamed", func(s *Site) { s.Targets[0].Name = "hist2"; s.History[0].Target = "hist2" },
 			[]string{"removed target hist", "added target hist2", "changed history h1 [target]"}},
-		{"history selection", func(s *Site) { s.History[0].Select[0].Attributes = append(s.History[0].Select[0].Attributes, "Running") },
+		{"history selection", func(s *Site) {
+			s.History[0].Select[0].Attributes = append(s.History[0].Select[0].Attributes, "Running")
+		},
 			[]string{"changed history h1 [select[0].attributes[0],select[0].attributes[1]]"}},
 		{"server option", func(s *Site) { s.OPCUA.MaxSessions = 7 }, []string{"opcua max_sessions"}},
 		{"default spelled out is no change", func(s *Site) { s.OPCUA.Endpoint = "" }, nil},
