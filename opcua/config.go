@@ -1,0 +1,319 @@
+package opcua
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+	"github.com/gopcua/opcua/uapolicy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/role"
+)
+
+// Config is the OPC UA server's configuration in plain Go; the daemon maps
+// its YAML to it.
+type Config struct {
+	// Host and Port are where the server listens; the endpoint it advertises
+	// is opc.tcp://Host:Port, so Host must be a name clients can reach.
+	Host string
+	Port int
+
+	// ApplicationURI identifies this server in ServerArray. gopcua takes the
+	// ApplicationUri only from the certificate, so it must match the
+	// certificate's URI SAN; when no certificate is configured a self-signed
+	// one carrying this URI is generated in memory.
+	ApplicationURI  string
+	ApplicationName string
+
+	// NamespaceURI names the site namespace (default "urn:scadad:site"), and
+	// SiteName the folder under Objects that holds the instances (default "Site").
+	NamespaceURI string
+	SiteName     string
+
+	// Security lists the endpoint profiles. Empty means None/None (labs only).
+	Security []SecurityProfile
+
+	// CertFile and KeyFile (PEM or DER) hold the server certificate and RSA
+	// key; Certificate (DER) and PrivateKey are the in-memory alternative.
+	CertFile    string
+	KeyFile     string
+	Certificate []byte
+	PrivateKey  *rsa.PrivateKey
+
+	// AllowAnonymous enables the anonymous identity; Users enables
+	// user-name identities (they need a secure profile so passwords are
+	// never sent in clear).
+	AllowAnonymous bool
+	Users          []User
+
+	// Peers are the other servers of the redundant set, for ServerArray and
+	// ServerUriArray.
+	Peers []Peer
+	// HotStandby advertises RedundancySupport Hot instead of Warm.
+	HotStandby bool
+
+	// WriteTimeout bounds one gateway write (default 3 s). The library serves
+	// all requests from one goroutine, so a slow write stalls every client.
+	WriteTimeout time.Duration
+	// PeerVerdictTTL is how long a peer's verdict about this node counts
+	// (default 30 s).
+	PeerVerdictTTL time.Duration
+	// RecheckInterval is how often the ServiceLevel is recomputed without a
+	// trigger, so expiring verdicts take effect (default 1 s).
+	RecheckInterval time.Duration
+	// MaxNodesPerRequest caps nodes per Read/Write/Browse/monitored-item
+	// request (default 1000).
+	MaxNodesPerRequest int
+	// MinPublishingInterval and MaxPublishingInterval clamp subscription
+	// publishing intervals (defaults 50 ms and 1 min).
+	MinPublishingInterval time.Duration
+	MaxPublishingInterval time.Duration
+}
+
+// SecurityProfile is one endpoint security configuration.
+type SecurityProfile struct {
+	// Policy is "None" or "Basic256Sha256" (any policy gopcua supports).
+	Policy string
+	// Mode is "None", "Sign" or "SignAndEncrypt".
+	Mode string
+}
+
+// User is one user-name identity.
+type User struct {
+	Name     string
+	Password string
+}
+
+// Peer is another server of the redundant set.
+type Peer struct {
+	ApplicationURI string
+	EndpointURL    string
+}
+
+// RoleSource is what the server needs from the role stream; *role.Broadcaster
+// implements it.
+type RoleSource interface {
+	Current() role.State
+	Watch() (<-chan role.State, func())
+}
+
+// Writer forwards a permitted client write to the gateway. epoch is the
+// fencing epoch of the Active role the write was allowed under.
+type Writer interface {
+	Write(ctx context.Context, instance, attribute string, value any, epoch role.Epoch) error
+}
+
+// Clock is injected so ServiceLevel expiry is testable without sleeping.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Deps are the server's collaborators.
+type Deps struct {
+	Logger zerolog.Logger
+	// Registerer receives the server's metrics; nil keeps them private.
+	Registerer prometheus.Registerer
+	Roles      RoleSource
+	Writer     Writer
+	// Clock defaults to the wall clock.
+	Clock Clock
+}
+
+type resolvedSecurity struct {
+	policyURI string
+	mode      ua.MessageSecurityMode
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.NamespaceURI == "" {
+		out.NamespaceURI = "urn:scadad:site"
+	}
+	if out.SiteName == "" {
+		out.SiteName = "Site"
+	}
+	if out.ApplicationName == "" {
+		out.ApplicationName = "scadad"
+	}
+	if len(out.Security) == 0 {
+		out.Security = []SecurityProfile{{Policy: "None", Mode: "None"}}
+	}
+	if out.WriteTimeout <= 0 {
+		out.WriteTimeout = 3 * time.Second
+	}
+	if out.PeerVerdictTTL <= 0 {
+		out.PeerVerdictTTL = 30 * time.Second
+	}
+	if out.RecheckInterval <= 0 {
+		out.RecheckInterval = time.Second
+	}
+	if out.MaxNodesPerRequest <= 0 {
+		out.MaxNodesPerRequest = 1000
+	}
+	if out.MinPublishingInterval <= 0 {
+		out.MinPublishingInterval = 50 * time.Millisecond
+	}
+	if out.MaxPublishingInterval <= 0 {
+		out.MaxPublishingInterval = time.Minute
+	}
+	return out
+}
+
+func (c *Config) endpointURL() string { return fmt.Sprintf("opc.tcp://%s:%d", c.Host, c.Port) }
+
+func resolveSecurity(profiles []SecurityProfile) ([]resolvedSecurity, error) {
+	supported := uapolicy.SupportedPolicies()
+	out := make([]resolvedSecurity, 0, len(profiles))
+	for _, p := range profiles {
+		uri := p.Policy
+		if !strings.HasPrefix(uri, "http://") {
+			uri = "http://opcfoundation.org/UA/SecurityPolicy#" + p.Policy
+		}
+		found := false
+		for _, s := range supported {
+			found = found || s == uri
+		}
+		if !found {
+			return nil, fmt.Errorf("security policy %q is not supported", p.Policy)
+		}
+		mode := ua.MessageSecurityModeFromString(p.Mode)
+		if mode == ua.MessageSecurityModeInvalid {
+			return nil, fmt.Errorf("security mode %q is not one of None, Sign, SignAndEncrypt", p.Mode)
+		}
+		if (uri == ua.SecurityPolicyURINone) != (mode == ua.MessageSecurityModeNone) {
+			return nil, fmt.Errorf("security policy %s needs mode %s", p.Policy, map[bool]string{true: "None", false: "Sign or SignAndEncrypt"}[uri == ua.SecurityPolicyURINone])
+		}
+		out = append(out, resolvedSecurity{policyURI: uri, mode: mode})
+	}
+	return out, nil
+}
+
+// loadIdentity returns the certificate (DER) and key the server presents.
+func loadIdentity(c *Config) ([]byte, *rsa.PrivateKey, error) {
+	cert, key := c.Certificate, c.PrivateKey
+	if c.CertFile != "" {
+		b, err := readPEMOrDER(c.CertFile, "CERTIFICATE")
+		if err != nil {
+			return nil, nil, fmt.Errorf("read certificate: %w", err)
+		}
+		cert = b
+	}
+	if c.KeyFile != "" {
+		b, err := readPEMOrDER(c.KeyFile, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("read private key: %w", err)
+		}
+		k, err := parseRSAKey(b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse private key %s: %w", c.KeyFile, err)
+		}
+		key = k
+	}
+	if cert == nil {
+		if key == nil {
+			k, err := rsa.GenerateKey(rand.Reader, 2048)
+			if err != nil {
+				return nil, nil, fmt.Errorf("generate server key: %w", err)
+			}
+			key = k
+		}
+		der, err := SelfSignedCertificate(c.ApplicationURI, c.Host, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		return der, key, nil
+	}
+	if key == nil {
+		return nil, nil, fmt.Errorf("certificate configured without its private key")
+	}
+	parsed, err := x509.ParseCertificate(cert)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse certificate: %w", err)
+	}
+	if len(parsed.URIs) == 0 {
+		return nil, nil, fmt.Errorf("certificate has no URI SAN: OPC UA takes the ApplicationUri from it")
+	}
+	if c.ApplicationURI != "" && parsed.URIs[0].String() != c.ApplicationURI {
+		return nil, nil, fmt.Errorf("certificate URI %s does not match ApplicationURI %s", parsed.URIs[0], c.ApplicationURI)
+	}
+	return cert, key, nil
+}
+
+func readPEMOrDER(path, wantType string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if blk, _ := pem.Decode(b); blk != nil {
+		if wantType != "" && blk.Type != wantType {
+			return nil, fmt.Errorf("%s: PEM block %q, want %q", path, blk.Type, wantType)
+		}
+		return blk.Bytes, nil
+	}
+	return b, nil
+}
+
+func parseRSAKey(der []byte) (*rsa.PrivateKey, error) {
+	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, err
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("key is %T, OPC UA needs RSA", k)
+	}
+	return rk, nil
+}
+
+// SelfSignedCertificate makes a DER certificate for appURI (as URI SAN) and
+// host, signed by key. Labs and tests use it; production should configure a
+// certificate its clients trust.
+func SelfSignedCertificate(appURI, host string, key *rsa.PrivateKey) ([]byte, error) {
+	u, err := url.Parse(appURI)
+	if err != nil || appURI == "" {
+		return nil, fmt.Errorf("self-signed certificate: application URI %q is not a URI", appURI)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, fmt.Errorf("self-signed certificate serial: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "scadad OPC UA " + host, Organization: []string{"scadad"}},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageContentCommitment | x509.KeyUsageKeyEncipherment | x509.KeyUsageDataEncipherment | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		URIs:                  []*url.URL{u},
+	}
+	if host != "" {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("self-signed certificate: %w", err)
+	}
+	return der, nil
+}

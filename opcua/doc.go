@@ -1,0 +1,23 @@
+// Package opcua is scadad's OPC UA face: a gopcua/opcua server that shows the
+// site's instances and attributes as a browsable address space with live
+// values and quality, publishes the redundancy surface (Server.ServiceLevel,
+// Server.ServerArray, ServerRedundancy) from the node's role and health, and
+// forwards client writes to the gateway only when the write gate allows.
+//
+// It also owns the peer probe (can this node reach its peer's endpoint?) and
+// the client-side helpers behind `scadactl opcua pick|watch`.
+//
+// The package owns:
+//   - the pure ServiceLevel calculator (ComputeServiceLevel) and the pure
+//     write gate (WriteGate);
+//   - the address space (one folder per instance, one variable per attribute),
+//     kept in step with deploys by difference (ApplyModel);
+//   - every defence against gopcua v0.8.0's server defects (see
+//     WORKAROUNDS.md): hostile or malformed client requests get Bad statuses,
+//     never a crash.
+//
+// It must not: decide the role (it follows a RoleSource), talk to the
+// gateway itself (it calls the Writer the daemon passes in), read YAML (the
+// daemon maps it to Config), touch Raft or the FSM, or register metrics on
+// the global Prometheus registry.
+package opcua

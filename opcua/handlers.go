@@ -1,0 +1,624 @@
+package opcua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"time"
+	"unsafe"
+
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/server"
+	"github.com/gopcua/opcua/ua"
+	"github.com/gopcua/opcua/uasc"
+)
+
+// libraryService returns the library's service implementation T bound to
+// srv. The library builds these inside Start and keeps them private, so a
+// handler we register cannot otherwise delegate to them. Each of these types
+// is a struct whose only field is the *server.Server; the layout is checked
+// so that a library upgrade that changes it fails New instead of corrupting
+// memory.
+func libraryService[T any](srv *server.Server) (*T, error) {
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Struct || t.NumField() != 1 || t.Field(0).Type != reflect.TypeFor[*server.Server]() {
+		return nil, fmt.Errorf("gopcua %s is no longer a struct holding only *server.Server; review opcua/WORKAROUNDS.md", t)
+	}
+	p := new(T)
+	*(**server.Server)(unsafe.Pointer(p)) = srv
+	return p, nil
+}
+
+// registerHandlers installs a handler for every service the library serves.
+// The library runs handlers on its single connection-reading goroutine with
+// no recover, so one panicking request would kill the process; every
+// handler here recovers, and the ones the library gets wrong are replaced.
+func (s *Server) registerHandlers() error {
+	session, err := libraryService[server.SessionService](s.srv)
+	if err != nil {
+		return err
+	}
+	discovery, err := libraryService[server.DiscoveryService](s.srv)
+	if err != nil {
+		return err
+	}
+	view, err := libraryService[server.ViewService](s.srv)
+	if err != nil {
+		return err
+	}
+	attr, err := libraryService[server.AttributeService](s.srv)
+	if err != nil {
+		return err
+	}
+	nodes, err := libraryService[server.NodeManagementService](s.srv)
+	if err != nil {
+		return err
+	}
+	query, err := libraryService[server.QueryService](s.srv)
+	if err != nil {
+		return err
+	}
+	method, err := libraryService[server.MethodService](s.srv)
+	if err != nil {
+		return err
+	}
+	// The subscription services exist only after Start; look them up per call.
+	sub := func(f func(*server.SubscriptionService) server.Handler) server.Handler {
+		return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+			if s.srv.SubscriptionService == nil {
+				return nil, ua.StatusBadServerHalted
+			}
+			return f(s.srv.SubscriptionService)(sc, r, reqID)
+		}
+	}
+	item := func(f func(*server.MonitoredItemService) server.Handler) server.Handler {
+		return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+			if s.srv.MonitoredItemService == nil {
+				return nil, ua.StatusBadServerHalted
+			}
+			return f(s.srv.MonitoredItemService)(sc, r, reqID)
+		}
+	}
+
+	const open, needSession = false, true
+	handlers := []struct {
+		typeID  uint16
+		name    string
+		session bool
+		h       server.Handler
+	}{
+		{id.FindServersRequest_Encoding_DefaultBinary, "FindServers", open, discovery.FindServers},
+		{id.FindServersOnNetworkRequest_Encoding_DefaultBinary, "FindServersOnNetwork", open, discovery.FindServersOnNetwork},
+		{id.GetEndpointsRequest_Encoding_DefaultBinary, "GetEndpoints", open, discovery.GetEndpoints},
+		{id.RegisterServerRequest_Encoding_DefaultBinary, "RegisterServer", open, discovery.RegisterServer},
+		{id.RegisterServer2Request_Encoding_DefaultBinary, "RegisterServer2", open, discovery.RegisterServer2},
+
+		{id.CreateSessionRequest_Encoding_DefaultBinary, "CreateSession", open, s.createSession(session.CreateSession)},
+		{id.ActivateSessionRequest_Encoding_DefaultBinary, "ActivateSession", open, s.activateSession(session.ActivateSession)},
+		{id.CloseSessionRequest_Encoding_DefaultBinary, "CloseSession", needSession, s.closeSession(session.CloseSession)},
+		{id.CancelRequest_Encoding_DefaultBinary, "Cancel", needSession, session.Cancel},
+
+		{id.AddNodesRequest_Encoding_DefaultBinary, "AddNodes", needSession, nodes.AddNodes},
+		{id.AddReferencesRequest_Encoding_DefaultBinary, "AddReferences", needSession, nodes.AddReferences},
+		{id.DeleteNodesRequest_Encoding_DefaultBinary, "DeleteNodes", needSession, nodes.DeleteNodes},
+		{id.DeleteReferencesRequest_Encoding_DefaultBinary, "DeleteReferences", needSession, nodes.DeleteReferences},
+
+		{id.BrowseRequest_Encoding_DefaultBinary, "Browse", needSession, s.browse},
+		{id.BrowseNextRequest_Encoding_DefaultBinary, "BrowseNext", needSession, view.BrowseNext},
+		{id.TranslateBrowsePathsToNodeIDsRequest_Encoding_DefaultBinary, "TranslateBrowsePaths", needSession, view.TranslateBrowsePathsToNodeIDs},
+		{id.RegisterNodesRequest_Encoding_DefaultBinary, "RegisterNodes", needSession, view.RegisterNodes},
+		{id.UnregisterNodesRequest_Encoding_DefaultBinary, "UnregisterNodes", needSession, view.UnregisterNodes},
+
+		{id.QueryFirstRequest_Encoding_DefaultBinary, "QueryFirst", needSession, query.QueryFirst},
+		{id.QueryNextRequest_Encoding_DefaultBinary, "QueryNext", needSession, query.QueryNext},
+
+		{id.ReadRequest_Encoding_DefaultBinary, "Read", needSession, s.read},
+		{id.HistoryReadRequest_Encoding_DefaultBinary, "HistoryRead", needSession, attr.HistoryRead},
+		{id.WriteRequest_Encoding_DefaultBinary, "Write", needSession, s.write},
+		{id.HistoryUpdateRequest_Encoding_DefaultBinary, "HistoryUpdate", needSession, attr.HistoryUpdate},
+
+		{id.CallRequest_Encoding_DefaultBinary, "Call", needSession, method.Call},
+
+		{id.CreateSubscriptionRequest_Encoding_DefaultBinary, "CreateSubscription", needSession, s.createSubscription},
+		{id.ModifySubscriptionRequest_Encoding_DefaultBinary, "ModifySubscription", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.ModifySubscription })},
+		{id.SetPublishingModeRequest_Encoding_DefaultBinary, "SetPublishingMode", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.SetPublishingMode })},
+		{id.PublishRequest_Encoding_DefaultBinary, "Publish", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.Publish })},
+		{id.RepublishRequest_Encoding_DefaultBinary, "Republish", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.Republish })},
+		{id.TransferSubscriptionsRequest_Encoding_DefaultBinary, "TransferSubscriptions", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.TransferSubscriptions })},
+		{id.DeleteSubscriptionsRequest_Encoding_DefaultBinary, "DeleteSubscriptions", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.DeleteSubscriptions })},
+
+		{id.CreateMonitoredItemsRequest_Encoding_DefaultBinary, "CreateMonitoredItems", needSession, s.createMonitoredItems},
+		{id.ModifyMonitoredItemsRequest_Encoding_DefaultBinary, "ModifyMonitoredItems", needSession, item(func(x *server.MonitoredItemService) server.Handler { return x.ModifyMonitoredItems })},
+		{id.SetMonitoringModeRequest_Encoding_DefaultBinary, "SetMonitoringMode", needSession, s.setMonitoringMode},
+		{id.SetTriggeringRequest_Encoding_DefaultBinary, "SetTriggering", needSession, item(func(x *server.MonitoredItemService) server.Handler { return x.SetTriggering })},
+		{id.DeleteMonitoredItemsRequest_Encoding_DefaultBinary, "DeleteMonitoredItems", needSession, s.deleteMonitoredItems},
+	}
+	for _, h := range handlers {
+		s.srv.RegisterHandler(h.typeID, s.guard(h.name, h.session, h.h))
+	}
+	return nil
+}
+
+// guard recovers panics and refuses requests without an activated session.
+func (s *Server) guard(service string, needSession bool, h server.Handler) server.Handler {
+	return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (resp ua.Response, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				s.metrics.panics.WithLabelValues(service).Inc()
+				s.log.Error().Interface("panic", p).Str("service", service).Msg("opcua request handler panicked; answered BadInternalError")
+				resp, err = nil, ua.StatusBadInternalError
+			}
+		}()
+		if r == nil || r.Header() == nil {
+			s.metrics.rejected.WithLabelValues("no-header").Inc()
+			return nil, ua.StatusBadRequestHeaderInvalid
+		}
+		if needSession {
+			if _, ok := s.sessions.identity(r.Header().AuthenticationToken); !ok {
+				s.metrics.rejected.WithLabelValues("no-session").Inc()
+				return nil, ua.StatusBadSessionIDInvalid
+			}
+		}
+		return h(sc, r, reqID)
+	}
+}
+
+func responseHeader(req *ua.RequestHeader, now time.Time) *ua.ResponseHeader {
+	return &ua.ResponseHeader{
+		Timestamp:          now,
+		RequestHandle:      req.RequestHandle,
+		ServiceResult:      ua.StatusOK,
+		ServiceDiagnostics: &ua.DiagnosticInfo{},
+		StringTable:        []string{},
+		AdditionalHeader:   ua.NewExtensionObject(nil),
+	}
+}
+
+func (s *Server) checkCount(n int) error {
+	if n == 0 {
+		return ua.StatusBadNothingToDo
+	}
+	if n > s.cfg.MaxNodesPerRequest {
+		s.metrics.rejected.WithLabelValues("too-many-operations").Inc()
+		return ua.StatusBadTooManyOperations
+	}
+	return nil
+}
+
+// --- sessions ---
+
+func (s *Server) createSession(lib server.Handler) server.Handler {
+	return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+		req, ok := r.(*ua.CreateSessionRequest)
+		if !ok {
+			return nil, ua.StatusBadRequestTypeInvalid
+		}
+		resp, err := lib(sc, r, reqID)
+		if err != nil {
+			return resp, err
+		}
+		if res, ok := resp.(*ua.CreateSessionResponse); ok {
+			s.sessions.created(res.AuthenticationToken, res.ServerNonce)
+			if res.RevisedSessionTimeout <= 0 {
+				// Clients size their keep-alives from this; 0 makes some
+				// of them spin or give up.
+				res.RevisedSessionTimeout = clampFloat(req.RequestedSessionTimeout, 10_000, 3_600_000)
+			}
+		}
+		return resp, nil
+	}
+}
+
+func (s *Server) activateSession(lib server.Handler) server.Handler {
+	return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+		req, ok := r.(*ua.ActivateSessionRequest)
+		if !ok {
+			return nil, ua.StatusBadRequestTypeInvalid
+		}
+		if req.ClientSignature == nil {
+			return nil, ua.StatusBadApplicationSignatureInvalid
+		}
+		if _, ok := s.sessions.nonce(req.RequestHeader.AuthenticationToken); !ok {
+			return nil, ua.StatusBadSessionIDInvalid
+		}
+		identity, code := s.checkIdentity(req.UserIdentityToken, req.RequestHeader.AuthenticationToken)
+		if code != ua.StatusOK {
+			s.metrics.rejected.WithLabelValues("identity").Inc()
+			return nil, code
+		}
+		resp, err := lib(sc, r, reqID)
+		if err != nil {
+			return resp, err
+		}
+		if res, ok := resp.(*ua.ActivateSessionResponse); ok {
+			s.sessions.activated(req.RequestHeader.AuthenticationToken, identity, res.ServerNonce)
+		}
+		return resp, nil
+	}
+}
+
+func (s *Server) closeSession(lib server.Handler) server.Handler {
+	return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+		s.sessions.closed(r.Header().AuthenticationToken)
+		return lib(sc, r, reqID)
+	}
+}
+
+// --- attribute service ---
+
+func (s *Server) read(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
+	req, ok := r.(*ua.ReadRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.NodesToRead)); err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	results := make([]*ua.DataValue, len(req.NodesToRead))
+	for i, rv := range req.NodesToRead {
+		results[i] = s.readOne(rv, now)
+	}
+	return &ua.ReadResponse{ResponseHeader: responseHeader(req.RequestHeader, now), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+func (s *Server) readOne(rv *ua.ReadValueID, now time.Time) (dv *ua.DataValue) {
+	if rv == nil || rv.NodeID == nil {
+		return statusValue(ua.StatusBadNodeIDInvalid, now)
+	}
+	if rv.IndexRange != "" {
+		return statusValue(ua.StatusBadIndexRangeInvalid, now)
+	}
+	switch rv.NodeID.Namespace() {
+	case s.ns.idx:
+		return s.ns.Attribute(rv.NodeID, rv.AttributeID)
+	case 0:
+		defer func() {
+			if p := recover(); p != nil {
+				s.metrics.panics.WithLabelValues("Read-ns0").Inc()
+				dv = statusValue(ua.StatusBadInternalError, now)
+			}
+		}()
+		n0, err := s.ns0()
+		if err != nil {
+			return statusValue(ua.StatusBadInternalError, now)
+		}
+		dv = n0.Attribute(rv.NodeID, rv.AttributeID)
+		// The library stores DataType as an ExpandedNodeID (its Browse needs
+		// that), but the attribute is a NodeId on the wire.
+		if rv.AttributeID == ua.AttributeIDDataType && dv != nil && dv.Value != nil {
+			if e, ok := dv.Value.Value().(*ua.ExpandedNodeID); ok && e != nil && e.NodeID != nil {
+				out := *dv
+				out.Value = ua.MustVariant(e.NodeID)
+				dv = &out
+			}
+		}
+		return dv
+	default:
+		return statusValue(ua.StatusBadNodeIDUnknown, now)
+	}
+}
+
+func (s *Server) write(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
+	req, ok := r.(*ua.WriteRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.NodesToWrite)); err != nil {
+		return nil, err
+	}
+	results := make([]ua.StatusCode, len(req.NodesToWrite))
+	for i, wv := range req.NodesToWrite {
+		results[i] = s.writeOne(wv)
+		if results[i] != ua.StatusOK {
+			s.log.Info().Stringer("node", nodeIDOrNil(wv)).Str("status", results[i].Error()).Msg("opcua write refused")
+		}
+	}
+	return &ua.WriteResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+func nodeIDOrNil(wv *ua.WriteValue) fmt.Stringer {
+	if wv == nil || wv.NodeID == nil {
+		return ua.NewTwoByteNodeID(0)
+	}
+	return wv.NodeID
+}
+
+// StatusWriteDenied (BadInvalidState) answers a write the role gate
+// refuses. It is spelled as a literal because the ua package's status codes
+// are variables.
+const StatusWriteDenied ua.StatusCode = 0x80AF0000
+
+// writeOne validates one write completely before the role gate sees it,
+// and only a valid, permitted write reaches the gateway.
+func (s *Server) writeOne(wv *ua.WriteValue) ua.StatusCode {
+	invalid := func(c ua.StatusCode) ua.StatusCode {
+		s.metrics.writes.WithLabelValues("invalid").Inc()
+		return c
+	}
+	if wv == nil || wv.NodeID == nil {
+		return invalid(ua.StatusBadNodeIDInvalid)
+	}
+	nid := wv.NodeID
+	var v varNode
+	switch nid.Namespace() {
+	case 0:
+		n0, err := s.ns0()
+		if err != nil || n0.Node(nid) == nil {
+			return invalid(ua.StatusBadNodeIDUnknown)
+		}
+		return invalid(ua.StatusBadNotWritable)
+	case s.ns.idx:
+		var ok bool
+		if v, ok = s.ns.lookupVar(nid); !ok {
+			s.ns.mu.RLock()
+			k := s.ns.kindLocked(nid)
+			s.ns.mu.RUnlock()
+			if k != kindNone {
+				return invalid(ua.StatusBadNotWritable)
+			}
+			return invalid(ua.StatusBadNodeIDUnknown)
+		}
+	default:
+		return invalid(ua.StatusBadNodeIDUnknown)
+	}
+	if wv.AttributeID != ua.AttributeIDValue {
+		return invalid(ua.StatusBadNotWritable)
+	}
+	if wv.IndexRange != "" {
+		return invalid(ua.StatusBadWriteNotSupported)
+	}
+	if !v.writable {
+		return invalid(ua.StatusBadNotWritable)
+	}
+	if wv.Value == nil || !writeTypeOK(v.typ, wv.Value.Value) {
+		return invalid(ua.StatusBadTypeMismatch)
+	}
+
+	st := s.roles.Current()
+	if allow, reason := WriteGate(st); !allow {
+		s.metrics.denied.WithLabelValues(reason).Inc()
+		s.metrics.writes.WithLabelValues("denied").Inc()
+		s.log.Warn().Str("reason", reason).Stringer("role", st.Role).Int("voters", st.Voters).
+			Str("instance", v.instance).Str("attribute", v.name).Msg("opcua write denied by role gate")
+		return StatusWriteDenied
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+	defer cancel()
+	err := s.writer.Write(ctx, v.instance, v.name, wv.Value.Value.Value(), st.Epoch)
+	if err == nil {
+		s.metrics.writes.WithLabelValues("ok").Inc()
+		return ua.StatusOK
+	}
+	s.metrics.writes.WithLabelValues("failed").Inc()
+	s.log.Warn().Err(err).Str("instance", v.instance).Str("attribute", v.name).Stringer("epoch", st.Epoch).Msg("opcua gateway write failed")
+	var code ua.StatusCode
+	switch {
+	case errors.As(err, &code) && code != ua.StatusOK:
+		return code
+	case errors.Is(err, context.DeadlineExceeded):
+		return ua.StatusBadTimeout
+	default:
+		return ua.StatusBadCommunicationError
+	}
+}
+
+// --- view service ---
+
+func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
+	req, ok := r.(*ua.BrowseRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.NodesToBrowse)); err != nil {
+		return nil, err
+	}
+	results := make([]*ua.BrowseResult, len(req.NodesToBrowse))
+	for i, bd := range req.NodesToBrowse {
+		results[i] = s.browseOne(bd)
+	}
+	return &ua.BrowseResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {
+	if bd == nil || bd.NodeID == nil || bd.ReferenceTypeID == nil {
+		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDInvalid}
+	}
+	switch bd.NodeID.Namespace() {
+	case s.ns.idx:
+		return s.ns.Browse(bd)
+	case 0:
+		defer func() {
+			if p := recover(); p != nil {
+				s.metrics.panics.WithLabelValues("Browse-ns0").Inc()
+				res = &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
+			}
+		}()
+		n0, err := s.ns0()
+		if err != nil {
+			return &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
+		}
+		return n0.Browse(bd)
+	default:
+		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDUnknown}
+	}
+}
+
+// --- subscriptions ---
+
+func clampFloat(v, lo, hi float64) float64 {
+	if math.IsNaN(v) || v < lo {
+		return lo
+	}
+	if v > hi {
+		return hi
+	}
+	return v
+}
+
+// createSubscription revises the requested parameters before the library
+// sees them: it builds a ticker straight from the publishing interval (0
+// panics in a goroutine, killing the process) and kills a subscription
+// whose lifetime count is 0 on its first idle tick.
+func (s *Server) createSubscription(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+	req, ok := r.(*ua.CreateSubscriptionRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if s.srv.SubscriptionService == nil {
+		return nil, ua.StatusBadServerHalted
+	}
+	req.RequestedPublishingInterval = clampFloat(req.RequestedPublishingInterval,
+		float64(s.cfg.MinPublishingInterval/time.Millisecond), float64(s.cfg.MaxPublishingInterval/time.Millisecond))
+	if req.RequestedMaxKeepAliveCount == 0 {
+		req.RequestedMaxKeepAliveCount = 10
+	}
+	req.RequestedMaxKeepAliveCount = min(req.RequestedMaxKeepAliveCount, 1000)
+	req.RequestedLifetimeCount = max(req.RequestedLifetimeCount, 3*req.RequestedMaxKeepAliveCount)
+	return s.srv.SubscriptionService.CreateSubscription(sc, req, reqID)
+}
+
+// nodeExists reports whether a monitored item may watch nid.
+func (s *Server) nodeExists(nid *ua.NodeID) bool {
+	switch nid.Namespace() {
+	case 0:
+		n0, err := s.ns0()
+		return err == nil && n0.Node(nid) != nil
+	case s.ns.idx:
+		s.ns.mu.RLock()
+		defer s.ns.mu.RUnlock()
+		return s.ns.kindLocked(nid) != kindNone
+	default:
+		return false
+	}
+}
+
+// createMonitoredItems passes the library only items on existing nodes of
+// an existing subscription; it would otherwise accept anything and fail later.
+func (s *Server) createMonitoredItems(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+	req, ok := r.(*ua.CreateMonitoredItemsRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.ItemsToCreate)); err != nil {
+		return nil, err
+	}
+	subs := s.srv.SubscriptionService
+	items := s.srv.MonitoredItemService
+	if subs == nil || items == nil {
+		return nil, ua.StatusBadServerHalted
+	}
+	subs.Mu.Lock()
+	sub, ok := subs.Subs[req.SubscriptionID]
+	subs.Mu.Unlock()
+	if !ok || sub == nil || sub.Session == nil || tokenKey(sub.Session.AuthTokenID) != tokenKey(req.RequestHeader.AuthenticationToken) {
+		return nil, ua.StatusBadSubscriptionIDInvalid
+	}
+	results := make([]*ua.MonitoredItemCreateResult, len(req.ItemsToCreate))
+	var pass []*ua.MonitoredItemCreateRequest
+	var where []int
+	for i, it := range req.ItemsToCreate {
+		switch {
+		case it == nil || it.ItemToMonitor == nil || it.ItemToMonitor.NodeID == nil || it.RequestedParameters == nil:
+			results[i] = &ua.MonitoredItemCreateResult{StatusCode: ua.StatusBadNodeIDInvalid, FilterResult: ua.NewExtensionObject(nil)}
+		case !s.nodeExists(it.ItemToMonitor.NodeID):
+			results[i] = &ua.MonitoredItemCreateResult{StatusCode: ua.StatusBadNodeIDUnknown, FilterResult: ua.NewExtensionObject(nil)}
+		default:
+			pass = append(pass, it)
+			where = append(where, i)
+		}
+	}
+	if len(pass) > 0 {
+		sub := *req
+		sub.ItemsToCreate = pass
+		resp, err := items.CreateMonitoredItems(sc, &sub, reqID)
+		if err != nil {
+			return nil, err
+		}
+		res, ok := resp.(*ua.CreateMonitoredItemsResponse)
+		if !ok || len(res.Results) != len(pass) {
+			return resp, nil
+		}
+		for j, i := range where {
+			results[i] = res.Results[j]
+		}
+	}
+	return &ua.CreateMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+// ownedItems splits monitored item ids into those this session owns and
+// the result slots of the rest, which the library would dereference as nil.
+func (s *Server) ownedItems(token *ua.NodeID, ids []uint32) (owned []uint32, where []int, results []ua.StatusCode) {
+	items := s.srv.MonitoredItemService
+	results = make([]ua.StatusCode, len(ids))
+	items.Mu.Lock()
+	defer items.Mu.Unlock()
+	for i, mid := range ids {
+		it, ok := items.Items[mid]
+		if !ok || it == nil || it.Sub == nil || it.Sub.Session == nil || tokenKey(it.Sub.Session.AuthTokenID) != tokenKey(token) {
+			results[i] = ua.StatusBadMonitoredItemIDInvalid
+			continue
+		}
+		owned = append(owned, mid)
+		where = append(where, i)
+	}
+	return owned, where, results
+}
+
+func (s *Server) setMonitoringMode(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+	req, ok := r.(*ua.SetMonitoringModeRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.MonitoredItemIDs)); err != nil {
+		return nil, err
+	}
+	if s.srv.MonitoredItemService == nil {
+		return nil, ua.StatusBadServerHalted
+	}
+	owned, where, results := s.ownedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs)
+	if len(owned) > 0 {
+		sub := *req
+		sub.MonitoredItemIDs = owned
+		resp, err := s.srv.MonitoredItemService.SetMonitoringMode(sc, &sub, reqID)
+		if err != nil {
+			return nil, err
+		}
+		if res, ok := resp.(*ua.SetMonitoringModeResponse); ok && len(res.Results) == len(owned) {
+			for j, i := range where {
+				results[i] = res.Results[j]
+			}
+		}
+	}
+	return &ua.SetMonitoringModeResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+func (s *Server) deleteMonitoredItems(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+	req, ok := r.(*ua.DeleteMonitoredItemsRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	if err := s.checkCount(len(req.MonitoredItemIDs)); err != nil {
+		return nil, err
+	}
+	if s.srv.MonitoredItemService == nil {
+		return nil, ua.StatusBadServerHalted
+	}
+	owned, where, results := s.ownedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs)
+	if len(owned) > 0 {
+		sub := *req
+		sub.MonitoredItemIDs = owned
+		resp, err := s.srv.MonitoredItemService.DeleteMonitoredItems(sc, &sub, reqID)
+		if err != nil {
+			return nil, err
+		}
+		if res, ok := resp.(*ua.DeleteMonitoredItemsResponse); ok && len(res.Results) == len(owned) {
+			for j, i := range where {
+				results[i] = res.Results[j]
+			}
+		}
+	}
+	return &ua.DeleteMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}

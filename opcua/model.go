@@ -1,0 +1,243 @@
+package opcua
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// DataType is the OPC UA built-in type of an attribute's value.
+type DataType int
+
+// The types a site attribute can carry.
+const (
+	TypeDouble DataType = iota
+	TypeFloat
+	TypeInt32
+	TypeInt64
+	TypeBoolean
+	TypeString
+	TypeDateTime
+)
+
+var dataTypeNames = map[DataType]string{
+	TypeDouble:   "Double",
+	TypeFloat:    "Float",
+	TypeInt32:    "Int32",
+	TypeInt64:    "Int64",
+	TypeBoolean:  "Boolean",
+	TypeString:   "String",
+	TypeDateTime: "DateTime",
+}
+
+func (t DataType) String() string {
+	if n, ok := dataTypeNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("DataType(%d)", int(t))
+}
+
+// ParseDataType maps a config spelling ("Double", "int32", ...) to a DataType.
+func ParseDataType(s string) (DataType, error) {
+	for t, n := range dataTypeNames {
+		if strings.EqualFold(n, s) {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown data type %q", s)
+}
+
+func (t DataType) typeID() ua.TypeID {
+	switch t {
+	case TypeDouble:
+		return ua.TypeIDDouble
+	case TypeFloat:
+		return ua.TypeIDFloat
+	case TypeInt32:
+		return ua.TypeIDInt32
+	case TypeInt64:
+		return ua.TypeIDInt64
+	case TypeBoolean:
+		return ua.TypeIDBoolean
+	case TypeString:
+		return ua.TypeIDString
+	case TypeDateTime:
+		return ua.TypeIDDateTime
+	default:
+		return ua.TypeIDNull
+	}
+}
+
+// Model is the site as the OPC UA server shows it: the daemon maps each
+// deployed site configuration to one.
+type Model struct {
+	Instances []Instance
+}
+
+// Instance becomes a folder.
+type Instance struct {
+	Name       string
+	Attributes []Attribute
+}
+
+// Attribute becomes a variable under its instance's folder.
+type Attribute struct {
+	Name     string
+	Type     DataType
+	Writable bool
+}
+
+// validate rejects models whose node ids would be ambiguous. Instance folders
+// are "ns=<site>;s=<instance>" and variables "ns=<site>;s=<instance>.<attribute>",
+// so attribute names may not contain a dot and no folder id may equal a
+// variable id.
+func (m Model) validate() error {
+	folders := make(map[string]bool)
+	vars := make(map[string]bool)
+	for _, in := range m.Instances {
+		if in.Name == "" {
+			return fmt.Errorf("instance with empty name")
+		}
+		if folders[in.Name] {
+			return fmt.Errorf("instance %q declared twice", in.Name)
+		}
+		folders[in.Name] = true
+		for _, a := range in.Attributes {
+			if a.Name == "" || strings.Contains(a.Name, ".") {
+				return fmt.Errorf("instance %q: attribute name %q must be non-empty and contain no dot", in.Name, a.Name)
+			}
+			if _, ok := dataTypeNames[a.Type]; !ok {
+				return fmt.Errorf("attribute %s.%s: unknown data type %d", in.Name, a.Name, int(a.Type))
+			}
+			key := in.Name + "." + a.Name
+			if vars[key] {
+				return fmt.Errorf("attribute %s declared twice", key)
+			}
+			vars[key] = true
+		}
+	}
+	for k := range vars {
+		if folders[k] {
+			return fmt.Errorf("node id %q would name both an instance and an attribute", k)
+		}
+	}
+	return nil
+}
+
+// coerce converts a feed value to the attribute's declared type. Numeric
+// conversions must be exact: a value the declared type cannot hold is an
+// error, never a silently wrapped number.
+func coerce(t DataType, v any) (*ua.Variant, error) {
+	if vv, ok := v.(*ua.Variant); ok {
+		if vv == nil {
+			return nil, fmt.Errorf("nil variant")
+		}
+		v = vv.Value()
+	}
+	switch t {
+	case TypeBoolean:
+		if b, ok := v.(bool); ok {
+			return ua.MustVariant(b), nil
+		}
+	case TypeString:
+		if s, ok := v.(string); ok {
+			return ua.MustVariant(s), nil
+		}
+	case TypeDateTime:
+		if tm, ok := v.(time.Time); ok {
+			return ua.MustVariant(tm), nil
+		}
+	case TypeDouble:
+		if f, ok := asFloat(v); ok {
+			return ua.MustVariant(f), nil
+		}
+	case TypeFloat:
+		if f, ok := asFloat(v); ok && (math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) <= math.MaxFloat32) {
+			return ua.MustVariant(float32(f)), nil
+		}
+	case TypeInt32:
+		if i, ok := asInt(v); ok && i >= math.MinInt32 && i <= math.MaxInt32 {
+			return ua.MustVariant(int32(i)), nil
+		}
+	case TypeInt64:
+		if i, ok := asInt(v); ok {
+			return ua.MustVariant(i), nil
+		}
+	}
+	return nil, fmt.Errorf("value %v (%T) does not fit %s", v, v, t)
+}
+
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case int8:
+		return float64(x), true
+	case int16:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint8:
+		return float64(x), true
+	case uint16:
+		return float64(x), true
+	case uint32:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		if x > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(x), true
+	case float64:
+		if x != math.Trunc(x) || x < math.MinInt64 || x >= math.MaxInt64 {
+			return 0, false
+		}
+		return int64(x), true
+	case float32:
+		return asInt(float64(x))
+	}
+	return 0, false
+}
+
+// writeTypeOK reports whether a client-written variant has exactly the
+// declared type. Client writes are not coerced: OPC UA clients read the
+// DataType attribute and must send that type (Part 4, 5.10.4: BadTypeMismatch).
+func writeTypeOK(t DataType, v *ua.Variant) bool {
+	if v == nil || v.Type() != t.typeID() {
+		return false
+	}
+	return v.ArrayLength() == 0 && v.Value() != nil
+}

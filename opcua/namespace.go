@@ -1,0 +1,491 @@
+package opcua
+
+import (
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/server"
+	"github.com/gopcua/opcua/ua"
+)
+
+// siteNamespace is our own implementation of server.NameSpace. The library's
+// NodeNameSpace cannot remove nodes, takes its read lock recursively inside
+// Browse (a deadlock as soon as a writer waits in between), and lets a
+// client write replace a node's value source; this one holds plain data
+// under one lock and answers every lookup with a fresh copy.
+type siteNamespace struct {
+	uri      string
+	siteName string
+	clock    Clock
+
+	// idx is set once by server.AddNamespace before Start.
+	idx uint16
+
+	mu        sync.RWMutex
+	instances map[string]*instanceNode // by instance name
+	vars      map[string]*varNode      // by "<instance>.<attribute>"
+}
+
+type instanceNode struct {
+	name  string
+	attrs []string // attribute names in model order
+}
+
+type varNode struct {
+	instance string
+	name     string
+	typ      DataType
+	writable bool
+
+	value      *ua.Variant
+	status     ua.StatusCode
+	sourceTime time.Time
+	serverTime time.Time
+}
+
+// ModelDiff counts what ApplyModel changed.
+type ModelDiff struct {
+	AddedInstances, RemovedInstances   int
+	AddedAttributes, RemovedAttributes int
+	ChangedAttributes                  int
+	KeptAttributes                     int
+}
+
+func newSiteNamespace(uri, siteName string, clock Clock) *siteNamespace {
+	return &siteNamespace{
+		uri:       uri,
+		siteName:  siteName,
+		clock:     clock,
+		instances: make(map[string]*instanceNode),
+		vars:      make(map[string]*varNode),
+	}
+}
+
+func (ns *siteNamespace) rootID() *ua.NodeID { return ua.NewNumericNodeID(ns.idx, id.ObjectsFolder) }
+
+func (ns *siteNamespace) folderID(instance string) *ua.NodeID {
+	return ua.NewStringNodeID(ns.idx, instance)
+}
+
+func (ns *siteNamespace) varID(instance, attr string) *ua.NodeID {
+	return ua.NewStringNodeID(ns.idx, instance+"."+attr)
+}
+
+// apply moves the address space to m by difference: nodes present in both
+// keep their value and quality; a node whose type changed restarts as
+// waiting-for-data. It returns the diff and the ids whose subscribers must
+// hear about it (removed and retyped variables).
+func (ns *siteNamespace) apply(m Model) (ModelDiff, []*ua.NodeID) {
+	var d ModelDiff
+	var touched []*ua.NodeID
+	now := ns.clock.Now()
+
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+
+	wantInst := make(map[string]bool, len(m.Instances))
+	wantVar := make(map[string]bool)
+	for _, in := range m.Instances {
+		wantInst[in.Name] = true
+		inst, ok := ns.instances[in.Name]
+		if !ok {
+			inst = &instanceNode{name: in.Name}
+			ns.instances[in.Name] = inst
+			d.AddedInstances++
+		}
+		inst.attrs = inst.attrs[:0]
+		for _, a := range in.Attributes {
+			key := in.Name + "." + a.Name
+			wantVar[key] = true
+			inst.attrs = append(inst.attrs, a.Name)
+			v, ok := ns.vars[key]
+			switch {
+			case !ok:
+				ns.vars[key] = &varNode{
+					instance: in.Name, name: a.Name, typ: a.Type, writable: a.Writable,
+					status: ua.StatusBadWaitingForInitialData, serverTime: now,
+				}
+				d.AddedAttributes++
+			case v.typ != a.Type:
+				v.typ, v.writable = a.Type, a.Writable
+				v.value, v.status, v.sourceTime, v.serverTime = nil, ua.StatusBadWaitingForInitialData, time.Time{}, now
+				d.ChangedAttributes++
+				touched = append(touched, ns.varID(in.Name, a.Name))
+			case v.writable != a.Writable:
+				v.writable = a.Writable
+				d.ChangedAttributes++
+			default:
+				d.KeptAttributes++
+			}
+		}
+	}
+	for key, v := range ns.vars {
+		if !wantVar[key] {
+			delete(ns.vars, key)
+			d.RemovedAttributes++
+			touched = append(touched, ns.varID(v.instance, v.name))
+		}
+	}
+	for name := range ns.instances {
+		if !wantInst[name] {
+			delete(ns.instances, name)
+			d.RemovedInstances++
+		}
+	}
+	return d, touched
+}
+
+// update stores a feed value. It reports false when the variable does not exist.
+func (ns *siteNamespace) update(instance, attr string, conv func(DataType) (*ua.Variant, error), good bool, sourceTime time.Time) (bool, error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	v, ok := ns.vars[instance+"."+attr]
+	if !ok {
+		return false, nil
+	}
+	v.serverTime = ns.clock.Now()
+	v.sourceTime = sourceTime
+	val, err := conv(v.typ)
+	if err != nil {
+		// Keep the last value but say it can no longer be trusted.
+		v.status = ua.StatusBadTypeMismatch
+		return true, err
+	}
+	v.value = val
+	if good {
+		v.status = ua.StatusGood
+	} else {
+		v.status = ua.StatusBad
+	}
+	return true, nil
+}
+
+// lookupVar returns a copy of the variable named by nid.
+func (ns *siteNamespace) lookupVar(nid *ua.NodeID) (varNode, bool) {
+	if nid == nil || nid.Namespace() != ns.idx || nid.Type() != ua.NodeIDTypeString {
+		return varNode{}, false
+	}
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	v, ok := ns.vars[nid.StringID()]
+	if !ok {
+		return varNode{}, false
+	}
+	return *v, true
+}
+
+// kind classifies a node id of this namespace.
+type nodeKind int
+
+const (
+	kindNone nodeKind = iota
+	kindRoot
+	kindFolder
+	kindVar
+)
+
+func (ns *siteNamespace) kindLocked(nid *ua.NodeID) nodeKind {
+	if nid == nil || nid.Namespace() != ns.idx {
+		return kindNone
+	}
+	if nid.Type() == ua.NodeIDTypeNumeric || nid.Type() == ua.NodeIDTypeTwoByte || nid.Type() == ua.NodeIDTypeFourByte {
+		if nid.IntID() == id.ObjectsFolder {
+			return kindRoot
+		}
+		return kindNone
+	}
+	if nid.Type() != ua.NodeIDTypeString {
+		return kindNone
+	}
+	if _, ok := ns.instances[nid.StringID()]; ok {
+		return kindFolder
+	}
+	if _, ok := ns.vars[nid.StringID()]; ok {
+		return kindVar
+	}
+	return kindNone
+}
+
+// --- server.NameSpace ---
+
+func (ns *siteNamespace) Name() string       { return ns.uri }
+func (ns *siteNamespace) ID() uint16         { return ns.idx }
+func (ns *siteNamespace) SetID(idx uint16)   { ns.idx = idx }
+func (ns *siteNamespace) Root() *server.Node { return ns.Objects() }
+
+// AddNode is not supported: the address space follows the model only.
+func (ns *siteNamespace) AddNode(n *server.Node) *server.Node { return n }
+
+// Objects returns the site folder that ns=0 Objects organizes.
+func (ns *siteNamespace) Objects() *server.Node {
+	return server.NewNode(ns.rootID(), server.Attributes{
+		ua.AttributeIDNodeClass:   server.DataValueFromValue(uint32(ua.NodeClassObject)),
+		ua.AttributeIDBrowseName:  server.DataValueFromValue(&ua.QualifiedName{NamespaceIndex: ns.idx, Name: ns.siteName}),
+		ua.AttributeIDDisplayName: server.DataValueFromValue(localized(ns.siteName)),
+		ua.AttributeIDDataType:    server.DataValueFromValue(ua.NewNumericExpandedNodeID(0, id.FolderType)),
+	}, nil, nil)
+}
+
+// Node gives the library a read-only view of one of our nodes. The library
+// uses it only to look up type definitions while browsing namespace 0.
+func (ns *siteNamespace) Node(nid *ua.NodeID) *server.Node {
+	ns.mu.RLock()
+	k := ns.kindLocked(nid)
+	ns.mu.RUnlock()
+	switch k {
+	case kindRoot:
+		return ns.Objects()
+	case kindFolder, kindVar:
+		class, typ := ua.NodeClassObject, id.FolderType
+		if k == kindVar {
+			class, typ = ua.NodeClassVariable, id.BaseDataVariableType
+		}
+		name := nid.StringID()
+		return server.NewNode(nid, server.Attributes{
+			ua.AttributeIDNodeClass:   server.DataValueFromValue(uint32(class)),
+			ua.AttributeIDBrowseName:  server.DataValueFromValue(&ua.QualifiedName{NamespaceIndex: ns.idx, Name: name}),
+			ua.AttributeIDDisplayName: server.DataValueFromValue(localized(name)),
+			ua.AttributeIDDataType:    server.DataValueFromValue(ua.NewNumericExpandedNodeID(0, uint32(typ))),
+		}, nil, nil)
+	default:
+		return nil
+	}
+}
+
+// SetAttribute is never reached through our Write handler; it refuses so a
+// stray caller cannot replace a value either.
+func (ns *siteNamespace) SetAttribute(*ua.NodeID, ua.AttributeID, *ua.DataValue) ua.StatusCode {
+	return ua.StatusBadNotWritable
+}
+
+func localized(s string) *ua.LocalizedText {
+	lt := &ua.LocalizedText{Text: s}
+	lt.UpdateMask()
+	return lt
+}
+
+func statusValue(code ua.StatusCode, now time.Time) *ua.DataValue {
+	return &ua.DataValue{
+		EncodingMask:    ua.DataValueServerTimestamp | ua.DataValueStatusCode,
+		ServerTimestamp: now,
+		Status:          code,
+	}
+}
+
+func plainValue(v any, now time.Time) *ua.DataValue {
+	variant, err := ua.NewVariant(v)
+	if err != nil {
+		return statusValue(ua.StatusBadInternalError, now)
+	}
+	return &ua.DataValue{
+		EncodingMask:    ua.DataValueValue | ua.DataValueServerTimestamp,
+		Value:           variant,
+		ServerTimestamp: now,
+	}
+}
+
+const (
+	accessRead      = byte(ua.AccessLevelTypeCurrentRead)
+	accessReadWrite = byte(ua.AccessLevelTypeCurrentRead | ua.AccessLevelTypeCurrentWrite)
+)
+
+// Attribute answers a read of one attribute of one of our nodes.
+func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.DataValue {
+	now := ns.clock.Now()
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	k := ns.kindLocked(nid)
+	if k == kindNone {
+		return statusValue(ua.StatusBadNodeIDUnknown, now)
+	}
+	var (
+		class ua.NodeClass = ua.NodeClassObject
+		name               = ns.siteName
+		v     *varNode
+	)
+	switch k {
+	case kindFolder:
+		name = nid.StringID()
+	case kindVar:
+		v = ns.vars[nid.StringID()]
+		class, name = ua.NodeClassVariable, v.name
+	}
+	switch attr {
+	case ua.AttributeIDNodeID:
+		return plainValue(nid, now)
+	case ua.AttributeIDNodeClass:
+		return plainValue(int32(class), now)
+	case ua.AttributeIDBrowseName:
+		return plainValue(&ua.QualifiedName{NamespaceIndex: ns.idx, Name: name}, now)
+	case ua.AttributeIDDisplayName:
+		return plainValue(localized(name), now)
+	case ua.AttributeIDDescription:
+		return plainValue(localized(""), now)
+	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
+		return plainValue(uint32(0), now)
+	}
+	if v == nil {
+		if attr == ua.AttributeIDEventNotifier {
+			return plainValue(byte(0), now)
+		}
+		return statusValue(ua.StatusBadAttributeIDInvalid, now)
+	}
+	switch attr {
+	case ua.AttributeIDValue:
+		dv := &ua.DataValue{
+			EncodingMask:    ua.DataValueServerTimestamp | ua.DataValueStatusCode,
+			ServerTimestamp: v.serverTime,
+			Status:          v.status,
+		}
+		if v.value != nil {
+			dv.EncodingMask |= ua.DataValueValue
+			dv.Value = v.value
+		}
+		if !v.sourceTime.IsZero() {
+			dv.EncodingMask |= ua.DataValueSourceTimestamp
+			dv.SourceTimestamp = v.sourceTime
+		}
+		return dv
+	case ua.AttributeIDDataType:
+		return plainValue(ua.NewNumericNodeID(0, uint32(v.typ.typeID())), now)
+	case ua.AttributeIDValueRank:
+		return plainValue(int32(-1), now)
+	case ua.AttributeIDArrayDimensions:
+		return plainValue([]uint32{}, now)
+	case ua.AttributeIDAccessLevel, ua.AttributeIDUserAccessLevel:
+		if v.writable {
+			return plainValue(accessReadWrite, now)
+		}
+		return plainValue(accessRead, now)
+	case ua.AttributeIDMinimumSamplingInterval:
+		return plainValue(float64(0), now)
+	case ua.AttributeIDHistorizing:
+		return plainValue(false, now)
+	default:
+		return statusValue(ua.StatusBadAttributeIDInvalid, now)
+	}
+}
+
+type ref struct {
+	refType  uint32
+	forward  bool
+	target   *ua.NodeID
+	name     string
+	class    ua.NodeClass
+	typeDef  uint32
+	targetNS uint16
+}
+
+// Browse lists the references of one of our nodes that match bd.
+func (ns *siteNamespace) Browse(bd *ua.BrowseDescription) *ua.BrowseResult {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	k := ns.kindLocked(bd.NodeID)
+	var refs []ref
+	switch k {
+	case kindNone:
+		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDUnknown}
+	case kindRoot:
+		refs = append(refs,
+			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.FolderType), name: "FolderType", class: ua.NodeClassObjectType},
+			ref{refType: id.Organizes, forward: false, target: ua.NewNumericNodeID(0, id.ObjectsFolder), name: "Objects", class: ua.NodeClassObject, typeDef: id.FolderType})
+		names := make([]string, 0, len(ns.instances))
+		for n := range ns.instances {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			refs = append(refs, ref{refType: id.Organizes, forward: true, target: ns.folderID(n), name: n, class: ua.NodeClassObject, typeDef: id.FolderType, targetNS: ns.idx})
+		}
+	case kindFolder:
+		inst := ns.instances[bd.NodeID.StringID()]
+		refs = append(refs,
+			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.FolderType), name: "FolderType", class: ua.NodeClassObjectType},
+			ref{refType: id.Organizes, forward: false, target: ns.rootID(), name: ns.siteName, class: ua.NodeClassObject, typeDef: id.FolderType, targetNS: ns.idx})
+		for _, a := range inst.attrs {
+			refs = append(refs, ref{refType: id.HasComponent, forward: true, target: ns.varID(inst.name, a), name: a, class: ua.NodeClassVariable, typeDef: id.BaseDataVariableType, targetNS: ns.idx})
+		}
+	case kindVar:
+		v := ns.vars[bd.NodeID.StringID()]
+		refs = append(refs,
+			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.BaseDataVariableType), name: "BaseDataVariableType", class: ua.NodeClassVariableType},
+			ref{refType: id.HasComponent, forward: false, target: ns.folderID(v.instance), name: v.instance, class: ua.NodeClassObject, typeDef: id.FolderType, targetNS: ns.idx})
+	}
+	out := make([]*ua.ReferenceDescription, 0, len(refs))
+	for _, r := range refs {
+		if !directionMatches(bd.BrowseDirection, r.forward) || !refTypeMatches(bd.ReferenceTypeID, bd.IncludeSubtypes, r.refType) {
+			continue
+		}
+		if bd.NodeClassMask != 0 && bd.NodeClassMask&uint32(r.class) == 0 {
+			continue
+		}
+		rd := &ua.ReferenceDescription{
+			ReferenceTypeID: ua.NewNumericNodeID(0, r.refType),
+			IsForward:       r.forward,
+			NodeID:          ua.NewExpandedNodeID(r.target, "", 0),
+			BrowseName:      &ua.QualifiedName{NamespaceIndex: r.targetNS, Name: r.name},
+			DisplayName:     localized(r.name),
+			NodeClass:       r.class,
+			TypeDefinition:  ua.NewTwoByteExpandedNodeID(0),
+		}
+		if r.typeDef != 0 {
+			rd.TypeDefinition = ua.NewNumericExpandedNodeID(0, r.typeDef)
+		}
+		out = append(out, rd)
+	}
+	return &ua.BrowseResult{StatusCode: ua.StatusGood, References: out}
+}
+
+func directionMatches(d ua.BrowseDirection, forward bool) bool {
+	switch d {
+	case ua.BrowseDirectionBoth:
+		return true
+	case ua.BrowseDirectionForward:
+		return forward
+	case ua.BrowseDirectionInverse:
+		return !forward
+	default:
+		return false
+	}
+}
+
+// refAncestors lists the supertypes of the only reference types this
+// namespace uses, so IncludeSubtypes filters work without walking namespace 0.
+var refAncestors = map[uint32][]uint32{
+	id.Organizes:         {id.HierarchicalReferences, id.References},
+	id.HasComponent:      {id.Aggregates, id.HasChild, id.HierarchicalReferences, id.References},
+	id.HasTypeDefinition: {id.NonHierarchicalReferences, id.References},
+}
+
+func refTypeMatches(want *ua.NodeID, subtypes bool, have uint32) bool {
+	if want == nil || (want.Namespace() == 0 && want.IntID() == 0 && want.Type() != ua.NodeIDTypeString && want.Type() != ua.NodeIDTypeGUID && want.Type() != ua.NodeIDTypeByteString) {
+		return true
+	}
+	if want.Namespace() != 0 || want.Type() == ua.NodeIDTypeString || want.Type() == ua.NodeIDTypeGUID || want.Type() == ua.NodeIDTypeByteString {
+		return false
+	}
+	if want.IntID() == have {
+		return true
+	}
+	if !subtypes {
+		return false
+	}
+	for _, a := range refAncestors[have] {
+		if a == want.IntID() {
+			return true
+		}
+	}
+	return false
+}
+
+// splitVarKey splits "<instance>.<attribute>" at the last dot.
+func splitVarKey(key string) (instance, attr string, ok bool) {
+	i := strings.LastIndexByte(key, '.')
+	if i <= 0 || i == len(key)-1 {
+		return "", "", false
+	}
+	return key[:i], key[i+1:], true
+}

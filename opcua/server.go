@@ -1,0 +1,455 @@
+package opcua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/server"
+	"github.com/gopcua/opcua/ua"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/role"
+)
+
+// ErrUnknownTag is returned by TagUpdate for an attribute the current model
+// does not have (a feed racing a deploy that removed it).
+var ErrUnknownTag = errors.New("unknown tag")
+
+// Server is scadad's OPC UA server. Create it with New, then Start it.
+type Server struct {
+	cfg    Config
+	log    zerolog.Logger
+	roles  RoleSource
+	writer Writer
+	clock  Clock
+
+	srv     *server.Server
+	ns      *siteNamespace
+	metrics *metrics
+	appURI  string
+	key     any // *rsa.PrivateKey, kept for user-token decryption
+
+	sessions *sessionTable
+	notify   *notifier
+
+	level atomic.Uint32 // the published ServiceLevel
+
+	mu           sync.Mutex // guards the health inputs below
+	state        role.State
+	dataFresh    bool
+	peerKnown    bool
+	peerOK       bool
+	peerAt       time.Time
+	shuttingDown bool
+	levelAt      time.Time
+
+	kick    chan struct{}
+	started atomic.Bool
+	closed  atomic.Bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New builds a server; it listens only after Start.
+func New(cfg Config, deps Deps) (*Server, error) {
+	c := cfg.withDefaults()
+	if c.Host == "" || c.Port <= 0 || c.Port > 65535 {
+		return nil, fmt.Errorf("opcua config: host %q port %d: both are required", c.Host, c.Port)
+	}
+	if deps.Roles == nil {
+		return nil, fmt.Errorf("opcua config: a RoleSource is required")
+	}
+	if deps.Writer == nil {
+		return nil, fmt.Errorf("opcua config: a Writer is required")
+	}
+	if !c.AllowAnonymous && len(c.Users) == 0 {
+		return nil, fmt.Errorf("opcua config: no identity enabled (allow anonymous or configure users)")
+	}
+	if c.ApplicationURI == "" && c.CertFile == "" && c.Certificate == nil {
+		c.ApplicationURI = fmt.Sprintf("urn:scadad:%s:%d", c.Host, c.Port)
+	}
+	sec, err := resolveSecurity(c.Security)
+	if err != nil {
+		return nil, fmt.Errorf("opcua config: %w", err)
+	}
+	secure := false
+	for _, s := range sec {
+		secure = secure || s.mode != ua.MessageSecurityModeNone
+	}
+	if len(c.Users) > 0 && !secure {
+		return nil, fmt.Errorf("opcua config: user-name identities need a Sign or SignAndEncrypt profile")
+	}
+	for _, u := range c.Users {
+		if u.Name == "" || u.Password == "" {
+			return nil, fmt.Errorf("opcua config: user %q needs a name and a password", u.Name)
+		}
+	}
+	cert, key, err := loadIdentity(&c)
+	if err != nil {
+		return nil, fmt.Errorf("opcua config: %w", err)
+	}
+	clock := deps.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("opcua metrics: %w", err)
+	}
+
+	opts := []server.Option{
+		server.EndPoint(c.Host, c.Port),
+		server.ServerName(c.ApplicationName),
+		server.ProductName("scadad"),
+		server.ManufacturerName("scadad"),
+		server.Certificate(cert),
+		server.PrivateKey(key),
+		server.SetLogger(libraryLogger{deps.Logger}),
+	}
+	for _, s := range sec {
+		opts = append(opts, server.EnableSecurity(s.policyURI, s.mode))
+	}
+	if c.AllowAnonymous {
+		opts = append(opts, server.EnableAuthMode(ua.UserTokenTypeAnonymous))
+	}
+	if len(c.Users) > 0 {
+		opts = append(opts, server.EnableAuthMode(ua.UserTokenTypeUserName))
+	}
+
+	s := &Server{
+		cfg:       c,
+		log:       deps.Logger.With().Str("component", "opcua").Logger(),
+		roles:     deps.Roles,
+		writer:    deps.Writer,
+		clock:     clock,
+		srv:       server.New(opts...),
+		metrics:   m,
+		key:       key,
+		sessions:  newSessionTable(),
+		notify:    newNotifier(),
+		state:     deps.Roles.Current(),
+		dataFresh: true,
+		kick:      make(chan struct{}, 1),
+	}
+	s.appURI = applicationURIOf(cert)
+	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
+	s.srv.AddNamespace(s.ns)
+	if err := s.linkSiteFolder(); err != nil {
+		return nil, err
+	}
+	// The first level is computed before anything can read it, so no client
+	// ever sees the SDK default 255.
+	s.recompute()
+	if err := s.installRedundancyNodes(); err != nil {
+		return nil, err
+	}
+	if err := s.registerHandlers(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start listens and serves until ctx is cancelled or Close is called.
+func (s *Server) Start(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("start opcua server: already closed")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	if err := s.srv.Start(runCtx); err != nil {
+		cancel()
+		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
+	}
+	s.cancel = cancel
+	s.started.Store(true)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.notify.run(runCtx, s.changeNotification)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.follow(runCtx)
+	}()
+	s.log.Info().Str("endpoint", s.cfg.endpointURL()).Str("application_uri", s.appURI).
+		Uint8("service_level", s.ServiceLevel()).Msg("opcua server started")
+	return nil
+}
+
+// Close publishes ServiceLevel 0, then stops serving.
+func (s *Server) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.mu.Lock()
+	s.shuttingDown = true
+	s.mu.Unlock()
+	s.recompute()
+	if !s.started.Load() {
+		return nil
+	}
+	// Deliver the 0 to subscribers now rather than leave it to the notifier.
+	s.changeNotification(ua.NewNumericNodeID(0, id.Server_ServiceLevel))
+	err := s.srv.Close()
+	s.cancel()
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("close opcua server: %w", err)
+	}
+	return nil
+}
+
+// Endpoint is the URL clients connect to.
+func (s *Server) Endpoint() string { return s.cfg.endpointURL() }
+
+// ApplicationURI is the URI this server lists first in ServerArray.
+func (s *Server) ApplicationURI() string { return s.appURI }
+
+// ServiceLevel is the level currently published.
+func (s *Server) ServiceLevel() byte { return byte(s.level.Load()) }
+
+// SetDataFresh tells the server whether its tag feed is current.
+func (s *Server) SetDataFresh(fresh bool) {
+	s.mu.Lock()
+	s.dataFresh = fresh
+	s.mu.Unlock()
+	s.poke()
+}
+
+// SetPeerVerdict records what the peer last reported about reaching this
+// node's endpoint (shared over the peer link), observed at at.
+func (s *Server) SetPeerVerdict(reachable bool, at time.Time) {
+	s.mu.Lock()
+	s.peerKnown, s.peerOK, s.peerAt = true, reachable, at
+	s.mu.Unlock()
+	s.poke()
+}
+
+// ApplyModel moves the address space to m by difference.
+func (s *Server) ApplyModel(m Model) (ModelDiff, error) {
+	if err := m.validate(); err != nil {
+		return ModelDiff{}, fmt.Errorf("apply opcua model: %w", err)
+	}
+	d, touched := s.ns.apply(m)
+	s.notify.add(touched...)
+	s.log.Info().Int("instances_added", d.AddedInstances).Int("instances_removed", d.RemovedInstances).
+		Int("attributes_added", d.AddedAttributes).Int("attributes_removed", d.RemovedAttributes).
+		Int("attributes_changed", d.ChangedAttributes).Int("attributes_kept", d.KeptAttributes).
+		Msg("opcua address space updated")
+	return d, nil
+}
+
+// TagUpdate stores a value from the subscribe feed and notifies subscribers.
+// value is converted exactly to the attribute's declared type; a value that
+// does not fit keeps the last value with quality BadTypeMismatch.
+func (s *Server) TagUpdate(instance, attribute string, value any, good bool, sourceTime time.Time) error {
+	found, err := s.ns.update(instance, attribute, func(t DataType) (*ua.Variant, error) {
+		if value == nil {
+			if good {
+				return nil, fmt.Errorf("good quality without a value")
+			}
+			return nil, nil
+		}
+		return coerce(t, value)
+	}, good, sourceTime)
+	if !found {
+		return fmt.Errorf("tag update %s.%s: %w", instance, attribute, ErrUnknownTag)
+	}
+	s.notify.add(s.ns.varID(instance, attribute))
+	if err != nil {
+		return fmt.Errorf("tag update %s.%s: %w", instance, attribute, err)
+	}
+	return nil
+}
+
+// NodeID names the variable of an attribute, as clients address it.
+func (s *Server) NodeID(instance, attribute string) *ua.NodeID {
+	return s.ns.varID(instance, attribute)
+}
+
+func (s *Server) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// follow recomputes the ServiceLevel whenever an input changes, and on a
+// period so that an expiring peer verdict takes effect.
+func (s *Server) follow(ctx context.Context) {
+	ch, stop := s.roles.Watch()
+	defer stop()
+	for {
+		select {
+		case st := <-ch:
+			s.mu.Lock()
+			s.state = st
+			s.mu.Unlock()
+		case <-s.kick:
+		case <-s.clock.After(s.cfg.RecheckInterval):
+		case <-ctx.Done():
+			return
+		}
+		s.recompute()
+	}
+}
+
+func (s *Server) health() Health {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Health{
+		Role:          s.state.Role,
+		QuorumContact: s.state.Leader != "",
+		DataFresh:     s.dataFresh,
+		PeerReachesMe: EffectivePeerReach(s.peerOK, s.peerKnown, s.peerAt, now, s.cfg.PeerVerdictTTL),
+		ShuttingDown:  s.shuttingDown,
+	}
+}
+
+func (s *Server) recompute() {
+	h := s.health()
+	lvl := ComputeServiceLevel(h)
+	old := s.level.Swap(uint32(lvl))
+	if old == uint32(lvl) && s.metrics.levelPublished.Load() {
+		return
+	}
+	s.metrics.levelPublished.Store(true)
+	s.mu.Lock()
+	s.levelAt = s.clock.Now()
+	s.mu.Unlock()
+	s.metrics.serviceLevel.Set(float64(lvl))
+	s.metrics.levelChanges.WithLabelValues(fmt.Sprint(lvl)).Inc()
+	s.log.Info().Uint8("service_level", lvl).Uint32("previous", old).Stringer("role", h.Role).
+		Bool("quorum_contact", h.QuorumContact).Bool("data_fresh", h.DataFresh).
+		Stringer("peer_reaches_me", h.PeerReachesMe).Bool("shutting_down", h.ShuttingDown).
+		Msg("opcua service level")
+	s.notify.add(ua.NewNumericNodeID(0, id.Server_ServiceLevel))
+}
+
+// changeNotification pushes a node's current value to its monitored items.
+// The library dereferences its monitored-item service, which exists only
+// after Start, so nothing is pushed before.
+func (s *Server) changeNotification(nid *ua.NodeID) {
+	if !s.started.Load() || s.srv.MonitoredItemService == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.panics.WithLabelValues("change-notification").Inc()
+			s.log.Error().Interface("panic", r).Stringer("node", nid).Msg("opcua change notification failed")
+		}
+	}()
+	s.srv.ChangeNotification(nid)
+}
+
+// notifier decouples value updates from the library's ChangeNotification,
+// which sends on unbuffered-when-full subscription channels while holding a
+// lock: a feed must never block on a slow or dead subscriber.
+type notifier struct {
+	mu      sync.Mutex
+	pending map[string]*ua.NodeID
+	wake    chan struct{}
+}
+
+func newNotifier() *notifier {
+	return &notifier{pending: make(map[string]*ua.NodeID), wake: make(chan struct{}, 1)}
+}
+
+func (n *notifier) add(ids ...*ua.NodeID) {
+	if len(ids) == 0 {
+		return
+	}
+	n.mu.Lock()
+	for _, nid := range ids {
+		n.pending[nid.String()] = nid
+	}
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) run(ctx context.Context, push func(*ua.NodeID)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		}
+		n.mu.Lock()
+		batch := n.pending
+		n.pending = make(map[string]*ua.NodeID)
+		n.mu.Unlock()
+		for _, nid := range batch {
+			push(nid)
+		}
+	}
+}
+
+type metrics struct {
+	denied         *prometheus.CounterVec
+	writes         *prometheus.CounterVec
+	serviceLevel   prometheus.Gauge
+	levelChanges   *prometheus.CounterVec
+	panics         *prometheus.CounterVec
+	rejected       *prometheus.CounterVec
+	levelPublished atomic.Bool
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_write_denied_total",
+			Help: "Client writes refused by the role gate, by reason (secondary, detached, role-unknown).",
+		}, []string{"reason"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_writes_total",
+			Help: "Client write operations by result (ok, invalid, denied, failed).",
+		}, []string{"result"}),
+		serviceLevel: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_opcua_service_level",
+			Help: "The ServiceLevel this node publishes.",
+		}),
+		levelChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_service_level_changes_total",
+			Help: "ServiceLevel transitions, by the new level.",
+		}, []string{"level"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_handler_panics_total",
+			Help: "Panics recovered in OPC UA request handling, by service.",
+		}, []string{"service"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_requests_rejected_total",
+			Help: "Requests refused before reaching the library, by reason.",
+		}, []string{"reason"}),
+	}
+	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
+		m.denied.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// libraryLogger routes gopcua's printf-style server logs into zerolog; its
+// Debug output is per request, so it goes to Trace.
+type libraryLogger struct{ l zerolog.Logger }
+
+func (g libraryLogger) Debug(msg string, args ...any) { g.l.Trace().Msgf(msg, args...) }
+func (g libraryLogger) Info(msg string, args ...any)  { g.l.Debug().Msgf(msg, args...) }
+func (g libraryLogger) Warn(msg string, args ...any)  { g.l.Warn().Msgf(msg, args...) }
+func (g libraryLogger) Error(msg string, args ...any) { g.l.Error().Msgf(msg, args...) }

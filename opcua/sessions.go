@@ -1,0 +1,159 @@
+package opcua
+
+import (
+	"bytes"
+	"crypto/rsa"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/gopcua/opcua/ua"
+	"github.com/gopcua/opcua/uapolicy"
+)
+
+// maxPendingSessions bounds sessions created but never activated; the
+// library never expires sessions, so a client looping CreateSession would
+// otherwise grow this table without limit.
+const maxPendingSessions = 4096
+
+// sessionTable tracks which sessions are activated and with which identity.
+// The library serves reads, writes and browses to any authentication token,
+// activated or not, and never checks the identity token at all.
+type sessionTable struct {
+	mu     sync.Mutex
+	nonces map[string][]byte // auth token -> last server nonce
+	active map[string]string // auth token -> identity ("anonymous" or user name)
+}
+
+func newSessionTable() *sessionTable {
+	return &sessionTable{nonces: make(map[string][]byte), active: make(map[string]string)}
+}
+
+func tokenKey(t *ua.NodeID) string {
+	if t == nil {
+		return ""
+	}
+	return t.String()
+}
+
+func (t *sessionTable) created(token *ua.NodeID, nonce []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.nonces) >= maxPendingSessions {
+		for k := range t.nonces {
+			if _, ok := t.active[k]; !ok {
+				delete(t.nonces, k)
+			}
+		}
+	}
+	t.nonces[tokenKey(token)] = nonce
+}
+
+func (t *sessionTable) nonce(token *ua.NodeID) ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nonces[tokenKey(token)]
+	return n, ok
+}
+
+func (t *sessionTable) activated(token *ua.NodeID, identity string, nonce []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.active[tokenKey(token)] = identity
+	t.nonces[tokenKey(token)] = nonce
+}
+
+func (t *sessionTable) identity(token *ua.NodeID) (string, bool) {
+	if token == nil {
+		return "", false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id, ok := t.active[tokenKey(token)]
+	return id, ok
+}
+
+func (t *sessionTable) closed(token *ua.NodeID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.active, tokenKey(token))
+	delete(t.nonces, tokenKey(token))
+}
+
+// checkIdentity validates an ActivateSession identity token against the
+// configuration and returns the identity's name.
+func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (string, ua.StatusCode) {
+	var value any
+	if tok != nil {
+		value = tok.Value
+	}
+	switch t := value.(type) {
+	case nil, *ua.AnonymousIdentityToken:
+		if !s.cfg.AllowAnonymous {
+			return "", ua.StatusBadIdentityTokenRejected
+		}
+		return "anonymous", ua.StatusOK
+	case *ua.UserNameIdentityToken:
+		if len(s.cfg.Users) == 0 {
+			return "", ua.StatusBadIdentityTokenRejected
+		}
+		pass, err := s.decryptPassword(t, authToken)
+		if err != nil {
+			s.log.Warn().Err(err).Str("user", t.UserName).Msg("opcua user token rejected")
+			return "", ua.StatusBadIdentityTokenInvalid
+		}
+		for _, u := range s.cfg.Users {
+			nameOK := subtle.ConstantTimeCompare([]byte(u.Name), []byte(t.UserName)) == 1
+			passOK := subtle.ConstantTimeCompare([]byte(u.Password), pass) == 1
+			if nameOK && passOK {
+				return t.UserName, ua.StatusOK
+			}
+		}
+		s.log.Warn().Str("user", t.UserName).Msg("opcua user name or password wrong")
+		return "", ua.StatusBadUserAccessDenied
+	default:
+		return "", ua.StatusBadIdentityTokenInvalid
+	}
+}
+
+// decryptPassword undoes the client's user-token encryption: with the token
+// policy's asymmetric algorithm and the server key, the plaintext is a
+// little-endian length, the password, then the last server nonce.
+func (s *Server) decryptPassword(t *ua.UserNameIdentityToken, authToken *ua.NodeID) ([]byte, error) {
+	policy := ""
+	for _, ep := range s.srv.Endpoints() {
+		for _, p := range ep.UserIdentityTokens {
+			if p != nil && p.PolicyID == t.PolicyID && p.TokenType == ua.UserTokenTypeUserName {
+				policy = p.SecurityPolicyURI
+			}
+		}
+	}
+	if policy == "" || policy == ua.SecurityPolicyURINone {
+		return nil, fmt.Errorf("user token policy %q is not a secure user-name policy", t.PolicyID)
+	}
+	key, ok := s.key.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("no server key")
+	}
+	enc, err := uapolicy.Asymmetric(policy, key, nil)
+	if err != nil {
+		return nil, fmt.Errorf("user token policy %s: %w", policy, err)
+	}
+	plain, err := enc.Decrypt(t.Password)
+	if err != nil {
+		return nil, fmt.Errorf("decrypt user token: %w", err)
+	}
+	if len(plain) < 4 {
+		return nil, fmt.Errorf("user token too short")
+	}
+	n := int(binary.LittleEndian.Uint32(plain))
+	if n != len(plain)-4 {
+		return nil, fmt.Errorf("user token length %d does not match %d", n, len(plain)-4)
+	}
+	nonce, ok := s.sessions.nonce(authToken)
+	if !ok || len(nonce) > n || !bytes.Equal(plain[4+n-len(nonce):], nonce) {
+		return nil, fmt.Errorf("user token does not carry this session's nonce")
+	}
+	return plain[4 : 4+n-len(nonce)], nil
+}
