@@ -1,0 +1,191 @@
+package subscribe
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// fakeSub is a Subscription whose attempts the test answers by hand.
+type fakeSub struct {
+	mu    sync.Mutex
+	calls []*fakeCall
+}
+
+type fakeCall struct {
+	ctx   context.Context
+	reply chan error
+}
+
+func (f *fakeSub) Subscribe(ctx context.Context) error {
+	c := &fakeCall{ctx: ctx, reply: make(chan error, 1)}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+	select {
+	case err := <-c.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeSub) n() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+func (f *fakeSub) call(i int) *fakeCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[i]
+}
+
+type workerRig struct {
+	clock *fakeClock
+	sub   *fakeSub
+	w     *Worker
+	stop  func()
+}
+
+func startWorker(t *testing.T, p RetryPolicy) *workerRig {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &workerRig{clock: newFakeClock(), sub: &fakeSub{}}
+	r.w = NewWorker(r.sub, WorkerOptions{Connection: "conn-1", Instance: "Z28061", Policy: p,
+		Clock: r.clock, Rand: noJitter, Logger: zerolog.Nop(), Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.w.Run(ctx) }()
+	r.stop = func() { cancel(); <-done }
+	t.Cleanup(r.stop)
+	waitFor(t, "first attempt", func() bool { return r.sub.n() == 1 })
+	return r
+}
+
+// step advances the clock by d and waits until the worker has handled the
+// tick (it arms a new timer or records a step).
+func (r *workerRig) step(t *testing.T, d time.Duration) {
+	t.Helper()
+	steps := r.w.Status().Steps
+	r.clock.Advance(d)
+	waitFor(t, "worker step", func() bool { return r.w.Status().Steps > steps })
+}
+
+// idle waits until the worker waits on a timer (or has none to wait on).
+func (r *workerRig) idle(t *testing.T) {
+	t.Helper()
+	waitFor(t, "worker idle", func() bool {
+		st := r.w.Status()
+		return r.clock.pending() == 1 || (st.Confirmed && r.clock.pending() == 0)
+	})
+}
+
+func (r *workerRig) answer(t *testing.T, i int, err error) {
+	t.Helper()
+	steps := r.w.Status().Steps
+	r.sub.call(i).reply <- err
+	waitFor(t, "reply handled", func() bool { return r.w.Status().Steps > steps })
+	r.idle(t)
+}
+
+var fast = RetryPolicy{Floor: 200 * time.Millisecond, Max: 800 * time.Millisecond, InFlightCeiling: 2 * time.Second}
+
+func TestWorkerNoDuplicatesWhileInFlightThenOneReissue(t *testing.T) {
+	r := startWorker(t, fast)
+	r.idle(t)
+	for range 9 { // 1.8 s of ticks
+		r.step(t, 200*time.Millisecond)
+		r.idle(t)
+	}
+	if n := r.sub.n(); n != 1 {
+		t.Fatalf("%d attempts while the first was in flight, want 1", n)
+	}
+	r.step(t, 200*time.Millisecond) // the ceiling
+	waitFor(t, "re-issue after the ceiling", func() bool { return r.sub.n() == 2 })
+	waitFor(t, "superseded attempt cancelled", func() bool { return r.sub.call(0).ctx.Err() != nil })
+	if st := r.w.Status(); st.Attempts != 2 || st.Interval != 400*time.Millisecond {
+		t.Fatalf("after presumed loss %+v, want attempt 2 and the backoff advanced to 400ms", st)
+	}
+	waitFor(t, "the cancelled attempt's reply ignored", func() bool { return r.w.Status().LastEvent == EventSuperseded })
+	r.idle(t)
+	for range 4 { // ticks at the new 400 ms interval, up to 3.6 s < the new ceiling at 4 s
+		r.step(t, 400*time.Millisecond)
+		r.idle(t)
+	}
+	if n := r.sub.n(); n != 2 {
+		t.Fatalf("%d attempts, want exactly one re-issue", n)
+	}
+}
+
+func TestWorkerFailureBacksOffAndSuccessStops(t *testing.T) {
+	r := startWorker(t, fast)
+	r.answer(t, 0, errors.New("gateway busy"))
+	if iv := r.w.Status().Interval; iv != 400*time.Millisecond {
+		t.Fatalf("interval after failure = %v, want 400ms", iv)
+	}
+	r.clock.Advance(399 * time.Millisecond)
+	if r.clock.pending() != 1 || r.sub.n() != 1 {
+		t.Fatal("retried before the backoff elapsed")
+	}
+	r.step(t, time.Millisecond)
+	waitFor(t, "retry", func() bool { return r.sub.n() == 2 })
+	r.idle(t)
+	r.answer(t, 1, nil)
+	st := r.w.Status()
+	if !st.Confirmed || st.Interval != fast.Floor {
+		t.Fatalf("after success %+v, want confirmed at the floor", st)
+	}
+	if r.clock.pending() != 0 {
+		t.Fatalf("%d watchdogs armed after success", r.clock.pending())
+	}
+	r.clock.Advance(time.Hour)
+	if r.sub.n() != 2 {
+		t.Fatal("attempt after success")
+	}
+}
+
+func TestWorkerConnectionGoodResetsBackoff(t *testing.T) {
+	r := startWorker(t, RetryPolicy{Floor: 200 * time.Millisecond, Max: 5 * time.Second, InFlightCeiling: time.Minute})
+	for i := range 4 {
+		r.answer(t, i, errors.New("busy"))
+		r.step(t, r.w.Status().Interval)
+		waitFor(t, "retry", func() bool { return r.sub.n() == i+2 })
+		r.idle(t)
+	}
+	r.answer(t, 4, errors.New("busy")) // next wait would be 5 s
+	steps := r.w.Status().Steps
+	r.w.ConnectionGood()
+	waitFor(t, "reset", func() bool { return r.w.Status().Steps > steps })
+	r.idle(t)
+	r.step(t, 200*time.Millisecond)
+	waitFor(t, "prompt retry after Good", func() bool { return r.sub.n() == 6 })
+}
+
+func TestWorkerInvalidateResubscribes(t *testing.T) {
+	r := startWorker(t, fast)
+	r.answer(t, 0, nil)
+	r.w.Invalidate()
+	waitFor(t, "resubscribe", func() bool { return r.sub.n() == 2 })
+	if r.w.Status().Confirmed {
+		t.Fatal("still confirmed after invalidate")
+	}
+}
+
+func TestWorkerStopCancelsAttempt(t *testing.T) {
+	r := startWorker(t, fast)
+	r.stop()
+	if r.sub.call(0).ctx.Err() == nil {
+		t.Fatal("attempt still live after the worker stopped")
+	}
+}
