@@ -1,0 +1,27 @@
+package storeforward
+
+import "time"
+
+// jitterFraction spreads retries of many nodes or targets apart: a delay d
+// becomes uniform in [d·(1−f), d·(1+f)].
+const jitterFraction = 0.2
+
+// backoffDelay is the wait after the failures-th consecutive failure:
+// floor·2^(failures−1), capped at max, with ±20 % jitter drawn from r in
+// [0,1); never above max.
+func backoffDelay(floor, max time.Duration, failures int, r float64) time.Duration {
+	if failures < 1 {
+		failures = 1
+	}
+	d := max
+	if shift := failures - 1; shift < 62 {
+		if v := floor << shift; v > 0 && v>>shift == floor && v < max {
+			d = v
+		}
+	}
+	d = time.Duration(float64(d) * (1 - jitterFraction + 2*jitterFraction*r))
+	if d > max {
+		d = max
+	}
+	return d
+}

@@ -1,0 +1,32 @@
+// Package storeforward is scadad's store-and-forward service on top of the
+// replicated buffer in package fsm.
+//
+// It owns:
+//   - Enqueue (Enqueuer): validates a message against the configured
+//     targets and group-commits concurrent enqueues into SFEnqueue commands
+//     (many messages per Raft entry); it returns only after the entry is
+//     committed. The message id is the idempotency key. Also the HTTP API
+//     POST /v1/sf/{target}.
+//   - Delivery (Deliverer): on the Active node only, one worker per target
+//     POSTs pending messages in FIFO order with Idempotency-Key and
+//     X-Scadad-Epoch headers, backs off exponentially with jitter on
+//     failure, parks a message after the target's max attempts and removes
+//     delivered ids with batched SFDelivered commands. Every delivery is
+//     preceded by a check that the node is still Active in the epoch the
+//     worker was started under; a role change cancels in-flight requests.
+//   - Operator functions (Operator): stats, list, retry and discard.
+//   - Tag history forwarding (HistoryForwarder): batches tag updates into
+//     JSON messages enqueued to the target a rule names.
+//   - Its Prometheus metrics, registered on a Registerer it is given.
+//
+// Delivery is at-least-once: a message delivered just before the Active node
+// dies, or before its SFDelivered commits, is delivered again by the next
+// Active node with the same Idempotency-Key. Delivery attempt counts live in
+// memory on the Active node: a failover or a restart of a target's worker
+// starts them again from zero.
+//
+// It must not: write the buffer other than through the Proposer (Raft), read
+// the FSM's files, deliver anything unless the role source says Active, or
+// know about Raft itself (the daemon supplies a Proposer that commits on the
+// leader and forwards from followers).
+package storeforward

@@ -1,0 +1,331 @@
+package storeforward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+)
+
+// EnqueueResult says what became of an enqueued message.
+type EnqueueResult struct {
+	ID string `json:"id"`
+	// Duplicate is true when the id was already stored (pending, parked, or
+	// recently delivered or discarded): nothing new was stored.
+	Duplicate bool `json:"duplicate"`
+}
+
+// EnqueuerOptions configure NewEnqueuer. Zero fields take defaults.
+type EnqueuerOptions struct {
+	Proposer Proposer     // required
+	Targets  TargetLookup // required
+	// Actor is stamped on every command (the node id).
+	Actor string
+	// MaxBatchMessages and MaxBatchBytes close a batch early; MaxDelay is
+	// the longest the first message of a batch waits for company.
+	MaxBatchMessages int           // default 1024, at most fsm.MaxEnqueueBatch
+	MaxBatchBytes    int           // default 4 MiB (payloads)
+	MaxDelay         time.Duration // default 1 ms
+	// MaxInFlight is how many batches may be proposed at once (pipelining);
+	// while all are in flight the next batch keeps filling. Default 4.
+	MaxInFlight int
+	// ProposeTimeout bounds one batch's Propose. Default 10 s.
+	ProposeTimeout time.Duration
+	// NewID generates an id when the caller gives none. Default RandomID.
+	NewID   func() string
+	Clock   Clock
+	Logger  zerolog.Logger
+	Metrics *Metrics
+}
+
+// Enqueuer stores messages in the replicated buffer, group-committing
+// concurrent calls into one SFEnqueue command per batch.
+type Enqueuer struct {
+	opts EnqueuerOptions
+
+	reqs chan *enqueueReq
+	sem  chan struct{} // one token per in-flight Propose
+
+	ctx    context.Context // cancelled by Close: aborts in-flight Proposes
+	cancel context.CancelFunc
+	loopWG sync.WaitGroup // the batching loop
+	inWG   sync.WaitGroup // in-flight commits
+}
+
+type enqueueReply struct {
+	res EnqueueResult
+	err error
+}
+
+type enqueueReq struct {
+	msg   *fsmpb.Message
+	start time.Time
+	done  chan enqueueReply // buffered 1
+	// sameID are later requests of this batch with the same id: they get
+	// this message's outcome as a duplicate.
+	sameID []*enqueueReq
+}
+
+// NewEnqueuer starts the batching loop; Close stops it.
+func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
+	if opts.Proposer == nil || opts.Targets == nil {
+		return nil, errors.New("new enqueuer: Proposer and Targets are required")
+	}
+	if opts.MaxBatchMessages <= 0 || opts.MaxBatchMessages > fsm.MaxEnqueueBatch {
+		opts.MaxBatchMessages = min(1024, fsm.MaxEnqueueBatch)
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 4 << 20
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = time.Millisecond
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 4
+	}
+	if opts.ProposeTimeout <= 0 {
+		opts.ProposeTimeout = 10 * time.Second
+	}
+	if opts.NewID == nil {
+		opts.NewID = RandomID
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock()
+	}
+	e := &Enqueuer{
+		opts: opts,
+		reqs: make(chan *enqueueReq),
+		sem:  make(chan struct{}, opts.MaxInFlight),
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.loopWG.Add(1)
+	go e.loop()
+	return e, nil
+}
+
+// Close stops accepting enqueues, fails the batch still being filled with
+// ErrClosed and aborts in-flight Proposes (their callers get an error; the
+// commands may still commit).
+func (e *Enqueuer) Close() {
+	e.cancel()
+	e.loopWG.Wait()
+	e.inWG.Wait()
+}
+
+// Validate checks a message the way Enqueue will, without storing it.
+func (e *Enqueuer) Validate(target string, payload []byte, id string, headers []Header) error {
+	t, ok := e.opts.Targets.Target(target)
+	if !ok {
+		return &UnknownTargetError{Target: target, Known: e.opts.Targets.TargetNames()}
+	}
+	limit := min(t.MaxPayloadBytes, fsm.MaxPayloadBytes)
+	if limit <= 0 {
+		limit = min(DefaultMaxPayloadBytes, fsm.MaxPayloadBytes)
+	}
+	if len(payload) > limit {
+		return &PayloadTooLargeError{Target: target, Size: len(payload), Limit: limit}
+	}
+	if len(id) > fsm.MaxIDBytes {
+		return invalidf("message id is %d bytes, limit %d", len(id), fsm.MaxIDBytes)
+	}
+	// Mirror the FSM's checks: one invalid message would refuse the whole
+	// group-committed batch it shares with others.
+	if len(headers) > maxMessageHeaders {
+		return invalidf("%d headers, limit %d", len(headers), maxMessageHeaders)
+	}
+	for _, h := range headers {
+		switch {
+		case h.Key == "" || len(h.Key) > fsm.MaxIDBytes:
+			return invalidf("header name %q: want 1..%d bytes", h.Key, fsm.MaxIDBytes)
+		case len(h.Value) > fsm.MaxTextBytes:
+			return invalidf("header %s value is %d bytes, limit %d", h.Key, len(h.Value), fsm.MaxTextBytes)
+		case reservedHeader(h.Key):
+			return invalidf("header %s is set by delivery", h.Key)
+		}
+	}
+	return nil
+}
+
+// maxMessageHeaders mirrors the FSM's per-message header limit.
+const maxMessageHeaders = 64
+
+// Enqueue stores payload for target under id (a random id when empty) and
+// returns once the command holding it is committed on a quorum. A
+// cancelled ctx returns early; the message may still be stored, and
+// enqueueing again with the same id is safe.
+func (e *Enqueuer) Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error) {
+	if id == "" {
+		id = e.opts.NewID()
+	}
+	if err := e.Validate(target, payload, id, headers); err != nil {
+		return EnqueueResult{ID: id}, err
+	}
+	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}
+	for _, h := range headers {
+		msg.Headers = append(msg.Headers, &fsmpb.KV{Key: h.Key, Value: h.Value})
+	}
+	req := &enqueueReq{msg: msg, start: e.opts.Clock.Now(), done: make(chan enqueueReply, 1)}
+	select {
+	case e.reqs <- req:
+	case <-ctx.Done():
+		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, ctx.Err())
+	case <-e.ctx.Done():
+		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, ErrClosed)
+	}
+	select {
+	case r := <-req.done:
+		if r.err != nil {
+			return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, r.err)
+		}
+		e.opts.Metrics.observeEnqueued(target, r.res.Duplicate, e.opts.Clock.Now().Sub(req.start))
+		return r.res, nil
+	case <-ctx.Done():
+		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", id, target, ctx.Err())
+	}
+}
+
+// batch is the set of requests one SFEnqueue command carries.
+type batch struct {
+	reqs  []*enqueueReq
+	byID  map[string]*enqueueReq
+	bytes int
+}
+
+func (b *batch) add(r *enqueueReq) {
+	if b.byID == nil {
+		b.byID = make(map[string]*enqueueReq)
+	}
+	if first, ok := b.byID[r.msg.Id]; ok {
+		first.sameID = append(first.sameID, r)
+		return
+	}
+	b.byID[r.msg.Id] = r
+	b.reqs = append(b.reqs, r)
+	b.bytes += len(r.msg.Payload)
+}
+
+// loop collects requests into batches. A batch is ready when it is full or
+// its first message has waited MaxDelay; a ready batch is handed to a
+// commit goroutine as soon as an in-flight slot is free. While every slot
+// is busy the batch keeps filling until full, and a full batch stops
+// intake: that is the back-pressure.
+func (e *Enqueuer) loop() {
+	defer e.loopWG.Done()
+	var (
+		cur   batch
+		timer <-chan time.Time
+		ready bool
+	)
+	for {
+		full := len(cur.reqs) >= e.opts.MaxBatchMessages || cur.bytes >= e.opts.MaxBatchBytes
+		intake := e.reqs
+		if full {
+			intake, ready = nil, true
+		}
+		var slot chan struct{}
+		if ready && len(cur.reqs) > 0 {
+			slot = e.sem
+		}
+		select {
+		case r := <-intake:
+			if len(cur.reqs) == 0 {
+				timer = e.opts.Clock.After(e.opts.MaxDelay)
+			}
+			cur.add(r)
+		case <-timer:
+			timer, ready = nil, true
+		case slot <- struct{}{}:
+			b := cur
+			cur, timer, ready = batch{}, nil, false
+			e.inWG.Add(1)
+			go e.commit(b)
+		case <-e.ctx.Done():
+			for _, r := range cur.reqs {
+				r.reply(enqueueReply{err: ErrClosed})
+			}
+			return
+		}
+	}
+}
+
+// reply answers r and every later request of its batch with the same id.
+func (r *enqueueReq) reply(rep enqueueReply) {
+	r.done <- rep
+	for _, s := range r.sameID {
+		dup := rep
+		if dup.err == nil {
+			dup.res.Duplicate = true
+		}
+		s.done <- dup
+	}
+}
+
+func (e *Enqueuer) commit(b batch) {
+	defer e.inWG.Done()
+	defer func() { <-e.sem }()
+	e.opts.Metrics.observeEnqueueBatch(len(b.reqs))
+	msgs := make([]*fsmpb.Message, len(b.reqs))
+	for i, r := range b.reqs {
+		msgs[i] = r.msg
+	}
+	items, err := e.propose(msgs)
+	var cerr *fsm.CommandError
+	if errors.As(err, &cerr) && len(msgs) > 1 {
+		// A deterministic refusal of the batch (a message Validate let
+		// through): commit one by one so only the bad message fails.
+		e.opts.Logger.Warn().Err(err).Int("messages", len(msgs)).Msg("enqueue batch refused; committing its messages one by one")
+		for _, r := range b.reqs {
+			items, err := e.propose([]*fsmpb.Message{r.msg})
+			r.reply(replyFor(r, items, err))
+		}
+		return
+	}
+	for i, r := range b.reqs {
+		if err != nil {
+			r.reply(enqueueReply{err: err})
+			continue
+		}
+		r.reply(replyFor(r, items[i:i+1], nil))
+	}
+}
+
+func replyFor(r *enqueueReq, items []fsm.EnqueueItem, err error) enqueueReply {
+	if err != nil {
+		return enqueueReply{err: err}
+	}
+	return enqueueReply{res: EnqueueResult{ID: r.msg.Id, Duplicate: items[0].Duplicate}}
+}
+
+// propose commits one SFEnqueue and returns its per-message verdicts.
+func (e *Enqueuer) propose(msgs []*fsmpb.Message) ([]fsm.EnqueueItem, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, e.opts.ProposeTimeout)
+	defer cancel()
+	cmd := &fsmpb.Command{
+		StampUnixNano: e.opts.Clock.Now().UnixNano(),
+		Actor:         e.opts.Actor,
+		Body:          &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}},
+	}
+	res, err := e.opts.Proposer.Propose(ctx, cmd)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("commit batch of %d: %w: %w", len(msgs), ErrUnavailable, err)
+	case res == nil:
+		return nil, fmt.Errorf("commit batch of %d: %w: no result", len(msgs), ErrUnavailable)
+	case res.Err != nil:
+		var cerr *fsm.CommandError
+		if errors.As(res.Err, &cerr) {
+			return nil, fmt.Errorf("commit batch of %d: %w: %w", len(msgs), ErrInvalid, res.Err)
+		}
+		// A storage failure on the leader: the node must restart.
+		return nil, fmt.Errorf("commit batch of %d: %w: %w", len(msgs), ErrUnavailable, res.Err)
+	case res.Enqueue == nil || len(res.Enqueue.Items) != len(msgs):
+		return nil, fmt.Errorf("commit batch of %d: result does not answer the batch", len(msgs))
+	}
+	return res.Enqueue.Items, nil
+}

@@ -1,0 +1,275 @@
+package storeforward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	clock := &manualClock{} // the delay timer never fires: batches close by size only
+	const perBatch, total = 50, 200
+	e, err := NewEnqueuer(EnqueuerOptions{
+		Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://127.0.0.1:1"}},
+		MaxBatchMessages: perBatch, Clock: clock, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for i := 0; i < total; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res, err := e.Enqueue(context.Background(), "up", []byte(fmt.Sprintf("payload %d", i)), fmt.Sprintf("m%03d", i), nil)
+			if err == nil && (res.Duplicate || res.ID != fmt.Sprintf("m%03d", i)) {
+				err = fmt.Errorf("m%03d: result %+v", i, res)
+			}
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmds := p.commands(isEnqueue)
+	if len(cmds) != total/perBatch {
+		t.Fatalf("%d SFEnqueue commands for %d concurrent enqueues, want %d", len(cmds), total, total/perBatch)
+	}
+	for _, c := range cmds {
+		if n := len(c.GetSfEnqueue().Messages); n != perBatch {
+			t.Errorf("a command carried %d messages, want %d", n, perBatch)
+		}
+		if c.StampUnixNano == 0 {
+			t.Error("command not stamped")
+		}
+	}
+	st, _ := f.SFStats()
+	if st["up"].Pending != total {
+		t.Fatalf("pending = %d, want %d", st["up"].Pending, total)
+	}
+}
+
+func TestEnqueueFlushesAfterDelay(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	clock := &manualClock{}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(context.Background(), "up", []byte("x"), "lonely", nil)
+		done <- err
+	}()
+	// Until the delay timer fires the lone message waits for company.
+	waitFor(t, "the batch timer", 5*time.Second, func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.timers) == 1
+	})
+	if n := len(p.commands(isEnqueue)); n != 0 {
+		t.Fatalf("%d commands before the delay passed", n)
+	}
+	clock.fire()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.commands(isEnqueue)); n != 1 {
+		t.Fatalf("%d commands, want 1", n)
+	}
+}
+
+func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	clock := &manualClock{}
+	ids := []string{"gen-1", "gen-2"}
+	var idMu sync.Mutex
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Clock: clock,
+		NewID: func() string { idMu.Lock(); defer idMu.Unlock(); id := ids[0]; ids = ids[1:]; return id }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	// Two concurrent enqueues of one id land in one batch.
+	results := make(chan EnqueueResult, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			res, err := e.Enqueue(context.Background(), "up", []byte("same"), "dup", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	waitFor(t, "both enqueues in the loop", 5*time.Second, func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.timers) == 1
+	})
+	// The second may still be on its way into the batch; fire until both
+	// answered.
+	var got []EnqueueResult
+	for len(got) < 2 {
+		clock.fire()
+		select {
+		case r := <-results:
+			got = append(got, r)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	dups := 0
+	for _, r := range got {
+		if r.ID != "dup" {
+			t.Fatalf("result id %q", r.ID)
+		}
+		if r.Duplicate {
+			dups++
+		}
+	}
+	if dups != 1 {
+		t.Fatalf("%d of 2 concurrent enqueues of one id were duplicates, want 1", dups)
+	}
+
+	// A later enqueue of the same id is a duplicate too.
+	later := make(chan EnqueueResult, 1)
+	go func() {
+		res, err := e.Enqueue(context.Background(), "up", []byte("same"), "dup", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		later <- res
+	}()
+	var res EnqueueResult
+	for done := false; !done; {
+		clock.fire()
+		select {
+		case res = <-later:
+			done = true
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if !res.Duplicate {
+		t.Fatal("re-enqueue of a stored id was not a duplicate")
+	}
+	st, _ := f.SFStats()
+	if st["up"].Pending != 1 {
+		t.Fatalf("pending = %d, want 1", st["up"].Pending)
+	}
+
+	// No id given: the injected generator names the message.
+	gen := make(chan EnqueueResult, 1)
+	go func() {
+		res, _ := e.Enqueue(context.Background(), "up", []byte("x"), "", nil)
+		gen <- res
+	}()
+	for done := false; !done; {
+		clock.fire()
+		select {
+		case res = <-gen:
+			done = true
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if res.ID != "gen-1" || res.Duplicate {
+		t.Fatalf("generated id result %+v, want gen-1", res)
+	}
+}
+
+func TestEnqueueRefusals(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	targets := StaticTargets{
+		"alpha": {Name: "alpha", URL: "http://x", MaxPayloadBytes: 10},
+		"beta":  {Name: "beta", URL: "http://y"},
+	}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cases := []struct {
+		name    string
+		target  string
+		payload string
+		id      string
+		headers []Header
+		check   func(error) bool
+	}{
+		{"unknown target lists the known ones", "gamma", "x", "", nil, func(err error) bool {
+			var u *UnknownTargetError
+			return errors.As(err, &u) && u.Target == "gamma" && strings.Join(u.Known, ",") == "alpha,beta"
+		}},
+		{"payload over the target limit", "alpha", "01234567890", "", nil, func(err error) bool {
+			var tb *PayloadTooLargeError
+			return errors.As(err, &tb) && tb.Size == 11 && tb.Limit == 10
+		}},
+		{"id too long", "beta", "x", strings.Repeat("i", 513), nil, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+		{"reserved header", "beta", "x", "", []Header{{Key: "idempotency-key", Value: "v"}}, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+		{"empty header name", "beta", "x", "", []Header{{Key: "", Value: "v"}}, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.Enqueue(context.Background(), c.target, []byte(c.payload), c.id, c.headers)
+			if err == nil || !c.check(err) {
+				t.Fatalf("error = %v", err)
+			}
+		})
+	}
+	if n := len(p.commands(isEnqueue)); n != 0 {
+		t.Fatalf("%d commands proposed for refused messages", n)
+	}
+	// At the limit is fine.
+	if _, err := e.Enqueue(context.Background(), "alpha", []byte("0123456789"), "", nil); err != nil {
+		t.Fatalf("payload at the limit: %v", err)
+	}
+}
+
+func TestEnqueueUnavailable(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	p.down.Store(true)
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err = e.Enqueue(context.Background(), "up", []byte("x"), "a", nil)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errNoLeader) {
+		t.Fatalf("error = %v, want ErrUnavailable wrapping the proposer's error", err)
+	}
+	p.down.Store(false)
+	res, err := e.Enqueue(context.Background(), "up", []byte("x"), "a", nil)
+	if err != nil || res.Duplicate {
+		t.Fatalf("after recovery: %+v %v", res, err)
+	}
+}
+
+func TestEnqueueClosed(t *testing.T) {
+	f := newFSM(t, true)
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: &applyProposer{f: f}, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	if _, err := e.Enqueue(context.Background(), "up", []byte("x"), "a", nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("error = %v, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,240 @@
+package storeforward
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/role"
+)
+
+// Proposer commits a command through Raft on the leader (the daemon forwards
+// from followers) and returns the FSM's result. An error means the command's
+// fate is unknown or it was not committed (no leader, no quorum, timeout);
+// a deterministic refusal comes back as Result.Err.
+type Proposer interface {
+	Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error)
+}
+
+// Reader is the FSM read side this package needs; *fsm.FSM satisfies it.
+type Reader interface {
+	SFPending(target string, afterSeq uint64, limit int) ([]fsm.Message, error)
+	SFParked(target string, limit int) ([]fsm.Message, error)
+	SFStats() (map[string]fsm.TargetStats, error)
+	// Changes delivers the applied index after every applied batch,
+	// coalesced; it carries the current index at once.
+	Changes() (<-chan uint64, func())
+}
+
+// RoleSource is the role stream; *role.Broadcaster satisfies it.
+type RoleSource interface {
+	Current() role.State
+	Watch() (<-chan role.State, func())
+}
+
+// TargetLookup answers which targets exist now; *Deliverer satisfies it
+// (it holds the configured targets on every node, Active or not).
+type TargetLookup interface {
+	Target(name string) (Target, bool)
+	TargetNames() []string
+}
+
+// Clock is the time source; tests inject their own.
+type Clock interface {
+	Now() time.Time
+	// After is time.After.
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// SystemClock is the wall clock.
+func SystemClock() Clock { return systemClock{} }
+
+// RandomID returns 16 random bytes in hex: the default generated message id.
+func RandomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// defaultJitter draws from the goroutine-safe global generator.
+func defaultJitter() float64 { return mathrand.Float64() }
+
+// Header is one message header.
+type Header = fsm.Header
+
+// Message is a pending or parked message as the FSM stores it.
+type Message = fsm.Message
+
+// Reserved headers are set by delivery itself and may not be configured or
+// enqueued.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderEpoch          = "X-Scadad-Epoch"
+)
+
+func reservedHeader(name string) bool {
+	return strings.EqualFold(name, HeaderIdempotencyKey) || strings.EqualFold(name, HeaderEpoch)
+}
+
+// Defaults of a Target's zero fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultBackoffFloor    = 500 * time.Millisecond
+	DefaultBackoffMax      = 5 * time.Minute
+	DefaultMaxAttempts     = 10
+	DefaultMaxPayloadBytes = 1 << 20
+)
+
+// Target is one delivery endpoint. The daemon maps siteconfig.Target to it.
+// Zero durations and limits take the defaults above.
+type Target struct {
+	Name string
+	// URL is the http(s) endpoint messages are POSTed to.
+	URL string
+	// Headers are added to every delivery; a message's own headers win.
+	Headers map[string]string
+	// Timeout bounds one delivery attempt, answer included.
+	Timeout time.Duration
+	// BackoffFloor and BackoffMax bound the wait after a failed attempt.
+	BackoffFloor time.Duration
+	BackoffMax   time.Duration
+	// MaxAttempts failed attempts park a message.
+	MaxAttempts int
+	// MaxPayloadBytes rejects larger messages at enqueue (at most
+	// fsm.MaxPayloadBytes).
+	MaxPayloadBytes int
+}
+
+// withDefaults fills zero fields.
+func (t Target) withDefaults() Target {
+	if t.Timeout <= 0 {
+		t.Timeout = DefaultTimeout
+	}
+	if t.BackoffFloor <= 0 {
+		t.BackoffFloor = DefaultBackoffFloor
+	}
+	if t.BackoffMax <= 0 {
+		t.BackoffMax = DefaultBackoffMax
+	}
+	if t.BackoffMax < t.BackoffFloor {
+		t.BackoffMax = t.BackoffFloor
+	}
+	if t.MaxAttempts <= 0 {
+		t.MaxAttempts = DefaultMaxAttempts
+	}
+	if t.MaxPayloadBytes <= 0 {
+		t.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return t
+}
+
+func (t Target) validate() error {
+	if t.Name == "" || len(t.Name) > fsm.MaxIDBytes {
+		return fmt.Errorf("target name %q: want 1..%d bytes", t.Name, fsm.MaxIDBytes)
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		return fmt.Errorf("target %s: url: %w", t.Name, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("target %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
+	}
+	for k := range t.Headers {
+		if reservedHeader(k) {
+			return fmt.Errorf("target %s: header %s is set by delivery and may not be configured", t.Name, k)
+		}
+	}
+	if t.MaxPayloadBytes > fsm.MaxPayloadBytes {
+		return fmt.Errorf("target %s: max payload %d bytes is above the buffer's limit %d", t.Name, t.MaxPayloadBytes, fsm.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// sameTarget reports whether two configurations deliver identically.
+func sameTarget(a, b Target) bool {
+	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
+		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
+		len(a.Headers) != len(b.Headers) {
+		return false
+	}
+	for k, v := range a.Headers {
+		if bv, ok := b.Headers[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// StaticTargets is a fixed TargetLookup (tests, tools).
+type StaticTargets map[string]Target
+
+// Target implements TargetLookup.
+func (s StaticTargets) Target(name string) (Target, bool) {
+	t, ok := s[name]
+	if ok {
+		t = t.withDefaults()
+	}
+	return t, ok
+}
+
+// TargetNames implements TargetLookup.
+func (s StaticTargets) TargetNames() []string {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Errors. Each typed error names what was refused so an API can map it to
+// a status code.
+var (
+	// ErrUnavailable: the command could not be committed (no leader, no
+	// quorum, timeout). For an enqueue the outcome is unknown: retry with
+	// the same id.
+	ErrUnavailable = errors.New("store-and-forward unavailable: no leader or quorum")
+	// ErrClosed: the Enqueuer was closed.
+	ErrClosed = errors.New("store-and-forward enqueuer closed")
+	// ErrInvalid: the message or request is malformed.
+	ErrInvalid = errors.New("invalid store-and-forward request")
+)
+
+// UnknownTargetError is returned for a target that is not configured.
+type UnknownTargetError struct {
+	Target string
+	Known  []string
+}
+
+func (e *UnknownTargetError) Error() string {
+	return fmt.Sprintf("unknown store-and-forward target %q (known: %s)", e.Target, strings.Join(e.Known, ", "))
+}
+
+// PayloadTooLargeError is returned for a payload above the target's limit.
+type PayloadTooLargeError struct {
+	Target string
+	Size   int
+	Limit  int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("payload of %d bytes exceeds target %s's limit of %d bytes", e.Size, e.Target, e.Limit)
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
