@@ -12,6 +12,7 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/role"
@@ -186,3 +187,17 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 var serviceLevelID = ua.NewNumericNodeID(0, 2267)
+
+// metricValue reads a counter or gauge without prometheus/testutil, whose
+// extra dependencies are not in go.mod.
+func metricValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatalf("read metric: %v", err)
+	}
+	if out.Counter != nil {
+		return out.Counter.GetValue()
+	}
+	return out.Gauge.GetValue()
+}

@@ -1,0 +1,334 @@
+package opcua
+
+import (
+	"context"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	gopcua "github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+)
+
+// ClientOptions configure the helper clients: the peer probe, Pick and Watch.
+// The zero value connects with security None as the anonymous user.
+type ClientOptions struct {
+	// SecurityPolicy ("None", "Basic256Sha256") and SecurityMode ("None",
+	// "Sign", "SignAndEncrypt"); empty means None.
+	SecurityPolicy string
+	SecurityMode   string
+	// Certificate (DER) and PrivateKey identify the client on secure channels.
+	Certificate []byte
+	PrivateKey  *rsa.PrivateKey
+	// Username and Password select a user-name identity; empty is anonymous.
+	Username string
+	Password string
+	// Timeout bounds one connect-and-read (default 2 s).
+	Timeout time.Duration
+}
+
+func (o ClientOptions) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return 2 * time.Second
+	}
+	return o.Timeout
+}
+
+// dial connects a client to endpoint. Secure channels need the server's
+// certificate and the user-token policy, so those first ask GetEndpoints.
+func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {
+	policy, mode := o.SecurityPolicy, o.SecurityMode
+	if policy == "" {
+		policy = "None"
+	}
+	if mode == "" {
+		mode = "None"
+	}
+	sec, err := resolveSecurity([]SecurityProfile{{Policy: policy, Mode: mode}})
+	if err != nil {
+		return nil, fmt.Errorf("client security: %w", err)
+	}
+	tokenType := ua.UserTokenTypeAnonymous
+	if o.Username != "" {
+		tokenType = ua.UserTokenTypeUserName
+	}
+	opts := []gopcua.Option{
+		gopcua.AutoReconnect(false),
+		gopcua.RequestTimeout(o.timeout()),
+		gopcua.DialTimeout(o.timeout()),
+		gopcua.SessionTimeout(time.Minute),
+	}
+	if sec[0].mode == ua.MessageSecurityModeNone && tokenType == ua.UserTokenTypeAnonymous {
+		opts = append(opts, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous())
+	} else {
+		eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()))
+		if err != nil {
+			return nil, fmt.Errorf("get endpoints of %s: %w", endpoint, err)
+		}
+		ep, err := gopcua.SelectEndpoint(eps, sec[0].policyURI, sec[0].mode)
+		if err != nil {
+			return nil, fmt.Errorf("select endpoint of %s: %w", endpoint, err)
+		}
+		ep.EndpointURL = endpoint // the advertised host may differ from the one we reached
+		opts = append(opts, gopcua.SecurityFromEndpoint(ep, tokenType))
+		if o.Certificate != nil {
+			opts = append(opts, gopcua.Certificate(o.Certificate))
+		}
+		if o.PrivateKey != nil {
+			opts = append(opts, gopcua.PrivateKey(o.PrivateKey))
+		}
+		if tokenType == ua.UserTokenTypeUserName {
+			opts = append(opts, gopcua.AuthUsername(o.Username, o.Password))
+		} else {
+			opts = append(opts, gopcua.AuthAnonymous())
+		}
+	}
+	c, err := gopcua.NewClient(endpoint, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", endpoint, err)
+	}
+	if err := c.Connect(ctx); err != nil {
+		c.Close(context.Background())
+		return nil, fmt.Errorf("connect %s: %w", endpoint, err)
+	}
+	return c, nil
+}
+
+var errNoLevel = errors.New("ServiceLevel read returned no value")
+
+func readLevel(ctx context.Context, c *gopcua.Client) (byte, error) {
+	resp, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{
+		NodeID: ua.NewNumericNodeID(0, id.Server_ServiceLevel), AttributeID: ua.AttributeIDValue,
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("read ServiceLevel: %w", err)
+	}
+	if len(resp.Results) != 1 || resp.Results[0].Status != ua.StatusOK || resp.Results[0].Value == nil {
+		return 0, errNoLevel
+	}
+	b, ok := resp.Results[0].Value.Value().(byte)
+	if !ok {
+		return 0, fmt.Errorf("ServiceLevel is %T, not Byte", resp.Results[0].Value.Value())
+	}
+	return b, nil
+}
+
+// ReadServiceLevel connects to endpoint, reads Server.ServiceLevel and
+// disconnects, all within the options' timeout.
+func ReadServiceLevel(ctx context.Context, endpoint string, o ClientOptions) (byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout())
+	defer cancel()
+	c, err := o.dial(ctx, endpoint)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	lvl, err := readLevel(ctx, c)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", endpoint, err)
+	}
+	return lvl, nil
+}
+
+// Pick reads every endpoint's ServiceLevel and returns the highest; a tie
+// goes to the endpoint listed first. levels holds the endpoints that answered.
+func Pick(ctx context.Context, urls []string) (string, map[string]byte, error) {
+	return PickWith(ctx, urls, ClientOptions{})
+}
+
+// PickWith is Pick with explicit client options.
+func PickWith(ctx context.Context, urls []string, o ClientOptions) (string, map[string]byte, error) {
+	if len(urls) == 0 {
+		return "", nil, fmt.Errorf("pick: no endpoints")
+	}
+	type answer struct {
+		lvl byte
+		err error
+	}
+	answers := make([]answer, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lvl, err := ReadServiceLevel(ctx, u, o)
+			answers[i] = answer{lvl, err}
+		}()
+	}
+	wg.Wait()
+	levels := make(map[string]byte)
+	best, bestLvl := -1, byte(0)
+	var errs []error
+	for i, a := range answers {
+		if a.err != nil {
+			errs = append(errs, a.err)
+			continue
+		}
+		levels[urls[i]] = a.lvl
+		if best < 0 || a.lvl > bestLvl {
+			best, bestLvl = i, a.lvl
+		}
+	}
+	if best < 0 {
+		return "", levels, fmt.Errorf("pick: no endpoint answered: %w", errors.Join(errs...))
+	}
+	if bestLvl == LevelDown {
+		return "", levels, fmt.Errorf("pick: every answering endpoint publishes ServiceLevel 0")
+	}
+	return urls[best], levels, nil
+}
+
+// Watch follows a node's value on whichever endpoint has the highest
+// ServiceLevel, printing each notification to out. It re-picks when the
+// session dies or the watched server's ServiceLevel drops, and prints the
+// gap between the last notification before a failover and the first after.
+// It returns when ctx ends.
+func Watch(ctx context.Context, urls []string, nodeID string, out io.Writer) error {
+	return WatchWith(ctx, urls, nodeID, out, ClientOptions{})
+}
+
+// WatchWith is Watch with explicit client options.
+func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer, o ClientOptions) error {
+	nid, err := ua.ParseNodeID(nodeID)
+	if err != nil {
+		return fmt.Errorf("watch: node id %q: %w", nodeID, err)
+	}
+	w := &watcher{out: out, opts: o, node: nid}
+	for ctx.Err() == nil {
+		url, levels, err := PickWith(ctx, urls, o)
+		if err != nil {
+			fmt.Fprintf(out, "%s pick: %v\n", stamp(time.Now()), err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		if w.url != "" {
+			fmt.Fprintf(out, "%s failover %s -> %s (levels %v)\n", stamp(time.Now()), w.url, url, levels)
+			w.failedOver = true
+		} else {
+			fmt.Fprintf(out, "%s watching %s on %s (levels %v)\n", stamp(time.Now()), nodeID, url, levels)
+		}
+		w.url = url
+		reason := w.follow(ctx)
+		if ctx.Err() == nil {
+			fmt.Fprintf(out, "%s leaving %s: %v\n", stamp(time.Now()), url, reason)
+		}
+	}
+	return nil
+}
+
+func stamp(t time.Time) string { return t.Format("15:04:05.000") }
+
+type watcher struct {
+	out        io.Writer
+	opts       ClientOptions
+	node       *ua.NodeID
+	url        string
+	lastValue  time.Time
+	failedOver bool
+}
+
+const (
+	handleValue = 1
+	handleLevel = 2
+)
+
+// follow subscribes on w.url and returns why it stopped.
+func (w *watcher) follow(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	states := make(chan gopcua.ConnState, 8)
+	c, err := w.opts.dial(ctx, w.url, gopcua.StateChangedCh(states))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	notes := make(chan *gopcua.PublishNotificationData, 16)
+	sub, err := c.Subscribe(ctx, &gopcua.SubscriptionParameters{Interval: 100 * time.Millisecond, MaxKeepAliveCount: 5, LifetimeCount: 50}, notes)
+	if err != nil {
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	res, err := sub.Monitor(ctx, ua.TimestampsToReturnBoth,
+		gopcua.NewMonitoredItemCreateRequestWithDefaults(w.node, ua.AttributeIDValue, handleValue),
+		gopcua.NewMonitoredItemCreateRequestWithDefaults(ua.NewNumericNodeID(0, id.Server_ServiceLevel), ua.AttributeIDValue, handleLevel))
+	if err != nil {
+		return fmt.Errorf("monitor: %w", err)
+	}
+	for _, r := range res.Results {
+		if r.StatusCode != ua.StatusOK {
+			return fmt.Errorf("monitor %s: %w", w.node, r.StatusCode)
+		}
+	}
+	// Keep-alives arrive every Interval*MaxKeepAliveCount; silence for much
+	// longer means the session is gone even if no error surfaced.
+	const silence = 3 * time.Second
+	idle := time.NewTimer(silence)
+	defer idle.Stop()
+	level := -1
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case st := <-states:
+			if st == gopcua.Closed || st == gopcua.Disconnected {
+				return fmt.Errorf("session %v", st)
+			}
+		case <-idle.C:
+			return fmt.Errorf("no publish response for %v", silence)
+		case n := <-notes:
+			idle.Reset(silence)
+			if n.Error != nil {
+				return fmt.Errorf("subscription: %w", n.Error)
+			}
+			dcn, ok := n.Value.(*ua.DataChangeNotification)
+			if !ok {
+				continue
+			}
+			for _, item := range dcn.MonitoredItems {
+				if item == nil || item.Value == nil {
+					continue
+				}
+				switch item.ClientHandle {
+				case handleLevel:
+					lvl := -1
+					if item.Value.Value != nil {
+						if b, ok := item.Value.Value.Value().(byte); ok {
+							lvl = int(b)
+						}
+					}
+					fmt.Fprintf(w.out, "%s %s ServiceLevel %d\n", stamp(time.Now()), w.url, lvl)
+					if level >= 0 && lvl < level {
+						return fmt.Errorf("ServiceLevel dropped %d -> %d", level, lvl)
+					}
+					level = lvl
+				case handleValue:
+					now := time.Now()
+					if w.failedOver && !w.lastValue.IsZero() {
+						fmt.Fprintf(w.out, "%s notification gap %v\n", stamp(now), now.Sub(w.lastValue).Round(time.Millisecond))
+						w.failedOver = false
+					}
+					w.lastValue = now
+					var v any
+					if item.Value.Value != nil {
+						v = item.Value.Value.Value()
+					}
+					fmt.Fprintf(w.out, "%s %s %s = %v (%s, source %s)\n", stamp(now), w.url, w.node, v,
+						statusName(item.Value.Status), stamp(item.Value.SourceTimestamp))
+				}
+			}
+		}
+	}
+}
+
+func statusName(c ua.StatusCode) string {
+	if c == ua.StatusOK {
+		return "Good"
+	}
+	return fmt.Sprintf("0x%08X", uint32(c))
+}
