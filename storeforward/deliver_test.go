@@ -1,0 +1,394 @@
+package storeforward
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/role"
+)
+
+func TestDeliveryFIFOWithHeadersAndBatchedRemoval(t *testing.T) {
+	const n = 60
+	var (
+		s1, s2 *sink
+	)
+	// Hold the first SFDelivered until the sinks have every message, so
+	// the rest must be removed together in later, bigger commands.
+	release := make(chan struct{})
+	var blockedMu sync.Mutex
+	blocked := map[string]bool{} // target (id prefix) → first removal held
+	h := newHarness(t, role.State{Role: role.Standby})
+	h.p.before = func(ctx context.Context, cmd *fsmpb.Command) error {
+		d := cmd.GetSfDelivered()
+		if d == nil {
+			return nil
+		}
+		prefix, _, _ := strings.Cut(d.Ids[0], "-")
+		blockedMu.Lock()
+		first := !blocked[prefix]
+		blocked[prefix] = true
+		blockedMu.Unlock()
+		if first {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	s1 = newSink(t, h.roles, nil)
+	s2 = newSink(t, h.roles, nil)
+	t1 := fastTarget("one", s1.srv.URL+"/in")
+	t1.Headers = map[string]string{"Authorization": "Bearer t"}
+	if err := h.d.SetTargets([]Target{t1, fastTarget("two", s2.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := h.e.Enqueue(context.Background(), "one", []byte(fmt.Sprint("a", i)), fmt.Sprintf("one-%02d", i), []Header{{Key: "Content-Type", Value: "text/plain"}}); err != nil {
+			t.Fatal(err)
+		}
+		h.enqueue(t, "two", fmt.Sprintf("two-%02d", i), fmt.Sprint("b", i))
+	}
+	h.roles.Publish(activeState(2, 7))
+	waitFor(t, "every message at the sinks", 10*time.Second, func() bool {
+		return len(s1.requests()) >= n && len(s2.requests()) >= n
+	})
+	close(release)
+	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool {
+		return h.stats(t, "one").Pending == 0 && h.stats(t, "two").Pending == 0
+	})
+	for name, s := range map[string]*sink{"one": s1, "two": s2} {
+		got := s.requests()
+		if len(got) != n {
+			t.Fatalf("%s: %d requests, want %d (each once)", name, len(got), n)
+		}
+		for i, r := range got {
+			if want := fmt.Sprintf("%s-%02d", name, i); r.ID != want {
+				t.Fatalf("%s: request %d has id %q, want %q (FIFO)", name, i, r.ID, want)
+			}
+			if r.Epoch != "2.7" {
+				t.Fatalf("%s: epoch header %q, want 2.7", name, r.Epoch)
+			}
+		}
+	}
+	r := s1.requests()[0]
+	if r.Headers.Get("Authorization") != "Bearer t" || r.Headers.Get("Content-Type") != "text/plain" || r.Body != "a0" {
+		t.Fatalf("headers/body not carried: %v %q", r.Headers, r.Body)
+	}
+	if ct := s2.requests()[0].Headers.Get("Content-Type"); ct != "application/octet-stream" {
+		t.Fatalf("default content type %q", ct)
+	}
+	removals := h.p.commands(isDelivered)
+	ids := 0
+	for _, c := range removals {
+		ids += len(c.GetSfDelivered().Ids)
+	}
+	if ids != 2*n {
+		t.Fatalf("SFDelivered carried %d ids, want %d", ids, 2*n)
+	}
+	// Per target: the held first removal, then the rest in one or two.
+	if len(removals) > 6 {
+		t.Fatalf("%d SFDelivered commands for %d messages: not batched", len(removals), 2*n)
+	}
+	if st := h.stats(t, "one"); st.Delivered != n {
+		t.Fatalf("delivered counter %d", st.Delivered)
+	}
+}
+
+func TestDeliveryFailureThenRecovery(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var failing atomic.Bool
+	failing.Store(true)
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	if err := h.d.SetTargets([]Target{fastTarget("up", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
+	}
+	waitFor(t, "a few failed attempts", 10*time.Second, func() bool { return len(s.requests()) >= 5 })
+	for _, r := range s.requests() {
+		if r.ID != "m00" {
+			t.Fatalf("while the head fails, %s was sent (FIFO broken)", r.ID)
+		}
+	}
+	if st, err := h.op.Stats(); err != nil || len(st) != 1 || !strings.Contains(st[0].LastError, "503") || st[0].HeadAttempts == 0 {
+		t.Fatalf("stats while failing: %+v %v", st, err)
+	}
+	failing.Store(false)
+	waitFor(t, "all delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	var ok []string
+	for _, r := range s.requests() {
+		if r.ID != "m00" || len(ok) == 0 {
+			if len(ok) == 0 || ok[len(ok)-1] != r.ID {
+				ok = append(ok, r.ID)
+			}
+		}
+	}
+	if len(ok) != 20 {
+		t.Fatalf("distinct in-order ids %v", ok)
+	}
+	for i, id := range ok {
+		if id != fmt.Sprintf("m%02d", i) {
+			t.Fatalf("order %v", ok)
+		}
+	}
+	if st := h.stats(t, "up"); st.Parked != 0 || st.Delivered != 20 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if strings.HasPrefix(r.ID, "bad") {
+			return http.StatusBadGateway
+		}
+		return http.StatusOK
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.MaxAttempts = 3
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ok-1", "bad-1", "ok-2", "bad-2", "ok-3"} {
+		h.enqueue(t, "up", id, id)
+	}
+	waitFor(t, "queue drained", 10*time.Second, func() bool {
+		st := h.stats(t, "up")
+		return st.Pending == 0 && st.Parked == 2
+	})
+	counts := map[string]int{}
+	var order []string
+	for _, r := range s.requests() {
+		if counts[r.ID] == 0 {
+			order = append(order, r.ID)
+		}
+		counts[r.ID]++
+	}
+	if strings.Join(order, ",") != "ok-1,bad-1,ok-2,bad-2,ok-3" {
+		t.Fatalf("first-attempt order %v", order)
+	}
+	if counts["bad-1"] != 3 || counts["bad-2"] != 3 || counts["ok-2"] != 1 {
+		t.Fatalf("attempt counts %v, want 3 per bad message", counts)
+	}
+	parked, err := h.op.List("up", true, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 2 || parked[0].ID != "bad-1" || parked[0].Attempts != 3 || !strings.Contains(parked[0].ParkReason, "502") {
+		t.Fatalf("parked %+v", parked)
+	}
+}
+
+func TestOperatorRetryAndDiscard(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var healed atomic.Bool
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if healed.Load() {
+			return http.StatusOK
+		}
+		return http.StatusInternalServerError
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.MaxAttempts = 1
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		h.enqueue(t, "up", id, id)
+	}
+	waitFor(t, "all parked", 10*time.Second, func() bool { return h.stats(t, "up").Parked == 3 })
+	healed.Store(true)
+
+	ctx := context.Background()
+	res, err := h.op.Retry(ctx, Selection{IDs: []string{"a", "nope"}})
+	if err != nil || res.Moved != 1 || len(res.NotParked) != 1 || res.NotParked[0] != "nope" {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	waitFor(t, "a delivered after retry", 10*time.Second, func() bool {
+		st := h.stats(t, "up")
+		return st.Delivered == 1 && st.Pending == 0
+	})
+	res, err = h.op.Discard(ctx, Selection{AllOfTarget: "up"}, "operator said so")
+	if err != nil || res.Moved != 2 {
+		t.Fatalf("discard all: %+v %v", res, err)
+	}
+	st := h.stats(t, "up")
+	if st.Parked != 0 || st.Discarded != 2 || st.Delivered != 1 {
+		t.Fatalf("stats after discard %+v", st)
+	}
+	if r := h.enqueue(t, "up", "b", "again"); !r.Duplicate {
+		t.Fatal("re-enqueue of a discarded id was stored again")
+	}
+	if _, err := h.op.Retry(ctx, Selection{}); err == nil {
+		t.Fatal("retry with an empty selection accepted")
+	}
+	stats, err := h.op.Stats()
+	if err != nil || len(stats) != 1 || !stats[0].Configured || stats[0].Discarded != 2 {
+		t.Fatalf("operator stats %+v %v", stats, err)
+	}
+}
+
+func TestDeliveryStopsWhenRoleLeavesActive(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	const stopAfter = 5
+	var violations atomic.Int32
+	var delivered atomic.Int32
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if r.Role != role.Active {
+			violations.Add(1)
+		}
+		// Publish the role change while this delivery is being
+		// answered: the worker must not start another one.
+		if delivered.Add(1) == stopAfter {
+			h.roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 2}})
+		}
+		return http.StatusOK
+	})
+	if err := h.d.SetTargets([]Target{fastTarget("up", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
+	}
+	waitFor(t, "delivery to stop", 10*time.Second, func() bool {
+		st := h.d.Status()
+		return !st.Active && len(st.Workers) == 0
+	})
+	if got := len(s.requests()); got != stopAfter {
+		t.Fatalf("%d deliveries, want exactly %d: delivery continued after the role change", got, stopAfter)
+	}
+	// Resume under a new epoch: the rest arrive, stamped with it.
+	h.roles.Publish(activeState(1, 3))
+	waitFor(t, "the rest delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	got := s.requests()
+	for i, r := range got[stopAfter:] {
+		if r.Epoch != "1.3" {
+			t.Fatalf("request %d after resuming has epoch %q, want 1.3", i, r.Epoch)
+		}
+	}
+	if violations.Load() != 0 {
+		t.Fatalf("%d requests arrived while the node was not Active", violations.Load())
+	}
+	// At-least-once: the message answered as the role changed may be sent
+	// again; everything else exactly once, all in order.
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[r.ID]++
+	}
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("m%02d", i)
+		if seen[id] == 0 || (seen[id] > 1 && i != stopAfter-1) {
+			t.Fatalf("delivery counts %v", seen)
+		}
+	}
+}
+
+func TestRoleLossCancelsInFlightDelivery(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	arrived := make(chan struct{}, 1)
+	s := newSink(t, h.roles, func(r received, n int) int {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		return 0 // hang until the client goes away
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.Timeout = time.Hour // only the role change can end this attempt
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "slow", "x")
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("delivery never started")
+	}
+	start := time.Now()
+	h.roles.Publish(role.State{Role: role.Detached})
+	waitFor(t, "delivery to stop", 10*time.Second, func() bool { return len(h.d.Status().Workers) == 0 })
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("stopping took %v", d)
+	}
+	if st := h.stats(t, "up"); st.Pending != 1 || st.Parked != 0 {
+		t.Fatalf("an interrupted delivery changed the buffer: %+v", st)
+	}
+}
+
+func TestNeverAnsweringTargetIsBoundedByTimeout(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	s := newSink(t, h.roles, func(r received, n int) int { return 0 })
+	tg := fastTarget("black-hole", s.srv.URL)
+	tg.Timeout = 50 * time.Millisecond
+	tg.MaxAttempts = 2
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.enqueue(t, "black-hole", "m", "x")
+	waitFor(t, "the message parked", 10*time.Second, func() bool { return h.stats(t, "black-hole").Parked == 1 })
+	if d := time.Since(start); d < 2*tg.Timeout {
+		t.Fatalf("parked after %v, before two timeouts of %v", d, tg.Timeout)
+	}
+	parked, err := h.op.List("black-hole", true, 1)
+	if err != nil || len(parked) != 1 || !strings.Contains(parked[0].ParkReason, "no answer within 50ms") {
+		t.Fatalf("parked %+v %v", parked, err)
+	}
+}
+
+func TestSetTargetsReconfiguresByDifference(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var mu sync.Mutex
+	hits := map[string]int{}
+	s := newSink(t, h.roles, func(r received, n int) int {
+		mu.Lock()
+		hits[r.Headers.Get("X-Which")]++
+		mu.Unlock()
+		return http.StatusOK
+	})
+	mk := func(name, which string) Target {
+		tg := fastTarget(name, s.srv.URL)
+		tg.Headers = map[string]string{"X-Which": which}
+		return tg
+	}
+	if err := h.d.SetTargets([]Target{mk("a", "a1"), mk("b", "b1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "workers a and b", 5*time.Second, func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,b" })
+	if err := h.d.SetTargets([]Target{mk("a", "a2"), mk("c", "c1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "workers a and c", 5*time.Second, func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,c" })
+	h.enqueue(t, "a", "x1", "x")
+	h.enqueue(t, "c", "x2", "x")
+	waitFor(t, "delivered", 5*time.Second, func() bool { return h.stats(t, "a").Pending == 0 && h.stats(t, "c").Pending == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if hits["a2"] != 1 || hits["c1"] != 1 || hits["a1"] != 0 {
+		t.Fatalf("deliveries by config %v: a changed target must use its new headers", hits)
+	}
+	if _, err := h.e.Enqueue(context.Background(), "b", []byte("x"), "", nil); err == nil {
+		t.Fatal("enqueue to a removed target accepted")
+	}
+	if err := h.d.SetTargets([]Target{{Name: "bad", URL: "ftp://x"}}); err == nil {
+		t.Fatal("an ftp target accepted")
+	}
+	if got := h.d.TargetNames(); strings.Join(got, ",") != "a,c" {
+		t.Fatalf("an invalid SetTargets changed the targets: %v", got)
+	}
+}
