@@ -2,6 +2,7 @@ package siteconfig
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -161,5 +162,51 @@ func TestDecodeRejectsOversizedInput(t *testing.T) {
 	big := make([]byte, MaxArtifactBytes+1)
 	if _, err := Decode(big); err == nil || !strings.Contains(err.Error(), "limit") {
 		t.Fatalf("oversized input: %v", err)
+	}
+}
+
+func TestTestdataSeeds(t *testing.T) {
+	data, err := os.ReadFile("testdata/opcua-only.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(data); err != nil {
+		t.Fatalf("opcua-only seed: %v", err)
+	}
+	data, err = os.ReadFile("testdata/broken.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verr *ValidationError
+	if _, err := Parse(data); !errors.As(err, &verr) || len(verr.Problems) < 10 {
+		t.Fatalf("broken seed should list many problems at once, got %v", err)
+	}
+}
+
+func TestParseRejectsAliasBomb(t *testing.T) {
+	// Ten-fold nesting twelve deep, all inside a known key, so strict
+	// decoding has to expand it: 10^12 nodes unless the decoder refuses.
+	var b strings.Builder
+	b.WriteString("version: 1\nconnections:\n  - &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 12; i++ {
+		fmt.Fprintf(&b, "  - &a%d [", i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	start := time.Now()
+	_, err := Parse([]byte(b.String()))
+	if err == nil {
+		t.Fatal("an alias bomb parsed")
+	}
+	if len(err.Error()) > 64<<10 {
+		t.Errorf("the error is %d bytes long", len(err.Error()))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("alias bomb took %s to reject", d)
 	}
 }
