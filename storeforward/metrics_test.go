@@ -1,0 +1,112 @@
+package storeforward
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, h.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Components with metrics over the harness's FSM.
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if r.ID == "fails-once" && n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	d, err := NewDeliverer(DelivererOptions{Reader: h.f, Proposer: h.p, Roles: h.roles, Metrics: m, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: h.p, Targets: d, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := d.SetTargets([]Target{fastTarget("up", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "a"} {
+		if _, err := e.Enqueue(context.Background(), "up", []byte("x"), id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := gathered(t, reg, "scadad_sf_enqueued_total", "up"); got != 2 {
+		t.Fatalf("enqueued = %v, want 2", got)
+	}
+	if got := gathered(t, reg, "scadad_sf_enqueue_duplicates_total", "up"); got != 1 {
+		t.Fatalf("duplicates = %v, want 1", got)
+	}
+	if got := gathered(t, reg, "scadad_sf_pending", "up"); got != 2 {
+		t.Fatalf("pending gauge = %v, want 2", got)
+	}
+
+	if _, err := e.Enqueue(context.Background(), "up", []byte("x"), "fails-once", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	if got := gathered(t, reg, "scadad_sf_delivered_total", "up"); got != 3 {
+		t.Fatalf("delivered = %v, want 3", got)
+	}
+	if got := gathered(t, reg, "scadad_sf_delivery_errors_total", "up"); got != 1 {
+		t.Fatalf("delivery errors = %v, want 1", got)
+	}
+	if got := gathered(t, reg, "scadad_sf_enqueue_batch_messages", ""); got != 4 {
+		t.Fatalf("enqueue batches observed = %v, want 4 (sequential enqueues)", got)
+	}
+	if got := gathered(t, reg, "scadad_sf_pending", "up"); got != 0 {
+		t.Fatalf("pending gauge after delivery = %v", got)
+	}
+	if _, err := NewMetrics(reg, nil); err == nil {
+		t.Fatal("registering twice on one registry succeeded")
+	}
+}
+
+// gathered returns a metric's value for the target label (a counter or
+// gauge value, or a histogram's sample count).
+func gathered(t *testing.T, reg *prometheus.Registry, name, target string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := target == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "target" && l.GetValue() == target {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
