@@ -1,14 +1,18 @@
 package fsm
 
 import (
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"io"
 	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
@@ -189,3 +193,9 @@ func stateDigest(t testing.TB, f *FSM) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+func newSHA() hash.Hash { return sha256.New() }
+
+func newGzip(w io.Writer) *gzip.Writer { return gzip.NewWriter(w) }
+
+func protoMarshal(m proto.Message) ([]byte, error) { return proto.Marshal(m) }

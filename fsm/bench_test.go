@@ -1,0 +1,66 @@
+package fsm
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/fsm/fsmpb"
+)
+
+// BenchmarkApplyBatchEnqueue measures the FSM side of group-committed
+// enqueues: one ApplyBatch of entriesPerBatch entries, each an SFEnqueue of
+// msgsPerEntry 256-byte messages, with fsync on (the production setting).
+// Encoding (leader side) is outside the timer.
+func BenchmarkApplyBatchEnqueue(b *testing.B) {
+	const entriesPerBatch = 64
+	payload := make([]byte, 256)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+	for _, perEntry := range []int{1, 16, 128} {
+		for _, noSync := range []bool{false, true} {
+			b.Run(fmt.Sprintf("msgs_per_entry=%d/nosync=%v", perEntry, noSync), func(b *testing.B) {
+				f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: noSync})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				var index uint64
+				var id int
+				logs := make([]*raft.Log, entriesPerBatch)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					b.StopTimer()
+					for e := range logs {
+						msgs := make([]*fsmpb.Message, perEntry)
+						for m := range msgs {
+							id++
+							msgs[m] = &fsmpb.Message{Id: fmt.Sprintf("msg-%012d", id), Target: fmt.Sprintf("target-%d", id%4), Payload: payload}
+						}
+						data, err := Encode(&fsmpb.Command{StampUnixNano: int64(id), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}}})
+						if err != nil {
+							b.Fatal(err)
+						}
+						index++
+						logs[e] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+					}
+					b.StartTimer()
+					for _, r := range f.ApplyBatch(logs) {
+						if err := r.(*Result).Err; err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				msgs := float64(b.N * entriesPerBatch * perEntry)
+				b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+			})
+		}
+	}
+}
