@@ -267,3 +267,31 @@ func TestCanonicalEncodingMatchesPlainYAML(t *testing.T) {
 		t.Errorf("multi-line description did not survive: %q", back.Instances[0].Description)
 	}
 }
+
+func BenchmarkValidate5MB(b *testing.B) {
+	s := Generate(50, 250)
+	for b.Loop() {
+		if err := s.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The whole apply of a 5 MB deploy on a node with one watcher.
+func BenchmarkHolderSetArtifact5MB(b *testing.B) {
+	data, err := Canonical(Generate(50, 250))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := NewHolder()
+	ch, stop := h.Watch()
+	defer stop()
+	rev := Revision(0)
+	for b.Loop() {
+		rev++
+		if err := h.SetArtifact(data, rev); err != nil {
+			b.Fatal(err)
+		}
+		<-ch
+	}
+}
