@@ -537,6 +537,9 @@ func (c *Client) SubscribeTags(ctx context.Context, tags []string) ([]ItemResult
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %d tags: %w", len(tags), err)
 	}
+	if c.current() != s {
+		return nil, fmt.Errorf("subscribe %d tags: session %s was replaced meanwhile", len(tags), s.id)
+	}
 	return c.mapItems(s, tags, rep.GetSubscribeBulk().GetItems())
 }
 
@@ -617,6 +620,9 @@ func (c *Client) subscribeLegacy(ctx context.Context, s *liveSession, tags []str
 		}(i, it.GetItemHandle())
 	}
 	wg.Wait()
+	if c.current() != s {
+		return nil, fmt.Errorf("subscribe %d tags: session %s was replaced meanwhile", len(tags), s.id)
+	}
 	// Items whose advise failed are evicted (never remembered) so a later
 	// retry re-adds them cleanly.
 	c.remember(s, out)

@@ -1,0 +1,102 @@
+package subscribe
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Config is what the workers subscribe. The daemon maps the site
+// configuration onto it; keep it plain.
+type Config struct {
+	Connections []ConnectionConfig
+	Instances   []InstanceConfig
+}
+
+// ConnectionConfig is one gateway connection.
+type ConnectionConfig struct {
+	Name     string
+	Endpoint string
+	Options  ConnectionOptions
+}
+
+// ConnectionOptions tune one connection; zero values take the gateway
+// client's defaults.
+type ConnectionOptions struct {
+	// CommandTimeout is the session command timeout asked for at open.
+	CommandTimeout time.Duration
+	// WriteUserID 0 means supervisory advise.
+	WriteUserID   int32
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+}
+
+// InstanceConfig is one equipment instance whose attributes come from tags
+// on one connection.
+type InstanceConfig struct {
+	Name       string
+	Connection string
+	Attributes []Attribute
+}
+
+// Attribute maps an instance attribute to a tag address.
+type Attribute struct {
+	Name string
+	Tag  string
+}
+
+// Validate reports every problem in c.
+func (c Config) Validate() error {
+	var errs []error
+	conns := map[string]bool{}
+	for i, cc := range c.Connections {
+		switch {
+		case cc.Name == "":
+			errs = append(errs, fmt.Errorf("connections[%d]: name is empty", i))
+		case conns[cc.Name]:
+			errs = append(errs, fmt.Errorf("connections[%d]: duplicate name %q", i, cc.Name))
+		}
+		if cc.Endpoint == "" {
+			errs = append(errs, fmt.Errorf("connections[%d] %q: endpoint is empty", i, cc.Name))
+		}
+		conns[cc.Name] = true
+	}
+	insts := map[string]bool{}
+	for i, in := range c.Instances {
+		switch {
+		case in.Name == "":
+			errs = append(errs, fmt.Errorf("instances[%d]: name is empty", i))
+		case insts[in.Name]:
+			errs = append(errs, fmt.Errorf("instances[%d]: duplicate name %q", i, in.Name))
+		}
+		insts[in.Name] = true
+		if !conns[in.Connection] {
+			errs = append(errs, fmt.Errorf("instances[%d] %q: unknown connection %q", i, in.Name, in.Connection))
+		}
+		attrs := map[string]bool{}
+		for j, a := range in.Attributes {
+			if a.Name == "" || a.Tag == "" {
+				errs = append(errs, fmt.Errorf("instances[%d] %q attributes[%d]: name and tag are required", i, in.Name, j))
+			}
+			if attrs[a.Name] {
+				errs = append(errs, fmt.Errorf("instances[%d] %q attributes[%d]: duplicate attribute %q", i, in.Name, j, a.Name))
+			}
+			attrs[a.Name] = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) clone() Config {
+	out := Config{Connections: slices.Clone(c.Connections), Instances: make([]InstanceConfig, len(c.Instances))}
+	for i, in := range c.Instances {
+		in.Attributes = slices.Clone(in.Attributes)
+		out.Instances[i] = in
+	}
+	return out
+}
+
+func (a InstanceConfig) equal(b InstanceConfig) bool {
+	return a.Name == b.Name && a.Connection == b.Connection && slices.Equal(a.Attributes, b.Attributes)
+}

@@ -1,0 +1,193 @@
+package subscribe
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
+)
+
+// Value and Quality are the gateway's; re-exported so Sink implementers
+// need not import package gateway.
+type (
+	Value   = gateway.Value
+	Quality = gateway.Quality
+)
+
+// Sink receives tag values and qualities. The OPC UA server and history
+// forwarding implement it. It is called from several goroutines at once.
+type Sink interface {
+	TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time)
+}
+
+// TagConn is what the workers need from a gateway connection;
+// *gateway.Client implements it.
+type TagConn interface {
+	SubscribeTags(ctx context.Context, tags []string) ([]gateway.ItemResult, error)
+	RemoveItems(ctx context.Context, handles []int32) error
+}
+
+// Conn is a connection the manager runs: Run keeps it connected until ctx
+// ends, reporting to the gateway.Handler it was dialled with.
+type Conn interface {
+	TagConn
+	Run(ctx context.Context) error
+	Close() error
+}
+
+// Dialer makes connections.
+type Dialer interface {
+	Dial(cfg ConnectionConfig, events gateway.Handler) (Conn, error)
+}
+
+// GatewayDialer dials real gateways with package gateway's client.
+type GatewayDialer struct {
+	Metrics *gateway.Metrics
+	Logger  zerolog.Logger
+}
+
+// Dial implements Dialer.
+func (d GatewayDialer) Dial(cfg ConnectionConfig, events gateway.Handler) (Conn, error) {
+	c, err := gateway.New(gateway.Config{
+		Name: cfg.Name, Endpoint: cfg.Endpoint,
+		CommandTimeout: cfg.Options.CommandTimeout, WriteUserID: cfg.Options.WriteUserID,
+		ProbeInterval: cfg.Options.ProbeInterval, ProbeTimeout: cfg.Options.ProbeTimeout,
+		Handler: events, Metrics: d.Metrics, Logger: d.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial connection %q: %w", cfg.Name, err)
+	}
+	return c, nil
+}
+
+// coalescer gives a connection one subscribe lane: while a gateway call is
+// out, requests from other instances queue and then share the next call.
+// Tags are not de-duplicated across requests: each instance owns its items.
+type coalescer struct {
+	conn    TagConn
+	name    string
+	timeout time.Duration
+	metrics *Metrics
+	log     zerolog.Logger
+
+	mu      sync.Mutex
+	queue   []*subReq
+	running bool
+}
+
+type subReq struct {
+	ctx  context.Context
+	tags []string
+	done chan subResult
+}
+
+type subResult struct {
+	items []gateway.ItemResult
+	err   error
+}
+
+func (c *coalescer) subscribe(ctx context.Context, tags []string) ([]gateway.ItemResult, error) {
+	r := &subReq{ctx: ctx, tags: tags, done: make(chan subResult, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, r)
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		go c.loop()
+	}
+	select {
+	case res := <-r.done:
+		return res.items, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *coalescer) loop() {
+	for {
+		c.mu.Lock()
+		var batch []*subReq
+		for _, r := range c.queue {
+			if r.ctx.Err() == nil {
+				batch = append(batch, r)
+			}
+		}
+		c.queue = nil
+		if len(batch) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.call(batch)
+	}
+}
+
+// call sends one gateway subscribe for the whole batch. A requester that
+// goes away (superseded, stopped) does not cancel the call: cancelling would
+// not stop the gateway's apartment from running it, only hide its items from
+// us. The call is bounded by the in-flight ceiling instead, so a lost reply
+// frees the lane when the workers presume it lost; items nobody is left to
+// claim are removed again.
+func (c *coalescer) call(batch []*subReq) {
+	var tags []string
+	for _, r := range batch {
+		tags = append(tags, r.tags...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if c.metrics != nil {
+		if len(batch) > 1 {
+			c.metrics.coalesced.WithLabelValues(c.name).Add(float64(len(batch) - 1))
+		}
+		c.metrics.gatewayCalls.WithLabelValues(c.name).Inc()
+	}
+	if len(batch) > 1 {
+		c.log.Info().Int("requests", len(batch)).Int("tags", len(tags)).Msg("coalesced concurrent subscribes into one gateway call")
+	}
+	items, err := c.conn.SubscribeTags(ctx, tags)
+	if err == nil && len(items) != len(tags) {
+		err = fmt.Errorf("subscribe %d tags: got %d results", len(tags), len(items))
+	}
+	if c.metrics != nil {
+		c.metrics.gatewayCalls.WithLabelValues(c.name).Dec()
+	}
+	var orphans []int32
+	off := 0
+	for _, r := range batch {
+		n := len(r.tags)
+		if err != nil {
+			r.done <- subResult{err: err}
+			continue
+		}
+		mine := items[off : off+n]
+		off += n
+		if r.ctx.Err() != nil {
+			for _, it := range mine {
+				if it.Err == nil {
+					orphans = append(orphans, it.Handle)
+				}
+			}
+			continue
+		}
+		r.done <- subResult{items: mine}
+	}
+	c.removeOrphans(orphans)
+}
+
+// removeOrphans removes items whose subscriber is gone.
+func (c *coalescer) removeOrphans(handles []int32) {
+	if len(handles) == 0 {
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), c.timeout)
+	defer rcancel()
+	if err := c.conn.RemoveItems(rctx, handles); err != nil {
+		c.log.Debug().Err(err).Int("items", len(handles)).Msg("remove items of a superseded subscribe")
+	}
+}

@@ -1,0 +1,501 @@
+package subscribe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/role"
+)
+
+// RoleSource is the part of the role stream the manager follows;
+// *role.Broadcaster implements it.
+type RoleSource interface {
+	Watch() (<-chan role.State, func())
+}
+
+// Options configure a Manager.
+type Options struct {
+	// Role decides when workers run. Required.
+	Role RoleSource
+	// HotStandby also runs workers (read-only) on a Standby node.
+	HotStandby bool
+	// Sink receives values and qualities. Required.
+	Sink Sink
+	// Dialer makes connections; nil dials real gateways (GatewayDialer with
+	// gateway metrics registered on Registerer).
+	Dialer Dialer
+	Policy RetryPolicy
+	// Registerer receives the metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
+	Clock      Clock
+	Rand       func() float64
+}
+
+// Manager runs the subscribe workers: one per (connection, instance), while
+// the role allows, reconfigured by difference.
+type Manager struct {
+	opts    Options
+	metrics *Metrics
+	dialer  Dialer
+	log     zerolog.Logger
+
+	mu      sync.Mutex
+	desired Config
+	kick    chan struct{}
+
+	// Owned by Run.
+	conns   map[string]*connection
+	workers map[string]*workerHandle
+
+	statusMu sync.Mutex
+	status   map[string]*Worker
+
+	// background tracks best-effort item removals of stopped workers, so a
+	// wedged gateway cannot stall reconfiguration.
+	background sync.WaitGroup
+}
+
+type workerHandle struct {
+	inst   InstanceConfig
+	w      *Worker
+	sub    *tagSubscription
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewManager checks opts and returns a manager; Run starts it.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Role == nil || opts.Sink == nil {
+		return nil, errors.New("subscribe manager: Role and Sink are required")
+	}
+	opts.Policy = opts.Policy.withDefaults()
+	if err := opts.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("subscribe manager: %w", err)
+	}
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Manager{
+		opts: opts, dialer: opts.Dialer, log: opts.Logger,
+		kick: make(chan struct{}, 1), conns: map[string]*connection{},
+		workers: map[string]*workerHandle{}, status: map[string]*Worker{},
+	}
+	var err error
+	if m.metrics, err = NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.dialer == nil {
+		gm, err := gateway.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		m.dialer = GatewayDialer{Metrics: gm, Logger: opts.Logger}
+	}
+	return m, nil
+}
+
+// Apply makes cfg the desired configuration. Workers whose instance did not
+// change keep running untouched; others are started, stopped or restarted.
+func (m *Manager) Apply(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("apply subscribe config: %w", err)
+	}
+	m.mu.Lock()
+	m.desired = cfg.clone()
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Status returns a snapshot of every running worker, sorted by instance.
+func (m *Manager) Status() []WorkerStatus {
+	m.statusMu.Lock()
+	defer m.statusMu.Unlock()
+	out := make([]WorkerStatus, 0, len(m.status))
+	for _, w := range m.status {
+		out = append(out, w.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	return out
+}
+
+// Run follows the role until ctx ends, then stops everything.
+func (m *Manager) Run(ctx context.Context) error {
+	roles, stop := m.opts.Role.Watch()
+	defer stop()
+	allowed := false
+	for {
+		select {
+		case <-ctx.Done():
+			m.reconcile(Config{})
+			m.background.Wait()
+			return nil
+		case st := <-roles:
+			was := allowed
+			allowed = st.Role == role.Active || (m.opts.HotStandby && st.Role == role.Standby)
+			if was != allowed {
+				m.log.Info().Str("role", st.Role.String()).Str("epoch", st.Epoch.String()).Bool("workers", allowed).Msg("subscribe workers follow the role")
+			}
+		case <-m.kick:
+		}
+		want := Config{}
+		if allowed {
+			m.mu.Lock()
+			want = m.desired
+			m.mu.Unlock()
+		}
+		m.reconcile(want)
+	}
+}
+
+// reconcile moves the running connections and workers to want.
+func (m *Manager) reconcile(want Config) {
+	wantConns := map[string]ConnectionConfig{}
+	for _, c := range want.Connections {
+		wantConns[c.Name] = c
+	}
+	wantInsts := map[string]InstanceConfig{}
+	for _, in := range want.Instances {
+		wantInsts[in.Name] = in
+	}
+	// Connections that go or change take their workers with them.
+	for name, c := range m.conns {
+		if wc, ok := wantConns[name]; ok && wc == c.cfg {
+			continue
+		}
+		var stopped []InstanceConfig
+		for key, h := range m.workers {
+			if h.inst.Connection == name {
+				m.stopWorker(key, false)
+				stopped = append(stopped, h.inst)
+			}
+		}
+		c.stop()
+		delete(m.conns, name)
+		// Values from this node are no longer live.
+		now := time.Now()
+		for _, in := range stopped {
+			for _, a := range in.Attributes {
+				m.opts.Sink.TagUpdate(in.Name, a.Name, nil, gateway.QualityBadNotConnected, now)
+			}
+		}
+	}
+	for key, h := range m.workers {
+		if in, ok := wantInsts[key]; !ok || !in.equal(h.inst) {
+			m.stopWorker(key, true)
+		}
+	}
+	for name, cc := range wantConns {
+		if _, ok := m.conns[name]; ok {
+			continue
+		}
+		c, err := m.startConnection(cc)
+		if err != nil {
+			m.log.Error().Err(err).Str("connection", name).Msg("start connection")
+			continue
+		}
+		m.conns[name] = c
+	}
+	for name, in := range wantInsts {
+		if _, ok := m.workers[name]; ok {
+			continue
+		}
+		c, ok := m.conns[in.Connection]
+		if !ok {
+			continue
+		}
+		m.startWorker(c, in)
+	}
+}
+
+func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
+	c := &connection{cfg: cc, sink: m.opts.Sink, routes: map[int32]target{}, early: map[int32]gateway.DataChange{}, workers: map[string]*workerHandle{},
+		log: m.log.With().Str("connection", cc.Name).Logger()}
+	conn, err := m.dialer.Dial(cc, c)
+	if err != nil {
+		return nil, err
+	}
+	c.conn = conn
+	c.co = &coalescer{conn: conn, name: cc.Name, timeout: m.opts.Policy.InFlightCeiling, metrics: m.metrics, log: c.log}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		if err := conn.Run(ctx); err != nil {
+			c.log.Error().Err(err).Msg("connection stopped")
+		}
+	}()
+	return c, nil
+}
+
+func (m *Manager) startWorker(c *connection, in InstanceConfig) {
+	sub := &tagSubscription{conn: c, inst: in, handles: map[string]int32{}, settled: map[string]bool{}}
+	w := NewWorker(sub, WorkerOptions{Connection: in.Connection, Instance: in.Name, Policy: m.opts.Policy,
+		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &workerHandle{inst: in, w: w, sub: sub, cancel: cancel, done: make(chan struct{})}
+	c.addWorker(in.Name, h)
+	m.workers[in.Name] = h
+	m.statusMu.Lock()
+	m.status[in.Name] = w
+	m.statusMu.Unlock()
+	go func() { defer close(h.done); w.Run(ctx) }()
+}
+
+// stopWorker stops a worker; release also removes its items from the
+// gateway (not worth it when the connection goes anyway).
+func (m *Manager) stopWorker(key string, release bool) {
+	h := m.workers[key]
+	h.cancel()
+	<-h.done
+	c := h.sub.conn
+	c.removeWorker(key)
+	if remove := h.sub.release(); release && remove != nil {
+		m.background.Add(1)
+		go func() { defer m.background.Done(); remove() }()
+	}
+	delete(m.workers, key)
+	m.statusMu.Lock()
+	delete(m.status, key)
+	m.statusMu.Unlock()
+}
+
+type target struct{ instance, attribute string }
+
+// maxEarly bounds a connection's buffer of data changes without a route.
+const maxEarly = 65536
+
+// connection is the manager's side of one gateway connection: it routes
+// data changes to the sink and connection signals to the workers.
+type connection struct {
+	cfg    ConnectionConfig
+	conn   Conn
+	co     *coalescer
+	sink   Sink
+	log    zerolog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	routes map[int32]target
+	// early keeps the newest data change of handles without a route yet:
+	// an item's first value can overtake the subscribe result.
+	early   map[int32]gateway.DataChange
+	session uint64
+	good    bool
+	workers map[string]*workerHandle
+}
+
+func (c *connection) addWorker(name string, h *workerHandle) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.workers[name] = h
+}
+
+func (c *connection) removeWorker(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.workers, name)
+}
+
+func (c *connection) stop() {
+	c.cancel()
+	<-c.done
+	if err := c.conn.Close(); err != nil {
+		c.log.Debug().Err(err).Msg("close connection")
+	}
+}
+
+// DataChange implements gateway.Handler.
+func (c *connection) DataChange(d gateway.DataChange) {
+	c.mu.Lock()
+	t, ok := c.routes[d.Handle]
+	if !ok && len(c.early) < maxEarly {
+		c.early[d.Handle] = d
+	}
+	c.mu.Unlock()
+	if ok {
+		c.sink.TagUpdate(t.instance, t.attribute, d.Value, d.Quality, d.Timestamp)
+	}
+}
+
+// ConnectionState implements gateway.Handler.
+func (c *connection) ConnectionState(st gateway.State) {
+	c.mu.Lock()
+	newSession := st.Good && st.Session != c.session
+	wasGood := c.good
+	c.good = st.Good
+	if newSession {
+		c.session = st.Session
+		c.routes = map[int32]target{}
+		c.early = map[int32]gateway.DataChange{}
+	}
+	workers := make([]*workerHandle, 0, len(c.workers))
+	for _, h := range c.workers {
+		workers = append(workers, h)
+	}
+	c.mu.Unlock()
+	switch {
+	case !st.Good && wasGood:
+		now := time.Now()
+		for _, h := range workers {
+			for _, a := range h.inst.Attributes {
+				c.sink.TagUpdate(h.inst.Name, a.Name, nil, gateway.QualityBadCommFailure, now)
+			}
+		}
+	case newSession:
+		for _, h := range workers {
+			h.sub.reset()
+			h.w.Invalidate()
+		}
+	case st.Good && !wasGood:
+		for _, h := range workers {
+			h.w.ConnectionGood()
+		}
+	}
+}
+
+// tagSubscription subscribes one instance's tags on its connection. Each
+// attempt asks only for the attributes not yet settled (advised, or
+// rejected by the gateway as unknown).
+type tagSubscription struct {
+	conn *connection
+	inst InstanceConfig
+
+	mu      sync.Mutex
+	gen     uint64
+	handles map[string]int32
+	settled map[string]bool
+}
+
+// Subscribe implements Subscription.
+func (s *tagSubscription) Subscribe(ctx context.Context) error {
+	s.mu.Lock()
+	gen := s.gen
+	var attrs []Attribute
+	for _, a := range s.inst.Attributes {
+		if !s.settled[a.Name] {
+			attrs = append(attrs, a)
+		}
+	}
+	s.mu.Unlock()
+	if len(attrs) == 0 {
+		return nil
+	}
+	tags := make([]string, len(attrs))
+	for i, a := range attrs {
+		tags[i] = a.Tag
+	}
+	items, err := s.conn.co.subscribe(ctx, tags)
+	if err != nil {
+		return fmt.Errorf("subscribe %d tags of %s: %w", len(tags), s.inst.Name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen {
+		var stale []int32
+		for _, it := range items {
+			if it.Err == nil {
+				stale = append(stale, it.Handle)
+			}
+		}
+		go s.conn.co.removeOrphans(stale)
+		return fmt.Errorf("subscribe %d tags of %s: superseded by a reset meanwhile", len(tags), s.inst.Name)
+	}
+	var transient int
+	var firstErr error
+	var early []gateway.DataChange
+	now := time.Now()
+	for i, it := range items {
+		a := attrs[i]
+		switch {
+		case it.Err == nil:
+			s.handles[a.Name] = it.Handle
+			s.settled[a.Name] = true
+			s.conn.mu.Lock()
+			s.conn.routes[it.Handle] = target{s.inst.Name, a.Name}
+			if d, ok := s.conn.early[it.Handle]; ok {
+				delete(s.conn.early, it.Handle)
+				early = append(early, d)
+			}
+			s.conn.mu.Unlock()
+		case it.Transient:
+			transient++
+			if firstErr == nil {
+				firstErr = it.Err
+			}
+		default:
+			s.settled[a.Name] = true
+			s.conn.log.Warn().Err(it.Err).Str("instance", s.inst.Name).Str("attribute", a.Name).Msg("tag rejected by the gateway")
+			s.conn.sink.TagUpdate(s.inst.Name, a.Name, nil, gateway.QualityBadConfigError, now)
+		}
+	}
+	for _, d := range early {
+		s.conn.DataChange(d)
+	}
+	if transient > 0 {
+		return fmt.Errorf("%d of %d tags of %s not advised: %w", transient, len(tags), s.inst.Name, firstErr)
+	}
+	return nil
+}
+
+// reset forgets everything: the session the handles lived on is gone.
+func (s *tagSubscription) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.handles = map[string]int32{}
+	s.settled = map[string]bool{}
+}
+
+// release drops the routes and returns the removal of the gateway items
+// (nil when there are none) for the caller to run where it cannot block.
+func (s *tagSubscription) release() func() {
+	s.mu.Lock()
+	s.gen++
+	handles := make([]int32, 0, len(s.handles))
+	for _, h := range s.handles {
+		handles = append(handles, h)
+	}
+	s.handles = map[string]int32{}
+	s.settled = map[string]bool{}
+	s.mu.Unlock()
+	s.conn.mu.Lock()
+	for _, h := range handles {
+		if t, ok := s.conn.routes[h]; ok && t.instance == s.inst.Name {
+			delete(s.conn.routes, h)
+		}
+	}
+	s.conn.mu.Unlock()
+	if len(handles) == 0 {
+		return nil
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.conn.conn.RemoveItems(ctx, handles); err != nil {
+			s.conn.log.Debug().Err(err).Str("instance", s.inst.Name).Msg("remove items of a stopped worker")
+		}
+	}
+}

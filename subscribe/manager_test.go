@@ -1,0 +1,318 @@
+package subscribe
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/gateway/sim"
+	"github.com/scadad/scadad/role"
+)
+
+// memSink keeps the newest update per (instance, attribute).
+type memSink struct {
+	mu   sync.Mutex
+	last map[string]update
+}
+
+type update struct {
+	v  Value
+	q  Quality
+	ts time.Time
+}
+
+func newMemSink() *memSink { return &memSink{last: map[string]update{}} }
+
+func (s *memSink) TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last[instance+"/"+attribute] = update{v, q, ts}
+}
+
+func (s *memSink) quality(key string) (Quality, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.last[key]
+	return u.q, ok
+}
+
+// allGood reports whether every attribute of cfg's instances has a good value.
+func (s *memSink) allGood(cfg Config) bool {
+	for _, in := range cfg.Instances {
+		for _, a := range in.Attributes {
+			if q, ok := s.quality(in.Name + "/" + a.Name); !ok || !q.IsGood() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func siteConfig(endpoint string, instances, attrs int) Config {
+	cfg := Config{Connections: []ConnectionConfig{{Name: "mx1", Endpoint: endpoint,
+		Options: ConnectionOptions{ProbeInterval: -1}}}}
+	for i := range instances {
+		in := InstanceConfig{Name: fmt.Sprintf("Z2806%d", i+1), Connection: "mx1"}
+		for j := range attrs {
+			in.Attributes = append(in.Attributes, Attribute{Name: fmt.Sprintf("A%03d", j), Tag: fmt.Sprintf("%s.A%03d", in.Name, j)})
+		}
+		cfg.Instances = append(cfg.Instances, in)
+	}
+	return cfg
+}
+
+type managerRig struct {
+	sim   *sim.Sim
+	roles *role.Broadcaster
+	sink  *memSink
+	m     *Manager
+	cfg   Config
+}
+
+func startManager(t *testing.T, scfg sim.Config, hot bool, instances, attrs int) *managerRig {
+	t.Helper()
+	s := sim.New(scfg)
+	addr, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	r := &managerRig{sim: s, roles: role.NewBroadcaster(role.State{Role: role.Detached}), sink: newMemSink()}
+	r.m, err = NewManager(Options{Role: r.roles, HotStandby: hot, Sink: r.sink,
+		Policy:     RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second},
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg = siteConfig(addr, instances, attrs)
+	if err := r.m.Apply(r.cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+func TestManagerRunsOnlyWhileActive(t *testing.T) {
+	r := startManager(t, sim.Config{}, false, 2, 10)
+	if r.sim.Stats().Sessions != 0 {
+		t.Fatal("a detached node opened a gateway session")
+	}
+	r.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}})
+	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	st := r.sim.Stats()
+	if n := st.Commands[gateway.KindSubscribeBulk]; n < 1 || n > 2 {
+		t.Errorf("SubscribeBulk commands = %d, want 1 or 2 (one per instance, or coalesced)", n)
+	}
+	if st.PeakSubscribeInFlight != 1 {
+		t.Errorf("peak subscribe commands in flight = %d, want 1", st.PeakSubscribeInFlight)
+	}
+	for _, w := range r.m.Status() {
+		if !w.Confirmed {
+			t.Errorf("worker %s not confirmed", w.Instance)
+		}
+	}
+	r.roles.Publish(role.State{Role: role.Standby})
+	waitFor(t, "workers stop and the session closes", func() bool {
+		return len(r.m.Status()) == 0 && r.sim.Stats().Sessions == 0
+	})
+	waitFor(t, "values marked not live after losing the role", func() bool {
+		q, _ := r.sink.quality("Z28061/A000")
+		return q == gateway.QualityBadNotConnected
+	})
+}
+
+func TestManagerHotStandbyRunsOnStandby(t *testing.T) {
+	r := startManager(t, sim.Config{}, true, 1, 3)
+	r.roles.Publish(role.State{Role: role.Standby})
+	waitFor(t, "all tags good on the hot standby", func() bool { return r.sink.allGood(r.cfg) })
+	r.roles.Publish(role.State{Role: role.Witness})
+	waitFor(t, "workers stop on a witness", func() bool { return len(r.m.Status()) == 0 })
+}
+
+func TestManagerAppliesByDifference(t *testing.T) {
+	r := startManager(t, sim.Config{}, false, 3, 4)
+	r.roles.Publish(role.State{Role: role.Active})
+	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	before := map[string]*Worker{}
+	r.m.statusMu.Lock()
+	for k, w := range r.m.status {
+		before[k] = w
+	}
+	r.m.statusMu.Unlock()
+
+	next := r.cfg.clone()
+	next.Instances[1].Attributes = append(next.Instances[1].Attributes, Attribute{Name: "New", Tag: "Z28062.New"})
+	next.Instances = next.Instances[:2] // drop Z28063
+	if err := r.m.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "reconfigured", func() bool {
+		st := r.m.Status()
+		return len(st) == 2 && r.sink.allGood(next)
+	})
+	r.m.statusMu.Lock()
+	defer r.m.statusMu.Unlock()
+	if r.m.status["Z28061"] != before["Z28061"] {
+		t.Error("unchanged instance Z28061 was restarted")
+	}
+	if r.m.status["Z28062"] == before["Z28062"] {
+		t.Error("changed instance Z28062 kept its old worker")
+	}
+	waitFor(t, "removed instance's items gone from the gateway", func() bool {
+		return r.sim.Stats().AdvisedItems == 4+5
+	})
+}
+
+func TestManagerPartialSuccessKeepsGoodTags(t *testing.T) {
+	r := startManager(t, sim.Config{BadTagPrefix: "Z28061.A001"}, false, 1, 3)
+	r.roles.Publish(role.State{Role: role.Active})
+	waitFor(t, "good tags good", func() bool {
+		a, _ := r.sink.quality("Z28061/A000")
+		c, _ := r.sink.quality("Z28061/A002")
+		return a.IsGood() && c.IsGood()
+	})
+	waitFor(t, "bad tag reported", func() bool {
+		q, ok := r.sink.quality("Z28061/A001")
+		return ok && q == gateway.QualityBadConfigError
+	})
+	waitFor(t, "confirmed", func() bool { st := r.m.Status(); return len(st) == 1 && st[0].Confirmed })
+	if n := r.sim.Stats().Commands[gateway.KindSubscribeBulk]; n != 1 {
+		t.Errorf("SubscribeBulk = %d, want 1 (a rejected tag is not retried)", n)
+	}
+}
+
+func TestManagerResubscribesAfterGatewayRestart(t *testing.T) {
+	r := startManager(t, sim.Config{ChangeInterval: 10 * time.Millisecond}, false, 2, 5)
+	r.roles.Publish(role.State{Role: role.Active})
+	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	r.sim.Restart()
+	waitFor(t, "new session", func() bool { return r.sim.Stats().SessionsOpened == 2 })
+	waitFor(t, "items advised on the new session", func() bool { return r.sim.Stats().AdvisedItems == 10 })
+	mark := time.Now()
+	waitFor(t, "fresh values after restart", func() bool {
+		r.sink.mu.Lock()
+		defer r.sink.mu.Unlock()
+		for _, u := range r.sink.last {
+			if !u.q.IsGood() || u.ts.Before(mark) {
+				return false
+			}
+		}
+		return len(r.sink.last) == 10
+	})
+}
+
+// blockingConn is a TagConn whose calls the test releases.
+type blockingConn struct {
+	mu       sync.Mutex
+	calls    [][]string
+	inFlight int
+	peak     int
+	removed  []int32
+	release  chan struct{}
+}
+
+func (b *blockingConn) SubscribeTags(ctx context.Context, tags []string) ([]gateway.ItemResult, error) {
+	b.mu.Lock()
+	b.calls = append(b.calls, tags)
+	b.inFlight++
+	b.peak = max(b.peak, b.inFlight)
+	b.mu.Unlock()
+	defer func() { b.mu.Lock(); b.inFlight--; b.mu.Unlock() }()
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]gateway.ItemResult, len(tags))
+	for i, tag := range tags {
+		out[i] = gateway.ItemResult{Tag: tag, Handle: int32(i + 1)}
+	}
+	return out, nil
+}
+
+func (b *blockingConn) RemoveItems(_ context.Context, h []int32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.removed = append(b.removed, h...)
+	return nil
+}
+
+func (b *blockingConn) nCalls() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.calls)
+}
+
+func TestCoalescerOneGatewayCallPerConnection(t *testing.T) {
+	b := &blockingConn{release: make(chan struct{})}
+	co := &coalescer{conn: b, name: "mx1", timeout: time.Minute, log: zerolog.Nop()}
+	ctx := context.Background()
+	type res struct {
+		items []gateway.ItemResult
+		err   error
+	}
+	results := make(chan res, 3)
+	go func() { i, err := co.subscribe(ctx, []string{"a1", "a2"}); results <- res{i, err} }()
+	waitFor(t, "first call", func() bool { return b.nCalls() == 1 })
+	go func() { i, err := co.subscribe(ctx, []string{"b1"}); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, []string{"c1", "c2", "c3"}); results <- res{i, err} }()
+	waitFor(t, "queued requests", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return len(co.queue) == 2 })
+	close(b.release)
+	got := map[string]bool{}
+	for range 3 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		for _, it := range r.items {
+			got[it.Tag] = true
+		}
+	}
+	if b.nCalls() != 2 || b.peak != 1 {
+		t.Fatalf("gateway calls = %d (peak concurrent %d), want 2 and 1", b.nCalls(), b.peak)
+	}
+	if len(b.calls[1]) != 4 || len(got) != 6 {
+		t.Fatalf("second call %v, results %v: want the two queued requests merged", b.calls[1], got)
+	}
+}
+
+func TestCoalescerCallOutlivesDepartedRequesterAndRemovesItsItems(t *testing.T) {
+	b := &blockingConn{release: make(chan struct{})}
+	co := &coalescer{conn: b, name: "mx1", timeout: time.Minute, log: zerolog.Nop()}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { _, err := co.subscribe(ctx1, []string{"a"}); errs <- err }()
+	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
+	cancel1()
+	if err := <-errs; err == nil {
+		t.Fatal("cancelled request returned no error")
+	}
+	b.mu.Lock()
+	inFlight := b.inFlight
+	b.mu.Unlock()
+	if inFlight != 1 {
+		t.Fatal("the gateway call was cancelled with its requester")
+	}
+	close(b.release)
+	waitFor(t, "orphaned item removed", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.removed) == 1 })
+	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+}
+
+func TestCoalescerLostReplyFreesLaneAtCeiling(t *testing.T) {
+	b := &blockingConn{release: make(chan struct{})}
+	co := &coalescer{conn: b, name: "mx1", timeout: 50 * time.Millisecond, log: zerolog.Nop()}
+	_, err := co.subscribe(context.Background(), []string{"a"})
+	if err == nil {
+		t.Fatal("a never-answered call returned no error")
+	}
+	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+}
