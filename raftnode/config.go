@@ -1,0 +1,269 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+)
+
+// Mode selects what a node does when it loses quorum.
+type Mode string
+
+const (
+	// ModeWitness runs two voters plus a witness voter; never dual-active.
+	ModeWitness Mode = "witness"
+	// ModePair runs two voters; a lone survivor that has had no contact with
+	// its peer for OverrideAfter re-forms the cluster alone.
+	ModePair Mode = "pair"
+	// ModeStrict never overrides: losing quorum means waiting.
+	ModeStrict Mode = "strict"
+)
+
+// Member is one configured cluster member. The list is identical on all
+// nodes and is what every node bootstraps from.
+type Member struct {
+	ID       string
+	RaftAddr string
+	// Witness marks the tiny third voter that must never keep leadership.
+	Witness bool
+}
+
+// FSM is what the node needs from the state machine. The real FSM also
+// implements raft.BatchingFSM; the node hands it to raft unwrapped so raft
+// can batch.
+type FSM interface {
+	raft.FSM
+	// ClusterEpoch is the epoch bumped by every availability override.
+	ClusterEpoch() uint64
+}
+
+// Clock is the time source of the override and contact logic.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Config configures a Node. Zero durations take the LAN defaults.
+type Config struct {
+	NodeID string
+	// BindAddr is where the raft transport listens; AdvertiseAddr is what
+	// peers dial (default: this node's RaftAddr in Members). Listener, when
+	// set, is used instead of listening on BindAddr (tests).
+	BindAddr      string
+	AdvertiseAddr string
+	Listener      net.Listener
+	DataDir       string
+	Members       []Member
+	Mode          Mode
+
+	// OverrideAfter is how long a pair-mode survivor must have had no contact
+	// at all with its peer before it re-forms the cluster alone.
+	OverrideAfter time.Duration
+	// ProbeInterval and ProbeTimeout drive the peer probe: a TLS handshake
+	// against each peer's raft port.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// RoleInterval is the period of the role re-evaluation on top of the
+	// event-driven one.
+	RoleInterval time.Duration
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// WitnessElectionTimeout is the witness's election timeout (default
+	// 3 x ElectionTimeout), so that a voter retries before it in a contested
+	// election. The witness keeps the voters' heartbeat timeout: it rejects
+	// votes while it still believes in a leader, so a longer one would delay
+	// every failover.
+	WitnessElectionTimeout time.Duration
+	SnapshotThreshold      uint64
+	SnapshotInterval       time.Duration
+	TrailingLogs           uint64
+
+	// ServerTLS is used for accepted connections, ClientTLS for dialing peers.
+	// Both are required: there is no plaintext mode.
+	ServerTLS *tls.Config
+	ClientTLS *tls.Config
+
+	Logger zerolog.Logger
+	Clock  Clock
+	// Rand returns a float in [0,1); it jitters the probe period.
+	Rand func() float64
+
+	FSM FSM
+	// AppliedIndex reports the index the FSM has durably applied. When set,
+	// the FSM is treated as persistent: raft does not restore the snapshot at
+	// start (NoSnapshotRestoreOnStart) unless the FSM is behind it.
+	AppliedIndex func() uint64
+	// OnOverride is called on the new sole leader after an override with the
+	// epoch to record (current + 1). It applies SetClusterEpoch and the audit
+	// entry. The node stays Detached until it succeeds.
+	OnOverride func(ctx context.Context, newEpoch uint64) error
+}
+
+// Defaults tuned for a LAN pair: about one second from a leader's death to a
+// new leader.
+const (
+	DefaultOverrideAfter      = 10 * time.Second
+	DefaultProbeInterval      = 300 * time.Millisecond
+	DefaultProbeTimeout       = time.Second
+	DefaultRoleInterval       = 100 * time.Millisecond
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultCommitTimeout      = 10 * time.Millisecond
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 2 * time.Minute
+	DefaultTrailingLogs       = 10240
+)
+
+func (c *Config) applyDefaults() {
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	setDur(&c.OverrideAfter, DefaultOverrideAfter)
+	setDur(&c.ProbeInterval, DefaultProbeInterval)
+	setDur(&c.ProbeTimeout, DefaultProbeTimeout)
+	setDur(&c.RoleInterval, DefaultRoleInterval)
+	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	setDur(&c.CommitTimeout, DefaultCommitTimeout)
+	setDur(&c.WitnessElectionTimeout, 3*c.ElectionTimeout)
+	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.Mode == "" {
+		c.Mode = ModeWitness
+	}
+	if c.AdvertiseAddr == "" {
+		if m, ok := c.member(c.NodeID); ok {
+			c.AdvertiseAddr = m.RaftAddr
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("NodeID is empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("DataDir is empty"))
+	}
+	if c.BindAddr == "" && c.Listener == nil {
+		errs = append(errs, errors.New("neither BindAddr nor Listener is set"))
+	}
+	if c.ServerTLS == nil || c.ClientTLS == nil {
+		errs = append(errs, errors.New("ServerTLS and ClientTLS are both required (no plaintext transport)"))
+	}
+	if c.FSM == nil {
+		errs = append(errs, errors.New("FSM is nil"))
+	}
+	switch c.Mode {
+	case ModeWitness, ModePair, ModeStrict:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q is not witness, pair or strict", c.Mode))
+	}
+	seenID, seenAddr := map[string]bool{}, map[string]bool{}
+	witnesses := 0
+	for _, m := range c.Members {
+		if m.ID == "" || m.RaftAddr == "" {
+			errs = append(errs, fmt.Errorf("member %+v needs an ID and a RaftAddr", m))
+		}
+		if seenID[m.ID] || seenAddr[m.RaftAddr] {
+			errs = append(errs, fmt.Errorf("member %q (%s) listed twice", m.ID, m.RaftAddr))
+		}
+		seenID[m.ID], seenAddr[m.RaftAddr] = true, true
+		if m.Witness {
+			witnesses++
+		}
+	}
+	if !seenID[c.NodeID] {
+		errs = append(errs, fmt.Errorf("NodeID %q is not among the members", c.NodeID))
+	}
+	switch {
+	case c.Mode == ModeWitness && witnesses != 1:
+		errs = append(errs, fmt.Errorf("witness mode needs exactly one witness member, have %d", witnesses))
+	case c.Mode == ModePair && (witnesses != 0 || len(c.Members) != 2):
+		errs = append(errs, fmt.Errorf("pair mode needs exactly two members and no witness, have %d members and %d witnesses", len(c.Members), witnesses))
+	}
+	if c.ProbeInterval >= c.OverrideAfter || c.ProbeTimeout >= c.OverrideAfter {
+		errs = append(errs, fmt.Errorf("ProbeInterval %s and ProbeTimeout %s must be shorter than OverrideAfter %s", c.ProbeInterval, c.ProbeTimeout, c.OverrideAfter))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("raftnode config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c *Config) member(id string) (Member, bool) {
+	for _, m := range c.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+func (c *Config) isWitness() bool {
+	m, _ := c.member(c.NodeID)
+	return m.Witness
+}
+
+// bootstrapConfiguration is the configured membership as a raft
+// configuration, sorted so every node writes the same index-1 entry.
+func (c *Config) bootstrapConfiguration() raft.Configuration {
+	servers := make([]raft.Server, 0, len(c.Members))
+	for _, m := range c.Members {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr)})
+	}
+	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+	return raft.Configuration{Servers: servers}
+}
+
+func (c *Config) raftConfig(logger *hclogAdapter) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	if c.isWitness() {
+		rc.ElectionTimeout = c.WitnessElectionTimeout
+	}
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	rc.BatchApplyCh = true
+	// Pre-vote keeps a node that was cut off from raising the term and
+	// deposing a healthy leader when it comes back.
+	rc.PreVoteDisabled = false
+	rc.NoSnapshotRestoreOnStart = c.AppliedIndex != nil
+	rc.Logger = logger
+	return rc
+}

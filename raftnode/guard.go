@@ -1,0 +1,93 @@
+package raftnode
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// contacts remembers when each peer last showed a sign of life: raft bytes
+// in either direction, an inbound connection, or a probe handshake. A peer
+// never heard from counts from the tracker's creation, so a cold-started
+// node waits a full window before it may override.
+type contacts struct {
+	clock Clock
+	start time.Time
+	mu    sync.Mutex
+	last  map[string]time.Time
+}
+
+func newContacts(clock Clock) *contacts {
+	return &contacts{clock: clock, start: clock.Now(), last: make(map[string]time.Time)}
+}
+
+func (c *contacts) touch(id string) {
+	now := c.clock.Now()
+	c.mu.Lock()
+	if now.After(c.last[id]) {
+		c.last[id] = now
+	}
+	c.mu.Unlock()
+}
+
+// lastContact returns when id was last heard from, and whether it ever was.
+func (c *contacts) lastContact(id string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.last[id]
+	if !ok {
+		return c.start, false
+	}
+	return t, true
+}
+
+// restartWindow makes every peer's silence count from now: after an
+// override or restart nobody may reuse silence measured before it.
+func (c *contacts) restartWindow() {
+	now := c.clock.Now()
+	c.mu.Lock()
+	c.start = now
+	for id, t := range c.last {
+		if t.Before(now) {
+			c.last[id] = now
+		}
+	}
+	c.mu.Unlock()
+}
+
+// overrideInput is everything the automatic override decision looks at.
+type overrideInput struct {
+	now         time.Time
+	mode        Mode
+	after       time.Duration
+	isLeader    bool
+	selfVoter   bool
+	recovering  bool
+	otherVoters []string
+	lastContact func(id string) time.Time
+}
+
+// overrideDue decides whether a pair-mode node must re-form the cluster
+// alone. It is pure so the window logic is tested without a cluster; the
+// caller still re-probes the peer right before acting.
+func overrideDue(in overrideInput) (bool, string) {
+	switch {
+	case in.mode != ModePair:
+		return false, "mode " + string(in.mode) + " never overrides"
+	case in.recovering:
+		return false, "recovery in progress"
+	case in.isLeader:
+		return false, "already leader"
+	case !in.selfVoter:
+		return false, "not a voter in the current configuration"
+	case len(in.otherVoters) == 0:
+		return false, "already the sole voter"
+	}
+	for _, id := range in.otherVoters {
+		silent := in.now.Sub(in.lastContact(id))
+		if silent < in.after {
+			return false, fmt.Sprintf("peer %s heard from %s ago (window %s)", id, silent.Round(time.Millisecond), in.after)
+		}
+	}
+	return true, fmt.Sprintf("no contact with %v for %s", in.otherVoters, in.after)
+}

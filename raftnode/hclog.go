@@ -1,0 +1,191 @@
+package raftnode
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"strings"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/rs/zerolog"
+)
+
+// hclogAdapter routes raft's hclog output into zerolog, keeping levels and
+// turning hclog's key/value pairs into fields.
+type hclogAdapter struct {
+	zl      zerolog.Logger
+	name    string
+	implied []interface{}
+	level   *atomic.Int32 // shared by the adapter and the loggers derived from it
+}
+
+var _ hclog.Logger = (*hclogAdapter)(nil)
+
+func newHclogAdapter(zl zerolog.Logger, name string) *hclogAdapter {
+	lvl := &atomic.Int32{}
+	lvl.Store(int32(hclogLevel(zl.GetLevel())))
+	return &hclogAdapter{zl: zl, name: name, level: lvl}
+}
+
+func hclogLevel(l zerolog.Level) hclog.Level {
+	switch {
+	case l <= zerolog.TraceLevel:
+		return hclog.Trace
+	case l == zerolog.DebugLevel:
+		return hclog.Debug
+	case l == zerolog.InfoLevel:
+		return hclog.Info
+	case l == zerolog.WarnLevel:
+		return hclog.Warn
+	case l == zerolog.Disabled:
+		return hclog.Off
+	default:
+		return hclog.Error
+	}
+}
+
+func zerologLevel(l hclog.Level) zerolog.Level {
+	switch l {
+	case hclog.Trace:
+		return zerolog.TraceLevel
+	case hclog.Debug:
+		return zerolog.DebugLevel
+	case hclog.Warn:
+		return zerolog.WarnLevel
+	case hclog.Error:
+		return zerolog.ErrorLevel
+	default:
+		return zerolog.InfoLevel
+	}
+}
+
+func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	if level == hclog.Off || level < hclog.Level(a.level.Load()) {
+		return
+	}
+	ev := a.zl.WithLevel(zerologLevel(level))
+	if ev == nil {
+		return
+	}
+	if a.name != "" {
+		ev = ev.Str("logger", a.name)
+	}
+	ev = addFields(ev, a.implied)
+	ev = addFields(ev, args)
+	ev.Msg(msg)
+}
+
+func addFields(ev *zerolog.Event, args []interface{}) *zerolog.Event {
+	for i := 0; i < len(args); i += 2 {
+		key := fmt.Sprint(args[i])
+		if i+1 >= len(args) {
+			ev = ev.Interface("EXTRA_VALUE_AT_END", args[i])
+			break
+		}
+		switch v := args[i+1].(type) {
+		case hclog.Format:
+			if len(v) > 0 {
+				if f, ok := v[0].(string); ok {
+					ev = ev.Str(key, fmt.Sprintf(f, v[1:]...))
+					continue
+				}
+			}
+			ev = ev.Interface(key, []interface{}(v))
+		case error:
+			ev = ev.AnErr(key, v)
+		case fmt.Stringer:
+			ev = ev.Str(key, v.String())
+		default:
+			ev = ev.Interface(key, v)
+		}
+	}
+	return ev
+}
+
+func (a *hclogAdapter) Trace(msg string, args ...interface{}) { a.Log(hclog.Trace, msg, args...) }
+func (a *hclogAdapter) Debug(msg string, args ...interface{}) { a.Log(hclog.Debug, msg, args...) }
+func (a *hclogAdapter) Info(msg string, args ...interface{})  { a.Log(hclog.Info, msg, args...) }
+func (a *hclogAdapter) Warn(msg string, args ...interface{})  { a.Log(hclog.Warn, msg, args...) }
+func (a *hclogAdapter) Error(msg string, args ...interface{}) { a.Log(hclog.Error, msg, args...) }
+
+func (a *hclogAdapter) IsTrace() bool { return a.GetLevel() <= hclog.Trace }
+func (a *hclogAdapter) IsDebug() bool { return a.GetLevel() <= hclog.Debug }
+func (a *hclogAdapter) IsInfo() bool  { return a.GetLevel() <= hclog.Info }
+func (a *hclogAdapter) IsWarn() bool  { return a.GetLevel() <= hclog.Warn }
+func (a *hclogAdapter) IsError() bool { return a.GetLevel() <= hclog.Error }
+
+func (a *hclogAdapter) ImpliedArgs() []interface{} { return a.implied }
+
+func (a *hclogAdapter) With(args ...interface{}) hclog.Logger {
+	c := *a
+	c.implied = append(append([]interface{}{}, a.implied...), args...)
+	return &c
+}
+
+func (a *hclogAdapter) Name() string { return a.name }
+
+func (a *hclogAdapter) Named(name string) hclog.Logger {
+	c := *a
+	if c.name != "" {
+		c.name = c.name + "." + name
+	} else {
+		c.name = name
+	}
+	return &c
+}
+
+func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
+	c := *a
+	c.name = name
+	return &c
+}
+
+func (a *hclogAdapter) SetLevel(level hclog.Level) { a.level.Store(int32(level)) }
+func (a *hclogAdapter) GetLevel() hclog.Level      { return hclog.Level(a.level.Load()) }
+
+func (a *hclogAdapter) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(a.StandardWriter(opts), "", 0)
+}
+
+func (a *hclogAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	w := &stdWriter{a: a, level: hclog.Info}
+	if opts != nil {
+		w.infer = opts.InferLevels || opts.InferLevelsWithTimestamp
+		if opts.ForceLevel != hclog.NoLevel {
+			w.level = opts.ForceLevel
+		}
+	}
+	return w
+}
+
+// stdWriter adapts standard-library log lines ("[WARN] raft: ...") to the
+// adapter, inferring the level from the bracketed prefix when asked.
+type stdWriter struct {
+	a     *hclogAdapter
+	level hclog.Level
+	infer bool
+}
+
+func (w *stdWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimRight(p, "\r\n"))
+	level := w.level
+	if w.infer {
+		for _, pfx := range []struct {
+			tag string
+			lvl hclog.Level
+		}{{"[TRACE]", hclog.Trace}, {"[DEBUG]", hclog.Debug}, {"[INFO]", hclog.Info}, {"[WARN]", hclog.Warn}, {"[ERR]", hclog.Error}, {"[ERROR]", hclog.Error}} {
+			if i := strings.Index(line, pfx.tag); i >= 0 {
+				level = pfx.lvl
+				line = strings.TrimSpace(line[i+len(pfx.tag):])
+				break
+			}
+		}
+	}
+	w.a.Log(level, line)
+	return len(p), nil
+}

@@ -1,0 +1,531 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/scadad/scadad/role"
+)
+
+// roleLoop re-evaluates the role on every raft observation (leader change,
+// state change, peer change, heartbeat failure) and every RoleInterval.
+func (n *Node) roleLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.RoleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.obsCh:
+		case <-tick.C:
+		}
+		n.refreshRole()
+	}
+}
+
+// wake asks the role loop for an immediate re-evaluation.
+func (n *Node) wake() {
+	select {
+	case n.obsCh <- raft.Observation{}:
+	default:
+	}
+}
+
+func (n *Node) refreshRole() {
+	r, recovering := n.current()
+	prev := n.bc.Current()
+	st := n.computeState(r, recovering, prev)
+	if prev != st {
+		if n.ctx.Err() != nil {
+			return // shutting down: Shutdown published Detached
+		}
+		n.bc.Publish(st)
+		lvl := n.log.Debug()
+		if prev.Role != st.Role || prev.Leader != st.Leader {
+			lvl = n.log.Info()
+		}
+		lvl.Stringer("role", st.Role).Stringer("was", prev.Role).Str("leader", st.Leader).
+			Stringer("epoch", st.Epoch).Int("voters", st.Voters).Msg("role changed")
+	}
+	if r == nil || recovering || r.State() != raft.Leader {
+		return
+	}
+	if n.cfg.isWitness() {
+		n.startHandoff(r)
+		return
+	}
+	if term := r.CurrentTerm(); n.barrierTerm.Load() != term {
+		n.startBarrier(r, term)
+	}
+}
+
+// computeState derives the published role from raft's view. While raft
+// is down for an override the node is Detached but keeps the last epoch and
+// voter count it knew: epochs seen by consumers never go backwards.
+func (n *Node) computeState(r *raft.Raft, recovering bool, prev role.State) role.State {
+	st := role.State{Role: role.Detached, NodeID: n.cfg.NodeID, Epoch: role.Epoch{Cluster: n.cfg.FSM.ClusterEpoch()}}
+	if r == nil || recovering {
+		st.Epoch.Term = prev.Epoch.Term
+		st.Voters = prev.Voters
+		return st
+	}
+	term := r.CurrentTerm()
+	st.Epoch.Term = term
+	selfVoter := false
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			st.Voters++
+			if string(s.ID) == n.cfg.NodeID {
+				selfVoter = true
+			}
+		}
+	}
+	_, leader := r.LeaderWithID()
+	st.Leader = string(leader)
+	if !selfVoter {
+		return st
+	}
+	switch r.State() {
+	case raft.Leader:
+		// A witness leader is handing off; a leader whose barrier has not
+		// yet committed may still be applying its predecessor's entries; an
+		// overridden leader is Active only once its epoch bump is committed.
+		if n.cfg.isWitness() || n.epochPending.Load() || n.barrierTerm.Load() != term {
+			return st
+		}
+		st.Role = role.Active
+	case raft.Follower:
+		if leader == "" || time.Since(r.LastContact()) > 2*n.cfg.HeartbeatTimeout {
+			return st
+		}
+		if n.cfg.isWitness() {
+			st.Role = role.Witness
+		} else {
+			st.Role = role.Standby
+		}
+	}
+	return st
+}
+
+// startBarrier waits, once per term, for the new leader's FSM to apply
+// everything committed before it: side effects must not run on state older
+// than the log.
+func (n *Node) startBarrier(r *raft.Raft, term uint64) {
+	if !n.barrierBusy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer n.barrierBusy.Store(false)
+		err := r.Barrier(10 * n.cfg.ElectionTimeout).Error()
+		if err != nil {
+			n.log.Warn().Err(err).Uint64("term", term).Msg("leader barrier failed; not Active yet")
+			return
+		}
+		if r.CurrentTerm() == term && r.State() == raft.Leader {
+			n.barrierTerm.Store(term)
+			n.wake()
+		}
+	}()
+}
+
+// startHandoff makes a witness that won an election give leadership away,
+// retrying until it is a follower again. It names the target itself, the
+// voter heard from most recently: raft's own pick goes by replication index
+// and can choose a dead voter, which costs a whole transfer timeout.
+func (n *Node) startHandoff(r *raft.Raft) {
+	if !n.handoffBusy.CompareAndSwap(false, true) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.handoffBusy.Store(false)
+		for attempt := 0; r.State() == raft.Leader && n.ctx.Err() == nil; attempt++ {
+			targets := n.handoffTargets(r)
+			if len(targets) == 0 {
+				n.log.Error().Msg("witness leads but the configuration has no other voter to hand leadership to")
+				return
+			}
+			target := targets[attempt%len(targets)]
+			n.log.Info().Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness won an election; transferring leadership to a voter")
+			err := r.LeadershipTransferToServer(target.ID, target.Address).Error()
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrNotLeader) {
+				return
+			}
+			n.log.Warn().Err(err).Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness leadership transfer failed; retrying")
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(n.jitter(n.cfg.HeartbeatTimeout / 5)):
+			}
+		}
+	}()
+}
+
+// handoffTargets lists the voters a witness may hand leadership to, most
+// recently heard from first.
+func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
+	var out []raft.Server
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == n.cfg.NodeID {
+			continue
+		}
+		if m, ok := n.cfg.member(string(s.ID)); ok && m.Witness {
+			continue
+		}
+		out = append(out, s)
+	}
+	slices.SortStableFunc(out, func(a, b raft.Server) int {
+		ta, _ := n.contact.lastContact(string(a.ID))
+		tb, _ := n.contact.lastContact(string(b.ID))
+		return tb.Compare(ta)
+	})
+	return out
+}
+
+// jitter returns d scaled by a factor in [0.75, 1.25).
+func (n *Node) jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.75 + n.cfg.Rand()/2))
+}
+
+// guardLoop probes the peers and runs the pair-mode override, the epoch bump
+// after an override and the re-admission of returning members.
+func (n *Node) guardLoop() {
+	defer n.wg.Done()
+	timer := time.NewTimer(n.jitter(n.cfg.ProbeInterval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		n.guardTick(n.ctx)
+		timer.Reset(n.jitter(n.cfg.ProbeInterval))
+	}
+}
+
+func (n *Node) guardTick(ctx context.Context) {
+	if _, recovering := n.current(); recovering {
+		return
+	}
+	answers := n.probePeers(ctx)
+	r, recovering := n.current()
+	if r == nil || recovering {
+		return
+	}
+	if n.epochPending.Load() && r.State() == raft.Leader {
+		n.bumpEpoch(ctx, r)
+	}
+	due, reason := overrideDue(n.overrideInput(r))
+	if due {
+		n.log.Warn().Str("reason", reason).Msg("availability override due")
+		if err := n.override(ctx, "automatic: "+reason, false); err != nil {
+			n.log.Error().Err(err).Msg("availability override did not happen")
+		}
+		return
+	}
+	if r.State() == raft.Leader {
+		n.readmit(ctx, r, answers)
+	}
+}
+
+func (n *Node) overrideInput(r *raft.Raft) overrideInput {
+	in := overrideInput{
+		now:      n.cfg.Clock.Now(),
+		mode:     n.cfg.Mode,
+		after:    n.cfg.OverrideAfter,
+		isLeader: r.State() == raft.Leader,
+		lastContact: func(id string) time.Time {
+			t, _ := n.contact.lastContact(id)
+			return t
+		},
+	}
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		if string(s.ID) == n.cfg.NodeID {
+			in.selfVoter = true
+		} else {
+			in.otherVoters = append(in.otherVoters, string(s.ID))
+		}
+	}
+	return in
+}
+
+// probePeers probes every configured member but this node concurrently and
+// returns the status of those that answered.
+func (n *Node) probePeers(ctx context.Context) map[string]peerStatus {
+	type answer struct {
+		id string
+		st peerStatus
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		out = make(map[string]peerStatus)
+	)
+	for _, m := range n.cfg.Members {
+		if m.ID == n.cfg.NodeID {
+			continue
+		}
+		wg.Add(1)
+		go func(m Member) {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, n.cfg.ProbeTimeout)
+			defer cancel()
+			st, err := n.stream.probe(pctx, m.RaftAddr)
+			if err != nil {
+				n.log.Debug().Err(err).Str("peer", m.ID).Msg("peer probe failed")
+				return
+			}
+			mu.Lock()
+			out[m.ID] = st
+			mu.Unlock()
+		}(m)
+	}
+	wg.Wait()
+	n.mu.Lock()
+	n.reachable = out
+	n.mu.Unlock()
+	return out
+}
+
+// anyAnswers re-probes ids right before an override: the last line against
+// islanding a node whose peer has just come back.
+func (n *Node) anyAnswers(ctx context.Context, ids []string) (string, bool) {
+	for _, id := range ids {
+		addr := n.addrOf(id)
+		if addr == "" {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, n.cfg.ProbeTimeout)
+		_, err := n.stream.probe(pctx, addr)
+		cancel()
+		if err == nil {
+			return id, true
+		}
+		if t, ok := n.contact.lastContact(id); ok && n.cfg.Clock.Now().Sub(t) < n.cfg.ProbeInterval+n.cfg.ProbeTimeout {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func (n *Node) addrOf(id string) string {
+	if m, ok := n.cfg.member(id); ok {
+		return m.RaftAddr
+	}
+	if r, _ := n.current(); r != nil {
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			if string(s.ID) == id {
+				return string(s.Address)
+			}
+		}
+	}
+	return ""
+}
+
+// override re-forms the cluster with this node as its sole voter:
+// shut raft down, RecoverCluster with a one-voter configuration, start raft
+// on a fresh transport, wait for leadership and record the epoch bump.
+// Unless force is set it refuses while any other voter answers.
+func (n *Node) override(ctx context.Context, why string, force bool) error {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	if n.ctx.Err() != nil {
+		return ErrShutdown
+	}
+	r, _ := n.current()
+	if r == nil {
+		return ErrShutdown
+	}
+	var others []string
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			others = append(others, string(s.ID))
+		}
+	}
+	if len(others) == 0 {
+		return errors.New("override: this node is already the sole voter")
+	}
+	if !force {
+		if id, ok := n.anyAnswers(ctx, others); ok {
+			return fmt.Errorf("override refused: %w: member %s answered", ErrPeerAnswering, id)
+		}
+	}
+	n.log.Warn().Str("why", why).Strs("dropped_voters", sortedIDs(others)).Bool("forced", force).
+		Msg("OVERRIDE: re-forming the cluster with this node as its sole voter")
+
+	n.mu.Lock()
+	n.recovering = true
+	n.mu.Unlock()
+	n.refreshRole()
+	defer func() {
+		n.mu.Lock()
+		n.recovering = false
+		n.mu.Unlock()
+		n.wake()
+	}()
+
+	marker := filepath.Join(n.cfg.DataDir, overrideMarker)
+	if err := os.WriteFile(marker, []byte(why+"\n"), 0o600); err != nil {
+		return fmt.Errorf("override: write %s: %w", marker, err)
+	}
+	n.epochPending.Store(true)
+	if err := n.stopRaft(); err != nil {
+		n.log.Error().Err(err).Msg("override: raft shutdown reported an error; recovering anyway")
+	}
+	recErr := n.recover()
+	if recErr != nil {
+		n.log.Error().Err(recErr).Msg("override: recovery failed; restarting raft on the old configuration")
+	}
+	if err := n.startRaft(); err != nil {
+		return errors.Join(recErr, fmt.Errorf("override: restart raft: %w", err))
+	}
+	if recErr != nil {
+		_ = os.Remove(marker)
+		n.epochPending.Store(false)
+		return recErr
+	}
+	// Silence measured before the override must not count against a peer
+	// that shows up after it.
+	n.contact.restartWindow()
+	n.mu.Lock()
+	n.recovering = false
+	n.mu.Unlock()
+
+	r, _ = n.current()
+	if err := n.waitLeader(ctx, r); err != nil {
+		return fmt.Errorf("override: %w", err)
+	}
+	n.bumpEpoch(ctx, r)
+	return nil
+}
+
+func (n *Node) recover() error {
+	skip := false
+	if n.cfg.AppliedIndex != nil {
+		metas, err := n.snaps.List()
+		if err != nil {
+			return fmt.Errorf("override: list snapshots: %w", err)
+		}
+		skip = len(metas) == 0 || n.cfg.AppliedIndex() >= metas[0].Index
+	}
+	only := raft.Configuration{Servers: []raft.Server{{
+		Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.AdvertiseAddr),
+	}}}
+	// The transport is only used to encode peers into the snapshot meta.
+	trans := n.newTransport()
+	defer trans.Close()
+	if err := raft.RecoverCluster(n.cfg.raftConfig(n.hlog), recoveryFSM{FSM: n.cfg.FSM, skipRestore: skip},
+		n.logs, n.store, n.snaps, trans, only); err != nil {
+		return fmt.Errorf("override: recover cluster with %s as sole voter: %w", n.cfg.NodeID, err)
+	}
+	return nil
+}
+
+func (n *Node) waitLeader(ctx context.Context, r *raft.Raft) error {
+	deadline := time.NewTimer(20*n.cfg.ElectionTimeout + 5*time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for r.State() != raft.Leader {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for leadership: %w", ctx.Err())
+		case <-deadline.C:
+			return errors.New("wait for leadership: timed out")
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// bumpEpoch records the override through the wirer's callback. Until it
+// succeeds the node stays Detached; the guard loop retries it.
+func (n *Node) bumpEpoch(ctx context.Context, r *raft.Raft) {
+	if !n.epochPending.Load() {
+		return
+	}
+	next := n.cfg.FSM.ClusterEpoch() + 1
+	if n.cfg.OnOverride == nil {
+		n.log.Error().Uint64("epoch", next).Msg("override: no OnOverride callback; the cluster epoch is NOT bumped")
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 10*n.cfg.ElectionTimeout+5*time.Second)
+		err := n.cfg.OnOverride(cctx, next)
+		cancel()
+		if err != nil {
+			n.log.Error().Err(err).Uint64("epoch", next).Msg("override: epoch bump failed; staying Detached and retrying")
+			return
+		}
+	}
+	if err := os.Remove(filepath.Join(n.cfg.DataDir, overrideMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		n.log.Error().Err(err).Msg("override: remove marker")
+	}
+	n.epochPending.Store(false)
+	n.log.Warn().Uint64("cluster_epoch", n.cfg.FSM.ClusterEpoch()).Uint64("term", r.CurrentTerm()).Msg("override complete: this node is the sole voter")
+	n.wake()
+}
+
+// readmit adds back, as voters, configured members missing from the
+// configuration that answer probes and whose own configuration still names
+// this node (a returning or freshly bootstrapped peer). A peer that leads a
+// configuration without us formed its own cluster: re-adding it would merge
+// two diverged histories, so it is reported instead.
+func (n *Node) readmit(ctx context.Context, r *raft.Raft, answers map[string]peerStatus) {
+	servers := r.GetConfiguration().Configuration().Servers
+	for _, m := range n.cfg.Members {
+		if m.ID == n.cfg.NodeID || slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == m.ID }) {
+			n.clearSplitBrain(m.ID)
+			continue
+		}
+		st, ok := answers[m.ID]
+		if !ok {
+			continue
+		}
+		n.mu.RLock()
+		removed := n.removed[m.ID]
+		n.mu.RUnlock()
+		if removed {
+			continue
+		}
+		if len(st.Voters) > 0 && !slices.Contains(st.Voters, n.cfg.NodeID) {
+			n.mu.Lock()
+			_, known := n.splitBrain[m.ID]
+			n.splitBrain[m.ID] = st
+			n.mu.Unlock()
+			if !known {
+				n.log.Error().Str("peer", m.ID).Str("peer_state", st.State).Uint64("peer_epoch", st.Epoch).Strs("peer_voters", st.Voters).
+					Msg("DUAL-ACTIVE: peer runs a cluster without this node; not re-adding it (heal needed)")
+			}
+			continue
+		}
+		n.log.Info().Str("peer", m.ID).Str("addr", m.RaftAddr).Msg("configured member is back; adding it as a voter")
+		if err := r.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 10*n.cfg.ElectionTimeout+5*time.Second).Error(); err != nil {
+			n.log.Warn().Err(err).Str("peer", m.ID).Msg("re-adding member failed; will retry")
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (n *Node) clearSplitBrain(id string) {
+	n.mu.Lock()
+	delete(n.splitBrain, id)
+	n.mu.Unlock()
+}

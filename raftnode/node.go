@@ -1,0 +1,366 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+
+	"github.com/scadad/scadad/role"
+)
+
+// overrideMarker is written before an override re-forms the cluster and
+// removed once the epoch bump is committed, so a crash in between still
+// bumps the epoch after restart.
+const overrideMarker = "override-pending"
+
+// Node is one scadad raft member.
+type Node struct {
+	cfg     Config
+	log     zerolog.Logger
+	hlog    *hclogAdapter
+	store   *raftboltdb.BoltStore
+	logs    raft.LogStore
+	snaps   *raft.FileSnapshotStore
+	stream  *tlsStream
+	contact *contacts
+	bc      *role.Broadcaster
+	obsCh   chan raft.Observation
+
+	// opMu serialises the operations that replace or stop raft: override,
+	// shutdown.
+	opMu sync.Mutex
+
+	mu         sync.RWMutex
+	r          *raft.Raft
+	obs        *raft.Observer
+	recovering bool
+	removed    map[string]bool       // members an operator removed: never re-added automatically
+	reachable  map[string]peerStatus // last probe answer per member
+	splitBrain map[string]peerStatus // peers found leading a cluster without us
+
+	epochPending atomic.Bool
+	barrierTerm  atomic.Uint64
+	barrierBusy  atomic.Bool
+	handoffBusy  atomic.Bool
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+	shutErr  error
+}
+
+// New opens the node's stores, bootstraps the configured membership if the
+// node has no raft state, starts raft and the role, probe and override
+// loops.
+func New(cfg Config) (*Node, error) {
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	log := cfg.Logger.With().Str("component", "raftnode").Str("node", cfg.NodeID).Logger()
+	n := &Node{
+		cfg:        cfg,
+		log:        log,
+		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Str("node", cfg.NodeID).Logger(), ""),
+		contact:    newContacts(cfg.Clock),
+		bc:         role.NewBroadcaster(role.State{Role: role.Detached, NodeID: cfg.NodeID}),
+		obsCh:      make(chan raft.Observation, 64),
+		removed:    make(map[string]bool),
+		reachable:  make(map[string]peerStatus),
+		splitBrain: make(map[string]peerStatus),
+	}
+	if err := n.open(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(2)
+	go n.roleLoop()
+	go n.guardLoop()
+	return n, nil
+}
+
+func (n *Node) open() error {
+	var err error
+	dbPath := filepath.Join(n.cfg.DataDir, "raft.db")
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if err != nil {
+		return fmt.Errorf("open raft store %s: %w", dbPath, err)
+	}
+	n.logs, err = raft.NewLogCache(512, n.store)
+	if err != nil {
+		return fmt.Errorf("create raft log cache: %w", err)
+	}
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.hlog.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store in %s: %w", n.cfg.DataDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, overrideMarker)); err == nil {
+		n.log.Warn().Msg("an override did not finish recording its epoch bump before the last stop; it will be bumped once this node leads")
+		n.epochPending.Store(true)
+	}
+	ln := n.cfg.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", n.cfg.BindAddr)
+		if err != nil {
+			return fmt.Errorf("listen for raft on %s: %w", n.cfg.BindAddr, err)
+		}
+	}
+	n.stream = newTLSStream(ln, n.cfg.AdvertiseAddr, n.cfg.ServerTLS, n.cfg.ClientTLS, n, n.contact.touch, n.probeStatus, n.log)
+
+	if err := n.restoreIfBehind(); err != nil {
+		return err
+	}
+	hasState, err := raft.HasExistingState(n.logs, n.store, n.snaps)
+	if err != nil {
+		return fmt.Errorf("check for existing raft state: %w", err)
+	}
+	rc := n.cfg.raftConfig(n.hlog)
+	if !hasState {
+		// Every node bootstraps the same configuration, so the index-1
+		// entries match and whichever node starts first can lead the other.
+		trans := n.newTransport()
+		err := raft.BootstrapCluster(rc, n.logs, n.store, n.snaps, trans, n.cfg.bootstrapConfiguration())
+		_ = trans.Close()
+		if err != nil {
+			return fmt.Errorf("bootstrap raft with the configured members: %w", err)
+		}
+		n.log.Info().Int("members", len(n.cfg.Members)).Msg("bootstrapped raft with the configured membership")
+	}
+	return n.startRaft()
+}
+
+// restoreIfBehind restores the newest snapshot into a persistent FSM whose
+// own applied index is behind it (its file was lost or replaced): raft will
+// not, because NoSnapshotRestoreOnStart is set for persistent FSMs.
+func (n *Node) restoreIfBehind() error {
+	if n.cfg.AppliedIndex == nil {
+		return nil
+	}
+	metas, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	newest := metas[0]
+	applied := n.cfg.AppliedIndex()
+	if applied >= newest.Index {
+		return nil
+	}
+	n.log.Warn().Uint64("fsm_applied", applied).Uint64("snapshot_index", newest.Index).Str("snapshot", newest.ID).
+		Msg("FSM is behind the newest snapshot; restoring it before starting raft")
+	_, rc, err := n.snaps.Open(newest.ID)
+	if err != nil {
+		return fmt.Errorf("open snapshot %s: %w", newest.ID, err)
+	}
+	defer rc.Close()
+	if err := n.cfg.FSM.Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot %s into the FSM: %w", newest.ID, err)
+	}
+	return nil
+}
+
+func (n *Node) newTransport() *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.stream.newView(),
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  n.hlog.Named("transport"),
+	})
+}
+
+func (n *Node) startRaft() error {
+	trans := n.newTransport()
+	r, err := raft.NewRaft(n.cfg.raftConfig(n.hlog), n.cfg.FSM, n.logs, n.store, n.snaps, trans)
+	if err != nil {
+		_ = trans.Close()
+		return fmt.Errorf("start raft: %w", err)
+	}
+	obs := raft.NewObserver(n.obsCh, false, nil)
+	r.RegisterObserver(obs)
+	n.mu.Lock()
+	n.r, n.obs = r, obs
+	n.mu.Unlock()
+	return nil
+}
+
+// stopRaft shuts the current raft down; the caller holds opMu. The mutex is
+// not held across Shutdown: raft's goroutines call back into the node.
+func (n *Node) stopRaft() error {
+	n.mu.Lock()
+	r, obs := n.r, n.obs
+	n.r, n.obs = nil, nil
+	n.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.DeregisterObserver(obs)
+	if err := r.Shutdown().Error(); err != nil {
+		return fmt.Errorf("shut raft down: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) current() (*raft.Raft, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.r, n.recovering
+}
+
+func (n *Node) raftOrErr() (*raft.Raft, error) {
+	r, recovering := n.current()
+	if r == nil {
+		if recovering {
+			return nil, fmt.Errorf("raft is restarting for an override: %w", ErrNotLeader)
+		}
+		return nil, ErrShutdown
+	}
+	return r, nil
+}
+
+// idForAddr and isMember implement memberDirectory over the configured
+// members plus the live configuration (servers an operator added).
+func (n *Node) idForAddr(addr string) (string, bool) {
+	for _, m := range n.cfg.Members {
+		if m.RaftAddr == addr {
+			return m.ID, true
+		}
+	}
+	if r, _ := n.current(); r != nil {
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			if string(s.Address) == addr {
+				return string(s.ID), true
+			}
+		}
+	}
+	return "", false
+}
+
+func (n *Node) isMember(id string) bool {
+	if _, ok := n.cfg.member(id); ok {
+		return true
+	}
+	if r, _ := n.current(); r != nil {
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			if string(s.ID) == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (n *Node) probeStatus() peerStatus {
+	st := peerStatus{ID: n.cfg.NodeID, State: "Shutdown", Epoch: n.cfg.FSM.ClusterEpoch()}
+	r, recovering := n.current()
+	if recovering {
+		st.State = "Recovering"
+	}
+	if r == nil {
+		return st
+	}
+	st.State = r.State().String()
+	st.Term = r.CurrentTerm()
+	_, leader := r.LeaderWithID()
+	st.Leader = string(leader)
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			st.Voters = append(st.Voters, string(s.ID))
+		}
+	}
+	return st
+}
+
+// Role returns the node's role stream.
+func (n *Node) Role() role.Source { return n.bc }
+
+// Raft is the escape hatch to the underlying raft instance. It changes
+// after an override; do not keep it.
+func (n *Node) Raft() *raft.Raft {
+	r, _ := n.current()
+	return r
+}
+
+// Shutdown stops the loops, raft, the transport and the stores. The node
+// publishes Detached first so workers stop before raft goes away.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutOnce.Do(func() {
+		n.cancel()
+		cur := n.bc.Current()
+		cur.Role, cur.Leader = role.Detached, ""
+		n.bc.Publish(cur)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.opMu.Lock()
+			defer n.opMu.Unlock()
+			err := n.stopRaft()
+			n.wg.Wait()
+			n.shutErr = errors.Join(err, n.closeStores())
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			n.shutErr = fmt.Errorf("shutdown of node %s: %w", n.cfg.NodeID, ctx.Err())
+		}
+	})
+	return n.shutErr
+}
+
+func (n *Node) closeStores() error {
+	var errs []error
+	if n.stream != nil {
+		if err := n.stream.close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("close raft listener: %w", err))
+		}
+	} else if n.cfg.Listener != nil {
+		_ = n.cfg.Listener.Close()
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recoveryFSM keeps RecoverCluster from rewinding a persistent FSM that is
+// already at or past the newest snapshot; RecoverCluster then replays only
+// the entries the FSM has not applied (it skips the rest itself).
+type recoveryFSM struct {
+	FSM
+	skipRestore bool
+}
+
+func (f recoveryFSM) Restore(rc io.ReadCloser) error {
+	if f.skipRestore {
+		return nil
+	}
+	return f.FSM.Restore(rc)
+}
+
+// sortedIDs is used for stable log output.
+func sortedIDs(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
+}

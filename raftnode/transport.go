@@ -1,0 +1,377 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+)
+
+// ALPN protocols separate raft streams from liveness probes on the one port,
+// so a probe never reaches raft's RPC decoder.
+const (
+	alpnRaft  = "scadad-raft/1"
+	alpnProbe = "scadad-probe/1"
+)
+
+// handshakeTimeout bounds how long an accepted connection may take to finish
+// its TLS handshake; it keeps a silent client from pinning a goroutine.
+const handshakeTimeout = 5 * time.Second
+
+// ErrNotMember is wrapped by transport errors about a peer that is not a
+// configured member.
+var ErrNotMember = errors.New("not a cluster member")
+
+// memberDirectory answers who may talk raft with us. The node implements it
+// from the configured members plus the live raft configuration.
+type memberDirectory interface {
+	idForAddr(addr string) (string, bool)
+	isMember(id string) bool
+}
+
+// tlsStream is the node's long-lived mutual-TLS listener. It outlives raft
+// transports: raft.Shutdown closes its transport, and the override restarts
+// raft on a new one, so each transport gets a view (see view) while the
+// listener, and with it the answers to peers' probes, stays up.
+type tlsStream struct {
+	raw       net.Listener
+	advertise string
+	server    *tls.Config
+	client    *tls.Config
+	dir       memberDirectory
+	contact   func(id string)
+	status    func() peerStatus
+	log       zerolog.Logger
+
+	accepted chan net.Conn
+	closed   chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+}
+
+// peerStatus is what a node tells a probing peer about itself: enough for
+// the prober to tell a returning peer (whose configuration still names it)
+// from one that re-formed a cluster of its own (dual-active, not to be merged
+// by re-adding it).
+type peerStatus struct {
+	ID     string   `json:"id"`
+	State  string   `json:"state"`
+	Term   uint64   `json:"term"`
+	Epoch  uint64   `json:"epoch"`
+	Leader string   `json:"leader"`
+	Voters []string `json:"voters"`
+}
+
+// maxStatusBytes bounds what a probe reads from a peer.
+const maxStatusBytes = 16 << 10
+
+func newTLSStream(raw net.Listener, advertise string, server, client *tls.Config, dir memberDirectory, contact func(string), status func() peerStatus, log zerolog.Logger) *tlsStream {
+	s := &tlsStream{
+		raw:       raw,
+		advertise: advertise,
+		server:    server.Clone(),
+		client:    client.Clone(),
+		dir:       dir,
+		contact:   contact,
+		status:    status,
+		log:       log,
+		accepted:  make(chan net.Conn),
+		closed:    make(chan struct{}),
+	}
+	s.server.MinVersion = tls.VersionTLS13
+	s.server.ClientAuth = tls.RequireAndVerifyClientCert
+	s.server.NextProtos = []string{alpnRaft, alpnProbe}
+	s.server.VerifyConnection = s.verifyPeer("")
+	s.client.MinVersion = tls.VersionTLS13
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s
+}
+
+// verifyPeer checks, after chain verification, that the peer's certificate
+// names a member (want == "") or exactly the member we dialed.
+func (s *tlsStream) verifyPeer(want string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("peer presented no certificate")
+		}
+		cn := cs.PeerCertificates[0].Subject.CommonName
+		if want != "" && cn != want {
+			return fmt.Errorf("peer certificate is for %q, expected member %q", cn, want)
+		}
+		if !s.dir.isMember(cn) {
+			return fmt.Errorf("peer certificate CN %q: %w", cn, ErrNotMember)
+		}
+		return nil
+	}
+}
+
+func (s *tlsStream) acceptLoop() {
+	defer s.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := s.raw.Accept()
+		if err != nil {
+			select {
+			case <-s.closed:
+				return
+			default:
+			}
+			s.log.Error().Err(err).Msg("raft listener accept failed")
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		s.wg.Add(1)
+		go s.handshake(conn)
+	}
+}
+
+func (s *tlsStream) handshake(raw net.Conn) {
+	defer s.wg.Done()
+	tc := tls.Server(raw, s.server)
+	_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		s.log.Warn().Str("remote", raw.RemoteAddr().String()).Str("reason", explainTLSError(err)).Err(err).
+			Msg("refused raft connection: TLS handshake failed")
+		_ = tc.Close()
+		return
+	}
+	cs := tc.ConnectionState()
+	peer := cs.PeerCertificates[0].Subject.CommonName
+	switch cs.NegotiatedProtocol {
+	case alpnProbe:
+		s.contact(peer)
+		if body, err := json.Marshal(s.status()); err == nil {
+			_, _ = tc.Write(append(body, '\n'))
+		}
+		_ = tc.Close()
+		return
+	case alpnRaft:
+	default:
+		s.log.Warn().Str("remote", raw.RemoteAddr().String()).Str("peer", peer).Str("alpn", cs.NegotiatedProtocol).
+			Msg("refused raft connection: client did not negotiate the raft protocol")
+		_ = tc.Close()
+		return
+	}
+	_ = tc.SetDeadline(time.Time{})
+	s.contact(peer)
+	select {
+	case s.accepted <- &trackedConn{Conn: tc, peer: peer, contact: s.contact}:
+	case <-s.closed:
+		_ = tc.Close()
+	case <-time.After(handshakeTimeout):
+		// No raft transport is accepting (raft is restarting); the peer
+		// will redial.
+		_ = tc.Close()
+	}
+}
+
+// dial opens a raft stream to the member at address.
+func (s *tlsStream) dial(ctx context.Context, address string, alpn string) (*tls.Conn, string, error) {
+	id, ok := s.dir.idForAddr(address)
+	if !ok {
+		return nil, "", fmt.Errorf("dial %s: %w: no member has this address", address, ErrNotMember)
+	}
+	cfg := s.client.Clone()
+	// Peers are dialed by address but verified by member id, which every
+	// node certificate carries as a SAN and as its CN.
+	cfg.ServerName = id
+	cfg.NextProtos = []string{alpn}
+	cfg.VerifyConnection = s.verifyPeer(id)
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, id, fmt.Errorf("dial member %s at %s: %s: %w", id, address, explainTLSError(err), err)
+	}
+	return conn.(*tls.Conn), id, nil
+}
+
+// probe checks that the member at address answers a mutual-TLS handshake
+// for the probe protocol and returns the status it reports. A completed
+// handshake counts as contact even if the status cannot be read: the peer
+// is alive.
+func (s *tlsStream) probe(ctx context.Context, address string) (peerStatus, error) {
+	conn, id, err := s.dial(ctx, address, alpnProbe)
+	if err != nil {
+		return peerStatus{}, err
+	}
+	defer conn.Close()
+	s.contact(id)
+	// Reading to the server's close also surfaces, with TLS 1.3, a refusal
+	// of our certificate.
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetReadDeadline(dl)
+	}
+	body, err := io.ReadAll(io.LimitReader(conn, maxStatusBytes))
+	if err != nil {
+		return peerStatus{}, fmt.Errorf("probe member %s at %s: %s: %w", id, address, explainTLSError(err), err)
+	}
+	var st peerStatus
+	if err := json.Unmarshal(body, &st); err != nil {
+		return peerStatus{}, fmt.Errorf("probe member %s at %s: decode status: %w", id, address, err)
+	}
+	return st, nil
+}
+
+func (s *tlsStream) close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.closed)
+		err = s.raw.Close()
+	})
+	s.wg.Wait()
+	return err
+}
+
+// view is one raft transport's window onto the stream. Closing it closes
+// the connections it handed out, not the listener.
+type view struct {
+	s      *tlsStream
+	closed chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+}
+
+var _ raft.StreamLayer = (*view)(nil)
+
+func (s *tlsStream) newView() *view {
+	return &view{s: s, closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+}
+
+func (v *view) track(c net.Conn) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-v.closed:
+		return false
+	default:
+	}
+	v.conns[c] = struct{}{}
+	return true
+}
+
+// Accept implements net.Listener.
+func (v *view) Accept() (net.Conn, error) {
+	select {
+	case c := <-v.s.accepted:
+		if !v.track(c) {
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+		return c, nil
+	case <-v.closed:
+		return nil, net.ErrClosed
+	case <-v.s.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (v *view) Close() error {
+	v.once.Do(func() {
+		v.mu.Lock()
+		close(v.closed)
+		for c := range v.conns {
+			_ = c.Close()
+		}
+		v.conns = nil
+		v.mu.Unlock()
+	})
+	return nil
+}
+
+// Addr implements net.Listener; raft uses it as this node's address.
+func (v *view) Addr() net.Addr { return advertiseAddr(v.s.advertise) }
+
+// Dial implements raft.StreamLayer.
+func (v *view) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, id, err := v.s.dial(ctx, string(address), alpnRaft)
+	if err != nil {
+		return nil, err
+	}
+	v.s.contact(id)
+	tc := &trackedConn{Conn: conn, peer: id, contact: v.s.contact}
+	if !v.track(tc) {
+		_ = tc.Close()
+		return nil, net.ErrClosed
+	}
+	return tc, nil
+}
+
+type advertiseAddr string
+
+func (a advertiseAddr) Network() string { return "tcp" }
+func (a advertiseAddr) String() string  { return string(a) }
+
+// trackedConn records contact with its peer whenever bytes arrive: an
+// inbound RPC or the answer to one of ours.
+type trackedConn struct {
+	net.Conn
+	peer    string
+	contact func(string)
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.contact(c.peer)
+	}
+	return n, err
+}
+
+// explainTLSError turns handshake failures into the sentence an operator
+// needs.
+func explainTLSError(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	var alert tls.AlertError
+	switch {
+	case errors.As(err, &unknown):
+		return "peer certificate is not signed by the site CA (foreign CA)"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "peer certificate is expired or not yet valid"
+	case errors.As(err, &invalid):
+		return "peer certificate is not valid for this use"
+	case errors.As(err, &host):
+		return "peer certificate does not name the member dialed"
+	case errors.Is(err, ErrNotMember):
+		return "peer certificate names no configured member"
+	case errors.As(err, &alert):
+		return "peer refused our certificate (" + alert.Error() + ")"
+	case errors.Is(err, io.EOF):
+		return "connection closed during handshake"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return "peer refused the handshake: it does not trust our certificate, or its own is from another site CA (" + op.Err.Error() + ")"
+	}
+	if errors.As(err, &op) && op.Op == "dial" {
+		return "peer unreachable"
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return "handshake timed out"
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return "peer certificate failed verification"
+	}
+	return "TLS handshake failed"
+}

@@ -1,0 +1,222 @@
+package raftnode
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/rs/zerolog"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestOverrideDue(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	after := 10 * time.Second
+	heard := func(ago time.Duration) func(string) time.Time {
+		return func(string) time.Time { return t0.Add(-ago) }
+	}
+	base := overrideInput{now: t0, mode: ModePair, after: after, selfVoter: true, otherVoters: []string{"b"}}
+	cases := []struct {
+		name   string
+		change func(*overrideInput)
+		want   bool
+	}{
+		{"silent for the whole window", func(in *overrideInput) { in.lastContact = heard(after) }, true},
+		{"silent for longer", func(in *overrideInput) { in.lastContact = heard(time.Hour) }, true},
+		{"heard just inside the window", func(in *overrideInput) { in.lastContact = heard(after - time.Millisecond) }, false},
+		{"heard now", func(in *overrideInput) { in.lastContact = heard(0) }, false},
+		{"witness mode", func(in *overrideInput) { in.mode = ModeWitness; in.lastContact = heard(time.Hour) }, false},
+		{"strict mode", func(in *overrideInput) { in.mode = ModeStrict; in.lastContact = heard(time.Hour) }, false},
+		{"already leader", func(in *overrideInput) { in.isLeader = true; in.lastContact = heard(time.Hour) }, false},
+		{"recovering", func(in *overrideInput) { in.recovering = true; in.lastContact = heard(time.Hour) }, false},
+		{"not a voter", func(in *overrideInput) { in.selfVoter = false; in.lastContact = heard(time.Hour) }, false},
+		{"sole voter", func(in *overrideInput) { in.otherVoters = nil; in.lastContact = heard(time.Hour) }, false},
+		{"one of two peers answering", func(in *overrideInput) {
+			in.otherVoters = []string{"b", "c"}
+			in.lastContact = func(id string) time.Time {
+				if id == "c" {
+					return t0
+				}
+				return t0.Add(-time.Hour)
+			}
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base
+			tc.change(&in)
+			got, reason := overrideDue(in)
+			if got != tc.want {
+				t.Fatalf("overrideDue = %v (%s), want %v", got, reason, tc.want)
+			}
+			if reason == "" {
+				t.Fatal("no reason given")
+			}
+		})
+	}
+}
+
+// TestContactWindowIsContinuous drives the tracker with a fake clock: any
+// contact restarts the window, and a never-heard peer counts from start.
+func TestContactWindowIsContinuous(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := newContacts(clock)
+	after := 10 * time.Second
+	due := func() bool {
+		ok, _ := overrideDue(overrideInput{now: clock.Now(), mode: ModePair, after: after, selfVoter: true, otherVoters: []string{"b"},
+			lastContact: func(id string) time.Time { t, _ := c.lastContact(id); return t }})
+		return ok
+	}
+	if _, ever := c.lastContact("b"); ever {
+		t.Fatal("fresh tracker claims contact")
+	}
+	clock.advance(after - time.Second)
+	if due() {
+		t.Fatal("due before a full window since start")
+	}
+	c.touch("b") // e.g. one probe answered just before the window ended
+	clock.advance(after - time.Millisecond)
+	if due() {
+		t.Fatal("due although the peer answered inside the window")
+	}
+	clock.advance(time.Millisecond)
+	if !due() {
+		t.Fatal("not due after a full silent window")
+	}
+	c.restartWindow()
+	if due() {
+		t.Fatal("due right after the window was restarted")
+	}
+	clock.advance(after)
+	if !due() {
+		t.Fatal("not due a full window after the restart")
+	}
+}
+
+func TestHclogAdapterKeepsLevelsAndFields(t *testing.T) {
+	var buf bytes.Buffer
+	zl := zerolog.New(&buf).Level(zerolog.DebugLevel)
+	a := newHclogAdapter(zl, "raft")
+	a.Trace("dropped: below debug")
+	a.Debug("dbg", "k", 1)
+	a.Info("inf", "servers", hclog.Fmt("%d servers", 3))
+	a.With("peer", "b").Warn("wrn", "err", errors.New("boom"))
+	a.Named("transport").Error("err")
+	a.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}).Print("[WARN] from std log")
+
+	var got []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		got = append(got, m)
+	}
+	want := []struct{ level, msg, key, val string }{
+		{"debug", "dbg", "k", "1"},
+		{"info", "inf", "servers", "3 servers"},
+		{"warn", "wrn", "peer", "b"},
+		{"error", "err", "logger", "raft.transport"},
+		{"warn", "from std log", "logger", "raft"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), buf.String())
+	}
+	for i, w := range want {
+		m := got[i]
+		if m["level"] != w.level || m["message"] != w.msg {
+			t.Errorf("line %d = %v, want level %s message %s", i, m, w.level, w.msg)
+		}
+		if v, _ := json.Marshal(m[w.key]); strings.Trim(string(v), `"`) != w.val {
+			t.Errorf("line %d field %s = %s, want %s", i, w.key, v, w.val)
+		}
+	}
+	if got[2]["err"] != "boom" {
+		t.Errorf("error field = %v", got[2]["err"])
+	}
+	if !a.IsDebug() || a.IsTrace() {
+		t.Error("adapter level does not follow the zerolog level")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	good := func() Config {
+		return Config{
+			NodeID: "a", BindAddr: "127.0.0.1:0", DataDir: "/tmp/x", Mode: ModePair,
+			Members:   []Member{{ID: "a", RaftAddr: "127.0.0.1:1"}, {ID: "b", RaftAddr: "127.0.0.1:2"}},
+			ServerTLS: new(tls.Config), ClientTLS: new(tls.Config), FSM: &testFSM{},
+		}
+	}
+	cases := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"valid pair", func(*Config) {}, ""},
+		{"no TLS", func(c *Config) { c.ServerTLS = nil }, "no plaintext"},
+		{"unknown mode", func(c *Config) { c.Mode = "yolo" }, "mode"},
+		{"self not a member", func(c *Config) { c.NodeID = "z" }, "not among the members"},
+		{"pair with a witness", func(c *Config) { c.Members[1].Witness = true }, "pair mode"},
+		{"witness mode without witness", func(c *Config) { c.Mode = ModeWitness }, "exactly one witness"},
+		{"duplicate member", func(c *Config) { c.Members[1].ID = "a" }, "listed twice"},
+		{"probe slower than window", func(c *Config) { c.OverrideAfter = 100 * time.Millisecond }, "shorter than OverrideAfter"},
+		{"no FSM", func(c *Config) { c.FSM = nil }, "FSM"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good()
+			tc.change(&c)
+			c.applyDefaults()
+			err := c.validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("validate: err = %v, want mention of %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDefaultsAreLANTuned(t *testing.T) {
+	c := Config{NodeID: "w", Members: []Member{{ID: "w", RaftAddr: "x:1", Witness: true}}}
+	c.applyDefaults()
+	rc := c.raftConfig(newHclogAdapter(zerolog.Nop(), ""))
+	if rc.PreVoteDisabled {
+		t.Error("pre-vote is off")
+	}
+	if rc.HeartbeatTimeout != 500*time.Millisecond || rc.LeaderLeaseTimeout != 250*time.Millisecond {
+		t.Errorf("timeouts = %s/%s", rc.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	}
+	if rc.ElectionTimeout != 3*DefaultElectionTimeout {
+		t.Errorf("witness election timeout = %s, want 3x the voters'", rc.ElectionTimeout)
+	}
+	if c.OverrideAfter != 10*time.Second {
+		t.Errorf("OverrideAfter default = %s", c.OverrideAfter)
+	}
+}
