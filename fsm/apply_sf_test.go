@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -49,6 +50,9 @@ func TestSFEnqueueFIFOAndIdempotency(t *testing.T) {
 
 	if got := pendingIDs(t, f, "A"); !slices.Equal(got, []string{"a1", "a2", "a3"}) {
 		t.Fatalf("pending A %v", got)
+	}
+	if none, err := f.SFPending("A", math.MaxUint64, 10); err != nil || len(none) != 0 {
+		t.Fatalf("page after the last possible seq: %d messages, %v", len(none), err)
 	}
 	msgs, err := f.SFPending("A", 1, 1)
 	if err != nil || len(msgs) != 1 || msgs[0].ID != "a2" || msgs[0].Seq != 2 {

@@ -58,10 +58,13 @@ var (
 	ErrArtifactNotCommitted = &CommandError{Code: CodeArtifactNotCommitted}
 	ErrArtifactIncomplete   = &CommandError{Code: CodeArtifactIncomplete}
 	ErrArtifactChecksum     = &CommandError{Code: CodeArtifactChecksum}
-	ErrArtifactCommitted    = &CommandError{Code: CodeArtifactCommitted}
-	ErrNotPending           = &CommandError{Code: CodeNotPending}
-	ErrUnknown              = &CommandError{Code: CodeUnknown}
-	ErrEpochNotIncreasing   = &CommandError{Code: CodeEpochNotIncreasing}
+	// ErrArtifactCommitted is not returned by this version: a chunk or
+	// commit for an already committed artifact succeeds with
+	// ArtifactOutcome.AlreadyCommitted. Kept so callers may check for it.
+	ErrArtifactCommitted  = &CommandError{Code: CodeArtifactCommitted}
+	ErrNotPending         = &CommandError{Code: CodeNotPending}
+	ErrUnknown            = &CommandError{Code: CodeUnknown}
+	ErrEpochNotIncreasing = &CommandError{Code: CodeEpochNotIncreasing}
 )
 
 // Read-side and lifecycle errors (not replicated outcomes).

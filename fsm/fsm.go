@@ -256,6 +256,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		fail(results, &StorageError{Err: ErrClosed})
 		return out
 	}
+	// A replay after restart: nothing new, no write transaction (no fsync).
+	if logs[len(logs)-1].Index <= f.Meta().AppliedIndex {
+		for _, r := range results {
+			r.Skipped = true
+		}
+		return out
+	}
 
 	var newMeta Meta
 	err := f.db.Update(func(tx *bolt.Tx) error {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
@@ -421,5 +422,36 @@ func TestClosedFSM(t *testing.T) {
 	}
 	if _, err := f.Snapshot(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("snapshot after close %v", err)
+	}
+}
+
+// A record the FSM cannot read is a storage failure: the batch is not
+// applied (the index does not move), the FSM refuses everything after it
+// and says so through Err, so the node stops rather than diverges.
+func TestStorageFailureStopsTheFSM(t *testing.T) {
+	f, w := openTestFSM(t), newLogWriter(t)
+	mustOK(t, f, w.cmd(enqueue(msg("m1", "A", ""))))
+	err := f.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSF).Bucket(sfIDs).Put([]byte("m1"), []byte{0xff, 0xff})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.Meta()
+	res := f.ApplyBatch([]*raft.Log{w.cmd(noop()), w.cmd(delivered("m1"))})
+	for _, r := range res {
+		var se *StorageError
+		if !errors.As(r.(*Result).Err, &se) {
+			t.Fatalf("entry %d: %v, want StorageError", r.(*Result).Index, r.(*Result).Err)
+		}
+	}
+	if f.Meta() != before {
+		t.Fatalf("failed batch moved meta to %+v", f.Meta())
+	}
+	if f.Err() == nil {
+		t.Fatal("Err is nil after a storage failure")
+	}
+	if r := f.Apply(w.cmd(noop())).(*Result); !errors.Is(r.Err, f.Err()) {
+		t.Fatalf("entry after the failure: %v", r.Err)
 	}
 }

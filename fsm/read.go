@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -312,6 +313,9 @@ func (f *FSM) SFParked(target string, limit int) ([]Message, error) {
 
 func (f *FSM) listQueue(which []byte, target string, afterSeq uint64, limit int) ([]Message, error) {
 	limit = clampLimit(limit)
+	if afterSeq == math.MaxUint64 {
+		return nil, nil
+	}
 	var out []Message
 	err := f.view(func(tx *bolt.Tx) error {
 		q := tx.Bucket(bucketSF).Bucket(which).Bucket([]byte(target))
@@ -411,6 +415,9 @@ func (f *FSM) SFHas(id string) (bool, error) {
 // afterSeq, oldest first.
 func (f *FSM) Audit(afterSeq uint64, limit int) ([]AuditEntry, error) {
 	limit = clampLimit(limit)
+	if afterSeq == math.MaxUint64 {
+		return nil, nil
+	}
 	var out []AuditEntry
 	err := f.view(func(tx *bolt.Tx) error {
 		cur := tx.Bucket(bucketAudit).Cursor()
