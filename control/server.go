@@ -17,6 +17,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/raftnode"
 	"github.com/scadad/scadad/role"
 )
 
@@ -25,27 +26,16 @@ type Raft interface {
 	LocalApplier
 	LeadershipTransfer(ctx context.Context, to string) error
 	AddVoter(ctx context.Context, id, addr string) error
-	AddNonvoter(ctx context.Context, id, addr string) error
 	RemoveServer(ctx context.Context, id string) error
-	Servers() ([]raft.Server, error)
-	Stats() Stats
-	ManualOverride(ctx context.Context, force bool) (uint64, error)
-	// RestoreSnapshot installs a verified snapshot cluster-wide (leader only);
-	// appliedIndex is the index recorded inside it.
-	RestoreSnapshot(ctx context.Context, appliedIndex uint64, r io.Reader) error
-	// OverrideState says what the pair-mode override watchdog is doing.
-	OverrideState() string
+	Members() ([]raftnode.MemberStatus, error)
+	Stats() raftnode.Stats
+	ManualOverride(ctx context.Context, force bool) error
 }
 
-// Stats are the Raft figures Status reports.
-type Stats struct {
-	State        string
-	Term         uint64
-	CommitIndex  uint64
-	AppliedIndex uint64
-	// LastContact is the time since the leader was last heard from; -1 when
-	// unknown, 0 on the leader.
-	LastContact time.Duration
+// Restorer installs a verified snapshot cluster-wide (leader only);
+// appliedIndex is the index recorded inside it.
+type Restorer interface {
+	RestoreSnapshot(ctx context.Context, appliedIndex uint64, r io.Reader) error
 }
 
 // State is the FSM read side the server needs.
@@ -82,6 +72,7 @@ type Server struct {
 	Version    string
 	Configured []Member
 	Raft       Raft
+	Restorer   Restorer
 	Roles      RoleSource
 	State      State
 	Forward    *Forwarder
@@ -115,6 +106,10 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 	st := s.Roles.Current()
 	rs := s.Raft.Stats()
 	meta := s.State.Meta()
+	override := ""
+	if rs.OverridePending {
+		override = "override done, cluster epoch bump pending"
+	}
 	resp := &controlpb.StatusResponse{
 		NodeId:        s.NodeID,
 		Role:          st.Role.String(),
@@ -128,10 +123,13 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		LastContactMs: -1,
 		RaftState:     rs.State,
 		Version:       s.Version,
-		OverrideState: s.Raft.OverrideState(),
+		OverrideState: override,
 	}
-	if rs.LastContact >= 0 {
-		resp.LastContactMs = rs.LastContact.Milliseconds()
+	switch {
+	case st.Role == role.Active:
+		resp.LastContactMs = 0
+	case !rs.LastContact.IsZero():
+		resp.LastContactMs = time.Since(rs.LastContact).Milliseconds()
 	}
 	for _, m := range s.Configured {
 		if m.ID == st.Leader {
@@ -150,28 +148,21 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 }
 
 func (s *Server) members(st role.State) ([]*controlpb.MemberStatus, error) {
-	servers, err := s.Raft.Servers()
+	ms, err := s.Raft.Members()
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read raft configuration: %v", err)
 	}
-	byID := map[string]*controlpb.MemberStatus{}
-	var out []*controlpb.MemberStatus
+	api := map[string]string{}
 	for _, m := range s.Configured {
-		ms := &controlpb.MemberStatus{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Witness: m.Witness, Configured: true, Leader: m.ID == st.Leader}
-		byID[m.ID] = ms
-		out = append(out, ms)
+		api[m.ID] = m.APIAddr
 	}
-	for _, srv := range servers {
-		ms, ok := byID[string(srv.ID)]
-		if !ok {
-			ms = &controlpb.MemberStatus{Id: string(srv.ID), RaftAddr: string(srv.Address), Leader: string(srv.ID) == st.Leader}
-			out = append(out, ms)
-		}
-		ms.InRaft = true
-		ms.Suffrage = "voter"
-		if srv.Suffrage == raft.Nonvoter {
-			ms.Suffrage = "nonvoter"
-		}
+	var out []*controlpb.MemberStatus
+	for _, m := range ms {
+		_, configured := api[m.ID]
+		out = append(out, &controlpb.MemberStatus{
+			Id: m.ID, RaftAddr: m.Addr, ApiAddr: api[m.ID], Suffrage: m.Suffrage, Leader: m.Leader,
+			Witness: m.Witness, Configured: configured, InRaft: m.Suffrage != "absent",
+		})
 	}
 	return out, nil
 }
@@ -196,11 +187,10 @@ func (s *Server) AddMember(ctx context.Context, req *controlpb.AddMemberRequest)
 		}
 		return c.AddMember(fctx, req)
 	}
-	add := s.Raft.AddVoter
 	if req.Nonvoter {
-		add = s.Raft.AddNonvoter
+		return nil, status.Error(codes.Unimplemented, "add member: non-voting members are not supported; every member is a voter or the witness")
 	}
-	if err := add(ctx, req.Id, req.RaftAddr); err != nil {
+	if err := s.Raft.AddVoter(ctx, req.Id, req.RaftAddr); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "add member %s: %v", req.Id, err)
 	}
 	s.audit(ctx, "member-add", fmt.Sprintf("%s at %s (nonvoter=%v)", req.Id, req.RaftAddr, req.Nonvoter))
@@ -218,13 +208,13 @@ func (s *Server) RemoveMember(ctx context.Context, req *controlpb.RemoveMemberRe
 		}
 		return c.RemoveMember(fctx, req)
 	}
-	servers, err := s.Raft.Servers()
+	ms, err := s.Raft.Members()
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "remove member: %v", err)
 	}
 	found := false
-	for _, srv := range servers {
-		found = found || string(srv.ID) == req.Id
+	for _, m := range ms {
+		found = found || (m.ID == req.Id && m.Suffrage != "absent")
 	}
 	if !found {
 		return nil, status.Errorf(codes.NotFound, "remove member: %q is not in the raft configuration", req.Id)
@@ -285,11 +275,10 @@ func (s *Server) Failover(ctx context.Context, req *controlpb.FailoverRequest) (
 
 // Override makes this node the sole voter.
 func (s *Server) Override(ctx context.Context, req *controlpb.OverrideRequest) (*controlpb.OverrideResponse, error) {
-	epoch, err := s.Raft.ManualOverride(ctx, req.Force)
-	if err != nil {
+	if err := s.Raft.ManualOverride(ctx, req.Force); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "override on %s: %v", s.NodeID, err)
 	}
-	return &controlpb.OverrideResponse{ClusterEpoch: epoch}, nil
+	return &controlpb.OverrideResponse{ClusterEpoch: s.State.Meta().ClusterEpoch}, nil
 }
 
 // Apply commits a forwarded command; only the leader answers.
@@ -391,7 +380,7 @@ func (s *Server) SnapshotRestore(stream controlpb.Control_SnapshotRestoreServer)
 	if c != nil {
 		return forwardRestore(fctx, c, tmp, n, stream)
 	}
-	if err := s.Raft.RestoreSnapshot(ctx, info.Meta.AppliedIndex, tmp); err != nil {
+	if err := s.Restorer.RestoreSnapshot(ctx, info.Meta.AppliedIndex, tmp); err != nil {
 		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
 	}
 	s.audit(ctx, "snapshot-restore", fmt.Sprintf("restored a snapshot of %d bytes (applied index %d inside)", n, info.Meta.AppliedIndex))

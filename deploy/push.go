@@ -59,7 +59,7 @@ type PushResult struct {
 // InvalidError wraps a validation failure of the artifact itself.
 type InvalidError struct{ Err error }
 
-func (e *InvalidError) Error() string { return "invalid site config: " + e.Err.Error() }
+func (e *InvalidError) Error() string { return e.Err.Error() }
 func (e *InvalidError) Unwrap() error { return e.Err }
 
 // Push validates, stores and deploys req.Artifact.

@@ -1,0 +1,518 @@
+// Command scadabench measures scadad the way ../shared/tools/etcdbench
+// measures etcd, so the two can be put side by side from one sitting:
+//
+//   - write: C concurrent clients (one gRPC connection each) enqueue unique
+//     store-and-forward messages of V bytes through the control API of the
+//     leader (-target all spreads them over the voters) for D seconds after
+//     a 1 s warm-up; acknowledged enqueues/s, p50/p99/max. An enqueue is
+//     acknowledged only once it is committed on a quorum, fsync on.
+//   - failover: K times, wait until the cluster is healthy and idle, SIGKILL
+//     the Active node's process, and time until an enqueue through the
+//     survivors is acknowledged (a fresh probe every -probe-interval).
+//   - deliver: N messages are enqueued while the sink refuses them, then the
+//     sink recovers and the time until the buffer is empty gives messages/s.
+//
+// The cluster is real scadad processes on 127.0.0.1 (two voters + witness
+// by default), built from this tree. Output: one human-readable line per
+// run, then one JSON line with all figures.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/pki"
+)
+
+type options struct {
+	mode, target, phases         string
+	voters, failovers, count     int
+	deliverN                     int
+	witness, keep                bool
+	clients, sizes               []int
+	duration, warmup, probeEvery time.Duration
+	probeTimeout, settle, foMax  time.Duration
+}
+
+type writeResult struct {
+	Clients    int     `json:"clients"`
+	ValueBytes int     `json:"value_bytes"`
+	Target     string  `json:"target"`
+	Seconds    float64 `json:"seconds"`
+	Puts       int     `json:"puts"`
+	Errors     int64   `json:"errors"`
+	PutsPerSec float64 `json:"puts_per_s"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+}
+
+type failoverResult struct {
+	RunsMs   []float64 `json:"runs_ms"`
+	Failed   int       `json:"failed"`
+	MinMs    float64   `json:"min_ms"`
+	MedianMs float64   `json:"median_ms"`
+	MaxMs    float64   `json:"max_ms"`
+}
+
+type deliverResult struct {
+	Messages  int     `json:"messages"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_s"`
+}
+
+type report struct {
+	System   string          `json:"system"`
+	Go       string          `json:"go"`
+	Mode     string          `json:"mode"`
+	Members  int             `json:"members"`
+	NumCPU   int             `json:"cpus"`
+	Write    []writeResult   `json:"write"`
+	Failover *failoverResult `json:"failover,omitempty"`
+	Deliver  *deliverResult  `json:"deliver,omitempty"`
+}
+
+func main() {
+	o := parseFlags()
+	bin, err := testcluster.Build()
+	if err != nil {
+		fatalf("build: %v", err)
+	}
+	defer bin.Remove()
+	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn"})
+	if err != nil {
+		fatalf("cluster: %v", err)
+	}
+	defer func() {
+		c.Close()
+		if o.keep {
+			fmt.Println("kept", c.Dir)
+		}
+	}()
+	atExit = c.Close
+	if err := c.StartAll(); err != nil {
+		fatalf("%v", err)
+	}
+	b := &bench{c: c, o: o}
+	if err := b.setup(); err != nil {
+		fatalf("setup: %v", err)
+	}
+	defer b.sink.Close()
+
+	rep := report{System: "scadad", Go: runtime.Version(), Mode: o.mode, Members: len(c.Nodes), NumCPU: runtime.NumCPU(), Write: []writeResult{}}
+	fmt.Printf("scadabench: scadad, %s, mode=%s, members=%d (witness=%v), fsync=on, cpus=%d, data=%s\n", rep.Go, o.mode, len(c.Nodes), o.witness, rep.NumCPU, c.Dir)
+	if strings.Contains(o.phases, "write") {
+		for _, size := range o.sizes {
+			for _, n := range o.clients {
+				r, err := b.writePhase(n, size)
+				if err != nil {
+					fatalf("write phase: %v", err)
+				}
+				rep.Write = append(rep.Write, r)
+				fmt.Printf("write clients=%-3d value=%dB target=%s: %.0f enqueues/s (%d in %.1fs, %d errors) p50=%.2fms p99=%.2fms max=%.1fms\n",
+					r.Clients, r.ValueBytes, r.Target, r.PutsPerSec, r.Puts, r.Seconds, r.Errors, r.P50Ms, r.P99Ms, r.MaxMs)
+			}
+		}
+	}
+	if strings.Contains(o.phases, "deliver") && o.deliverN > 0 {
+		d, err := b.deliverPhase(o.deliverN)
+		if err != nil {
+			fatalf("deliver phase: %v", err)
+		}
+		rep.Deliver = d
+		fmt.Printf("deliver: %d messages drained to a local sink in %.2fs: %.0f messages/s\n", d.Messages, d.Seconds, d.PerSecond)
+	}
+	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
+		f, err := b.failoverPhase()
+		if err != nil {
+			fatalf("failover phase: %v", err)
+		}
+		rep.Failover = f
+		fmt.Printf("failover (%d runs, %d failed): min=%.0fms median=%.0fms max=%.0fms\n", len(f.RunsMs), f.Failed, f.MinMs, f.MedianMs, f.MaxMs)
+	}
+	js, _ := json.Marshal(rep)
+	fmt.Println(string(js))
+}
+
+func parseFlags() options {
+	var o options
+	var clients, sizes string
+	flag.StringVar(&o.mode, "mode", "witness", "cluster mode: witness (two voters + witness), pair or strict")
+	flag.IntVar(&o.voters, "voters", 2, "number of voting nodes besides the witness")
+	flag.BoolVar(&o.witness, "witness", true, "add a witness node")
+	flag.StringVar(&clients, "clients", "1,64", "comma-separated concurrent client counts C, one write run each")
+	flag.StringVar(&sizes, "value-size", "256", "comma-separated payload sizes V in bytes, one write run each")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length D of each write run (ignored when -count > 0)")
+	flag.IntVar(&o.count, "count", 0, "if > 0, each write run does this many enqueues in total")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each write run")
+	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
+	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
+	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
+	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
+	flag.DurationVar(&o.foMax, "failover-max", 30*time.Second, "failover: give up on a run after this long")
+	flag.DurationVar(&o.settle, "settle", 2*time.Second, "failover: idle time after the cluster is healthy before each kill")
+	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
+	flag.StringVar(&o.phases, "phases", "write,deliver,failover", "phases to run")
+	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
+	flag.Parse()
+	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)
+	if o.target != "leader" && o.target != "all" {
+		fatalf("bad -target %q", o.target)
+	}
+	return o
+}
+
+func intList(name, s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fatalf("bad -%s %q", name, s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+type bench struct {
+	c    *testcluster.Cluster
+	o    options
+	sink *testcluster.Sink
+	tls  credentials.TransportCredentials
+}
+
+// setup deploys a site config whose target "bench" is a recording sink that
+// refuses everything until the deliver phase, so the write phases measure
+// the replicated enqueue path, not delivery.
+func (b *bench) setup() error {
+	conf, err := pki.LoadClientTLS(filepath.Join(b.c.Certs, "ca.crt"), filepath.Join(b.c.Certs, "operator.crt"), filepath.Join(b.c.Certs, "operator.key"))
+	if err != nil {
+		return err
+	}
+	b.tls = credentials.NewTLS(conf)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.c.WaitOneActive(ctx); err != nil {
+		return err
+	}
+	b.sink, err = testcluster.StartSink(b.c.Bin, b.c.Dir)
+	if err != nil {
+		return err
+	}
+	if err := b.sink.SetFailing(true); err != nil {
+		return err
+	}
+	site := testcluster.SiteConfig("bench", map[string]string{"bench": b.sink.URL}, 0)
+	// A long backoff: refused deliveries during the write phases stay rare.
+	site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
+	file := filepath.Join(b.c.Dir, "site.yaml")
+	if err := os.WriteFile(file, site, 0o644); err != nil {
+		return err
+	}
+	if _, errs, code, err := b.c.Ctl(ctx, nil, "deploy", "push", file); err != nil || code != 0 {
+		return fmt.Errorf("deploy push: exit %d: %s %v", code, errs, err)
+	}
+	return testcluster.Poll(ctx, func() bool {
+		cli, err := b.client(b.c.Nodes[0])
+		if err != nil {
+			return false
+		}
+		defer cli.Close()
+		return cli.enqueue(ctx, fmt.Sprintf("setup-%d", time.Now().UnixNano()), []byte("x")) == nil
+	})
+}
+
+type client struct {
+	conn *grpc.ClientConn
+	api  controlpb.ControlClient
+}
+
+func (b *bench) client(n *testcluster.Node) (*client, error) {
+	conn, err := grpc.NewClient(n.APIAddr, grpc.WithTransportCredentials(b.tls))
+	if err != nil {
+		return nil, err
+	}
+	return &client{conn: conn, api: controlpb.NewControlClient(conn)}, nil
+}
+
+func (c *client) enqueue(ctx context.Context, id string, payload []byte) error {
+	_, err := c.api.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: "bench", Id: id, Payload: payload})
+	return err
+}
+
+func (c *client) Close() { c.conn.Close() }
+
+// multi round-robins over several nodes' clients.
+type multi struct {
+	cs []*client
+	n  atomic.Uint64
+}
+
+func (m *multi) enqueue(ctx context.Context, id string, payload []byte) error {
+	return m.cs[m.n.Add(1)%uint64(len(m.cs))].enqueue(ctx, id, payload)
+}
+
+func (m *multi) Close() {
+	for _, c := range m.cs {
+		c.Close()
+	}
+}
+
+func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
+	m := &multi{}
+	for _, n := range nodes {
+		c, err := b.client(n)
+		if err != nil {
+			return nil, err
+		}
+		m.cs = append(m.cs, c)
+	}
+	return m, nil
+}
+
+func (b *bench) leader() (*testcluster.Node, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return b.c.WaitOneActive(ctx)
+}
+
+func (b *bench) writePhase(clients, size int) (writeResult, error) {
+	lead, err := b.leader()
+	if err != nil {
+		return writeResult{}, err
+	}
+	nodes := []*testcluster.Node{lead}
+	if b.o.target == "all" {
+		nodes = nodes[:0]
+		for _, n := range b.c.Nodes {
+			if !n.Witness {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	conns := make([]*multi, clients)
+	for i := range conns {
+		if conns[i], err = b.clientFor(nodes); err != nil {
+			return writeResult{}, err
+		}
+		defer conns[i].Close()
+	}
+	tag := fmt.Sprintf("w%d-%d-%d", clients, size, time.Now().UnixNano())
+	if b.o.warmup > 0 {
+		runLoad(conns, clients, size, b.o.warmup, 0, tag+"warm")
+	}
+	r := runLoad(conns, clients, size, b.o.duration, b.o.count, tag)
+	r.Target = b.o.target
+	return r, nil
+}
+
+func runLoad(conns []*multi, clients, size int, d time.Duration, count int, tag string) writeResult {
+	val := make([]byte, size)
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	lat := make([][]time.Duration, clients)
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for i := range clients {
+		quota := count / clients
+		if i < count%clients {
+			quota++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli := conns[i%len(conns)]
+			for n := 0; ; n++ {
+				if count > 0 && n >= quota || count <= 0 && time.Now().After(deadline) {
+					return
+				}
+				t0 := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := cli.enqueue(ctx, fmt.Sprintf("%s/%d/%d", tag, i, n), val)
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				lat[i] = append(lat[i], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return writeResult{Clients: clients, ValueBytes: size, Seconds: secs, Puts: len(all), Errors: errs.Load(),
+		PutsPerSec: float64(len(all)) / secs, P50Ms: pct(all, 0.50), P99Ms: pct(all, 0.99), MaxMs: pct(all, 1)}
+}
+
+// pct is the nearest-rank percentile of sorted durations, in milliseconds.
+func pct(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := max(int(math.Ceil(q*float64(len(sorted))))-1, 0)
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// pending reads the buffer's pending count from the leader.
+func (b *bench) pending(ctx context.Context) (uint64, error) {
+	var stats []*controlpb.SFTargetStats
+	if err := b.c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, s := range stats {
+		n += s.Pending
+	}
+	return n, nil
+}
+
+// deliverPhase fills the buffer while the sink refuses, then times the
+// drain. The backlog from the write phases drains too and is counted.
+func (b *bench) deliverPhase(n int) (*deliverResult, error) {
+	lead, err := b.leader()
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]*multi, 32)
+	for i := range conns {
+		if conns[i], err = b.clientFor([]*testcluster.Node{lead}); err != nil {
+			return nil, err
+		}
+		defer conns[i].Close()
+	}
+	runLoad(conns, len(conns), 256, 0, n, fmt.Sprintf("d%d", time.Now().UnixNano()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	total, err := b.pending(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Restart the Active so delivery starts from a fresh backoff: the sink
+	// refused the head of the queue and the target now waits 30 s.
+	if err := b.sink.SetFailing(false); err != nil {
+		return nil, err
+	}
+	if _, errs, code, err := b.c.Ctl(ctx, nil, "failover"); err != nil || code != 0 {
+		return nil, fmt.Errorf("failover to restart delivery: exit %d %s %v", code, errs, err)
+	}
+	t0 := time.Now()
+	if err := testcluster.Poll(ctx, func() bool {
+		p, err := b.pending(ctx)
+		return err == nil && p == 0
+	}); err != nil {
+		return nil, err
+	}
+	secs := time.Since(t0).Seconds()
+	return &deliverResult{Messages: int(total), Seconds: secs, PerSecond: float64(total) / secs}, nil
+}
+
+// failoverPhase: K times, wait for a healthy cluster, SIGKILL the Active,
+// and measure until the first probe enqueue through the survivors is
+// acknowledged.
+func (b *bench) failoverPhase() (*failoverResult, error) {
+	res := &failoverResult{RunsMs: []float64{}}
+	for run := 1; run <= b.o.failovers; run++ {
+		lead, err := b.leader()
+		if err == nil {
+			time.Sleep(b.o.settle)
+			lead, err = b.leader()
+		}
+		if err != nil {
+			return res, err
+		}
+		var survivors []*testcluster.Node
+		for _, n := range b.c.Nodes {
+			if n != lead && !n.Witness {
+				survivors = append(survivors, n)
+			}
+		}
+		cli, err := b.clientFor(survivors)
+		if err != nil {
+			return res, err
+		}
+		for i := range 2 * len(survivors) { // connect to every survivor before the kill
+			wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = cli.enqueue(wctx, fmt.Sprintf("fo%d-%d/warm/%d", run, time.Now().UnixNano(), i), []byte("x"))
+			wcancel()
+			if err != nil {
+				return res, fmt.Errorf("warm-up enqueue: %v", err)
+			}
+		}
+		t0 := time.Now()
+		b.c.Kill(lead)
+		first := make(chan time.Time, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), b.o.foMax)
+		tick := time.NewTicker(b.o.probeEvery)
+		var took time.Duration
+	probe:
+		for n := 0; ; n++ {
+			go func() {
+				pctx, pcancel := context.WithTimeout(ctx, b.o.probeTimeout)
+				defer pcancel()
+				if cli.enqueue(pctx, fmt.Sprintf("fo%d-%d/probe/%d", run, t0.UnixNano(), n), []byte("x")) == nil {
+					select {
+					case first <- time.Now():
+					default:
+					}
+				}
+			}()
+			select {
+			case t := <-first:
+				took = t.Sub(t0)
+				break probe
+			case <-ctx.Done():
+				break probe
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		cancel()
+		cli.Close()
+		if took > 0 {
+			res.RunsMs = append(res.RunsMs, float64(took.Microseconds())/1000)
+			fmt.Printf("failover %d/%d: killed %s (Active), first acknowledged enqueue after %.0fms\n", run, b.o.failovers, lead.ID, float64(took.Microseconds())/1000)
+		} else {
+			res.Failed++
+			fmt.Printf("failover %d/%d: killed %s (Active), no enqueue succeeded within %v\n", run, b.o.failovers, lead.ID, b.o.foMax)
+		}
+		if err := b.c.Start(lead); err != nil {
+			return res, fmt.Errorf("restart %s: %v", lead.ID, err)
+		}
+	}
+	if r := slices.Sorted(slices.Values(res.RunsMs)); len(r) > 0 {
+		res.MinMs, res.MaxMs = r[0], r[len(r)-1]
+		res.MedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
+	}
+	return res, nil
+}
+
+// atExit cleans up (kills the nodes) before fatalf exits.
+var atExit = func() {}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "scadabench: "+format+"\n", a...)
+	atExit()
+	os.Exit(1)
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+)
+
+func runStatus(ctx context.Context, g *globals, args []string) error {
+	if len(args) != 0 {
+		return usagef("status takes no arguments")
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st, err := c.Status(ctx, &controlpb.StatusRequest{})
+	if err != nil {
+		return rpcErr("status", err)
+	}
+	return g.printOut(st, func(w *tabwriter.Writer) {
+		contact := "unknown"
+		if st.LastContactMs >= 0 {
+			contact = (time.Duration(st.LastContactMs) * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "node\t%s\n", st.NodeId)
+		fmt.Fprintf(w, "role\t%s\n", st.Role)
+		fmt.Fprintf(w, "mode\t%s\n", st.Mode)
+		fmt.Fprintf(w, "leader\t%s\n", orDash(st.LeaderId))
+		fmt.Fprintf(w, "epoch\t%d.%d (cluster.term)\n", st.ClusterEpoch, st.Term)
+		fmt.Fprintf(w, "voters\t%d\n", st.Voters)
+		fmt.Fprintf(w, "commit/applied\t%d/%d\n", st.CommitIndex, st.AppliedIndex)
+		fmt.Fprintf(w, "last contact\t%s\n", contact)
+		fmt.Fprintf(w, "deploy revision\t%d\n", st.DeployRevision)
+		if st.OverrideState != "" {
+			fmt.Fprintf(w, "override\t%s\n", st.OverrideState)
+		}
+		fmt.Fprintf(w, "\nMEMBER\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\n")
+		for _, m := range st.Members {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness)
+		}
+	})
+}
+
+func runMembers(ctx context.Context, g *globals, args []string) error {
+	if len(args) == 0 {
+		return usagef("members list | add ID RAFT_ADDR [--nonvoter] | remove ID")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("members "+sub, flag.ContinueOnError)
+	nonvoter := fs.Bool("nonvoter", false, "add as a non-voting member")
+	pos, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	switch sub {
+	case "list":
+		resp, err := c.Members(ctx, &controlpb.MembersRequest{})
+		if err != nil {
+			return rpcErr("members list", err)
+		}
+		return g.printOut(resp.Members, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "ID\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tCONFIGURED\tIN RAFT\n")
+			for _, m := range resp.Members {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%v\t%v\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness, m.Configured, m.InRaft)
+			}
+		})
+	case "add":
+		if len(pos) != 2 {
+			return usagef("members add ID RAFT_ADDR [--nonvoter]")
+		}
+		if _, err := c.AddMember(ctx, &controlpb.AddMemberRequest{Id: pos[0], RaftAddr: pos[1], Nonvoter: *nonvoter}); err != nil {
+			return rpcErr("members add", err)
+		}
+		fmt.Fprintf(g.stdout, "added %s at %s\n", pos[0], pos[1])
+		return nil
+	case "remove":
+		if len(pos) != 1 {
+			return usagef("members remove ID")
+		}
+		if _, err := c.RemoveMember(ctx, &controlpb.RemoveMemberRequest{Id: pos[0]}); err != nil {
+			return rpcErr("members remove", err)
+		}
+		fmt.Fprintf(g.stdout, "removed %s\n", pos[0])
+		return nil
+	default:
+		return usagef("members: unknown subcommand %q (list, add, remove)", sub)
+	}
+}
+
+func runFailover(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
+	to := fs.String("to", "", "node to hand the Active role to (default: any voter)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("failover [--to NODE]")
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := c.Failover(ctx, &controlpb.FailoverRequest{To: *to})
+	if err != nil {
+		return rpcErr("failover", err)
+	}
+	return g.printOut(resp, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "Active moved from %s to %s\n", resp.OldLeader, resp.NewLeader)
+	})
+}
+
+func runOverride(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("override", flag.ContinueOnError)
+	force := fs.Bool("force", false, "override even though the peer seems to answer (risks two Active nodes)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("override [--force] [--yes]")
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st, err := c.Status(ctx, &controlpb.StatusRequest{})
+	if err != nil {
+		return rpcErr("status", err)
+	}
+	q := fmt.Sprintf("Make %s the sole voter of its cluster and Active? Its peer will have to rejoin as Standby.", st.NodeId)
+	if *force {
+		q += " --force: this can leave two Active nodes if the peer is alive."
+	}
+	if err := g.confirm(q); err != nil {
+		return err
+	}
+	resp, err := c.Override(ctx, &controlpb.OverrideRequest{Force: *force})
+	if err != nil {
+		return rpcErr("override", err)
+	}
+	return g.printOut(resp, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "%s is sole voter, cluster epoch %d\n", st.NodeId, resp.ClusterEpoch)
+	})
+}
+
+func runAudit(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	after := fs.Uint64("after", 0, "show entries after this sequence number")
+	limit := fs.Int("limit", 100, "at most this many entries")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := c.Audit(ctx, &controlpb.AuditRequest{AfterSeq: *after, Limit: int32(*limit)})
+	if err != nil {
+		return rpcErr("audit", err)
+	}
+	return g.printOut(resp.Entries, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "SEQ\tTIME\tKIND\tACTOR\tDETAIL\n")
+		for _, e := range resp.Entries {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", e.Seq, time.Unix(0, e.TimeUnixNano).UTC().Format(time.RFC3339), e.Kind, orDash(e.Actor), e.Detail)
+		}
+	})
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Exit codes, see doc.go.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitUnreachable = 3
+	exitRefused     = 4
+	exitNotFound    = 5
+)
+
+// usageError marks a mistake in how scadactl was called.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// refusedError marks an operation the operator declined or a precondition
+// that did not hold locally.
+type refusedError struct{ msg string }
+
+func (e refusedError) Error() string { return e.msg }
+
+// globals are the flags every command accepts.
+type globals struct {
+	endpoints string
+	certsDir  string
+	caFile    string
+	certFile  string
+	keyFile   string
+	output    string
+	timeout   time.Duration
+	yes       bool
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, g *globals, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"status", "show the answering node and the cluster", runStatus},
+		{"members", "members list | add ID RAFT_ADDR [--nonvoter] | remove ID", runMembers},
+		{"failover", "move the Active role: failover [--to NODE]", runFailover},
+		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},
+		{"snapshot", "snapshot save FILE | restore FILE | inspect FILE", runSnapshot},
+		{"deploy", "deploy push FILE [--expect-revision N] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
+		{"sf", "sf stats | list | retry | discard | enqueue (store-and-forward buffer)", runSF},
+		{"audit", "show the audit log", runAudit},
+		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator]", runCerts},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("scadactl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: scadactl [global flags] COMMAND [args]\n\ncommands:\n")
+		for _, c := range commands() {
+			fmt.Fprintf(stderr, "  %-9s %s\n", c.name, c.summary)
+		}
+		fmt.Fprintf(stderr, "\nglobal flags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	for _, c := range commands() {
+		if c.name == name {
+			return report(stderr, c.run(ctx, g, rest))
+		}
+	}
+	fmt.Fprintf(stderr, "scadactl: unknown command %q (run scadactl -h)\n", name)
+	return exitUsage
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.endpoints, "endpoints", envOr("SCADACTL_ENDPOINTS", "127.0.0.1:7201"), "comma-separated control API addresses of the nodes (env SCADACTL_ENDPOINTS)")
+	fs.StringVar(&g.certsDir, "certs", envOr("SCADACTL_CERTS", ""), "folder with ca.crt, operator.crt and operator.key (env SCADACTL_CERTS)")
+	fs.StringVar(&g.caFile, "cacert", "", "site CA certificate (overrides --certs)")
+	fs.StringVar(&g.certFile, "cert", "", "client certificate (overrides --certs)")
+	fs.StringVar(&g.keyFile, "key", "", "client key (overrides --certs)")
+	fs.StringVar(&g.output, "output", "table", "output format: table or json")
+	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to try to reach a node")
+	fs.BoolVar(&g.yes, "yes", false, "answer yes to confirmations")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// report prints err and maps it to an exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "scadactl: %v\n", err)
+	var ue usageError
+	var re refusedError
+	var ur unreachableError
+	switch {
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &re):
+		return exitRefused
+	case errors.As(err, &ur):
+		return exitUnreachable
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists, codes.PermissionDenied:
+			return exitRefused
+		case codes.NotFound:
+			return exitNotFound
+		case codes.InvalidArgument:
+			return exitUsage
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return exitUnreachable
+		}
+	}
+	return exitFailed
+}
+
+// confirm asks a yes/no question on stdin unless --yes was given.
+func (g *globals) confirm(question string) error {
+	if g.yes {
+		return nil
+	}
+	fmt.Fprintf(g.stderr, "%s [y/N] ", question)
+	var answer string
+	if _, err := fmt.Fscanln(g.stdin, &answer); err != nil {
+		return refusedError{"not confirmed (no answer; pass --yes to skip the question)"}
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return refusedError{"not confirmed"}
+	}
+	return nil
+}
+
+// printOut writes v as JSON, or calls table to render it for people.
+func (g *globals) printOut(v any, table func(w *tabwriter.Writer)) error {
+	switch g.output {
+	case "json":
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "table":
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		table(w)
+		return w.Flush()
+	default:
+		return usagef("--output %q is not one of table, json", g.output)
+	}
+}
+
+// parseFlags parses a subcommand's own flags; positional arguments may come
+// before or after them.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+	return positional, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

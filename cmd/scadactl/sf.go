@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+)
+
+func runSF(ctx context.Context, g *globals, args []string) error {
+	if len(args) == 0 {
+		return usagef("sf stats | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("sf "+sub, flag.ContinueOnError)
+	target := fs.String("target", "", "store-and-forward target")
+	parked := fs.Bool("parked", false, "list parked messages instead of pending ones")
+	all := fs.Bool("all", false, "retry/discard every parked message of --target")
+	limit := fs.Int("limit", 100, "list at most this many messages")
+	id := fs.String("id", "", "enqueue: idempotency key (generated when empty)")
+	data := fs.String("data", "", "enqueue: payload (default: read standard input)")
+	pos, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	switch sub {
+	case "stats":
+		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{})
+		if err != nil {
+			return rpcErr("sf stats", err)
+		}
+		return g.printOut(resp.Targets, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "TARGET\tPENDING\tPARKED\tOLDEST AGE\tDELIVERED/S\tDELIVERED\tLAST ERROR\n")
+			for _, t := range resp.Targets {
+				age := "-"
+				if t.OldestUnixNano > 0 {
+					age = time.Since(time.Unix(0, t.OldestUnixNano)).Round(time.Second).String()
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%.1f\t%d\t%s\n", t.Target, t.Pending, t.Parked, age, t.DeliveredPerSec, t.DeliveredTotal, orDash(t.LastError))
+			}
+		})
+	case "list":
+		resp, err := c.SFList(ctx, &controlpb.SFListRequest{Target: *target, Parked: *parked, Limit: int32(*limit)})
+		if err != nil {
+			return rpcErr("sf list", err)
+		}
+		return g.printOut(resp.Messages, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "ID\tTARGET\tSEQ\tENQUEUED\tSIZE\tATTEMPTS\tPARK REASON\n")
+			for _, m := range resp.Messages {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", m.Id, m.Target, m.Seq, time.Unix(0, m.EnqueuedUnixNano).UTC().Format(time.RFC3339), m.Size, m.Attempts, orDash(m.ParkReason))
+			}
+		})
+	case "retry", "discard":
+		req := &controlpb.SFSelectRequest{Ids: pos}
+		if *all {
+			if *target == "" || len(pos) > 0 {
+				return usagef("sf %s --all needs --target and no ids", sub)
+			}
+			req.AllOfTarget = *target
+		} else if len(pos) == 0 {
+			return usagef("sf %s ID... | --all --target T", sub)
+		}
+		if sub == "discard" {
+			what := fmt.Sprintf("%d parked message(s)", len(pos))
+			if *all {
+				what = "every parked message of " + *target
+			}
+			if err := g.confirm("Discard " + what + "? They will never be delivered."); err != nil {
+				return err
+			}
+		}
+		call := c.SFRetry
+		if sub == "discard" {
+			call = c.SFDiscard
+		}
+		resp, err := call(ctx, req)
+		if err != nil {
+			return rpcErr("sf "+sub, err)
+		}
+		return g.printOut(resp, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "%s: %d message(s)\n", sub, resp.Affected)
+		})
+	case "enqueue":
+		if len(pos) != 1 {
+			return usagef("sf enqueue TARGET [--id ID] [--data TEXT]")
+		}
+		payload := []byte(*data)
+		if *data == "" {
+			if payload, err = io.ReadAll(io.LimitReader(g.stdin, 64<<20)); err != nil {
+				return fmt.Errorf("sf enqueue: read payload: %w", err)
+			}
+		}
+		resp, err := c.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(*id)})
+		if err != nil {
+			return rpcErr("sf enqueue", err)
+		}
+		return g.printOut(resp, func(w *tabwriter.Writer) {
+			if resp.Duplicate {
+				fmt.Fprintf(w, "already stored: %s\n", resp.Id)
+				return
+			}
+			fmt.Fprintf(w, "enqueued %s\n", resp.Id)
+		})
+	default:
+		return usagef("sf: unknown subcommand %q (stats, list, retry, discard, enqueue)", sub)
+	}
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/fsm"
+)
+
+const snapshotChunkSize = 256 << 10
+
+func runSnapshot(ctx context.Context, g *globals, args []string) error {
+	if len(args) != 2 {
+		return usagef("snapshot save FILE | restore FILE | inspect FILE")
+	}
+	sub, file := args[0], args[1]
+	switch sub {
+	case "save":
+		return snapshotSave(ctx, g, file)
+	case "restore":
+		return snapshotRestore(ctx, g, file)
+	case "inspect":
+		return snapshotInspect(g, file)
+	default:
+		return usagef("snapshot: unknown subcommand %q (save, restore, inspect)", sub)
+	}
+}
+
+// progress prints a running byte count to stderr at most every 200 ms.
+type progress struct {
+	w     io.Writer
+	verb  string
+	total int64
+	done  int64
+	last  time.Time
+}
+
+func (p *progress) add(n int) {
+	p.done += int64(n)
+	if time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.print("\r")
+}
+
+func (p *progress) print(prefix string) {
+	if p.total > 0 {
+		fmt.Fprintf(p.w, "%s%s %s / %s (%.0f%%)", prefix, p.verb, human(p.done), human(p.total), 100*float64(p.done)/float64(p.total))
+	} else {
+		fmt.Fprintf(p.w, "%s%s %s", prefix, p.verb, human(p.done))
+	}
+}
+
+func (p *progress) finish() {
+	p.print("\r")
+	fmt.Fprintln(p.w)
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func snapshotSave(ctx context.Context, g *globals, file string) error {
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	// Write beside the target and rename, so a failed save never leaves a
+	// truncated file under the name the operator asked for.
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".snapshot-*")
+	if err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	stream, err := c.SnapshotSave(ctx, &controlpb.SnapshotSaveRequest{})
+	if err != nil {
+		return rpcErr("snapshot save", err)
+	}
+	p := &progress{w: g.stderr, verb: "saved"}
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return rpcErr("snapshot save", err)
+		}
+		if chunk.TotalSize > 0 {
+			p.total = chunk.TotalSize
+		}
+		if _, err := tmp.Write(chunk.Data); err != nil {
+			return fmt.Errorf("snapshot save: write %s: %w", tmp.Name(), err)
+		}
+		p.add(len(chunk.Data))
+	}
+	p.finish()
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("snapshot save: sync: %w", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	info, err := fsm.InspectSnapshot(tmp)
+	if err != nil {
+		return fmt.Errorf("snapshot save: the received snapshot does not verify: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	return g.printOut(info, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "saved %s (%s, applied index %d, verified)\n", file, human(p.done), info.Meta.AppliedIndex)
+	})
+}
+
+func snapshotRestore(ctx context.Context, g *globals, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	defer f.Close()
+	// Verify locally first: a corrupt file never reaches the cluster.
+	info, err := fsm.InspectSnapshot(f)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %s does not verify: %w", file, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	if err := g.confirm(fmt.Sprintf("Replace the whole cluster state with %s (applied index %d)?", file, info.Meta.AppliedIndex)); err != nil {
+		return err
+	}
+	c, done, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	stream, err := c.SnapshotRestore(ctx)
+	if err != nil {
+		return rpcErr("snapshot restore", err)
+	}
+	p := &progress{w: g.stderr, verb: "sent", total: st.Size()}
+	buf := make([]byte, snapshotChunkSize)
+	first := true
+	for {
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			chunk := &controlpb.SnapshotChunk{Data: buf[:n]}
+			if first {
+				chunk.TotalSize = st.Size()
+				first = false
+			}
+			if err := stream.Send(chunk); err != nil {
+				_, err = stream.CloseAndRecv()
+				return rpcErr("snapshot restore", err)
+			}
+			p.add(n)
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("snapshot restore: read %s: %w", file, rerr)
+		}
+	}
+	p.finish()
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return rpcErr("snapshot restore", err)
+	}
+	return g.printOut(resp, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "restored %s; cluster applied index now %d\n", file, resp.AppliedIndex)
+	})
+}
+
+func snapshotInspect(g *globals, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("snapshot inspect: %w", err)
+	}
+	defer f.Close()
+	info, err := fsm.InspectSnapshot(f)
+	if err != nil {
+		return fmt.Errorf("snapshot inspect: %s: %w", file, err)
+	}
+	return g.printOut(info, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "%+v\n", info)
+	})
+}

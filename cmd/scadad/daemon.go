@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/deploy"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/pki"
+	"github.com/scadad/scadad/raftnode"
+	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/siteconfig"
+)
+
+// runDaemon wires the parts and runs until ctx ends, then shuts down in
+// reverse order.
+func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
+	log, err := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format, cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := pki.LoadServerTLS(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key)
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	clientTLS, err := pki.LoadClientTLS(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key)
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	state, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{Logger: log.With().Str("part", "fsm").Logger()})
+	if err != nil {
+		return fmt.Errorf("open state: %w", err)
+	}
+	defer state.Close()
+
+	var members []raftnode.Member
+	apiAddrs := map[string]string{}
+	var ctlMembers []control.Member
+	for _, m := range cfg.Cluster.Members {
+		members = append(members, raftnode.Member{ID: m.ID, RaftAddr: m.RaftAddr, Witness: m.Witness})
+		apiAddrs[m.ID] = m.APIAddr
+		ctlMembers = append(ctlMembers, control.Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Witness: m.Witness})
+	}
+
+	// The override callback needs the node, which needs the callback.
+	var node *raftnode.Node
+	onOverride := func(ctx context.Context, newEpoch uint64) error {
+		cmd := &fsmpb.Command{
+			Version:       fsm.CommandVersion,
+			StampUnixNano: time.Now().UnixNano(),
+			Actor:         cfg.NodeID,
+			Body: &fsmpb.Command_SetClusterEpoch{SetClusterEpoch: &fsmpb.SetClusterEpoch{
+				Epoch: newEpoch, NodeId: cfg.NodeID,
+				Reason: fmt.Sprintf("availability override: no contact with the peer for %s", cfg.Cluster.OverrideAfter.D()),
+			}},
+		}
+		data, err := fsm.Encode(cmd)
+		if err != nil {
+			return err
+		}
+		out, err := node.Apply(ctx, data)
+		if err != nil {
+			return err
+		}
+		if res, ok := out.(*fsm.Result); ok && res.Err != nil {
+			return res.Err
+		}
+		return nil
+	}
+	node, err = raftnode.New(raftnode.Config{
+		NodeID:             cfg.NodeID,
+		BindAddr:           cfg.Cluster.RaftBind,
+		DataDir:            filepath.Join(cfg.DataDir, "raft"),
+		Members:            members,
+		Mode:               raftnode.Mode(cfg.Cluster.Mode),
+		OverrideAfter:      cfg.Cluster.OverrideAfter.D(),
+		HeartbeatTimeout:   cfg.Cluster.HeartbeatTimeout.D(),
+		ElectionTimeout:    cfg.Cluster.ElectionTimeout.D(),
+		LeaderLeaseTimeout: cfg.Cluster.LeaderLease.D(),
+		SnapshotThreshold:  cfg.Cluster.SnapshotThreshold,
+		SnapshotInterval:   cfg.Cluster.SnapshotInterval.D(),
+		ServerTLS:          serverTLS,
+		ClientTLS:          clientTLS,
+		Logger:             log.With().Str("part", "raft").Logger(),
+		FSM:                state,
+		AppliedIndex:       func() uint64 { return state.Meta().AppliedIndex },
+		OnOverride:         onOverride,
+	})
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	roles := node.Role()
+
+	reg := prometheus.NewRegistry()
+	metrics := newNodeMetrics(reg)
+
+	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, node)
+	defer fwd.Close()
+
+	holder := siteconfig.NewHolder()
+	pusher := &deploy.Pusher{Proposer: fwd, State: state, Now: time.Now}
+	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger()}
+
+	srv := &control.Server{
+		NodeID:     cfg.NodeID,
+		Mode:       cfg.Cluster.Mode,
+		Version:    version,
+		Configured: ctlMembers,
+		Raft:       node,
+		Restorer:   snapshotRestorer{node},
+		Roles:      roles,
+		State:      state,
+		Forward:    fwd,
+		Pusher:     pusher,
+		TempDir:    cfg.DataDir,
+		Log:        log.With().Str("part", "control").Logger(),
+	}
+	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	controlpb.RegisterControlServer(grpcServer, srv)
+	apiLis, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("control API listen %s: %w", cfg.API.Listen, err)
+	}
+
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	goRun := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error().Err(err).Str("part", name).Msg("stopped with an error")
+			}
+		}()
+	}
+	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, roles, holder, goRun)
+	if err != nil {
+		return err
+	}
+	srv.SF = sf
+	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
+	goRun("deploy", applier.Run)
+	goRun("metrics", func(ctx context.Context) error {
+		metrics.sampleEvery(ctx, time.Second, func() (role.State, statsSample) {
+			s := node.Stats()
+			st := roles.Current()
+			contact := time.Duration(-1)
+			switch {
+			case st.Role == role.Active:
+				contact = 0
+			case !s.LastContact.IsZero():
+				contact = time.Since(s.LastContact)
+			}
+			return st, statsSample{term: s.Term, commit: s.CommitIndex, applied: state.Meta().AppliedIndex, lastContact: contact}
+		})
+		return nil
+	})
+
+	var httpServer *http.Server
+	if cfg.HTTP.Listen != "" {
+		ready := func() (bool, string) {
+			st := roles.Current()
+			if st.Role == role.Detached {
+				return false, "no cluster contact"
+			}
+			return true, ""
+		}
+		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(roles, ready, reg, sfHTTP), ReadHeaderTimeout: 5 * time.Second}
+		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
+		}
+		goRun("http", func(context.Context) error {
+			if err := httpServer.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", version).Msg("scadad started")
+
+	<-ctx.Done()
+	log.Info().Msg("shutting down")
+	// A planned stop of the Active node hands the role over first, so the
+	// standby takes over at once instead of after an election timeout.
+	if roles.Current().Role == role.Active {
+		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if err := node.LeadershipTransfer(tctx, ""); err != nil {
+			log.Warn().Err(err).Msg("leadership transfer before shutdown failed; the peer will elect itself")
+		}
+		tcancel()
+	}
+	cancel()
+	if httpServer != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		httpServer.Shutdown(sctx)
+		scancel()
+	}
+	grpcServer.Stop()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if err := node.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("raft shutdown")
+	}
+	wg.Wait()
+	log.Info().Msg("stopped")
+	return nil
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/siteconfig"
+	"github.com/scadad/scadad/storeforward"
+)
+
+// sfService joins the store-and-forward parts for the control API.
+type sfService struct {
+	nodeID   string
+	enqueuer *storeforward.Enqueuer
+	deliver  *storeforward.Deliverer
+	op       *storeforward.Operator
+}
+
+// startStoreForward builds the enqueuer and the deliverer, follows the
+// site config's targets, and runs delivery (which itself follows the role).
+func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, goRun func(string, func(context.Context) error)) (*sfService, http.Handler, error) {
+	metrics, err := storeforward.NewMetrics(reg, state)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store-and-forward metrics: %w", err)
+	}
+	sfLog := log.With().Str("part", "storeforward").Logger()
+	deliverer, err := storeforward.NewDeliverer(storeforward.DelivererOptions{
+		Reader: state, Proposer: fwd, Roles: roles, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store-and-forward delivery: %w", err)
+	}
+	enq, err := storeforward.NewEnqueuer(storeforward.EnqueuerOptions{
+		Proposer: fwd, Targets: deliverer, Actor: cfg.NodeID,
+		MaxBatchMessages: cfg.SF.BatchMaxMessages, MaxDelay: cfg.SF.BatchDelay.D(),
+		Logger: sfLog, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store-and-forward enqueue: %w", err)
+	}
+	goRun("storeforward-delivery", deliverer.Run)
+	goRun("storeforward-targets", func(ctx context.Context) error {
+		updates, stop := holder.Watch()
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case u := <-updates:
+				if err := deliverer.SetTargets(sfTargets(u.Site)); err != nil {
+					sfLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("store-and-forward targets of the new site config refused; keeping the previous ones")
+				}
+			}
+		}
+	})
+	goRun("storeforward-enqueuer", func(ctx context.Context) error {
+		<-ctx.Done()
+		enq.Close()
+		return nil
+	})
+	op, err := storeforward.NewOperator(storeforward.OperatorOptions{Reader: state, Proposer: fwd, Targets: deliverer, Live: deliverer, Actor: "operator@" + cfg.NodeID})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store-and-forward operator: %w", err)
+	}
+	return &sfService{nodeID: cfg.NodeID, enqueuer: enq, deliver: deliverer, op: op}, enq.Handler(), nil
+}
+
+func sfTargets(s *siteconfig.Site) []storeforward.Target {
+	var out []storeforward.Target
+	for _, t := range s.Targets {
+		if t.MaxAttempts == 0 {
+			// The site config's 0 means never park (a historian must
+			// survive a week-long outage); storeforward's 0 means default.
+			t.MaxAttempts = math.MaxInt32
+		}
+		out = append(out, storeforward.Target{
+			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
+			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
+			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes,
+		})
+	}
+	return out
+}
+
+// Enqueue stores one message through the group committer.
+func (s *sfService) Enqueue(ctx context.Context, target string, payload []byte, id string) (string, bool, error) {
+	res, err := s.enqueuer.Enqueue(ctx, target, payload, id, nil)
+	if err != nil {
+		return "", false, sfStatus("enqueue", err)
+	}
+	return res.ID, res.Duplicate, nil
+}
+
+// sfStatus maps store-and-forward errors to gRPC codes.
+func sfStatus(what string, err error) error {
+	var unknown *storeforward.UnknownTargetError
+	var tooLarge *storeforward.PayloadTooLargeError
+	switch {
+	case errors.As(err, &unknown):
+		return status.Errorf(codes.NotFound, "sf %s: %v", what, err)
+	case errors.As(err, &tooLarge), errors.Is(err, storeforward.ErrInvalid):
+		return status.Errorf(codes.InvalidArgument, "sf %s: %v", what, err)
+	case status.Code(err) != codes.Unknown:
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "sf %s: %v", what, err)
+}
+
+// Stats joins the replicated counts with this node's live delivery figures.
+func (s *sfService) Stats(ctx context.Context) ([]*controlpb.SFTargetStats, error) {
+	stats, err := s.op.Stats()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "sf stats: %v", err)
+	}
+	var out []*controlpb.SFTargetStats
+	for _, st := range stats {
+		ts := &controlpb.SFTargetStats{Target: st.Target, Pending: st.Pending, Parked: st.Parked, DeliveredPerSec: st.DeliveredPerSec, LastError: st.LastError, DeliveredTotal: st.Delivered}
+		if !st.OldestEnqueue.IsZero() {
+			ts.OldestUnixNano = st.OldestEnqueue.UnixNano()
+		}
+		out = append(out, ts)
+	}
+	return out, nil
+}
+
+// List reads pending or parked messages from this node's replica.
+func (s *sfService) List(ctx context.Context, target string, parked bool, limit int) ([]*controlpb.SFMessage, error) {
+	msgs, err := s.op.List(target, parked, limit)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "sf list: %v", err)
+	}
+	var out []*controlpb.SFMessage
+	for _, m := range msgs {
+		out = append(out, &controlpb.SFMessage{Id: m.ID, Target: m.Target, Seq: m.Seq, EnqueuedUnixNano: m.EnqueuedAt.UnixNano(), Size: int32(len(m.Payload)), ParkReason: m.ParkReason, Attempts: int32(m.Attempts)})
+	}
+	return out, nil
+}
+
+// Retry moves parked messages back to pending.
+func (s *sfService) Retry(ctx context.Context, ids []string, allOfTarget string) (int, error) {
+	res, err := s.op.Retry(ctx, storeforward.Selection{IDs: ids, AllOfTarget: allOfTarget})
+	return moved("retry", res, err)
+}
+
+// Discard drops parked messages.
+func (s *sfService) Discard(ctx context.Context, ids []string, allOfTarget string) (int, error) {
+	res, err := s.op.Discard(ctx, storeforward.Selection{IDs: ids, AllOfTarget: allOfTarget}, "operator discard")
+	return moved("discard", res, err)
+}
+
+func moved(what string, res storeforward.MoveResult, err error) (int, error) {
+	switch {
+	case errors.Is(err, storeforward.ErrUnavailable):
+		return res.Moved, status.Errorf(codes.Unavailable, "sf %s: %v", what, err)
+	case err != nil:
+		return res.Moved, status.Errorf(codes.InvalidArgument, "sf %s: %v", what, err)
+	case len(res.NotParked) > 0:
+		return res.Moved, status.Errorf(codes.NotFound, "sf %s: not parked: %v (%d moved)", what, res.NotParked, res.Moved)
+	}
+	return res.Moved, nil
+}

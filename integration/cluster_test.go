@@ -1,0 +1,243 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/pki"
+)
+
+func status(t *testing.T, c *testcluster.Cluster, n *testcluster.Node) *controlpb.StatusResponse {
+	t.Helper()
+	var st controlpb.StatusResponse
+	ctlJSON(t, c, []*testcluster.Node{n}, &st, "status")
+	return &st
+}
+
+func TestWitnessClusterFormsAndSurvivesSIGKILLOfActive(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	first := waitOneActive(t, c, 20*time.Second)
+	if first.Witness {
+		t.Fatalf("the witness is Active")
+	}
+	st := status(t, c, first)
+	if st.Voters != 3 || st.Role != "active" || st.LeaderId != first.ID {
+		t.Fatalf("status of the Active = %+v, want 3 voters and itself as leader", st)
+	}
+	w := status(t, c, c.Node("witness"))
+	if w.Role != "witness" {
+		t.Fatalf("witness reports role %q", w.Role)
+	}
+
+	killedAt := time.Now()
+	c.Kill(first)
+	second := waitOneActive(t, c, 10*time.Second)
+	t.Logf("new Active %s after %s", second.ID, time.Since(killedAt).Round(time.Millisecond))
+	if second == first || second.Witness {
+		t.Fatalf("after SIGKILL of %s the Active is %s", first.ID, second.ID)
+	}
+	st2 := status(t, c, second)
+	if st2.Term <= st.Term {
+		t.Fatalf("term did not advance: %d then %d", st.Term, st2.Term)
+	}
+
+	// The killed node comes back as Standby, never a second Active.
+	start(t, c, first)
+	waitFor(t, 20*time.Second, first.ID+" back as standby", func() bool {
+		h, ok := first.Health()
+		return ok && h.Role == "standby"
+	})
+	if a := c.Actives(); len(a) != 1 || a[0] != second {
+		t.Fatalf("after the restart the Actives are %v, want only %s", ids(a), second.ID)
+	}
+}
+
+func ids(nodes []*testcluster.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.ID)
+	}
+	return out
+}
+
+func TestFailoverCommandMovesTheActiveRole(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	first := waitOneActive(t, c, 20*time.Second)
+	other := c.Node("node-a")
+	if other == first {
+		other = c.Node("node-b")
+	}
+	var resp controlpb.FailoverResponse
+	ctlJSON(t, c, nil, &resp, "failover", "--to", other.ID)
+	if resp.OldLeader != first.ID || resp.NewLeader != other.ID {
+		t.Fatalf("failover answered %+v, want %s -> %s", &resp, first.ID, other.ID)
+	}
+	if got := waitOneActive(t, c, 10*time.Second); got != other {
+		t.Fatalf("Active after failover is %s, want %s", got.ID, other.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, errs, code, err := c.Ctl(ctx, nil, "failover", "--to", "witness")
+	if err != nil || code != 4 || !strings.Contains(errs, "witness") {
+		t.Fatalf("failover to the witness: exit %d, %q, %v; want exit 4 naming the witness", code, errs, err)
+	}
+}
+
+func TestPairSurvivorOverridesAfterWindow(t *testing.T) {
+	const window = 2 * time.Second
+	c := newCluster(t, testcluster.Options{Mode: "pair", Voters: 2, OverrideAfter: window})
+	start(t, c)
+	first := waitOneActive(t, c, 20*time.Second)
+	before := status(t, c, first)
+	survivor := c.Node("node-a")
+	if survivor == first {
+		survivor = c.Node("node-b")
+	}
+	killedAt := time.Now()
+	c.Kill(first)
+	waitFor(t, 30*time.Second, survivor.ID+" Active alone", func() bool {
+		h, ok := survivor.Health()
+		return ok && h.Active
+	})
+	took := time.Since(killedAt)
+	t.Logf("override took %s (window %s)", took.Round(time.Millisecond), window)
+	if took < window {
+		t.Fatalf("survivor became Active after %s, before the %s window", took, window)
+	}
+	st := status(t, c, survivor)
+	if st.ClusterEpoch <= before.ClusterEpoch || st.Voters != 1 {
+		t.Fatalf("after the override: epoch %d (before %d), voters %d; want a higher epoch and 1 voter", st.ClusterEpoch, before.ClusterEpoch, st.Voters)
+	}
+	var audit []*controlpb.AuditEntry
+	ctlJSON(t, c, []*testcluster.Node{survivor}, &audit, "audit")
+	found := false
+	for _, e := range audit {
+		found = found || strings.Contains(e.Kind, "override")
+	}
+	if !found {
+		t.Fatalf("no override entry in the audit: %v", audit)
+	}
+
+	// The crashed node comes back and joins as Standby: one cluster.
+	start(t, c, first)
+	waitFor(t, 30*time.Second, first.ID+" rejoined as standby with two voters", func() bool {
+		h, ok := first.Health()
+		if !ok || h.Role != "standby" {
+			return false
+		}
+		return status(t, c, survivor).Voters == 2
+	})
+	if a := c.Actives(); len(a) != 1 || a[0] != survivor {
+		t.Fatalf("Actives after rejoin: %v, want only %s", ids(a), survivor.ID)
+	}
+}
+
+func TestPairColdStartAloneThenPeerJoins(t *testing.T) {
+	for _, firstID := range []string{"node-a", "node-b"} {
+		t.Run(firstID+"-first", func(t *testing.T) {
+			c := newCluster(t, testcluster.Options{Mode: "pair", Voters: 2, OverrideAfter: 2 * time.Second})
+			alone := c.Node(firstID)
+			late := c.Node("node-a")
+			if late == alone {
+				late = c.Node("node-b")
+			}
+			start(t, c, alone)
+			waitFor(t, 30*time.Second, firstID+" Active alone", func() bool {
+				h, ok := alone.Health()
+				return ok && h.Active
+			})
+			start(t, c, late)
+			waitFor(t, 30*time.Second, late.ID+" joined as standby", func() bool {
+				h, ok := late.Health()
+				return ok && h.Role == "standby"
+			})
+			if a := c.Actives(); len(a) != 1 || a[0] != alone {
+				t.Fatalf("Actives: %v, want only %s", ids(a), alone.ID)
+			}
+			lateStatus := status(t, c, late)
+			if lateStatus.LeaderId != alone.ID {
+				t.Fatalf("%s follows %q, want %s: two clusters", late.ID, lateStatus.LeaderId, alone.ID)
+			}
+			waitFor(t, 10*time.Second, "two voters", func() bool { return status(t, c, alone).Voters == 2 })
+		})
+	}
+}
+
+func TestBadNodeConfigNamesTheField(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "node.yaml")
+	os.WriteFile(cfg, []byte("node_id: a\ndata_dir: x\ncluster:\n  mode: quorum\n  members: [{id: a, raft_addr: '127.0.0.1:1', api_addr: '127.0.0.1:2'}]\ntls: {ca: ca, cert: c, key: k}\n"), 0o644)
+	out, err := exec.Command(bin.Scadad, "--config", cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cluster.mode") {
+		t.Fatalf("scadad with a bad mode: err %v, output %q; want a failure naming cluster.mode", err, out)
+	}
+}
+
+func TestForeignCertificateIsRefused(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+
+	// An operator certificate from another site's CA.
+	foreign := filepath.Join(t.TempDir(), "foreign")
+	if err := pki.Init(foreign, "other-site", []string{"node-a"}, []string{"operator"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.Scadactl, "--endpoints", c.Nodes[0].APIAddr, "--cacert", filepath.Join(c.Certs, "ca.crt"),
+		"--cert", filepath.Join(foreign, "operator.crt"), "--key", filepath.Join(foreign, "operator.key"), "--timeout", "2s", "status")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a foreign-CA client certificate was accepted: %s", out)
+	}
+	// A node with a foreign certificate cannot join: start node-a's config
+	// with the other site's node certificate in place of its own.
+	n := c.Nodes[0]
+	c.Kill(n)
+	data, _ := os.ReadFile(n.Config)
+	cfg := strings.ReplaceAll(string(data), filepath.Join(c.Certs, "node-a."), filepath.Join(foreign, "node-a."))
+	os.WriteFile(n.Config, []byte(cfg), 0o644)
+	start(t, c, n)
+	// Watch it for a few election timeouts: it must never join.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if h, ok := n.Health(); ok && h.Role != "detached" {
+			t.Fatalf("node with a foreign certificate reached role %q", h.Role)
+		}
+	}
+	if !strings.Contains(n.LogTail(200), "certificate") {
+		t.Fatalf("the refused node's log does not say why (no mention of the certificate)")
+	}
+}
+
+func TestScadactlUnreachableSaysSo(t *testing.T) {
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(t.TempDir(), "certs")
+	if err := pki.Init(certs, "s", []string{"n"}, []string{"operator"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	cmd := exec.Command(bin.Scadactl, "--endpoints", "127.0.0.1:"+strconv.Itoa(ports[0]), "--certs", certs, "--timeout", "2s", "status")
+	out, err := cmd.CombinedOutput()
+	took := time.Since(began)
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "no node reachable") {
+		t.Fatalf("scadactl against nothing: %v, %q; want exit 3 saying no node is reachable", err, out)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("scadactl took %s to give up, want a few seconds", took)
+	}
+}

@@ -1,0 +1,86 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+var bin *testcluster.Binaries
+
+func TestMain(m *testing.M) {
+	var err error
+	bin, err = testcluster.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	bin.Remove()
+	os.Exit(code)
+}
+
+// newCluster makes a cluster that is killed and removed when t ends, with
+// the nodes' last log lines printed if t failed.
+func newCluster(t *testing.T, o testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	o.Dir = t.TempDir()
+	c, err := testcluster.New(bin, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if t.Failed() {
+			for _, n := range c.Nodes {
+				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogTail(40))
+			}
+		}
+	})
+	return c
+}
+
+func start(t *testing.T, c *testcluster.Cluster, nodes ...*testcluster.Node) {
+	t.Helper()
+	if len(nodes) == 0 {
+		nodes = c.Nodes
+	}
+	for _, n := range nodes {
+		if err := c.Start(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitOneActive(t *testing.T, c *testcluster.Cluster, timeout time.Duration) *testcluster.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	n, err := c.WaitOneActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := testcluster.Poll(ctx, cond); err != nil {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+func ctlJSON(t *testing.T, c *testcluster.Cluster, nodes []*testcluster.Node, v any, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.CtlJSON(ctx, nodes, v, args...); err != nil {
+		t.Fatal(err)
+	}
+}

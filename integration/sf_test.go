@@ -1,0 +1,277 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+// sfSetup starts a 2+witness cluster, a recording sink, and deploys a site
+// config whose target "sink" is that sink. It waits until every node has
+// applied the config.
+func sfSetup(t *testing.T, maxAttempts int, sinkArgs ...string) (*testcluster.Cluster, *testcluster.Sink) {
+	t.Helper()
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+	sink, err := testcluster.StartSink(bin, t.TempDir(), sinkArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	deploySite(t, c, testcluster.SiteConfig("sf-test", map[string]string{"sink": sink.URL}, maxAttempts))
+	return c, sink
+}
+
+// deploySite pushes a site config and waits until every node reports it
+// applied.
+func deploySite(t *testing.T, c *testcluster.Cluster, site []byte) uint64 {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(file, site, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var push controlpb.DeployPushResponse
+	ctlJSON(t, c, nil, &push, "deploy", "push", file)
+	waitFor(t, 20*time.Second, fmt.Sprintf("every node applied revision %d", push.Revision), func() bool {
+		var st controlpb.DeployStatusResponse
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.CtlJSON(ctx, nil, &st, "deploy", "status"); err != nil {
+			return false
+		}
+		ok := 0
+		for _, n := range st.Nodes {
+			if n.Revision == push.Revision && n.Ok {
+				ok++
+			}
+		}
+		return ok == len(c.Nodes)
+	})
+	return push.Revision
+}
+
+var enqueueClient = &http.Client{Timeout: 5 * time.Second}
+
+// enqueue posts one message to n's local enqueue endpoint; it reports
+// whether the node acknowledged it.
+func enqueue(n *testcluster.Node, target, id string, payload []byte) bool {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr+"/v1/sf/"+target, bytes.NewReader(payload))
+	req.Header.Set("Idempotency-Key", id)
+	resp, err := enqueueClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
+}
+
+// workload enqueues from several clients spread over the running nodes
+// until stop is closed, and returns the acknowledged ids.
+func workload(c *testcluster.Cluster, clients int, prefix string, stop <-chan struct{}) func() map[string]bool {
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var running []*testcluster.Node
+				for _, n := range c.Nodes {
+					if n.Running() && !n.Witness {
+						running = append(running, n)
+					}
+				}
+				if len(running) == 0 {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				n := running[rng.IntN(len(running))]
+				id := fmt.Sprintf("%s-%d-%d", prefix, i, seq)
+				// Retry an unacknowledged message under the same id, as a
+				// real client would; acked is what the system promised.
+				for attempt := 0; attempt < 3; attempt++ {
+					if enqueue(n, "sink", id, []byte(id)) {
+						mu.Lock()
+						acked[id] = true
+						mu.Unlock()
+						break
+					}
+				}
+			}
+		}(i)
+	}
+	return func() map[string]bool {
+		wg.Wait()
+		return acked
+	}
+}
+
+// waitDelivered waits until every acked id reached the sink and returns the
+// number of duplicate deliveries.
+func waitDelivered(t *testing.T, sink *testcluster.Sink, acked map[string]bool, timeout time.Duration) int {
+	t.Helper()
+	var missing []string
+	dups := 0
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := sink.Deliveries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, d := range got {
+			seen[d.ID]++
+		}
+		missing = missing[:0]
+		for id := range acked {
+			if seen[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		dups = 0
+		for _, n := range seen {
+			if n > 1 {
+				dups += n - 1
+			}
+		}
+		if len(missing) == 0 {
+			return dups
+		}
+		if time.Now().After(deadline) {
+			if len(missing) > 10 {
+				missing = missing[:10]
+			}
+			t.Fatalf("%d acknowledged messages never delivered, e.g. %v", len(missing), missing)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestSFEveryAckDeliveredAcrossSIGKILLOfActive(t *testing.T) {
+	c, sink := sfSetup(t, 1000)
+	stop := make(chan struct{})
+	wait := workload(c, 8, "kill", stop)
+	time.Sleep(1500 * time.Millisecond) // let a backlog build and drain
+	active := c.Actives()
+	if len(active) != 1 {
+		t.Fatalf("Actives before the kill: %v", ids(active))
+	}
+	c.Kill(active[0])
+	waitOneActive(t, c, 10*time.Second)
+	time.Sleep(1500 * time.Millisecond) // keep writing through the new Active
+	start(t, c, active[0])
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	acked := wait()
+	if len(acked) < 100 {
+		t.Fatalf("only %d messages acknowledged; the workload did not run", len(acked))
+	}
+	dups := waitDelivered(t, sink, acked, 60*time.Second)
+	t.Logf("%d acknowledged, all delivered, %d duplicate deliveries (around the failover)", len(acked), dups)
+}
+
+func TestSFTargetFailsThenRecoversAndParking(t *testing.T) {
+	c, sink := sfSetup(t, 3)
+	active := waitOneActive(t, c, 10*time.Second)
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("park-%d", i)
+		if !enqueue(active, "sink", id, []byte(id)) {
+			t.Fatalf("enqueue %s not acknowledged", id)
+		}
+		acked[id] = true
+	}
+	waitFor(t, 30*time.Second, "all 20 messages parked after 3 attempts", func() bool {
+		var stats []*controlpb.SFTargetStats
+		ctlJSON(t, c, nil, &stats, "sf", "stats")
+		return len(stats) == 1 && stats[0].Parked == 20 && stats[0].Pending == 0
+	})
+	var parked []*controlpb.SFMessage
+	ctlJSON(t, c, nil, &parked, "sf", "list", "--parked", "--target", "sink")
+	if len(parked) != 20 || parked[0].ParkReason == "" {
+		t.Fatalf("sf list --parked: %d messages, first %+v; want 20 with a reason", len(parked), parked[0])
+	}
+
+	// Discard one, retry the rest once the target recovers.
+	var res controlpb.SFSelectResponse
+	ctlJSON(t, c, nil, &res, "--yes", "sf", "discard", "park-0")
+	if res.Affected != 1 {
+		t.Fatalf("discard affected %d", res.Affected)
+	}
+	delete(acked, "park-0")
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+	ctlJSON(t, c, nil, &res, "sf", "retry", "--all", "--target", "sink")
+	if res.Affected != 19 {
+		t.Fatalf("retry --all affected %d, want 19", res.Affected)
+	}
+	waitDelivered(t, sink, acked, 30*time.Second)
+	got, _ := sink.Deliveries()
+	for _, d := range got {
+		if d.ID == "park-0" {
+			t.Fatal("the discarded message was delivered")
+		}
+	}
+}
+
+func TestSFFollowerDownForBurstThenAllNodesRestart(t *testing.T) {
+	c, sink := sfSetup(t, 1000)
+	if err := sink.SetFailing(true); err != nil { // keep everything pending
+		t.Fatal(err)
+	}
+	active := waitOneActive(t, c, 10*time.Second)
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			standby = n
+		}
+	}
+	c.Kill(standby)
+	acked := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		id := fmt.Sprintf("burst-%d", i)
+		if enqueue(active, "sink", id, []byte(id)) {
+			acked[id] = true
+		}
+	}
+	if len(acked) != 200 {
+		t.Fatalf("%d of 200 acknowledged with one voter down", len(acked))
+	}
+	start(t, c, standby)
+	waitFor(t, 20*time.Second, standby.ID+" back", func() bool {
+		h, ok := standby.Health()
+		return ok && h.Role == "standby"
+	})
+	// Everything down, then everything up: the buffer is on disk.
+	for _, n := range c.Nodes {
+		c.Kill(n)
+	}
+	start(t, c)
+	waitOneActive(t, c, 30*time.Second)
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, sink, acked, 60*time.Second)
+}

@@ -1,0 +1,387 @@
+package testcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/scadad/scadad/pki"
+)
+
+// Options shape a cluster.
+type Options struct {
+	Mode    string // witness | pair | strict
+	Voters  int
+	Witness bool
+	// OverrideAfter is the pair-mode override window (default 2 s here).
+	OverrideAfter time.Duration
+	// Extra is YAML appended to every node config.
+	Extra string
+	// Dir holds everything; a new temporary folder when empty.
+	Dir string
+	// LogLevel of the nodes (default debug).
+	LogLevel string
+}
+
+// Node is one scadad process.
+type Node struct {
+	ID       string
+	Witness  bool
+	Dir      string
+	Config   string
+	RaftAddr string
+	APIAddr  string
+	HTTPAddr string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	logf   *os.File
+	exited chan struct{}
+}
+
+// Cluster is a set of nodes sharing one CA.
+type Cluster struct {
+	Bin   *Binaries
+	Dir   string
+	Mode  string
+	Certs string
+	Nodes []*Node
+	owned bool
+}
+
+// FreePorts reserves n distinct loopback ports. The listeners are closed
+// before return; on loopback the window in which another process takes one
+// is small enough for tests.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("reserve port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// New writes certificates and node configs; no process is started.
+func New(bin *Binaries, o Options) (*Cluster, error) {
+	c := &Cluster{Bin: bin, Dir: o.Dir, Mode: o.Mode}
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "scadad-cluster-")
+		if err != nil {
+			return nil, err
+		}
+		c.Dir, c.owned = dir, true
+	}
+	c.Certs = filepath.Join(c.Dir, "certs")
+	var ids []string
+	for i := 0; i < o.Voters; i++ {
+		ids = append(ids, fmt.Sprintf("node-%c", 'a'+i))
+	}
+	if o.Witness {
+		ids = append(ids, "witness")
+	}
+	if err := pki.Init(c.Certs, "test-site", ids, []string{"operator"}, 24*time.Hour); err != nil {
+		return nil, fmt.Errorf("certs: %w", err)
+	}
+	ports, err := FreePorts(3 * len(ids))
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		n := &Node{
+			ID:       id,
+			Witness:  o.Witness && i == len(ids)-1,
+			Dir:      filepath.Join(c.Dir, id),
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
+			APIAddr:  fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+		}
+		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	override := o.OverrideAfter
+	if override == 0 {
+		override = 2 * time.Second
+	}
+	level := o.LogLevel
+	if level == "" {
+		level = "debug"
+	}
+	for _, n := range c.Nodes {
+		var b strings.Builder
+		fmt.Fprintf(&b, "node_id: %s\ndata_dir: %s\n", n.ID, filepath.Join(n.Dir, "data"))
+		fmt.Fprintf(&b, "cluster:\n  mode: %s\n  override_after: %s\n  members:\n", o.Mode, override)
+		for _, m := range c.Nodes {
+			fmt.Fprintf(&b, "    - {id: %s, raft_addr: %q, api_addr: %q, witness: %v}\n", m.ID, m.RaftAddr, m.APIAddr, m.Witness)
+		}
+		fmt.Fprintf(&b, "tls:\n  ca: %s\n  cert: %s\n  key: %s\n", filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, n.ID+".crt"), filepath.Join(c.Certs, n.ID+".key"))
+		fmt.Fprintf(&b, "http:\n  listen: %q\nlog:\n  level: %s\n", n.HTTPAddr, level)
+		b.WriteString(o.Extra)
+		n.Config = filepath.Join(n.Dir, "node.yaml")
+		if err := os.WriteFile(n.Config, []byte(b.String()), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Node returns the node with the given id, or nil.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Start launches n's process; its output goes to scadad.log in its folder.
+func (c *Cluster) Start(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return fmt.Errorf("%s already running", n.ID)
+	}
+	logf, err := os.OpenFile(n.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.Bin.Scadad, "--config", n.Config)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	n.cmd, n.logf, n.exited = cmd, logf, make(chan struct{})
+	exited := n.exited
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	return nil
+}
+
+// StartAll starts every node.
+func (c *Cluster) StartAll() error {
+	for _, n := range c.Nodes {
+		if err := c.Start(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kill crashes n with SIGKILL and waits for the process to end.
+func (c *Cluster) Kill(n *Node) { c.signal(n, syscall.SIGKILL) }
+
+// Stop is a planned stop (SIGTERM); it waits up to 15 s, then kills.
+func (c *Cluster) Stop(n *Node) { c.signal(n, syscall.SIGTERM) }
+
+// Pause and Resume freeze and thaw n's process (SIGSTOP/SIGCONT).
+func (c *Cluster) Pause(n *Node)  { n.send(syscall.SIGSTOP) }
+func (c *Cluster) Resume(n *Node) { n.send(syscall.SIGCONT) }
+
+func (n *Node) send(sig syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		n.cmd.Process.Signal(sig)
+	}
+}
+
+func (c *Cluster) signal(n *Node, sig syscall.Signal) {
+	n.mu.Lock()
+	cmd, exited, logf := n.cmd, n.exited, n.logf
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	cmd.Process.Signal(syscall.SIGCONT) // a paused process must run to die of SIGTERM
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+	}
+	logf.Close()
+}
+
+// Close kills every node and removes the cluster's folder if it made it.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		c.Kill(n)
+	}
+	if c.owned {
+		os.RemoveAll(c.Dir)
+	}
+}
+
+// Running reports whether n's process is up.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cmd != nil
+}
+
+// LogPath is where n's output goes.
+func (n *Node) LogPath() string { return filepath.Join(n.Dir, "scadad.log") }
+
+// LogTail returns the last lines of n's log.
+func (n *Node) LogTail(lines int) string {
+	data, _ := os.ReadFile(n.LogPath())
+	all := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+var httpClient = &http.Client{Timeout: 500 * time.Millisecond}
+
+// Health is what /health/active says.
+type Health struct {
+	Active bool   `json:"active"`
+	Role   string `json:"role"`
+	Epoch  string `json:"epoch"`
+	Node   string `json:"node"`
+}
+
+// Health reads n's /health/active; ok is false when n does not answer.
+func (n *Node) Health() (Health, bool) {
+	var h Health
+	resp, err := httpClient.Get("http://" + n.HTTPAddr + "/health/active")
+	if err != nil {
+		return h, false
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return h, false
+	}
+	return h, true
+}
+
+// Actives returns the running nodes that say they are Active.
+func (c *Cluster) Actives() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		if h, ok := n.Health(); ok && h.Active {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Poll calls cond every 20 ms until it is true or ctx ends.
+func Poll(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// WaitOneActive waits until exactly one running node is Active and every
+// other running node says standby or witness, and returns the Active.
+func (c *Cluster) WaitOneActive(ctx context.Context) (*Node, error) {
+	var active *Node
+	err := Poll(ctx, func() bool {
+		a := c.Actives()
+		if len(a) != 1 {
+			return false
+		}
+		for _, n := range c.Nodes {
+			if !n.Running() || n == a[0] {
+				continue
+			}
+			h, ok := n.Health()
+			if !ok || (h.Role != "standby" && h.Role != "witness") {
+				return false
+			}
+		}
+		active = a[0]
+		return true
+	})
+	if err != nil {
+		var roles []string
+		for _, n := range c.Nodes {
+			h, ok := n.Health()
+			roles = append(roles, fmt.Sprintf("%s=%s(running=%v answered=%v)", n.ID, h.Role, n.Running(), ok))
+		}
+		return nil, fmt.Errorf("no single Active node: %s: %w", strings.Join(roles, " "), err)
+	}
+	return active, nil
+}
+
+// Ctl runs scadactl against nodes (all running nodes when nil) and returns
+// stdout, stderr and the exit code.
+func (c *Cluster) Ctl(ctx context.Context, nodes []*Node, args ...string) (string, string, int, error) {
+	if nodes == nil {
+		for _, n := range c.Nodes {
+			if n.Running() {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.APIAddr)
+	}
+	full := append([]string{"--endpoints", strings.Join(eps, ","), "--certs", c.Certs}, args...)
+	cmd := exec.CommandContext(ctx, c.Bin.Scadactl, full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), errb.String(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return "", "", -1, fmt.Errorf("run scadactl: %w", err)
+	}
+	return out.String(), errb.String(), 0, nil
+}
+
+// CtlJSON runs scadactl --output json and decodes stdout into v.
+func (c *Cluster) CtlJSON(ctx context.Context, nodes []*Node, v any, args ...string) error {
+	out, errs, code, err := c.Ctl(ctx, nodes, append([]string{"--output", "json"}, args...)...)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("scadactl %v: exit %d: %s", args, code, errs)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return fmt.Errorf("scadactl %v: decode %q: %w", args, out, err)
+	}
+	return nil
+}
