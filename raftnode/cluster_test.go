@@ -433,3 +433,58 @@ func stateString(r map[string]role.State) string {
 	}
 	return b.String()
 }
+
+// TestPairPartitionDualActiveIsNotMerged cuts the pair apart: both sides
+// override (the accepted availability trade) and, when the link heals, each
+// sees the other leading a cluster without it. Neither re-adds the other:
+// merging two diverged histories would silently lose one side's commits.
+// Both report the split so the heal procedure can act.
+func TestPairPartitionDualActiveIsNotMerged(t *testing.T) {
+	h := newHarness(t, ModePair, []string{"a", "b"}, "")
+	proxies := map[string]*proxy{}
+	for _, m := range h.members {
+		h.bind[m.ID] = reservePort(t)
+		proxies[m.ID] = newProxy(t, m.RaftAddr, h.bind[m.ID])
+	}
+	h.start("a")
+	h.start("b")
+	h.waitOneActive(15 * time.Second)
+	for _, p := range proxies {
+		p.block(true)
+	}
+	waitFor(t, testOverrideAfter+15*time.Second, "both sides to override", func() (bool, string) {
+		r := h.roles()
+		return r["a"].Role == role.Active && r["b"].Role == role.Active && r["a"].Voters == 1 && r["b"].Voters == 1, stateString(r)
+	})
+	for _, p := range proxies {
+		p.block(false)
+	}
+	waitFor(t, 10*time.Second, "both to flag the split", func() (bool, string) {
+		for _, id := range []string{"a", "b"} {
+			ms, err := h.node(id).Members()
+			if err != nil {
+				return false, err.Error()
+			}
+			flagged := false
+			for _, m := range ms {
+				flagged = flagged || (m.SplitBrain && m.Suffrage == "absent" && m.Reachable)
+			}
+			if !flagged {
+				return false, fmt.Sprintf("%s: %+v", id, ms)
+			}
+		}
+		return true, ""
+	})
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		for id, st := range h.roles() {
+			if st.Voters != 1 {
+				t.Fatalf("%s merged with its diverged peer: %+v", id, st)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(h.logs["a"].String(), "DUAL-ACTIVE") {
+		t.Error("the split was not logged")
+	}
+}

@@ -30,6 +30,19 @@ func (c *contacts) touch(id string) {
 	c.mu.Unlock()
 }
 
+// touchAt records contact seen at t by someone else's clock (raft's
+// LastContact), unless a later one is already known.
+func (c *contacts) touchAt(id string, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	c.mu.Lock()
+	if t.After(c.last[id]) {
+		c.last[id] = t
+	}
+	c.mu.Unlock()
+}
+
 // lastContact returns when id was last heard from, and whether it ever was.
 func (c *contacts) lastContact(id string) (time.Time, bool) {
 	c.mu.Lock()

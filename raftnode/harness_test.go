@@ -140,6 +140,7 @@ type harness struct {
 	logs      map[string]*syncBuffer
 	overrides map[string]*atomic.Int32
 	tls       map[string][2]*tls.Config // optional per-node (server, client) override
+	bind      map[string]string         // optional listen address when peers dial a proxy
 	sawActive map[string]*atomic.Bool
 }
 
@@ -159,7 +160,7 @@ func newHarness(t *testing.T, mode Mode, ids []string, witness string) *harness 
 	h := &harness{
 		t: t, mode: mode, site: site,
 		nodes: map[string]*Node{}, fsms: map[string]*testFSM{}, dirs: map[string]string{},
-		logs: map[string]*syncBuffer{}, overrides: map[string]*atomic.Int32{}, tls: map[string][2]*tls.Config{},
+		logs: map[string]*syncBuffer{}, overrides: map[string]*atomic.Int32{}, tls: map[string][2]*tls.Config{}, bind: map[string]string{},
 		sawActive: map[string]*atomic.Bool{},
 	}
 	for _, id := range ids {
@@ -225,9 +226,14 @@ func (h *harness) config(id string) Config {
 	fsm := h.fsms[id]
 	count := h.overrides[id]
 	var self *Node
+	bind := h.member(id).RaftAddr
+	if b, ok := h.bind[id]; ok {
+		bind = b
+	}
 	cfg := Config{
 		NodeID:        id,
-		BindAddr:      h.member(id).RaftAddr,
+		BindAddr:      bind,
+		AdvertiseAddr: h.member(id).RaftAddr,
 		DataDir:       h.dirs[id],
 		Members:       h.members,
 		Mode:          h.mode,
@@ -397,4 +403,89 @@ func (h *harness) apply(id, cmd string) {
 	if e, ok := resp.(error); ok {
 		h.t.Fatalf("apply %q on %s: FSM said %v", cmd, id, e)
 	}
+}
+
+func reservePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// proxy forwards a member's advertised address to where the node really
+// listens; blocking it cuts the member off the network both ways.
+type proxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	blocked bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+}
+
+func newProxy(t *testing.T, listen, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.loop()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) loop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		blocked := p.blocked
+		p.mu.Unlock()
+		if blocked {
+			_ = c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		go pipe(up, c)
+		go pipe(c, up)
+	}
+}
+
+func (p *proxy) block(b bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = b
+	if b {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = map[net.Conn]struct{}{}
+	}
+}
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.block(true)
+	p.wg.Wait()
 }

@@ -226,6 +226,10 @@ func (n *Node) guardTick(ctx context.Context) {
 	if r == nil || recovering {
 		return
 	}
+	// raft's own view of leader contact counts as contact with the leader.
+	if _, leader := r.LeaderWithID(); leader != "" && string(leader) != n.cfg.NodeID {
+		n.contact.touchAt(string(leader), r.LastContact())
+	}
 	if n.epochPending.Load() && r.State() == raft.Leader {
 		n.bumpEpoch(ctx, r)
 	}
