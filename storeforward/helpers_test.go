@@ -261,3 +261,63 @@ func (h *harness) stats(t testing.TB, target string) fsm.TargetStats {
 func fastTarget(name, url string) Target {
 	return Target{Name: name, URL: url, Timeout: 2 * time.Second, BackoffFloor: time.Millisecond, BackoffMax: 4 * time.Millisecond, MaxAttempts: 100}
 }
+
+// fakeClock is a settable clock: timers fire when Advance passes them.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []fakeTimer
+}
+
+type fakeTimer struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// Advance moves time forward and fires the timers that came due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.at.After(c.now) {
+			t.ch <- c.now
+			continue
+		}
+		kept = append(kept, t)
+	}
+	c.timers = kept
+}
+
+// waitingAt reports whether a timer is due exactly at at.
+func (c *fakeClock) waitingAt(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,380 @@
+package storeforward
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// HistoryRule forwards values of selected attributes to a target through
+// the buffer. The daemon maps siteconfig.HistoryRule to it.
+type HistoryRule struct {
+	Name   string
+	Target string
+	// Select lists the instances (and optionally attributes) forwarded;
+	// empty forwards everything.
+	Select []HistorySelector
+	// Deadband is an absolute deadband on numeric values: a value within it
+	// of the last forwarded one (same quality) is not forwarded. 0 forwards
+	// every change.
+	Deadband float64
+	// MaxBatch is the most values in one message (default 100);
+	// MaxBatchDelay the longest a value waits for its batch (default 1 s).
+	MaxBatch      int
+	MaxBatchDelay time.Duration
+}
+
+// HistorySelector picks attributes of one instance; no attributes means all.
+type HistorySelector struct {
+	Instance   string
+	Attributes []string
+}
+
+func (r HistoryRule) selects(instance, attribute string) bool {
+	if len(r.Select) == 0 {
+		return true
+	}
+	for _, s := range r.Select {
+		if s.Instance != instance {
+			continue
+		}
+		if len(s.Attributes) == 0 {
+			return true
+		}
+		for _, a := range s.Attributes {
+			if a == attribute {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TagUpdate is one value of one attribute.
+type TagUpdate struct {
+	Instance  string
+	Attribute string
+	Value     any
+	Quality   string
+	Timestamp time.Time
+}
+
+// HistoryValue is one value in a forwarded message.
+type HistoryValue struct {
+	Instance  string    `json:"instance"`
+	Attribute string    `json:"attribute"`
+	Value     any       `json:"value"`
+	Quality   string    `json:"quality"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// HistoryPayload is the JSON body of a forwarded message.
+type HistoryPayload struct {
+	Rule   string         `json:"rule"`
+	Values []HistoryValue `json:"values"`
+}
+
+// Enqueue is what the forwarder needs of an Enqueuer.
+type historyEnqueuer interface {
+	Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error)
+}
+
+// HistoryOptions configure NewHistoryForwarder.
+type HistoryOptions struct {
+	Enqueuer historyEnqueuer // required (an *Enqueuer)
+	Rules    []HistoryRule
+	// Buffer bounds the updates waiting to be taken in and the values of
+	// batches waiting for a retry; beyond it updates are dropped and
+	// counted. Default 100 000.
+	Buffer int
+	// RetryFloor and RetryMax bound the wait before re-enqueueing a batch
+	// whose enqueue failed. Defaults 100 ms and 10 s.
+	RetryFloor, RetryMax time.Duration
+	Clock                Clock
+	Jitter               func() float64
+	Logger               zerolog.Logger
+}
+
+// HistoryForwarder batches tag updates per rule into JSON messages and
+// enqueues them. A batch whose enqueue fails is retried with the same
+// message id (derived from its content), so a retry after an unknown
+// outcome is stored once.
+type HistoryForwarder struct {
+	opts    HistoryOptions
+	updates chan TagUpdate
+	dropped atomic.Uint64
+	sent    atomic.Uint64
+}
+
+// NewHistoryForwarder validates the rules; Run does the work.
+func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
+	if opts.Enqueuer == nil {
+		return nil, errors.New("new history forwarder: Enqueuer is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range opts.Rules {
+		if r.Name == "" || r.Target == "" {
+			return nil, fmt.Errorf("new history forwarder: rule %d needs a name and a target", i)
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("new history forwarder: rule %s listed twice", r.Name)
+		}
+		seen[r.Name] = true
+		if r.Deadband < 0 || math.IsNaN(r.Deadband) {
+			return nil, fmt.Errorf("new history forwarder: rule %s: deadband %v", r.Name, r.Deadband)
+		}
+		if r.MaxBatch <= 0 {
+			opts.Rules[i].MaxBatch = 100
+		}
+		if r.MaxBatchDelay <= 0 {
+			opts.Rules[i].MaxBatchDelay = time.Second
+		}
+	}
+	if opts.Buffer <= 0 {
+		opts.Buffer = 100_000
+	}
+	if opts.RetryFloor <= 0 {
+		opts.RetryFloor = 100 * time.Millisecond
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock()
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = defaultJitter
+	}
+	return &HistoryForwarder{opts: opts, updates: make(chan TagUpdate, opts.Buffer)}, nil
+}
+
+// Offer hands an update over without blocking; false means the buffer was
+// full and the update was dropped (counted in Dropped).
+func (h *HistoryForwarder) Offer(u TagUpdate) bool {
+	select {
+	case h.updates <- u:
+		return true
+	default:
+		h.dropped.Add(1)
+		return false
+	}
+}
+
+// Dropped is how many updates were dropped for lack of buffer.
+func (h *HistoryForwarder) Dropped() uint64 { return h.dropped.Load() }
+
+// Sent is how many batches were enqueued.
+func (h *HistoryForwarder) Sent() uint64 { return h.sent.Load() }
+
+type ruleState struct {
+	rule     HistoryRule
+	values   []HistoryValue
+	deadline time.Time
+	last     map[[2]string]lastValue
+}
+
+type lastValue struct {
+	number  float64
+	numeric bool
+	quality string
+}
+
+type readyBatch struct {
+	rule    HistoryRule
+	id      string
+	payload []byte
+	values  int
+}
+
+// Run takes updates in until ctx ends. Batches not yet enqueued then are
+// dropped: history forwarding runs on the Active node, and a new Active
+// node forwards from its own subscriptions.
+func (h *HistoryForwarder) Run(ctx context.Context) error {
+	rules := make([]*ruleState, len(h.opts.Rules))
+	for i, r := range h.opts.Rules {
+		rules[i] = &ruleState{rule: r, last: make(map[[2]string]lastValue)}
+	}
+	var (
+		retry      []readyBatch
+		retryVals  int
+		failures   int
+		retryAt    time.Time
+		timer      <-chan time.Time
+		timerAt    time.Time
+		clock      = h.opts.Clock
+		retryAfter = func() {
+			failures++
+			retryAt = clock.Now().Add(backoffDelay(h.opts.RetryFloor, h.opts.RetryMax, failures, h.opts.Jitter()))
+		}
+	)
+	send := func(b readyBatch) bool {
+		_, err := h.opts.Enqueuer.Enqueue(ctx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})
+		if err != nil {
+			if ctx.Err() == nil {
+				h.opts.Logger.Warn().Err(err).Str("rule", b.rule.Name).Int("values", b.values).Msg("forward tag history; will retry")
+			}
+			return false
+		}
+		h.sent.Add(1)
+		return true
+	}
+	flush := func(rs *ruleState) {
+		if len(rs.values) == 0 {
+			return
+		}
+		b, err := encodeHistory(rs.rule, rs.values)
+		rs.values, rs.deadline = nil, time.Time{}
+		if err != nil {
+			h.opts.Logger.Error().Err(err).Str("rule", rs.rule.Name).Msg("encode tag history batch; dropped")
+			h.dropped.Add(uint64(b.values))
+			return
+		}
+		if len(retry) == 0 && send(b) {
+			failures = 0
+			return
+		}
+		// Keep order: once a batch waits for a retry, later ones queue
+		// behind it.
+		if len(retry) == 0 {
+			retryAfter()
+		}
+		retry = append(retry, b)
+		retryVals += b.values
+		for retryVals > h.opts.Buffer && len(retry) > 1 {
+			h.dropped.Add(uint64(retry[0].values))
+			retryVals -= retry[0].values
+			retry = retry[1:]
+		}
+	}
+	for {
+		// Arm one timer for the earliest deadline (batch or retry).
+		next := retryAt
+		if len(retry) == 0 {
+			next = time.Time{}
+		}
+		for _, rs := range rules {
+			if !rs.deadline.IsZero() && (next.IsZero() || rs.deadline.Before(next)) {
+				next = rs.deadline
+			}
+		}
+		if next.IsZero() {
+			timer, timerAt = nil, time.Time{}
+		} else if timer == nil || !next.Equal(timerAt) {
+			timer, timerAt = clock.After(max(next.Sub(clock.Now()), 0)), next
+		}
+		select {
+		case u := <-h.updates:
+			for _, rs := range rules {
+				if !rs.take(u, clock.Now()) {
+					continue
+				}
+				if len(rs.values) >= rs.rule.MaxBatch {
+					flush(rs)
+				}
+			}
+		case <-timer:
+			timer = nil
+			now := clock.Now()
+			if len(retry) > 0 && !now.Before(retryAt) {
+				for len(retry) > 0 && send(retry[0]) {
+					retryVals -= retry[0].values
+					retry = retry[1:]
+				}
+				if len(retry) > 0 {
+					retryAfter()
+				} else {
+					failures = 0
+				}
+			}
+			for _, rs := range rules {
+				if !rs.deadline.IsZero() && !now.Before(rs.deadline) {
+					flush(rs)
+				}
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// take adds u to the rule's batch when selected and outside the deadband.
+func (rs *ruleState) take(u TagUpdate, now time.Time) bool {
+	if !rs.rule.selects(u.Instance, u.Attribute) {
+		return false
+	}
+	key := [2]string{u.Instance, u.Attribute}
+	num, numeric := asFloat(u.Value)
+	if prev, ok := rs.last[key]; ok && rs.rule.Deadband > 0 && numeric && prev.numeric &&
+		prev.quality == u.Quality && math.Abs(num-prev.number) < rs.rule.Deadband {
+		return false
+	}
+	rs.last[key] = lastValue{number: num, numeric: numeric, quality: u.Quality}
+	if len(rs.values) == 0 {
+		rs.deadline = now.Add(rs.rule.MaxBatchDelay)
+	}
+	rs.values = append(rs.values, HistoryValue{
+		Instance: u.Instance, Attribute: u.Attribute, Value: jsonSafe(u.Value), Quality: u.Quality, Timestamp: u.Timestamp.UTC(),
+	})
+	return true
+}
+
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case int8:
+		return float64(x), true
+	case int16:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint:
+		return float64(x), true
+	case uint8:
+		return float64(x), true
+	case uint16:
+		return float64(x), true
+	case uint32:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// jsonSafe turns the floats JSON cannot carry (NaN, ±Inf) into strings.
+func jsonSafe(v any) any {
+	if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	if f, ok := v.(float32); ok && (math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)) {
+		return strconv.FormatFloat(float64(f), 'g', -1, 32)
+	}
+	return v
+}
+
+// encodeHistory makes a batch's message; its id is a digest of the content
+// so that re-enqueueing the same batch is a duplicate.
+func encodeHistory(rule HistoryRule, values []HistoryValue) (readyBatch, error) {
+	payload, err := json.Marshal(HistoryPayload{Rule: rule.Name, Values: values})
+	if err != nil {
+		return readyBatch{values: len(values)}, fmt.Errorf("encode %d values: %w", len(values), err)
+	}
+	sum := sha256.Sum256(payload)
+	return readyBatch{rule: rule, id: "hist-" + rule.Name + "-" + hex.EncodeToString(sum[:16]), payload: payload, values: len(values)}, nil
+}
