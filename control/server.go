@@ -35,7 +35,7 @@ type Raft interface {
 // Restorer installs a verified snapshot cluster-wide (leader only);
 // appliedIndex is the index recorded inside it.
 type Restorer interface {
-	RestoreSnapshot(ctx context.Context, appliedIndex uint64, r io.Reader) error
+	RestoreSnapshot(ctx context.Context, appliedIndex uint64, size int64, r io.Reader) error
 }
 
 // State is the FSM read side the server needs.
@@ -380,7 +380,7 @@ func (s *Server) SnapshotRestore(stream controlpb.Control_SnapshotRestoreServer)
 	if c != nil {
 		return forwardRestore(fctx, c, tmp, n, stream)
 	}
-	if err := s.Restorer.RestoreSnapshot(ctx, info.Meta.AppliedIndex, tmp); err != nil {
+	if err := s.Restorer.RestoreSnapshot(ctx, info.Meta.AppliedIndex, n, tmp); err != nil {
 		return status.Errorf(codes.Internal, "snapshot restore: %v", err)
 	}
 	s.audit(ctx, "snapshot-restore", fmt.Sprintf("restored a snapshot of %d bytes (applied index %d inside)", n, info.Meta.AppliedIndex))

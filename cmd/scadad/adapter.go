@@ -15,7 +15,7 @@ import (
 // restore, which replicates it to every member.
 type snapshotRestorer struct{ node *raftnode.Node }
 
-func (s snapshotRestorer) RestoreSnapshot(ctx context.Context, appliedIndex uint64, r io.Reader) error {
+func (s snapshotRestorer) RestoreSnapshot(ctx context.Context, appliedIndex uint64, size int64, r io.Reader) error {
 	rf := s.node.Raft()
 	if rf == nil {
 		return fmt.Errorf("restore: raft is not running")
@@ -23,7 +23,7 @@ func (s snapshotRestorer) RestoreSnapshot(ctx context.Context, appliedIndex uint
 	// Raft places the snapshot above both its own last index and the one
 	// given here, so the FSM's recorded applied index stays below every
 	// entry that follows.
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: appliedIndex, Term: 1}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: appliedIndex, Term: 1, Size: size}
 	timeout := 5 * time.Minute
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)

@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
+	src, sink := sfSetup(t, 1000)
+	if err := sink.SetFailing(true); err != nil { // keep messages pending
+		t.Fatal(err)
+	}
+	active := waitOneActive(t, src, 10*time.Second)
+	for i := 0; i < 50; i++ {
+		if !enqueue(active, "sink", fmt.Sprintf("snap-%d", i), []byte("payload")) {
+			t.Fatalf("enqueue %d not acknowledged", i)
+		}
+	}
+	var srcHistory controlpb.DeployHistoryResponse
+	ctlJSON(t, src, nil, &srcHistory, "deploy", "history")
+
+	file := filepath.Join(t.TempDir(), "site.snap")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, errs, code, err := src.Ctl(ctx, nil, "snapshot", "save", file); err != nil || code != 0 {
+		t.Fatalf("snapshot save: exit %d: %s %v", code, errs, err)
+	}
+	out, errs, code, err := src.Ctl(ctx, nil, "snapshot", "inspect", file)
+	if err != nil || code != 0 || !strings.Contains(out, "Pending:50") {
+		t.Fatalf("snapshot inspect: exit %d, %q %s %v; want 50 pending", code, out, errs, err)
+	}
+
+	// A corrupt copy is refused and changes nothing.
+	dst := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, dst)
+	waitOneActive(t, dst, 20*time.Second)
+	data, _ := os.ReadFile(file)
+	bad := filepath.Join(t.TempDir(), "bad.snap")
+	corrupt := append([]byte(nil), data...)
+	corrupt[len(corrupt)/2] ^= 0xff
+	os.WriteFile(bad, corrupt, 0o644)
+	if _, errs, code, _ := dst.Ctl(ctx, nil, "--yes", "snapshot", "restore", bad); code == 0 || !strings.Contains(errs, "verify") {
+		t.Fatalf("restore of a corrupt snapshot: exit %d, %q; want a refusal", code, errs)
+	}
+	truncated := filepath.Join(t.TempDir(), "short.snap")
+	os.WriteFile(truncated, data[:len(data)*2/3], 0o644)
+	if _, _, code, _ := dst.Ctl(ctx, nil, "--yes", "snapshot", "restore", truncated); code == 0 {
+		t.Fatal("restore of a truncated snapshot succeeded")
+	}
+	var empty controlpb.DeployStatusResponse
+	if err := dst.CtlJSON(ctx, nil, &empty, "deploy", "status"); err == nil && empty.Current != 0 {
+		t.Fatalf("refused restores changed the state: deploy revision %d", empty.Current)
+	}
+
+	if _, errs, code, err := dst.Ctl(ctx, nil, "--yes", "snapshot", "restore", file); err != nil || code != 0 {
+		t.Fatalf("snapshot restore: exit %d: %s %v", code, errs, err)
+	}
+	// Every node of the new cluster now holds the source's state.
+	for _, n := range dst.Nodes {
+		waitFor(t, 20*time.Second, n.ID+" has the restored state", func() bool {
+			var stats []*controlpb.SFTargetStats
+			if err := dst.CtlJSON(ctx, []*testcluster.Node{n}, &stats, "sf", "stats"); err != nil {
+				return false
+			}
+			return len(stats) == 1 && stats[0].Target == "sink" && stats[0].Pending == 50
+		})
+	}
+	var dstHistory controlpb.DeployHistoryResponse
+	ctlJSON(t, dst, nil, &dstHistory, "deploy", "history")
+	if dstHistory.Current != srcHistory.Current || len(dstHistory.Revisions) != len(srcHistory.Revisions) || dstHistory.Revisions[0].Sha256 != srcHistory.Revisions[0].Sha256 {
+		t.Fatalf("deploy history after restore = %+v, want %+v", &dstHistory, &srcHistory)
+	}
+}
+
+func TestMembersAndManualOverrideGuard(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "pair", Voters: 2, OverrideAfter: 5 * time.Second})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var members []*controlpb.MemberStatus
+	ctlJSON(t, c, nil, &members, "members", "list")
+	if len(members) != 2 || members[0].Suffrage != "voter" || members[1].Suffrage != "voter" {
+		t.Fatalf("members list = %v, want two voters", members)
+	}
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active {
+			standby = n
+		}
+	}
+	// The peer answers: a manual override is refused (no islands).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "--yes", "override")
+	if err != nil || code != 4 {
+		t.Fatalf("override while the peer answers: exit %d, %q, %v; want exit 4", code, errs, err)
+	}
+	if _, errs, code, _ := c.Ctl(ctx, []*testcluster.Node{standby}, "override"); code != 4 || !strings.Contains(errs, "not confirmed") {
+		t.Fatalf("override without --yes and no answer: exit %d %q; want a refusal for lack of confirmation", code, errs)
+	}
+	if a := c.Actives(); len(a) != 1 || a[0] != active {
+		t.Fatalf("refused override changed the Active: %v", ids(a))
+	}
+	// With the peer gone, the operator may override before the window.
+	c.Kill(active)
+	// Contact from just before the kill still counts for a moment.
+	waitFor(t, 10*time.Second, "the manual override accepted once the peer is silent", func() bool {
+		_, _, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "--yes", "override")
+		return err == nil && code == 0
+	})
+	waitFor(t, 10*time.Second, standby.ID+" Active after the manual override", func() bool {
+		h, ok := standby.Health()
+		return ok && h.Active
+	})
+}
