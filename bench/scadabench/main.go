@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command scadabench measures scadad the way ../shared/tools/etcdbench
 // measures etcd, so the two can be put side by side from one sitting:
 //

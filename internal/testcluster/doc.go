@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package testcluster starts real scadad processes on loopback for the
 // integration tests and the benchmarks: it builds the binaries, makes a
 // site CA, writes node configs with free ports, and starts, SIGKILLs and
