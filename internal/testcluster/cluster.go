@@ -34,6 +34,13 @@ type Options struct {
 	Dir string
 	// LogLevel of the nodes (default debug).
 	LogLevel string
+	// Host, when set, gives the IP address node id listens on (default
+	// 127.0.0.1): a fault-injection suite puts each node in a network
+	// namespace of its own. Ports are then fixed per node.
+	Host func(id string) string
+	// Wrap, when set, rewrites a node's command line before it starts, e.g.
+	// to prefix "ip netns exec ns-a".
+	Wrap func(id string, argv []string) []string
 }
 
 // Node is one scadad process.
@@ -60,6 +67,7 @@ type Cluster struct {
 	Certs string
 	Nodes []*Node
 	owned bool
+	wrap  func(id string, argv []string) []string
 }
 
 // FreePorts reserves n distinct loopback ports. The listeners are closed
@@ -102,21 +110,34 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 	if o.Witness {
 		ids = append(ids, "witness")
 	}
-	if err := pki.Init(c.Certs, "test-site", ids, []string{"operator"}, 24*time.Hour); err != nil {
+	var sans []pki.InitOption
+	if o.Host != nil {
+		for _, id := range ids {
+			sans = append(sans, pki.WithExtraSANs(id, o.Host(id)))
+		}
+	}
+	if err := pki.Init(c.Certs, "test-site", ids, []string{"operator"}, 24*time.Hour, sans...); err != nil {
 		return nil, fmt.Errorf("certs: %w", err)
 	}
 	ports, err := FreePorts(3 * len(ids))
 	if err != nil {
 		return nil, err
 	}
+	c.wrap = o.Wrap
 	for i, id := range ids {
+		host := "127.0.0.1"
+		if o.Host != nil {
+			// Each node has an address of its own: fixed ports suffice.
+			host = o.Host(id)
+			ports[3*i], ports[3*i+1], ports[3*i+2] = 7101, 7201, 7301
+		}
 		n := &Node{
 			ID:       id,
 			Witness:  o.Witness && i == len(ids)-1,
 			Dir:      filepath.Join(c.Dir, id),
-			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
-			APIAddr:  fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
-			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			RaftAddr: fmt.Sprintf("%s:%d", host, ports[3*i]),
+			APIAddr:  fmt.Sprintf("%s:%d", host, ports[3*i+1]),
+			HTTPAddr: fmt.Sprintf("%s:%d", host, ports[3*i+2]),
 		}
 		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 			return nil, err
@@ -170,7 +191,11 @@ func (c *Cluster) Start(n *Node) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(c.Bin.Scadad, "--config", n.Config)
+	argv := []string{c.Bin.Scadad, "--config", n.Config}
+	if c.wrap != nil {
+		argv = c.wrap(n.ID, argv)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
