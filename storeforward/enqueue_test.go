@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
 )
 
 func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
@@ -271,5 +274,53 @@ func TestEnqueueClosed(t *testing.T) {
 	e.Close()
 	if _, err := e.Enqueue(context.Background(), "up", []byte("x"), "a", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("error = %v, want ErrClosed", err)
+	}
+}
+
+// poisonProposer refuses, as the FSM would, any SFEnqueue that carries the
+// id "poison"; everything else goes to next.
+type poisonProposer struct{ next *applyProposer }
+
+func (p poisonProposer) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	for _, m := range cmd.GetSfEnqueue().GetMessages() {
+		if m.Id == "poison" {
+			return &fsm.Result{Err: &fsm.CommandError{Code: fsm.CodeInvalid, Message: "poison"}}, nil
+		}
+	}
+	return p.next.Propose(ctx, cmd)
+}
+
+func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
+	f := newFSM(t, true)
+	inner := &applyProposer{f: f}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: poisonProposer{next: inner}, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}},
+		MaxBatchMessages: 3, Clock: &manualClock{}, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range []string{"good-1", "poison", "good-2"} {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			_, err := e.Enqueue(context.Background(), "up", []byte("x"), id, nil)
+			mu.Lock()
+			errs[id] = err
+			mu.Unlock()
+		}(id)
+	}
+	wg.Wait()
+	if errs["good-1"] != nil || errs["good-2"] != nil {
+		t.Fatalf("good messages failed with the bad one: %v", errs)
+	}
+	if !errors.Is(errs["poison"], ErrInvalid) || !errors.Is(errs["poison"], fsm.ErrInvalid) {
+		t.Fatalf("poison error = %v", errs["poison"])
+	}
+	st, _ := f.SFStats()
+	if st["up"].Pending != 2 {
+		t.Fatalf("pending = %d, want 2", st["up"].Pending)
 	}
 }
