@@ -76,6 +76,9 @@ type Config struct {
 	// MaxNodesPerRequest caps nodes per Read/Write/Browse/monitored-item
 	// request (default 1000).
 	MaxNodesPerRequest int
+	// MaxWriteStringLength caps a written String value in bytes (default
+	// 64 KiB): the gateway is not a place for megabyte tags.
+	MaxWriteStringLength int
 	// MinPublishingInterval and MaxPublishingInterval clamp subscription
 	// publishing intervals (defaults 50 ms and 1 min).
 	MinPublishingInterval time.Duration
@@ -167,6 +170,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxNodesPerRequest <= 0 {
 		out.MaxNodesPerRequest = 1000
+	}
+	if out.MaxWriteStringLength <= 0 {
+		out.MaxWriteStringLength = 64 << 10
 	}
 	if out.MinPublishingInterval <= 0 {
 		out.MinPublishingInterval = 50 * time.Millisecond

@@ -376,6 +376,9 @@ func (s *Server) writeOne(wv *ua.WriteValue) ua.StatusCode {
 	if wv.Value == nil || !writeTypeOK(v.typ, wv.Value.Value) {
 		return invalid(ua.StatusBadTypeMismatch)
 	}
+	if str, ok := wv.Value.Value.Value().(string); ok && len(str) > s.cfg.MaxWriteStringLength {
+		return invalid(ua.StatusBadOutOfRange)
+	}
 
 	st := s.roles.Current()
 	if allow, reason := WriteGate(st); !allow {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -452,4 +453,12 @@ type libraryLogger struct{ l zerolog.Logger }
 func (g libraryLogger) Debug(msg string, args ...any) { g.l.Trace().Msgf(msg, args...) }
 func (g libraryLogger) Info(msg string, args ...any)  { g.l.Debug().Msgf(msg, args...) }
 func (g libraryLogger) Warn(msg string, args ...any)  { g.l.Warn().Msgf(msg, args...) }
-func (g libraryLogger) Error(msg string, args ...any) { g.l.Error().Msgf(msg, args...) }
+func (g libraryLogger) Error(msg string, args ...any) {
+	// The built-in nodeset import reports its own duplicates as errors on
+	// every New; they are not ours to act on.
+	if strings.HasPrefix(msg, "Duplicate reference type") {
+		g.l.Trace().Msgf(msg, args...)
+		return
+	}
+	g.l.Error().Msgf(msg, args...)
+}
