@@ -235,3 +235,40 @@ func TestFailRateIsSeededAndApproximate(t *testing.T) {
 		t.Fatalf("%d of 10000 failed at rate 0.3", fails)
 	}
 }
+
+func TestSinkConcurrentRequestsAllRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	base, stop := startSink(t, "-record", path)
+	const n = 64
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			req, _ := http.NewRequest(http.MethodPost, base+"/", strings.NewReader(fmt.Sprint(i)))
+			req.Header.Set("Idempotency-Key", fmt.Sprint("c", i))
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			errs <- err
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := readRecords(t, path)
+	ids, seqs := map[string]bool{}, map[uint64]bool{}
+	for _, r := range recs {
+		ids[r.ID], seqs[r.Seq] = true, true
+	}
+	if len(recs) != n || len(ids) != n || len(seqs) != n {
+		t.Fatalf("%d records, %d distinct ids, %d distinct seqs; want %d each", len(recs), len(ids), len(seqs), n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
