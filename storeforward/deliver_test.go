@@ -392,3 +392,25 @@ func TestSetTargetsReconfiguresByDifference(t *testing.T) {
 		t.Fatalf("an invalid SetTargets changed the targets: %v", got)
 	}
 }
+
+func TestEpochChangeWhileActiveRestampsDeliveries(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	s := newSink(t, h.roles, nil)
+	if err := h.d.SetTargets([]Target{fastTarget("up", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "before", "x")
+	waitFor(t, "first delivery", 5*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	// An availability override bumps the cluster epoch; the node stays Active.
+	h.roles.Publish(activeState(2, 1))
+	waitFor(t, "workers under the new epoch", 5*time.Second, func() bool {
+		st := h.d.Status()
+		return st.Epoch == role.Epoch{Cluster: 2, Term: 1} && len(st.Workers) == 1
+	})
+	h.enqueue(t, "up", "after", "x")
+	waitFor(t, "second delivery", 5*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	got := s.requests()
+	if len(got) != 2 || got[0].Epoch != "1.1" || got[1].Epoch != "2.1" || got[1].ID != "after" {
+		t.Fatalf("requests %+v", got)
+	}
+}
