@@ -83,14 +83,14 @@ type HistoryPayload struct {
 	Values []HistoryValue `json:"values"`
 }
 
-// Enqueue is what the forwarder needs of an Enqueuer.
-type historyEnqueuer interface {
+// MessageEnqueuer is what the forwarder needs of an Enqueuer.
+type MessageEnqueuer interface {
 	Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error)
 }
 
 // HistoryOptions configure NewHistoryForwarder.
 type HistoryOptions struct {
-	Enqueuer historyEnqueuer // required (an *Enqueuer)
+	Enqueuer MessageEnqueuer // required (an *Enqueuer)
 	Rules    []HistoryRule
 	// Buffer bounds the updates waiting to be taken in and the values of
 	// batches waiting for a retry; beyond it updates are dropped and

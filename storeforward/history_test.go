@@ -20,7 +20,7 @@ type recordingEnqueuer struct {
 	mu    sync.Mutex
 	calls []enqueueCall
 	fail  bool
-	next  historyEnqueuer
+	next  MessageEnqueuer
 }
 
 func (r *recordingEnqueuer) Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error) {
