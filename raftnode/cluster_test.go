@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 )
 
 func TestWitnessClusterFormsOneActive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
 	for _, id := range []string{"a", "b", "w"} {
 		h.start(id)
@@ -82,6 +85,7 @@ func TestWitnessClusterFormsOneActive(t *testing.T) {
 }
 
 func TestLeaderShutdownElectsNewActive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
 	for _, id := range []string{"a", "b", "w"} {
 		h.start(id)
@@ -105,9 +109,19 @@ func TestLeaderShutdownElectsNewActive(t *testing.T) {
 	if n := h.overrides[next].Load() + h.overrides["w"].Load(); n != 0 {
 		t.Fatalf("witness mode ran %d overrides", n)
 	}
+	// The old leader restarts on its data and rejoins as Standby.
+	h.start(old)
+	waitFor(t, 15*time.Second, "old leader back as Standby", func() (bool, string) {
+		r := h.roles()
+		return r[old].Role == role.Standby && r[next].Role == role.Active, stateString(r)
+	})
+	waitFor(t, 5*time.Second, "old leader caught up", func() (bool, string) {
+		return slices.Equal(h.fsms[old].Values(), []string{"before", "after"}), strings.Join(h.fsms[old].Values(), ",")
+	})
 }
 
 func TestWitnessThatWinsHandsOff(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
 	for _, id := range []string{"a", "b", "w"} {
 		h.start(id)
@@ -135,6 +149,7 @@ func TestWitnessThatWinsHandsOff(t *testing.T) {
 }
 
 func TestLeadershipTransferToNamedNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
 	for _, id := range []string{"a", "b", "w"} {
 		h.start(id)
@@ -158,6 +173,7 @@ func TestLeadershipTransferToNamedNode(t *testing.T) {
 }
 
 func TestPairOverrideThenPeerRejoins(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	h.start("a")
 	h.start("b")
@@ -221,8 +237,10 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 }
 
 func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
+	t.Parallel()
 	for _, first := range []string{"a", "b"} {
 		t.Run(first+" first", func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, ModePair, []string{"a", "b"}, "")
 			late := "b"
 			if first == "b" {
@@ -257,6 +275,7 @@ func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
 // peer appears just before the lone node's window expires. The override
 // must not fire; the two form one cluster at epoch 0.
 func TestPairLatePeerInsideWindowNoIsland(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	h.start("a")
 	// The scenario itself is a delay: start the peer when a's window is
@@ -283,6 +302,7 @@ func TestPairLatePeerInsideWindowNoIsland(t *testing.T) {
 // peer's port answers TLS but speaks no raft) and checks the override never
 // fires.
 func TestPairNoOverrideWhilePeerPortAnswers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	srv, err := h.site.ServerTLS("b")
 	if err != nil {
@@ -342,6 +362,7 @@ func (d staticDirectory) isMember(id string) bool {
 }
 
 func TestStrictModeNeverOverrides(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeStrict, []string{"a", "b"}, "")
 	h.start("a")
 	h.start("b")
@@ -368,6 +389,7 @@ func TestStrictModeNeverOverrides(t *testing.T) {
 }
 
 func TestForeignCANodeCannotJoin(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
 	foreign, err := pki.GenerateSite("test-site", []string{"w"}, nil, time.Hour)
 	if err != nil {
@@ -403,6 +425,7 @@ func TestForeignCANodeCannotJoin(t *testing.T) {
 }
 
 func TestPersistentFSMBehindSnapshotIsRestored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModeStrict, []string{"solo"}, "")
 	n := h.start("solo")
 	h.waitOneActive(10 * time.Second)
@@ -440,6 +463,7 @@ func stateString(r map[string]role.State) string {
 // merging two diverged histories would silently lose one side's commits.
 // Both report the split so the heal procedure can act.
 func TestPairPartitionDualActiveIsNotMerged(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	proxies := map[string]*proxy{}
 	for _, m := range h.members {
@@ -486,5 +510,33 @@ func TestPairPartitionDualActiveIsNotMerged(t *testing.T) {
 	}
 	if !strings.Contains(h.logs["a"].String(), "DUAL-ACTIVE") {
 		t.Error("the split was not logged")
+	}
+}
+
+// TestUnfinishedOverrideIsBumpedAfterRestart covers a crash between the
+// re-formation and the commit of the epoch bump: the marker left behind
+// makes the node bump the epoch once it leads, and stay Detached until then.
+func TestUnfinishedOverrideIsBumpedAfterRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ModeStrict, []string{"solo"}, "")
+	h.start("solo")
+	h.waitOneActive(10 * time.Second)
+	h.kill("solo")
+	if err := os.WriteFile(filepath.Join(h.dirs["solo"], overrideMarker), []byte("test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := h.start("solo")
+	h.waitOneActive(10 * time.Second)
+	if got := n.Role().Current().Epoch.Cluster; got != 1 {
+		t.Fatalf("cluster epoch after resumed override = %d, want 1", got)
+	}
+	if h.overrides["solo"].Load() != 1 {
+		t.Fatalf("OnOverride called %d times, want 1", h.overrides["solo"].Load())
+	}
+	if _, err := os.Stat(filepath.Join(h.dirs["solo"], overrideMarker)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("marker still there: %v", err)
+	}
+	if n.Stats().OverridePending {
+		t.Fatal("Stats still reports a pending override")
 	}
 }

@@ -7,7 +7,31 @@
 //
 // raftnode must not: interpret commands (the FSM does), decide what an epoch
 // bump records (the OnOverride callback the wirer supplies does), run any
-// workload, talk plaintext, or keep package-level state. The override never
-// fires while a peer is answering: any Raft traffic, inbound connection or
-// successful probe handshake from a peer resets its window.
+// workload, talk plaintext, or keep package-level state.
+//
+// # Override and rejoin
+//
+// A pair-mode node that has had no contact at all with its peer for
+// OverrideAfter re-forms the cluster alone: raft.RecoverCluster with itself
+// as the only voter, a fresh transport, leadership, then OnOverride records
+// the epoch bump; only then is the node Active. Contact is any raft byte
+// received from the peer, any inbound connection or probe from it, raft's
+// own LastContact, or a probe of ours it answers (a TLS handshake on the raft
+// port, every ProbeInterval); the override re-probes once more right before
+// acting. So the override never fires while the peer answers, and the
+// seeds' islanding race cannot happen.
+//
+// When a configured member that is missing from the configuration answers
+// probes again, the leader adds it back as a voter. The probe answer carries
+// the peer's own voter list: a peer whose list still names us (an old member
+// coming back, or a fresh one that bootstrapped the configured membership)
+// is re-added and catches up by log matching or snapshot. Every node
+// bootstraps the same sorted configuration at index 1, term 1, so a fresh
+// peer's index-1 entry matches the survivor's history (which RecoverCluster
+// compacted into a snapshot at or after that index) and raft's
+// AppendEntries consistency check lets it in without a second cluster. A
+// peer whose list does not name us leads a cluster of its own (a partition
+// ended in dual-active): it is never merged, because its FSM has applied
+// entries our log does not have. It is logged as DUAL-ACTIVE and flagged in
+// Members so the heal procedure can act.
 package raftnode

@@ -45,10 +45,13 @@ func (n *Node) refreshRole() {
 	prev := n.bc.Current()
 	st := n.computeState(r, recovering, prev)
 	if prev != st {
+		n.pubMu.Lock()
 		if n.ctx.Err() != nil {
+			n.pubMu.Unlock()
 			return // shutting down: Shutdown published Detached
 		}
 		n.bc.Publish(st)
+		n.pubMu.Unlock()
 		lvl := n.log.Debug()
 		if prev.Role != st.Role || prev.Leader != st.Leader {
 			lvl = n.log.Info()
@@ -507,7 +510,12 @@ func (n *Node) readmit(ctx context.Context, r *raft.Raft, answers map[string]pee
 		if removed {
 			continue
 		}
-		if len(st.Voters) > 0 && !slices.Contains(st.Voters, n.cfg.NodeID) {
+		if len(st.Voters) == 0 {
+			// Its raft is down or re-forming (its own override, say): adding
+			// it now could fold a history of its own into ours. Next probe.
+			continue
+		}
+		if !slices.Contains(st.Voters, n.cfg.NodeID) {
 			n.mu.Lock()
 			_, known := n.splitBrain[m.ID]
 			n.splitBrain[m.ID] = st

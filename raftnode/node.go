@@ -42,6 +42,9 @@ type Node struct {
 	// opMu serialises the operations that replace or stop raft: override,
 	// shutdown.
 	opMu sync.Mutex
+	// pubMu orders role publication against Shutdown, so nothing is
+	// published after the final Detached.
+	pubMu sync.Mutex
 
 	mu         sync.RWMutex
 	r          *raft.Raft
@@ -304,10 +307,12 @@ func (n *Node) Raft() *raft.Raft {
 // publishes Detached first so workers stop before raft goes away.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutOnce.Do(func() {
+		n.pubMu.Lock()
 		n.cancel()
 		cur := n.bc.Current()
 		cur.Role, cur.Leader = role.Detached, ""
 		n.bc.Publish(cur)
+		n.pubMu.Unlock()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
