@@ -283,6 +283,16 @@ func (s *Server) Override(ctx context.Context, req *controlpb.OverrideRequest) (
 
 // Apply commits a forwarded command; only the leader answers.
 func (s *Server) Apply(ctx context.Context, req *controlpb.ApplyRequest) (*controlpb.ApplyResponse, error) {
+	// Raw commands bypass every validation the typed RPCs do, so only the
+	// cluster's own nodes may send them, never an operator certificate.
+	caller := actor(ctx)
+	member := false
+	for _, m := range s.Configured {
+		member = member || m.ID == caller
+	}
+	if !member {
+		return nil, status.Errorf(codes.PermissionDenied, "apply: %q is not a cluster member; raw commands are for forwarding between nodes", caller)
+	}
 	if s.Roles.Current().Role != role.Active {
 		return nil, status.Errorf(codes.Unavailable, "%s is not the leader", s.NodeID)
 	}

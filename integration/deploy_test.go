@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/pki"
+)
+
+func writeSite(t *testing.T, site []byte) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(file, site, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func deployStatus(t *testing.T, c *testcluster.Cluster) *controlpb.DeployStatusResponse {
+	t.Helper()
+	var st controlpb.DeployStatusResponse
+	ctlJSON(t, c, nil, &st, "deploy", "status")
+	return &st
+}
+
+func TestDeployForwardedFromStandbyAndCAS(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			standby = n
+		}
+	}
+	site1 := testcluster.SiteConfig("cas", map[string]string{"a": "http://127.0.0.1:9/a"}, 5)
+	var push controlpb.DeployPushResponse
+	ctlJSON(t, c, []*testcluster.Node{standby}, &push, "deploy", "push", writeSite(t, site1))
+	if push.Revision != 1 {
+		t.Fatalf("push through the standby = %+v, want revision 1", &push)
+	}
+	ctlJSON(t, c, []*testcluster.Node{standby}, &push, "deploy", "push", writeSite(t, site1))
+	if !push.Noop || push.Revision != 1 {
+		t.Fatalf("identical re-push = %+v, want a no-op at revision 1", &push)
+	}
+
+	// Five operators push different content expecting revision 1: one wins.
+	var wg sync.WaitGroup
+	codes := make([]int, 5)
+	for i := range codes {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			site := testcluster.SiteConfig("cas", map[string]string{fmt.Sprintf("t%d", i): "http://127.0.0.1:9/x"}, 5)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _, codes[i], _ = c.Ctl(ctx, []*testcluster.Node{c.Nodes[i%2]}, "deploy", "push", "--expect-revision", "1", writeSite(t, site))
+		}(i)
+	}
+	wg.Wait()
+	wins, refused := 0, 0
+	for _, code := range codes {
+		switch code {
+		case 0:
+			wins++
+		case 4:
+			refused++
+		}
+	}
+	if wins != 1 || refused != 4 {
+		t.Fatalf("concurrent pushes with --expect-revision 1 exited %v; want exactly one 0 and four 4s", codes)
+	}
+	if st := deployStatus(t, c); st.Current != 2 {
+		t.Fatalf("revision after the race = %d, want 2", st.Current)
+	}
+}
+
+func TestDeployNodeKilledMidDeployCatchesUp(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			standby = n
+		}
+	}
+	deploySite(t, c, testcluster.SiteConfig("kill", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
+	// Push a large config and kill the standby while it streams in.
+	big := bigSite(t)
+	done := make(chan int, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, _, code, _ := c.Ctl(ctx, []*testcluster.Node{active}, "deploy", "push", writeSite(t, big))
+		done <- code
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c.Kill(standby)
+	if code := <-done; code != 0 {
+		t.Fatalf("push with one voter killed mid-way exited %d", code)
+	}
+	start(t, c, standby)
+	waitFor(t, 60*time.Second, standby.ID+" applied revision 2 after its restart", func() bool {
+		for _, n := range deployStatus(t, c).Nodes {
+			if n.NodeId == standby.ID && n.Revision == 2 && n.Ok {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// bigSite is a generated config of about a megabyte: several chunks.
+func bigSite(t *testing.T) []byte {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(string(testcluster.SiteConfig("big", map[string]string{"a": "http://127.0.0.1:9/a"}, 5)))
+	site := b.String()
+	// Add instances before the opcua section.
+	var inst strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&inst, "  - name: Unit%d\n    connection: gw\n    attributes:\n", i)
+		for j := 0; j < 100; j++ {
+			fmt.Fprintf(&inst, "      - {name: Tag%d, type: double, tag: Unit%d.Tag%d.PV, description: \"generated tag %d of unit %d for the deploy test\"}\n", j, i, j, j, i)
+		}
+	}
+	return []byte(strings.Replace(site, "opcua:\n", inst.String()+"opcua:\n", 1))
+}
+
+// nodeClient dials the control API with a node's own certificate, the way
+// nodes forward raw commands to each other.
+func nodeClient(t *testing.T, c *testcluster.Cluster, as string, to *testcluster.Node) controlpb.ControlClient {
+	t.Helper()
+	conf, err := pki.LoadClientTLS(filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, as+".crt"), filepath.Join(c.Certs, as+".key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(to.APIAddr, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return controlpb.NewControlClient(conn)
+}
+
+func applyRaw(t *testing.T, cli controlpb.ControlClient, cmd *fsmpb.Command) *controlpb.ApplyResponse {
+	t.Helper()
+	cmd.StampUnixNano = time.Now().UnixNano()
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Apply(ctx, &controlpb.ApplyRequest{Command: data})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return resp
+}
+
+func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	good := deploySite(t, c, testcluster.SiteConfig("good", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
+	cli := nodeClient(t, c, "node-a", active)
+
+	// An operator certificate may not send raw commands at all.
+	opCli := nodeClient(t, c, "operator", active)
+	if _, err := opCli.Apply(context.Background(), &controlpb.ApplyRequest{Command: []byte("x")}); err == nil || !strings.Contains(err.Error(), "not a cluster member") {
+		t.Fatalf("raw apply with an operator certificate: %v; want a refusal", err)
+	}
+
+	// Bad checksum: chunks whose content does not hash to the name.
+	payload := []byte("version: 1\nname: evil\n")
+	wrongSHA := strings.Repeat("ab", 32)
+	applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_PutArtifactChunk{PutArtifactChunk: &fsmpb.PutArtifactChunk{Sha256: wrongSHA, Index: 0, Total: 1, Data: payload}}})
+	resp := applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_CommitArtifact{CommitArtifact: &fsmpb.CommitArtifact{Sha256: wrongSHA, Size: uint64(len(payload)), TotalChunks: 1}}})
+	if resp.ErrorCode == "" {
+		t.Fatal("an artifact with a wrong checksum was committed")
+	}
+	resp = applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_Deploy{Deploy: &fsmpb.Deploy{Target: "site", ExpectRevision: good, Sha256: wrongSHA}}})
+	if resp.ErrorCode == "" {
+		t.Fatal("a deploy of an uncommitted artifact was accepted")
+	}
+	// Truncated: one of two chunks never arrives.
+	sum := sha256.Sum256(append(payload, payload...))
+	twoSHA := hex.EncodeToString(sum[:])
+	applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_PutArtifactChunk{PutArtifactChunk: &fsmpb.PutArtifactChunk{Sha256: twoSHA, Index: 0, Total: 2, Data: payload}}})
+	resp = applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_CommitArtifact{CommitArtifact: &fsmpb.CommitArtifact{Sha256: twoSHA, Size: uint64(2 * len(payload)), TotalChunks: 2}}})
+	if resp.ErrorCode == "" {
+		t.Fatal("an artifact missing a chunk was committed")
+	}
+	if st := deployStatus(t, c); st.Current != good {
+		t.Fatalf("refused artifacts moved the pointer to %d", st.Current)
+	}
+
+	// Schema-invalid but intact: the cluster takes the pointer, every node
+	// refuses to apply it, keeps the last good config and says why.
+	invalid := []byte("version: 1\nname: broken\nconnections: []\ninstances: []\n")
+	isum := sha256.Sum256(invalid)
+	isha := hex.EncodeToString(isum[:])
+	applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_PutArtifactChunk{PutArtifactChunk: &fsmpb.PutArtifactChunk{Sha256: isha, Index: 0, Total: 1, Data: invalid}}})
+	if r := applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_CommitArtifact{CommitArtifact: &fsmpb.CommitArtifact{Sha256: isha, Size: uint64(len(invalid)), TotalChunks: 1}}}); r.ErrorCode != "" {
+		t.Fatalf("commit of an intact artifact: %s %s", r.ErrorCode, r.Error)
+	}
+	if r := applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_Deploy{Deploy: &fsmpb.Deploy{Target: "site", ExpectRevision: good, Sha256: isha}}}); r.ErrorCode != "" {
+		t.Fatalf("deploy of the intact invalid artifact: %s %s", r.ErrorCode, r.Error)
+	}
+	waitFor(t, 20*time.Second, "every node reports the invalid revision failed", func() bool {
+		st := deployStatus(t, c)
+		failed := 0
+		for _, n := range st.Nodes {
+			if n.Revision == good+1 && !n.Ok && strings.Contains(n.Reason, "connections") {
+				failed++
+			}
+		}
+		return failed == len(c.Nodes)
+	})
+	// The nodes still run the good config: its target accepts enqueues.
+	if !enqueue(active, "a", "still-good", []byte("x")) {
+		t.Fatal("after the failed apply the last good config's target is gone")
+	}
+	// Rolling back to the good revision heals the failure everywhere.
+	var rb controlpb.DeployPushResponse
+	ctlJSON(t, c, nil, &rb, "deploy", "rollback", "--to", fmt.Sprint(good))
+	waitFor(t, 20*time.Second, "every node applied the rollback", func() bool {
+		ok := 0
+		for _, n := range deployStatus(t, c).Nodes {
+			if n.Revision == rb.Revision && n.Ok {
+				ok++
+			}
+		}
+		return ok == len(c.Nodes)
+	})
+}
+
+func TestDeployRollbackRestoresBehaviour(t *testing.T) {
+	c, sinkA := sfSetup(t, 1000)
+	sinkB, err := testcluster.StartSink(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sinkB.Close)
+	active := waitOneActive(t, c, 10*time.Second)
+	if !enqueue(active, "sink", "to-a-1", []byte("1")) {
+		t.Fatal("enqueue failed")
+	}
+	waitDelivered(t, sinkA, map[string]bool{"to-a-1": true}, 20*time.Second)
+
+	deploySite(t, c, testcluster.SiteConfig("sf-test", map[string]string{"sink": sinkB.URL}, 1000))
+	if !enqueue(active, "sink", "to-b", []byte("2")) {
+		t.Fatal("enqueue failed")
+	}
+	waitDelivered(t, sinkB, map[string]bool{"to-b": true}, 20*time.Second)
+
+	var rb controlpb.DeployPushResponse
+	ctlJSON(t, c, nil, &rb, "deploy", "rollback")
+	waitFor(t, 20*time.Second, "every node applied the rollback", func() bool {
+		ok := 0
+		for _, n := range deployStatus(t, c).Nodes {
+			if n.Revision == rb.Revision && n.Ok {
+				ok++
+			}
+		}
+		return ok == len(c.Nodes)
+	})
+	if !enqueue(active, "sink", "to-a-2", []byte("3")) {
+		t.Fatal("enqueue failed")
+	}
+	waitDelivered(t, sinkA, map[string]bool{"to-a-2": true}, 20*time.Second)
+	var hist controlpb.DeployHistoryResponse
+	ctlJSON(t, c, nil, &hist, "deploy", "history")
+	last := hist.Revisions[len(hist.Revisions)-1]
+	if last.RollbackOf != 1 || last.Sha256 != hist.Revisions[0].Sha256 {
+		t.Fatalf("history's last revision = %+v, want a rollback to revision 1's artifact", last)
+	}
+}
