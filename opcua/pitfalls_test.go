@@ -108,3 +108,36 @@ func TestApplicationURIAndSessionTimeout(t *testing.T) {
 		}
 	}
 }
+
+// gopcua v0.8.0's server opens every secure channel with the None policy
+// and then cannot read the client's asymmetric OpenSecureChannel (upstream
+// #815, fixed by #817 after v0.8.0). New refuses secure profiles while
+// secureChannelsWork is false; this test flips when the library is fixed.
+func TestLibraryDefectSecureChannel(t *testing.T) {
+	port := freePort(t)
+	cert, err := SelfSignedCertificate("urn:bare:secure", "127.0.0.1", testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(
+		server.EndPoint("127.0.0.1", port),
+		server.Certificate(cert), server.PrivateKey(testKey()),
+		server.EnableSecurity("Basic256Sha256", ua.MessageSecurityModeSign),
+		server.EnableAuthMode(ua.UserTokenTypeAnonymous),
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	_, err = ReadServiceLevel(context.Background(), srv.URLs()[0], ClientOptions{
+		SecurityPolicy: "Basic256Sha256", SecurityMode: "Sign", Certificate: cert, PrivateKey: testKey(), Timeout: time.Second,
+	})
+	if secureChannelsWork && err != nil {
+		t.Fatalf("secureChannelsWork is set but a Sign channel fails: %v", err)
+	}
+	if !secureChannelsWork && err == nil {
+		t.Fatal("the library now completes a Sign secure channel: set secureChannelsWork and review WORKAROUNDS.md")
+	}
+}

@@ -18,6 +18,13 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
+// secureChannelsWork records whether the pinned gopcua server can open a
+// Sign/SignAndEncrypt secure channel. v0.8.0 cannot (its server channel
+// decrypts the asymmetric OpenSecureChannel with the None policy); flip this
+// after upgrading to a release with upstream #817 (v0.9.0), and
+// TestLibraryDefectSecureChannel will confirm.
+const secureChannelsWork = false
+
 // ErrUnknownTag is returned by TagUpdate for an attribute the current model
 // does not have (a feed racing a deploy that removed it).
 var ErrUnknownTag = errors.New("unknown tag")
@@ -83,13 +90,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	for _, s := range sec {
 		secure = secure || s.mode != ua.MessageSecurityModeNone
 	}
-	if len(c.Users) > 0 && !secure {
-		return nil, fmt.Errorf("opcua config: user-name identities need a Sign or SignAndEncrypt profile")
-	}
 	for _, u := range c.Users {
 		if u.Name == "" || u.Password == "" {
 			return nil, fmt.Errorf("opcua config: user %q needs a name and a password", u.Name)
 		}
+	}
+	if len(c.Users) > 0 && !secure {
+		return nil, fmt.Errorf("opcua config: user-name identities need a Sign or SignAndEncrypt profile")
+	}
+	if secure && !secureChannelsWork {
+		return nil, fmt.Errorf("opcua config: gopcua v0.8.0's server cannot complete a Sign or SignAndEncrypt secure channel " +
+			"(upstream issue #815, fixed by #817 in v0.9.0); refusing to advertise endpoints no client can use. See opcua/WORKAROUNDS.md")
 	}
 	cert, key, err := loadIdentity(&c)
 	if err != nil {

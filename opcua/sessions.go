@@ -103,12 +103,8 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (s
 			s.log.Warn().Err(err).Str("user", t.UserName).Msg("opcua user token rejected")
 			return "", ua.StatusBadIdentityTokenInvalid
 		}
-		for _, u := range s.cfg.Users {
-			nameOK := subtle.ConstantTimeCompare([]byte(u.Name), []byte(t.UserName)) == 1
-			passOK := subtle.ConstantTimeCompare([]byte(u.Password), pass) == 1
-			if nameOK && passOK {
-				return t.UserName, ua.StatusOK
-			}
+		if matchUser(s.cfg.Users, t.UserName, pass) {
+			return t.UserName, ua.StatusOK
 		}
 		s.log.Warn().Str("user", t.UserName).Msg("opcua user name or password wrong")
 		return "", ua.StatusBadUserAccessDenied
@@ -117,9 +113,8 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (s
 	}
 }
 
-// decryptPassword undoes the client's user-token encryption: with the token
-// policy's asymmetric algorithm and the server key, the plaintext is a
-// little-endian length, the password, then the last server nonce.
+// decryptPassword finds the token's security policy among the advertised
+// user-token policies and decrypts the password with the server key.
 func (s *Server) decryptPassword(t *ua.UserNameIdentityToken, authToken *ua.NodeID) ([]byte, error) {
 	policy := ""
 	for _, ep := range s.srv.Endpoints() {
@@ -129,18 +124,30 @@ func (s *Server) decryptPassword(t *ua.UserNameIdentityToken, authToken *ua.Node
 			}
 		}
 	}
-	if policy == "" || policy == ua.SecurityPolicyURINone {
-		return nil, fmt.Errorf("user token policy %q is not a secure user-name policy", t.PolicyID)
-	}
-	key, ok := s.key.(*rsa.PrivateKey)
+	key, _ := s.key.(*rsa.PrivateKey)
+	nonce, ok := s.sessions.nonce(authToken)
 	if !ok {
+		return nil, fmt.Errorf("no server nonce for this session")
+	}
+	return decryptUserPassword(key, policy, t.Password, nonce)
+}
+
+// decryptUserPassword undoes the client's user-token encryption (Part 4,
+// 7.36.3): with the policy's asymmetric algorithm and the server key, the
+// plaintext is a little-endian length, the password, then the server nonce
+// of the session being activated.
+func decryptUserPassword(key *rsa.PrivateKey, policyURI string, secret, nonce []byte) ([]byte, error) {
+	if policyURI == "" || policyURI == ua.SecurityPolicyURINone {
+		return nil, fmt.Errorf("user token policy %q would carry the password in clear", policyURI)
+	}
+	if key == nil {
 		return nil, fmt.Errorf("no server key")
 	}
-	enc, err := uapolicy.Asymmetric(policy, key, nil)
+	enc, err := uapolicy.Asymmetric(policyURI, key, nil)
 	if err != nil {
-		return nil, fmt.Errorf("user token policy %s: %w", policy, err)
+		return nil, fmt.Errorf("user token policy %s: %w", policyURI, err)
 	}
-	plain, err := enc.Decrypt(t.Password)
+	plain, err := enc.Decrypt(secret)
 	if err != nil {
 		return nil, fmt.Errorf("decrypt user token: %w", err)
 	}
@@ -151,9 +158,20 @@ func (s *Server) decryptPassword(t *ua.UserNameIdentityToken, authToken *ua.Node
 	if n != len(plain)-4 {
 		return nil, fmt.Errorf("user token length %d does not match %d", n, len(plain)-4)
 	}
-	nonce, ok := s.sessions.nonce(authToken)
-	if !ok || len(nonce) > n || !bytes.Equal(plain[4+n-len(nonce):], nonce) {
+	if len(nonce) == 0 || len(nonce) > n || !bytes.Equal(plain[4+n-len(nonce):], nonce) {
 		return nil, fmt.Errorf("user token does not carry this session's nonce")
 	}
 	return plain[4 : 4+n-len(nonce)], nil
+}
+
+// matchUser reports whether name and password belong to a configured user,
+// comparing in constant time.
+func matchUser(users []User, name string, password []byte) bool {
+	found := false
+	for _, u := range users {
+		nameOK := subtle.ConstantTimeCompare([]byte(u.Name), []byte(name)) == 1
+		passOK := subtle.ConstantTimeCompare([]byte(u.Password), password) == 1
+		found = found || (nameOK && passOK)
+	}
+	return found
 }
