@@ -306,8 +306,20 @@ func (n *Node) probePeers(ctx context.Context) map[string]peerStatus {
 	}
 	wg.Wait()
 	n.mu.Lock()
+	prev := n.reachable
 	n.reachable = out
 	n.mu.Unlock()
+	for _, m := range n.cfg.Members {
+		_, was := prev[m.ID]
+		_, is := out[m.ID]
+		switch {
+		case m.ID == n.cfg.NodeID || was == is:
+		case is:
+			n.log.Info().Str("peer", m.ID).Str("addr", m.RaftAddr).Msg("peer answers probes")
+		default:
+			n.log.Warn().Str("peer", m.ID).Str("addr", m.RaftAddr).Msg("peer stopped answering probes")
+		}
+	}
 	return out
 }
 

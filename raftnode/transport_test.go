@@ -1,0 +1,152 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/pki"
+)
+
+// TestStreamRefusesWhatIsNotAMember checks the transport's admission rules
+// on one listener: a member's raft stream and probe get in; a certificate
+// from the right CA whose CN is no member, a certificate from a foreign CA
+// and a client that does not speak the raft protocol are refused, each with
+// a log line that says why.
+func TestStreamRefusesWhatIsNotAMember(t *testing.T) {
+	site, err := pki.GenerateSite("s", []string{"a", "b", "intruder"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	site0 := site
+	foreign, err := pki.GenerateSite("s", []string{"b"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := staticDirectory{{ID: "a", RaftAddr: ln.Addr().String()}, {ID: "b", RaftAddr: "127.0.0.1:1"}}
+	srv, _ := site.ServerTLS("a")
+	cli, _ := site.ClientTLS("a")
+	logs := &syncBuffer{}
+	contacted := make(chan string, 16)
+	s := newTLSStream(ln, ln.Addr().String(), srv, cli, members, func(id string) { contacted <- id },
+		func() peerStatus { return peerStatus{ID: "a", State: "Follower", Voters: []string{"a", "b"}} }, zerolog.New(logs))
+	t.Cleanup(func() { _ = s.close() })
+	v := s.newView()
+	t.Cleanup(func() { _ = v.Close() })
+
+	dialAs := func(site *pki.Site, name, alpn string) error {
+		cfg, err := site.ClientTLS(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Trust the real site CA, whatever signed our own certificate, so
+		// the verdict is the server's.
+		cfg.RootCAs = site0.CA.Pool()
+		cfg.ServerName = "a"
+		if alpn != "" {
+			cfg.NextProtos = []string{alpn}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// With TLS 1.3 the server's verdict on our certificate arrives
+		// after our side of the handshake: read for it.
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		if err != nil && (strings.Contains(err.Error(), "timeout") || errors.Is(err, context.DeadlineExceeded)) {
+			return nil // the server kept the stream open: admitted
+		}
+		return err
+	}
+
+	// A member's raft stream is handed to raft.
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := v.Accept()
+		if err != nil {
+			t.Errorf("Accept: %v", err)
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	if err := dialAs(site, "b", alpnRaft); err != nil {
+		t.Fatalf("member b refused: %v", err)
+	}
+	c, ok := <-accepted
+	if !ok {
+		t.Fatal("no connection accepted")
+	}
+	c.Close()
+	if id := <-contacted; id != "b" {
+		t.Fatalf("contact recorded for %q, want b", id)
+	}
+
+	cases := []struct {
+		name, alpn string
+		site       *pki.Site
+		as         string
+		logSays    string
+	}{
+		{"right CA, not a member", alpnRaft, site, "intruder", "not a cluster member"},
+		{"foreign CA", alpnRaft, foreign, "b", "foreign CA"},
+		{"no raft protocol", "", site, "b", "did not negotiate the raft protocol"},
+		{"unknown protocol", "h2", site, "b", "unsupported application protocols"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := dialAs(tc.site, tc.as, tc.alpn); err == nil {
+				t.Fatal("connection was admitted")
+			}
+			waitFor(t, 3*time.Second, "refusal logged", func() (bool, string) {
+				return strings.Contains(logs.String(), tc.logSays), logs.String()
+			})
+		})
+	}
+
+	// A probe from a member reads the status and closes.
+	bs := newTLSStream(mustListen(t), "127.0.0.1:2", mustTLS(t, site.ServerTLS, "b"), mustTLS(t, site.ClientTLS, "b"),
+		members, func(string) {}, func() peerStatus { return peerStatus{} }, zerolog.Nop())
+	t.Cleanup(func() { _ = bs.close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := bs.probe(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if st.ID != "a" || len(st.Voters) != 2 {
+		t.Fatalf("probe status = %+v", st)
+	}
+}
+
+func mustListen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func mustTLS(t *testing.T, f func(string) (*tls.Config, error), name string) *tls.Config {
+	t.Helper()
+	c, err := f(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
