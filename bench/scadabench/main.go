@@ -41,6 +41,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/pki"
+	"github.com/scadad/scadad/siteconfig"
 )
 
 type options struct {
@@ -80,6 +81,15 @@ type deliverResult struct {
 	PerSecond float64 `json:"per_s"`
 }
 
+type deployResult struct {
+	ArtifactBytes  int     `json:"artifact_bytes"`
+	Tags           int     `json:"tags"`
+	PushToAllMs    float64 `json:"push_to_all_applied_ms"`
+	OneTagToAllMs  float64 `json:"one_tag_change_to_all_applied_ms"`
+	OneTagPushMs   float64 `json:"one_tag_change_push_ms"`
+	ChangedEntries int     `json:"one_tag_change_diff_entries"`
+}
+
 type report struct {
 	System   string          `json:"system"`
 	Go       string          `json:"go"`
@@ -89,6 +99,7 @@ type report struct {
 	Write    []writeResult   `json:"write"`
 	Failover *failoverResult `json:"failover,omitempty"`
 	Deliver  *deliverResult  `json:"deliver,omitempty"`
+	Deploy   *deployResult   `json:"deploy,omitempty"`
 }
 
 func main() {
@@ -141,6 +152,15 @@ func main() {
 		rep.Deliver = d
 		fmt.Printf("deliver: %d messages drained to a local sink in %.2fs: %.0f messages/s\n", d.Messages, d.Seconds, d.PerSecond)
 	}
+	if strings.Contains(o.phases, "deploy") {
+		d, err := b.deployPhase()
+		if err != nil {
+			fatalf("deploy phase: %v", err)
+		}
+		rep.Deploy = d
+		fmt.Printf("deploy: %d-byte site config (%d tags) pushed and applied on all %d nodes in %.0fms; a one-tag change (%d diff entry) in %.0fms (push %.0fms)\n",
+			d.ArtifactBytes, d.Tags, len(b.c.Nodes), d.PushToAllMs, d.ChangedEntries, d.OneTagToAllMs, d.OneTagPushMs)
+	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
 		if err != nil {
@@ -171,7 +191,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.foMax, "failover-max", 30*time.Second, "failover: give up on a run after this long")
 	flag.DurationVar(&o.settle, "settle", 2*time.Second, "failover: idle time after the cluster is healthy before each kill")
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
-	flag.StringVar(&o.phases, "phases", "write,deliver,failover", "phases to run")
+	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
 	flag.Parse()
 	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)
@@ -517,4 +537,75 @@ func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "scadabench: "+format+"\n", a...)
 	atExit()
 	os.Exit(1)
+}
+
+// deployPhase pushes a generated 50 x 250-tag site config (about 5 MB) and
+// times until every node has applied it, then changes one tag and times
+// that too.
+func (b *bench) deployPhase() (*deployResult, error) {
+	site := siteconfig.Generate(50, 250)
+	site.Targets = append(site.Targets, siteconfig.Target{Name: "bench", URL: b.sink.URL, BackoffFloor: 30 * time.Second, BackoffMax: 30 * time.Second})
+	first, err := siteconfig.Canonical(site)
+	if err != nil {
+		return nil, err
+	}
+	changed := site.Clone()
+	changed.Instances[7].Attributes[42].Tag += ".Alt"
+	second, err := siteconfig.Canonical(changed)
+	if err != nil {
+		return nil, err
+	}
+	res := &deployResult{ArtifactBytes: len(first), Tags: 50 * 250}
+	old, err := siteconfig.Parse(first)
+	if err != nil {
+		return nil, err
+	}
+	neu, err := siteconfig.Parse(second)
+	if err != nil {
+		return nil, err
+	}
+	diff := siteconfig.Diff(old, neu)
+	for _, ic := range diff.Instances {
+		res.ChangedEntries += len(ic.Attributes)
+	}
+	lead, err := b.leader()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := b.client(lead)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	push := func(artifact []byte) (float64, float64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		resp, err := cli.api.DeployPush(ctx, &controlpb.DeployPushRequest{Artifact: artifact, Message: "scadabench"}, grpc.MaxCallSendMsgSize(64<<20))
+		if err != nil {
+			return 0, 0, err
+		}
+		pushed := time.Since(t0)
+		err = testcluster.Poll(ctx, func() bool {
+			st, err := cli.api.DeployStatus(ctx, &controlpb.DeployStatusRequest{})
+			if err != nil {
+				return false
+			}
+			ok := 0
+			for _, n := range st.Nodes {
+				if n.Revision == resp.Revision && n.Ok {
+					ok++
+				}
+			}
+			return ok == len(b.c.Nodes)
+		})
+		return float64(time.Since(t0).Microseconds()) / 1000, float64(pushed.Microseconds()) / 1000, err
+	}
+	if res.PushToAllMs, _, err = push(first); err != nil {
+		return nil, err
+	}
+	if res.OneTagToAllMs, res.OneTagPushMs, err = push(second); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
