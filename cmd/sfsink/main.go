@@ -31,6 +31,7 @@ var errUsage = errors.New("usage")
 type config struct {
 	listen    string
 	record    string
+	fsync     bool
 	failFirst int64
 	failRate  float64
 	delay     time.Duration
@@ -44,6 +45,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address to listen on")
 	fs.StringVar(&c.record, "record", "", "append one JSON line per request to this file (none when empty)")
+	fs.BoolVar(&c.fsync, "fsync", true, "fsync the record before answering (false: answer once written, for throughput runs)")
 	fs.Int64Var(&c.failFirst, "fail-first", 0, "fail the first N requests")
 	fs.Float64Var(&c.failRate, "fail-rate", 0, "fail each later request with this probability (0..1)")
 	fs.DurationVar(&c.delay, "delay", 0, "wait this long before answering each request")
@@ -81,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("open record file: %w", err)
 		}
 	}
-	rec := newRecorder(file)
+	rec := newRecorder(file, cfg.fsync)
 	defer rec.close()
 
 	ln, err := net.Listen("tcp", cfg.listen)
