@@ -48,7 +48,7 @@ type options struct {
 	mode, target, phases         string
 	voters, failovers, count     int
 	deliverN                     int
-	witness, keep                bool
+	witness, keep, sinkFsync     bool
 	clients, sizes               []int
 	duration, warmup, probeEvery time.Duration
 	probeTimeout, settle, foMax  time.Duration
@@ -150,7 +150,7 @@ func main() {
 			fatalf("deliver phase: %v", err)
 		}
 		rep.Deliver = d
-		fmt.Printf("deliver: %d messages drained to a local sink in %.2fs: %.0f messages/s\n", d.Messages, d.Seconds, d.PerSecond)
+		fmt.Printf("deliver: %d messages drained to a local sink (sink fsync=%v) in %.2fs: %.0f messages/s\n", d.Messages, o.sinkFsync, d.Seconds, d.PerSecond)
 	}
 	if strings.Contains(o.phases, "deploy") {
 		d, err := b.deployPhase()
@@ -192,6 +192,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.settle, "settle", 2*time.Second, "failover: idle time after the cluster is healthy before each kill")
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
+	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
 	flag.Parse()
 	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)
@@ -234,7 +235,7 @@ func (b *bench) setup() error {
 	if _, err := b.c.WaitOneActive(ctx); err != nil {
 		return err
 	}
-	b.sink, err = testcluster.StartSink(b.c.Bin, b.c.Dir)
+	b.sink, err = testcluster.StartSink(b.c.Bin, b.c.Dir, fmt.Sprintf("-fsync=%v", b.o.sinkFsync))
 	if err != nil {
 		return err
 	}
