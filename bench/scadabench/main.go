@@ -398,14 +398,19 @@ func pct(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
-// pending reads the buffer's pending count from the leader.
+// pending reads the buffer's pending count from a voter's replica.
 func (b *bench) pending(ctx context.Context) (uint64, error) {
-	var stats []*controlpb.SFTargetStats
-	if err := b.c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+	cli, err := b.client(b.c.Nodes[0])
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.api.SFStats(ctx, &controlpb.SFStatsRequest{})
+	if err != nil {
 		return 0, err
 	}
 	var n uint64
-	for _, s := range stats {
+	for _, s := range resp.Targets {
 		n += s.Pending
 	}
 	return n, nil
