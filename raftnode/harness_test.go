@@ -127,7 +127,7 @@ func (b *syncBuffer) String() string {
 }
 
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	mode    Mode
 	site    *pki.Site
 	members []Member
@@ -151,7 +151,7 @@ const (
 
 // newHarness reserves a loopback port per member and generates the site
 // PKI. witness names the witness member ("" for none).
-func newHarness(t *testing.T, mode Mode, ids []string, witness string) *harness {
+func newHarness(t testing.TB, mode Mode, ids []string, witness string) *harness {
 	t.Helper()
 	site, err := pki.GenerateSite("test-site", ids, nil, time.Hour)
 	if err != nil {
@@ -350,7 +350,7 @@ func (h *harness) roles() map[string]role.State {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -405,7 +405,7 @@ func (h *harness) apply(id, cmd string) {
 	}
 }
 
-func reservePort(t *testing.T) string {
+func reservePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
