@@ -624,8 +624,26 @@ func (c *Client) subscribeLegacy(ctx context.Context, s *liveSession, tags []str
 		return nil, fmt.Errorf("subscribe %d tags: session %s was replaced meanwhile", len(tags), s.id)
 	}
 	// Items whose advise failed are evicted (never remembered) so a later
-	// retry re-adds them cleanly.
+	// retry re-adds them cleanly, and removed from the gateway: an advise we
+	// gave up on may still run on the apartment later.
 	c.remember(s, out)
+	var unadvised []int32
+	for i, it := range items {
+		if it.GetOk() && out[i].Err != nil {
+			unadvised = append(unadvised, it.GetItemHandle())
+		}
+	}
+	if len(unadvised) > 0 {
+		go func() {
+			rctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProbeTimeout)
+			defer cancel()
+			if _, err := c.invokeOn(rctx, s, &pb.MxCommand{Kind: &pb.MxCommand_RemoveItemBulk{RemoveItemBulk: &pb.RemoveItemBulkCommand{
+				ServerHandle: s.serverHandle, ItemHandles: unadvised,
+			}}}); err != nil {
+				c.log.Debug().Err(err).Int("items", len(unadvised)).Msg("remove items whose advise failed")
+			}
+		}()
+	}
 	return out, nil
 }
 

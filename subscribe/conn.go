@@ -82,7 +82,11 @@ type coalescer struct {
 type subReq struct {
 	ctx  context.Context
 	tags []string
-	done chan subResult
+	// apply records the results; it runs even when the requester has gone
+	// (a superseded attempt's items are still real), and says whether
+	// anybody claimed them and whether the attempt counts as failed.
+	apply func([]gateway.ItemResult) (claimed bool, err error)
+	done  chan subResult
 }
 
 type subResult struct {
@@ -90,8 +94,8 @@ type subResult struct {
 	err   error
 }
 
-func (c *coalescer) subscribe(ctx context.Context, tags []string) ([]gateway.ItemResult, error) {
-	r := &subReq{ctx: ctx, tags: tags, done: make(chan subResult, 1)}
+func (c *coalescer) subscribe(ctx context.Context, tags []string, apply func([]gateway.ItemResult) (bool, error)) ([]gateway.ItemResult, error) {
+	r := &subReq{ctx: ctx, tags: tags, apply: apply, done: make(chan subResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
 	start := !c.running
@@ -129,11 +133,13 @@ func (c *coalescer) loop() {
 }
 
 // call sends one gateway subscribe for the whole batch. A requester that
-// goes away (superseded, stopped) does not cancel the call: cancelling would
-// not stop the gateway's apartment from running it, only hide its items from
-// us. The call is bounded by the in-flight ceiling instead, so a lost reply
-// frees the lane when the workers presume it lost; items nobody is left to
-// claim are removed again.
+// goes away (superseded) does not cancel the call: cancelling would not stop
+// the gateway's apartment from running it, only hide its items from us, and
+// a slow legacy fan-out that is presumed lost still makes progress this way
+// (its advised items are recorded, the next attempt asks for the rest). The
+// call is bounded by the in-flight ceiling instead, so a lost reply frees
+// the lane when the workers presume it lost. Items nobody claims (their
+// worker stopped, or the session was reset) are removed again.
 func (c *coalescer) call(batch []*subReq) {
 	var tags []string
 	for _, r := range batch {
@@ -167,15 +173,18 @@ func (c *coalescer) call(batch []*subReq) {
 		}
 		mine := items[off : off+n]
 		off += n
-		if r.ctx.Err() != nil {
+		claimed, aerr := true, error(nil)
+		if r.apply != nil {
+			claimed, aerr = r.apply(mine)
+		}
+		if !claimed {
 			for _, it := range mine {
 				if it.Err == nil {
 					orphans = append(orphans, it.Handle)
 				}
 			}
-			continue
 		}
-		r.done <- subResult{items: mine}
+		r.done <- subResult{items: mine, err: aerr}
 	}
 	c.removeOrphans(orphans)
 }

@@ -407,21 +407,23 @@ func (s *tagSubscription) Subscribe(ctx context.Context) error {
 	for i, a := range attrs {
 		tags[i] = a.Tag
 	}
-	items, err := s.conn.co.subscribe(ctx, tags)
+	_, err := s.conn.co.subscribe(ctx, tags, func(items []gateway.ItemResult) (bool, error) {
+		return s.record(gen, attrs, items)
+	})
 	if err != nil {
 		return fmt.Errorf("subscribe %d tags of %s: %w", len(tags), s.inst.Name, err)
 	}
+	return nil
+}
+
+// record applies the results of an attempt started at generation gen. It
+// runs even if that attempt was superseded: advised items are real either
+// way. Results from before a reset or release are not claimed.
+func (s *tagSubscription) record(gen uint64, attrs []Attribute, items []gateway.ItemResult) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.gen != gen {
-		var stale []int32
-		for _, it := range items {
-			if it.Err == nil {
-				stale = append(stale, it.Handle)
-			}
-		}
-		go s.conn.co.removeOrphans(stale)
-		return fmt.Errorf("subscribe %d tags of %s: superseded by a reset meanwhile", len(tags), s.inst.Name)
+		s.mu.Unlock()
+		return false, errors.New("superseded by a reset meanwhile")
 	}
 	var transient int
 	var firstErr error
@@ -431,6 +433,11 @@ func (s *tagSubscription) Subscribe(ctx context.Context) error {
 		a := attrs[i]
 		switch {
 		case it.Err == nil:
+			if old, ok := s.handles[a.Name]; ok && old != it.Handle {
+				// Settled meanwhile by another attempt: keep one item.
+				go s.conn.co.removeOrphans([]int32{it.Handle})
+				continue
+			}
 			s.handles[a.Name] = it.Handle
 			s.settled[a.Name] = true
 			s.conn.mu.Lock()
@@ -451,13 +458,14 @@ func (s *tagSubscription) Subscribe(ctx context.Context) error {
 			s.conn.sink.TagUpdate(s.inst.Name, a.Name, nil, gateway.QualityBadConfigError, now)
 		}
 	}
+	s.mu.Unlock()
 	for _, d := range early {
 		s.conn.DataChange(d)
 	}
 	if transient > 0 {
-		return fmt.Errorf("%d of %d tags of %s not advised: %w", transient, len(tags), s.inst.Name, firstErr)
+		return true, fmt.Errorf("%d of %d tags not advised: %w", transient, len(items), firstErr)
 	}
-	return nil
+	return true, nil
 }
 
 // reset forgets everything: the session the handles lived on is gone.

@@ -261,10 +261,10 @@ func TestCoalescerOneGatewayCallPerConnection(t *testing.T) {
 		err   error
 	}
 	results := make(chan res, 3)
-	go func() { i, err := co.subscribe(ctx, []string{"a1", "a2"}); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, []string{"a1", "a2"}, nil); results <- res{i, err} }()
 	waitFor(t, "first call", func() bool { return b.nCalls() == 1 })
-	go func() { i, err := co.subscribe(ctx, []string{"b1"}); results <- res{i, err} }()
-	go func() { i, err := co.subscribe(ctx, []string{"c1", "c2", "c3"}); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, []string{"b1"}, nil); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, []string{"c1", "c2", "c3"}, nil); results <- res{i, err} }()
 	waitFor(t, "queued requests", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return len(co.queue) == 2 })
 	close(b.release)
 	got := map[string]bool{}
@@ -285,12 +285,28 @@ func TestCoalescerOneGatewayCallPerConnection(t *testing.T) {
 	}
 }
 
-func TestCoalescerCallOutlivesDepartedRequesterAndRemovesItsItems(t *testing.T) {
+func TestCoalescerCallOutlivesDepartedRequester(t *testing.T) {
+	tests := []struct {
+		name        string
+		claimed     bool
+		wantRemoved int
+	}{
+		{"superseded attempt: results still recorded", true, 0},
+		{"stopped worker: items removed", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testDepartedRequester(t, tt.claimed, tt.wantRemoved) })
+	}
+}
+
+func testDepartedRequester(t *testing.T, claimed bool, wantRemoved int) {
 	b := &blockingConn{release: make(chan struct{})}
 	co := &coalescer{conn: b, name: "mx1", timeout: time.Minute, log: zerolog.Nop()}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	errs := make(chan error, 1)
-	go func() { _, err := co.subscribe(ctx1, []string{"a"}); errs <- err }()
+	applied := make(chan []gateway.ItemResult, 1)
+	apply := func(items []gateway.ItemResult) (bool, error) { applied <- items; return claimed, nil }
+	go func() { _, err := co.subscribe(ctx1, []string{"a"}, apply); errs <- err }()
 	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
 	cancel1()
 	if err := <-errs; err == nil {
@@ -303,16 +319,55 @@ func TestCoalescerCallOutlivesDepartedRequesterAndRemovesItsItems(t *testing.T) 
 		t.Fatal("the gateway call was cancelled with its requester")
 	}
 	close(b.release)
-	waitFor(t, "orphaned item removed", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.removed) == 1 })
+	if items := <-applied; len(items) != 1 || items[0].Err != nil {
+		t.Fatalf("applied %v", items)
+	}
 	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.removed) != wantRemoved {
+		t.Fatalf("removed %v, want %d items", b.removed, wantRemoved)
+	}
 }
 
 func TestCoalescerLostReplyFreesLaneAtCeiling(t *testing.T) {
 	b := &blockingConn{release: make(chan struct{})}
 	co := &coalescer{conn: b, name: "mx1", timeout: 50 * time.Millisecond, log: zerolog.Nop()}
-	_, err := co.subscribe(context.Background(), []string{"a"})
+	_, err := co.subscribe(context.Background(), []string{"a"}, nil)
 	if err == nil {
 		t.Fatal("a never-answered call returned no error")
 	}
 	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+}
+
+func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
+	// Against an old gateway one fan-out takes longer than the in-flight
+	// ceiling; each presumed-lost attempt still keeps what it advised, so the
+	// next asks only for the rest.
+	s := sim.New(sim.Config{Capabilities: sim.OldCapabilities, CommandCost: 3 * time.Millisecond})
+	addr, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	snk := newMemSink()
+	m, err := NewManager(Options{Role: role.NewBroadcaster(role.State{Role: role.Active}), Sink: snk,
+		Policy:     RetryPolicy{Floor: 20 * time.Millisecond, Max: 40 * time.Millisecond, InFlightCeiling: 100 * time.Millisecond},
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := siteConfig(addr, 1, 80) // ~80 × 3 ms ≈ 240 ms of apartment time
+	if err := m.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "all tags good", func() bool { return snk.allGood(cfg) })
+	if st := m.Status(); len(st) != 1 || st[0].Attempts < 2 {
+		t.Fatalf("status %+v: want more than one attempt (the test must exceed the ceiling)", st)
+	}
+	waitFor(t, "one advised item per tag", func() bool { return s.Stats().AdvisedItems == 80 })
 }
