@@ -82,12 +82,18 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	CommitTimeout      time.Duration
-	// WitnessElectionTimeout is the witness's election timeout (default
-	// 3 x ElectionTimeout), so that a voter retries before it in a contested
-	// election. The witness keeps the voters' heartbeat timeout: it rejects
-	// votes while it still believes in a leader, so a longer one would delay
-	// every failover.
-	WitnessElectionTimeout time.Duration
+	// WitnessHeartbeatTimeout and WitnessElectionTimeout are the witness's
+	// (defaults: HeartbeatTimeout/2 and 3 x ElectionTimeout). A follower
+	// rejects votes while it still believes in a leader, so after a leader
+	// dies the follower that times out second wins. A witness with a shorter
+	// heartbeat timeout times out first, fails its pre-vote (the voter still
+	// believes in the leader), backs off for its long election timeout, and
+	// is ready to grant the voter's vote: the voter wins, and failover takes
+	// the voter's heartbeat timeout. A longer witness heartbeat timeout would
+	// instead delay every failover to the witness's timeout. If the witness
+	// wins anyway it hands leadership off at once.
+	WitnessHeartbeatTimeout time.Duration
+	WitnessElectionTimeout  time.Duration
 	SnapshotThreshold      uint64
 	SnapshotInterval       time.Duration
 	TrailingLogs           uint64
@@ -143,6 +149,7 @@ func (c *Config) applyDefaults() {
 	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
 	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, DefaultCommitTimeout)
+	setDur(&c.WitnessHeartbeatTimeout, max(c.HeartbeatTimeout/2, c.LeaderLeaseTimeout))
 	setDur(&c.WitnessElectionTimeout, 3*c.ElectionTimeout)
 	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
 	if c.SnapshotThreshold == 0 {
@@ -252,6 +259,7 @@ func (c *Config) raftConfig(logger *hclogAdapter) *raft.Config {
 	rc.HeartbeatTimeout = c.HeartbeatTimeout
 	rc.ElectionTimeout = c.ElectionTimeout
 	if c.isWitness() {
+		rc.HeartbeatTimeout = c.WitnessHeartbeatTimeout
 		rc.ElectionTimeout = c.WitnessElectionTimeout
 	}
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout

@@ -216,6 +216,14 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 	if rc.ElectionTimeout != 3*DefaultElectionTimeout {
 		t.Errorf("witness election timeout = %s, want 3x the voters'", rc.ElectionTimeout)
 	}
+	if rc.HeartbeatTimeout != DefaultHeartbeatTimeout/2 || rc.LeaderLeaseTimeout > rc.HeartbeatTimeout {
+		t.Errorf("witness heartbeat timeout = %s (lease %s), want half the voters'", rc.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	}
+	voter := Config{NodeID: "a", Members: []Member{{ID: "a", RaftAddr: "x:1"}}}
+	voter.applyDefaults()
+	if vc := voter.raftConfig(newHclogAdapter(zerolog.Nop(), "")); vc.HeartbeatTimeout != DefaultHeartbeatTimeout || vc.ElectionTimeout != DefaultElectionTimeout {
+		t.Errorf("voter timeouts = %s/%s", vc.HeartbeatTimeout, vc.ElectionTimeout)
+	}
 	if c.OverrideAfter != 10*time.Second {
 		t.Errorf("OverrideAfter default = %s", c.OverrideAfter)
 	}
