@@ -76,6 +76,10 @@ type Config struct {
 	// MaxNodesPerRequest caps nodes per Read/Write/Browse/monitored-item
 	// request (default 1000).
 	MaxNodesPerRequest int
+	// ShutdownGrace is how long Close keeps serving after publishing
+	// ServiceLevel 0, so subscribed clients see it and move (default 300 ms;
+	// negative disables).
+	ShutdownGrace time.Duration
 	// MaxWriteStringLength caps a written String value in bytes (default
 	// 64 KiB): the gateway is not a place for megabyte tags.
 	MaxWriteStringLength int
@@ -170,6 +174,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxNodesPerRequest <= 0 {
 		out.MaxNodesPerRequest = 1000
+	}
+	if out.ShutdownGrace == 0 {
+		out.ShutdownGrace = 300 * time.Millisecond
 	}
 	if out.MaxWriteStringLength <= 0 {
 		out.MaxWriteStringLength = 64 << 10

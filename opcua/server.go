@@ -209,8 +209,17 @@ func (s *Server) Close() error {
 	if !s.started.Load() {
 		return nil
 	}
-	// Deliver the 0 to subscribers now rather than leave it to the notifier.
+	// Hand the 0 to the subscriptions now and give them a publishing cycle
+	// to deliver it: clients then leave at once, instead of waiting out the
+	// library's Close, which holds every connection open for seconds (its
+	// server-side channel Close sends a CloseSecureChannel request and waits
+	// for a reply no client sends). The wall clock is used on purpose: this
+	// is a bounded shutdown wait, not a decision the tests drive.
 	s.changeNotification(ua.NewNumericNodeID(0, id.Server_ServiceLevel))
+	if s.cfg.ShutdownGrace > 0 {
+		grace := time.NewTimer(s.cfg.ShutdownGrace)
+		<-grace.C
+	}
 	err := s.srv.Close()
 	s.cancel()
 	s.wg.Wait()

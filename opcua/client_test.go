@@ -1,0 +1,225 @@
+package opcua
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/role"
+)
+
+func deadURL(t *testing.T) string { return fmt.Sprintf("opc.tcp://127.0.0.1:%d", freePort(t)) }
+
+func standbyState() role.State {
+	return role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 7}, NodeID: "b", Leader: "a", Voters: 2}
+}
+
+func TestPick(t *testing.T) {
+	standby := startServer(t, standbyState(), nil)
+	active := startServer(t, activeState(), nil)
+	active2 := startServer(t, activeState(), nil)
+	down := startServer(t, role.State{Voters: 2}, nil)
+	dead := deadURL(t)
+	ctx := context.Background()
+
+	url, levels, err := Pick(ctx, []string{standby.Endpoint(), dead, active.Endpoint()})
+	if err != nil || url != active.Endpoint() {
+		t.Fatalf("pick = %q %v, want the active endpoint", url, err)
+	}
+	if levels[standby.Endpoint()] != LevelStandby || levels[active.Endpoint()] != LevelActive || len(levels) != 2 {
+		t.Fatalf("levels %v", levels)
+	}
+	if url, _, _ := Pick(ctx, []string{active2.Endpoint(), active.Endpoint()}); url != active2.Endpoint() {
+		t.Fatalf("tie went to %q, want the first listed", url)
+	}
+	if _, _, err := Pick(ctx, []string{down.Endpoint(), dead}); err == nil {
+		t.Fatal("picked an endpoint publishing ServiceLevel 0")
+	}
+	if _, _, err := Pick(ctx, []string{dead}); err == nil {
+		t.Fatal("picked from no reachable endpoint")
+	}
+	if _, _, err := Pick(ctx, nil); err == nil {
+		t.Fatal("picked from an empty list")
+	}
+}
+
+func TestProberWithRealEndpoints(t *testing.T) {
+	ts := startServer(t, standbyState(), nil)
+	dead := deadURL(t)
+	var mu sync.Mutex
+	var seen []Verdict
+	p := NewProber(ProberConfig{
+		Endpoints: []string{ts.Endpoint(), dead},
+		Client:    ClientOptions{Timeout: time.Second},
+		OnVerdict: func(v Verdict) { mu.Lock(); seen = append(seen, v); mu.Unlock() },
+	})
+	vs := p.ProbeOnce(context.Background())
+	if len(vs) != 2 || !vs[0].Reachable || vs[0].ServiceLevel != LevelStandby || vs[1].Reachable || vs[1].Err == "" {
+		t.Fatalf("verdicts %+v", vs)
+	}
+	if v, ok := p.Latest(dead); !ok || v.Reachable {
+		t.Fatalf("latest for dead peer %+v %v", v, ok)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 {
+		t.Fatalf("OnVerdict called %d times, want 2", len(seen))
+	}
+}
+
+func TestProberRunsOnItsClock(t *testing.T) {
+	clock := newFakeClock()
+	var mu sync.Mutex
+	calls := 0
+	reachable := true
+	verdicts := make(chan Verdict, 16)
+	p := NewProber(ProberConfig{
+		Endpoints: []string{"opc.tcp://peer:4840"},
+		Interval:  2 * time.Second,
+		Clock:     clock,
+		Read: func(ctx context.Context, endpoint string) (byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if !reachable {
+				return 0, errors.New("connection refused")
+			}
+			return LevelActive, nil
+		},
+		OnVerdict: func(v Verdict) { verdicts <- v },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	next := func() Verdict {
+		select {
+		case v := <-verdicts:
+			return v
+		case <-time.After(5 * time.Second):
+			t.Fatal("no verdict")
+			return Verdict{}
+		}
+	}
+	if v := next(); !v.Reachable || v.ServiceLevel != LevelActive || !v.At.Equal(clock.Now()) {
+		t.Fatalf("first verdict %+v", v)
+	}
+	mu.Lock()
+	reachable = false
+	mu.Unlock()
+	// No probe until the interval passes on the injected clock.
+	select {
+	case v := <-verdicts:
+		t.Fatalf("probed before the interval: %+v", v)
+	case <-time.After(50 * time.Millisecond):
+	}
+	eventually(t, 5*time.Second, "second probe after the interval", func() bool {
+		clock.Advance(2 * time.Second)
+		select {
+		case v := <-verdicts:
+			if v.Reachable || v.Err == "" {
+				t.Fatalf("second verdict %+v", v)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// syncBuffer is an io.Writer safe for Watch's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWatchFollowsFailover(t *testing.T) {
+	a := startServer(t, activeState(), nil)
+	b := startServer(t, standbyState(), nil)
+
+	// The feed: both nodes see the same tag changing, as the subscribe
+	// workers would deliver it.
+	feedCtx, stopFeed := context.WithCancel(context.Background())
+	defer stopFeed()
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-feedCtx.Done():
+				return
+			case <-tick.C:
+				now := time.Now()
+				a.TagUpdate("Pump1", "Speed", float64(i), true, now)
+				b.TagUpdate("Pump1", "Speed", float64(i), true, now)
+			}
+		}
+	}()
+
+	out := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watch events:\n%s", events(out.String()))
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Watch(ctx, []string{a.Endpoint(), b.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Watch did not return after cancel")
+		}
+	}()
+	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
+	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
+	eventually(t, 10*time.Second, "values from A", has(a.Endpoint()+" ns=1;s=Pump1.Speed = "))
+
+	// Planned failover: A steps down, B takes over.
+	a.roles.Publish(standbyState())
+	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
+	eventually(t, 15*time.Second, "failover to B", has("failover "+a.Endpoint()+" -> "+b.Endpoint()))
+	eventually(t, 10*time.Second, "the notification gap", has("notification gap"))
+	eventually(t, 10*time.Second, "values from B", has(b.Endpoint()+" ns=1;s=Pump1.Speed = "))
+
+	// Crash: B disappears, A is promoted.
+	gaps := strings.Count(out.String(), "notification gap")
+	a.roles.Publish(activeState())
+	b.Close()
+	eventually(t, 20*time.Second, "failover back to A", has("failover "+b.Endpoint()+" -> "+a.Endpoint()))
+	eventually(t, 10*time.Second, "a second gap", func() bool { return strings.Count(out.String(), "notification gap") > gaps })
+	t.Logf("watch events:\n%s", events(out.String()))
+}
+
+// events drops the value lines from Watch output.
+func events(s string) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if !strings.Contains(l, " = ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
