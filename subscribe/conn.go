@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -80,7 +81,10 @@ type coalescer struct {
 }
 
 type subReq struct {
-	ctx  context.Context
+	ctx context.Context
+	// life ends when the requester's worker stops for good; the call is
+	// cancelled once every requester's life has ended.
+	life context.Context
 	tags []string
 	// apply records the results; it runs even when the requester has gone
 	// (a superseded attempt's items are still real), and says whether
@@ -94,8 +98,11 @@ type subResult struct {
 	err   error
 }
 
-func (c *coalescer) subscribe(ctx context.Context, tags []string, apply func([]gateway.ItemResult) (bool, error)) ([]gateway.ItemResult, error) {
-	r := &subReq{ctx: ctx, tags: tags, apply: apply, done: make(chan subResult, 1)}
+func (c *coalescer) subscribe(ctx, life context.Context, tags []string, apply func([]gateway.ItemResult) (bool, error)) ([]gateway.ItemResult, error) {
+	if life == nil {
+		life = context.Background()
+	}
+	r := &subReq{ctx: ctx, life: life, tags: tags, apply: apply, done: make(chan subResult, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
 	start := !c.running
@@ -117,7 +124,7 @@ func (c *coalescer) loop() {
 		c.mu.Lock()
 		var batch []*subReq
 		for _, r := range c.queue {
-			if r.ctx.Err() == nil {
+			if r.ctx.Err() == nil && r.life.Err() == nil {
 				batch = append(batch, r)
 			}
 		}
@@ -132,8 +139,8 @@ func (c *coalescer) loop() {
 	}
 }
 
-// call sends one gateway subscribe for the whole batch. A requester that
-// goes away (superseded) does not cancel the call: cancelling would not stop
+// call sends one gateway subscribe for the whole batch. A requester whose
+// attempt is superseded does not cancel the call: cancelling would not stop
 // the gateway's apartment from running it, only hide its items from us, and
 // a slow legacy fan-out that is presumed lost still makes progress this way
 // (its advised items are recorded, the next attempt asks for the rest). The
@@ -147,6 +154,18 @@ func (c *coalescer) call(batch []*subReq) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	// A call whose requesters have all stopped for good is pure waste: for
+	// the legacy fan-out, cancelling it spares the advises not yet sent.
+	var live atomic.Int64
+	live.Store(int64(len(batch)))
+	for _, r := range batch {
+		stop := context.AfterFunc(r.life, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	if c.metrics != nil {
 		if len(batch) > 1 {
 			c.metrics.coalesced.WithLabelValues(c.name).Add(float64(len(batch) - 1))

@@ -250,7 +250,8 @@ func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
 }
 
 func (m *Manager) startWorker(c *connection, in InstanceConfig) {
-	sub := &tagSubscription{conn: c, inst: in, handles: map[string]int32{}, settled: map[string]bool{}}
+	life, endLife := context.WithCancel(context.Background())
+	sub := &tagSubscription{conn: c, inst: in, life: life, endLife: endLife, handles: map[string]int32{}, settled: map[string]bool{}}
 	w := NewWorker(sub, WorkerOptions{Connection: in.Connection, Instance: in.Name, Policy: m.opts.Policy,
 		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -382,6 +383,9 @@ func (c *connection) ConnectionState(st gateway.State) {
 type tagSubscription struct {
 	conn *connection
 	inst InstanceConfig
+	// life ends when the worker is stopped (release).
+	life    context.Context
+	endLife context.CancelFunc
 
 	mu      sync.Mutex
 	gen     uint64
@@ -407,7 +411,7 @@ func (s *tagSubscription) Subscribe(ctx context.Context) error {
 	for i, a := range attrs {
 		tags[i] = a.Tag
 	}
-	_, err := s.conn.co.subscribe(ctx, tags, func(items []gateway.ItemResult) (bool, error) {
+	_, err := s.conn.co.subscribe(ctx, s.life, tags, func(items []gateway.ItemResult) (bool, error) {
 		return s.record(gen, attrs, items)
 	})
 	if err != nil {
@@ -480,6 +484,7 @@ func (s *tagSubscription) reset() {
 // release drops the routes and returns the removal of the gateway items
 // (nil when there are none) for the caller to run where it cannot block.
 func (s *tagSubscription) release() func() {
+	s.endLife()
 	s.mu.Lock()
 	s.gen++
 	handles := make([]int32, 0, len(s.handles))

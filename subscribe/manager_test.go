@@ -261,10 +261,10 @@ func TestCoalescerOneGatewayCallPerConnection(t *testing.T) {
 		err   error
 	}
 	results := make(chan res, 3)
-	go func() { i, err := co.subscribe(ctx, []string{"a1", "a2"}, nil); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, nil, []string{"a1", "a2"}, nil); results <- res{i, err} }()
 	waitFor(t, "first call", func() bool { return b.nCalls() == 1 })
-	go func() { i, err := co.subscribe(ctx, []string{"b1"}, nil); results <- res{i, err} }()
-	go func() { i, err := co.subscribe(ctx, []string{"c1", "c2", "c3"}, nil); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, nil, []string{"b1"}, nil); results <- res{i, err} }()
+	go func() { i, err := co.subscribe(ctx, nil, []string{"c1", "c2", "c3"}, nil); results <- res{i, err} }()
 	waitFor(t, "queued requests", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return len(co.queue) == 2 })
 	close(b.release)
 	got := map[string]bool{}
@@ -306,7 +306,7 @@ func testDepartedRequester(t *testing.T, claimed bool, wantRemoved int) {
 	errs := make(chan error, 1)
 	applied := make(chan []gateway.ItemResult, 1)
 	apply := func(items []gateway.ItemResult) (bool, error) { applied <- items; return claimed, nil }
-	go func() { _, err := co.subscribe(ctx1, []string{"a"}, apply); errs <- err }()
+	go func() { _, err := co.subscribe(ctx1, nil, []string{"a"}, apply); errs <- err }()
 	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
 	cancel1()
 	if err := <-errs; err == nil {
@@ -333,7 +333,7 @@ func testDepartedRequester(t *testing.T, claimed bool, wantRemoved int) {
 func TestCoalescerLostReplyFreesLaneAtCeiling(t *testing.T) {
 	b := &blockingConn{release: make(chan struct{})}
 	co := &coalescer{conn: b, name: "mx1", timeout: 50 * time.Millisecond, log: zerolog.Nop()}
-	_, err := co.subscribe(context.Background(), []string{"a"}, nil)
+	_, err := co.subscribe(context.Background(), nil, []string{"a"}, nil)
 	if err == nil {
 		t.Fatal("a never-answered call returned no error")
 	}
@@ -370,4 +370,16 @@ func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
 		t.Fatalf("status %+v: want more than one attempt (the test must exceed the ceiling)", st)
 	}
 	waitFor(t, "one advised item per tag", func() bool { return s.Stats().AdvisedItems == 80 })
+}
+
+func TestCoalescerCancelsCallWhenEveryRequesterStopped(t *testing.T) {
+	b := &blockingConn{release: make(chan struct{})}
+	co := &coalescer{conn: b, name: "mx1", timeout: time.Minute, log: zerolog.Nop()}
+	life, stop := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { _, err := co.subscribe(life, life, []string{"a"}, nil); errs <- err }()
+	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
+	stop()
+	<-errs
+	waitFor(t, "gateway call cancelled", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == 0 })
 }
