@@ -94,9 +94,9 @@ type Config struct {
 	// wins anyway it hands leadership off at once.
 	WitnessHeartbeatTimeout time.Duration
 	WitnessElectionTimeout  time.Duration
-	SnapshotThreshold      uint64
-	SnapshotInterval       time.Duration
-	TrailingLogs           uint64
+	SnapshotThreshold       uint64
+	SnapshotInterval        time.Duration
+	TrailingLogs            uint64
 
 	// ServerTLS is used for accepted connections, ClientTLS for dialing peers.
 	// Both are required: there is no plaintext mode.

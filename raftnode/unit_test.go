@@ -210,8 +210,8 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 	if rc.PreVoteDisabled {
 		t.Error("pre-vote is off")
 	}
-	if rc.HeartbeatTimeout != 500*time.Millisecond || rc.LeaderLeaseTimeout != 250*time.Millisecond {
-		t.Errorf("timeouts = %s/%s", rc.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	if c.HeartbeatTimeout != 500*time.Millisecond || rc.LeaderLeaseTimeout != 250*time.Millisecond {
+		t.Errorf("timeouts = %s/%s", c.HeartbeatTimeout, rc.LeaderLeaseTimeout)
 	}
 	if rc.ElectionTimeout != 3*DefaultElectionTimeout {
 		t.Errorf("witness election timeout = %s, want 3x the voters'", rc.ElectionTimeout)
