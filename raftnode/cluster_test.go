@@ -278,14 +278,16 @@ func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
 func TestPairLatePeerInsideWindowNoIsland(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
+	const window = 3 * time.Second
+	h.tweak = func(c *Config) { c.OverrideAfter = window }
 	h.start("a")
 	// The scenario itself is a delay: start the peer when a's window is
-	// almost spent.
-	time.Sleep(testOverrideAfter - 300*time.Millisecond)
+	// almost spent (with a margin for a slow start under load).
+	time.Sleep(window - 800*time.Millisecond)
 	h.start("b")
 	h.waitOneActive(10 * time.Second)
-	// Hold the cluster for two more windows: no override may follow.
-	deadline := time.Now().Add(2 * testOverrideAfter)
+	// Hold the cluster for more than a window: no override may follow.
+	deadline := time.Now().Add(window + time.Second)
 	for time.Now().Before(deadline) {
 		for id, st := range h.roles() {
 			if st.Epoch.Cluster != 0 || st.Voters != 2 {
