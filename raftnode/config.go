@@ -109,9 +109,11 @@ type Config struct {
 	Rand func() float64
 
 	FSM FSM
-	// AppliedIndex reports the index the FSM has durably applied. When set,
+	// AppliedIndex reports the index the FSM has durably applied (for the
+	// real FSM: func() uint64 { return f.Meta().AppliedIndex }). When set,
 	// the FSM is treated as persistent: raft does not restore the snapshot at
-	// start (NoSnapshotRestoreOnStart) unless the FSM is behind it.
+	// start (NoSnapshotRestoreOnStart) unless the FSM is behind it, and an
+	// override does not rewind it. Leave it nil for an in-memory FSM.
 	AppliedIndex func() uint64
 	// OnOverride is called on the new sole leader after an override with the
 	// epoch to record (current + 1). It applies SetClusterEpoch and the audit

@@ -408,7 +408,7 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	if err := n.stopRaft(); err != nil {
 		n.log.Error().Err(err).Msg("override: raft shutdown reported an error; recovering anyway")
 	}
-	recErr := n.recover()
+	recErr := n.recoverAlone()
 	if recErr != nil {
 		n.log.Error().Err(recErr).Msg("override: recovery failed; restarting raft on the old configuration")
 	}
@@ -435,7 +435,7 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	return nil
 }
 
-func (n *Node) recover() error {
+func (n *Node) recoverAlone() error {
 	skip := false
 	if n.cfg.AppliedIndex != nil {
 		metas, err := n.snaps.List()

@@ -313,19 +313,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		cur.Role, cur.Leader = role.Detached, ""
 		n.bc.Publish(cur)
 		n.pubMu.Unlock()
-		done := make(chan struct{})
+		done := make(chan error, 1)
 		go func() {
-			defer close(done)
 			n.opMu.Lock()
 			defer n.opMu.Unlock()
 			err := n.stopRaft()
 			n.wg.Wait()
-			n.shutErr = errors.Join(err, n.closeStores())
+			done <- errors.Join(err, n.closeStores())
 		}()
 		select {
-		case <-done:
+		case n.shutErr = <-done:
 		case <-ctx.Done():
-			n.shutErr = fmt.Errorf("shutdown of node %s: %w", n.cfg.NodeID, ctx.Err())
+			n.shutErr = fmt.Errorf("shutdown of node %s (still finishing in the background): %w", n.cfg.NodeID, ctx.Err())
 		}
 	})
 	return n.shutErr
