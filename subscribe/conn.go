@@ -25,6 +25,20 @@ type Sink interface {
 	TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time)
 }
 
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(instance, attribute string, v Value, q Quality, ts time.Time)
+
+// TagUpdate implements Sink.
+func (f SinkFunc) TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time) {
+	f(instance, attribute, v, q, ts)
+}
+
+// TagWriter writes one tag; *gateway.Client implements it (the fencing
+// epoch travels in ctx, see gateway.WithEpoch).
+type TagWriter interface {
+	Write(ctx context.Context, tag string, v gateway.Value) error
+}
+
 // TagConn is what the workers need from a gateway connection;
 // *gateway.Client implements it.
 type TagConn interface {

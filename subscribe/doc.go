@@ -16,5 +16,7 @@
 //
 // It owns no protocol (package gateway does) and no presentation: values and
 // qualities go to a Sink the OPC UA server and history forwarding implement.
-// It must never write to a device.
+// It never writes to a device on its own: Manager.Route only resolves which
+// running connection and tag a write, allowed by the OPC UA write gate,
+// goes to.
 package subscribe

@@ -53,7 +53,8 @@ type Manager struct {
 	desired Config
 	kick    chan struct{}
 
-	// Owned by Run.
+	// Owned by Run; connsMu guards conns for readers outside Run (Route).
+	connsMu sync.RWMutex
 	conns   map[string]*connection
 	workers map[string]*workerHandle
 
@@ -127,6 +128,41 @@ func (m *Manager) Apply(cfg Config) error {
 	return nil
 }
 
+// Route resolves an instance attribute to the running connection that
+// carries it and its tag address, for forwarding a device write that the
+// caller (the OPC UA write gate) has already allowed. It fails when the
+// attribute is unknown or its connection is not running on this node.
+// Subscribe itself never writes.
+func (m *Manager) Route(instance, attribute string) (TagWriter, string, error) {
+	m.mu.Lock()
+	var conn, tag string
+	for _, in := range m.desired.Instances {
+		if in.Name != instance {
+			continue
+		}
+		for _, a := range in.Attributes {
+			if a.Name == attribute {
+				conn, tag = in.Connection, a.Tag
+			}
+		}
+	}
+	m.mu.Unlock()
+	if tag == "" {
+		return nil, "", fmt.Errorf("route %s/%s: no such attribute", instance, attribute)
+	}
+	m.connsMu.RLock()
+	c, ok := m.conns[conn]
+	m.connsMu.RUnlock()
+	if !ok {
+		return nil, "", fmt.Errorf("route %s/%s: connection %q not running on this node", instance, attribute, conn)
+	}
+	w, ok := c.conn.(TagWriter)
+	if !ok {
+		return nil, "", fmt.Errorf("route %s/%s: connection %q cannot write", instance, attribute, conn)
+	}
+	return w, tag, nil
+}
+
 // Status returns a snapshot of every running worker, sorted by instance.
 func (m *Manager) Status() []WorkerStatus {
 	m.statusMu.Lock()
@@ -191,7 +227,9 @@ func (m *Manager) reconcile(want Config) {
 			}
 		}
 		c.stop()
+		m.connsMu.Lock()
 		delete(m.conns, name)
+		m.connsMu.Unlock()
 		// Values from this node are no longer live.
 		now := time.Now()
 		for _, in := range stopped {
@@ -214,7 +252,9 @@ func (m *Manager) reconcile(want Config) {
 			m.log.Error().Err(err).Str("connection", name).Msg("start connection")
 			continue
 		}
+		m.connsMu.Lock()
 		m.conns[name] = c
+		m.connsMu.Unlock()
 	}
 	for name, in := range wantInsts {
 		if _, ok := m.workers[name]; ok {

@@ -383,3 +383,26 @@ func TestCoalescerCancelsCallWhenEveryRequesterStopped(t *testing.T) {
 	<-errs
 	waitFor(t, "gateway call cancelled", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == 0 })
 }
+
+func TestManagerRouteForwardsWritesOnlyWhileRunning(t *testing.T) {
+	r := startManager(t, sim.Config{}, false, 1, 2)
+	if _, _, err := r.m.Route("Z28061", "A001"); err == nil {
+		t.Fatal("route resolved while the node is not active")
+	}
+	r.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
+	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	w, tag, err := r.m.Route("Z28061", "A001")
+	if err != nil || tag != "Z28061.A001" {
+		t.Fatalf("route = %q, %v", tag, err)
+	}
+	ctx := gateway.WithEpoch(context.Background(), role.Epoch{Cluster: 1, Term: 3})
+	if err := w.Write(ctx, tag, 7.5); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.sim.Stats().Commands[gateway.KindWrite]; got != 1 {
+		t.Fatalf("gateway writes = %d, want 1", got)
+	}
+	if _, _, err := r.m.Route("Z28061", "Nope"); err == nil {
+		t.Fatal("unknown attribute resolved")
+	}
+}
