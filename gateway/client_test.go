@@ -148,9 +148,9 @@ func TestSubscribeNegotiatesBulkSupervisory(t *testing.T) {
 		caps         []string
 		wantCommands map[string]int64
 	}{
-		{"capability present: one SubscribeBulk", sim.NewCapabilities,
+		{"capability present: one SubscribeBulk", sim.NewCapabilities(),
 			map[string]int64{gateway.KindSubscribeBulk: 1}},
-		{"capability absent: legacy AddItemBulk + per-item AdviseSupervisory", sim.OldCapabilities,
+		{"capability absent: legacy AddItemBulk + per-item AdviseSupervisory", sim.OldCapabilities(),
 			map[string]int64{gateway.KindAddItemBulk: 1, gateway.KindAdviseSupervisory: 21}},
 	}
 	var results [][]gateway.ItemResult
@@ -211,7 +211,7 @@ func TestSubscribeNegotiatesBulkSupervisory(t *testing.T) {
 func TestNeverSupervisoryBulkToOldGatewayEvenWithWriteUserPlain(t *testing.T) {
 	// With a write user configured the client subscribes plain in one
 	// SubscribeBulk on any gateway, and never sets supervisory.
-	r := startRig(t, sim.Config{Capabilities: sim.OldCapabilities}, gateway.Config{WriteUserID: 7})
+	r := startRig(t, sim.Config{Capabilities: sim.OldCapabilities()}, gateway.Config{WriteUserID: 7})
 	if _, err := r.client.SubscribeTags(context.Background(), tags(5, "Z")); err != nil {
 		t.Fatal(err)
 	}

@@ -344,7 +344,7 @@ func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
 	// Against an old gateway one fan-out takes longer than the in-flight
 	// ceiling; each presumed-lost attempt still keeps what it advised, so the
 	// next asks only for the rest.
-	s := sim.New(sim.Config{Capabilities: sim.OldCapabilities, CommandCost: 3 * time.Millisecond})
+	s := sim.New(sim.Config{Capabilities: sim.OldCapabilities(), CommandCost: 3 * time.Millisecond})
 	addr, err := s.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -137,9 +137,9 @@ func newSite(p params, mode, addr string, s *sink, log zerolog.Logger) (site, er
 func capsFor(mode string) ([]string, error) {
 	switch mode {
 	case "legacy", "scadad-oldgw":
-		return sim.OldCapabilities, nil
+		return sim.OldCapabilities(), nil
 	case "scadad":
-		return sim.NewCapabilities, nil
+		return sim.NewCapabilities(), nil
 	}
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }

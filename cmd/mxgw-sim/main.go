@@ -48,9 +48,9 @@ func run(args []string) error {
 	var capSet []string
 	switch *caps {
 	case "old":
-		capSet = sim.OldCapabilities
+		capSet = sim.OldCapabilities()
 	case "new":
-		capSet = sim.NewCapabilities
+		capSet = sim.NewCapabilities()
 	default:
 		return fmt.Errorf("-caps must be old or new, not %q", *caps)
 	}

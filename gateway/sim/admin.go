@@ -62,9 +62,9 @@ func (s *Sim) AdminHandler() http.Handler {
 	mux.HandleFunc("POST /capabilities", func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Query().Get("set") {
 		case "old":
-			s.SetCapabilities(OldCapabilities)
+			s.SetCapabilities(OldCapabilities())
 		case "new":
-			s.SetCapabilities(NewCapabilities)
+			s.SetCapabilities(NewCapabilities())
 		default:
 			http.Error(w, "set must be old or new", http.StatusBadRequest)
 			return

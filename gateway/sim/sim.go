@@ -21,16 +21,22 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
-// OldCapabilities is what the gateway advertised at the time of the incident.
-var OldCapabilities = []string{
-	"unary-open-session", "unary-close-session", "unary-invoke",
-	"server-stream-events", gateway.CapBulkSubscribeCommands,
-	"bulk-read-commands", "bulk-write-commands",
-	"unary-acknowledge-alarm", "server-stream-active-alarms",
+// OldCapabilities returns what the gateway advertised at the time of the
+// incident (a fresh slice each call).
+func OldCapabilities() []string {
+	return []string{
+		"unary-open-session", "unary-close-session", "unary-invoke",
+		"server-stream-events", gateway.CapBulkSubscribeCommands,
+		"bulk-read-commands", "bulk-write-commands",
+		"unary-acknowledge-alarm", "server-stream-active-alarms",
+	}
 }
 
-// NewCapabilities adds the bulk supervisory subscribe (seed Lever 2).
-var NewCapabilities = append(append([]string(nil), OldCapabilities...), gateway.CapBulkSubscribeSupervisory)
+// NewCapabilities returns OldCapabilities plus the bulk supervisory
+// subscribe (seed Lever 2).
+func NewCapabilities() []string {
+	return append(OldCapabilities(), gateway.CapBulkSubscribeSupervisory)
+}
 
 // ProtocolVersion is what the simulator reports as gateway_protocol_version.
 const ProtocolVersion = 3
@@ -155,7 +161,7 @@ type Sim struct {
 // only (when registering it on a server of your own).
 func New(cfg Config) *Sim {
 	if cfg.Capabilities == nil {
-		cfg.Capabilities = NewCapabilities
+		cfg.Capabilities = NewCapabilities()
 	}
 	if cfg.DefaultCommandTimeout <= 0 {
 		cfg.DefaultCommandTimeout = 30 * time.Second

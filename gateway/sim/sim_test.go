@@ -154,8 +154,8 @@ func TestOldGatewayIgnoresSupervisoryFlag(t *testing.T) {
 		caps      []string
 		wantPlain int64
 	}{
-		{"new gateway advises supervisory", NewCapabilities, 0},
-		{"old gateway advises plain: the hazard", OldCapabilities, 2},
+		{"new gateway advises supervisory", NewCapabilities(), 0},
+		{"old gateway advises plain: the hazard", OldCapabilities(), 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,7 +244,7 @@ func TestAdminHandler(t *testing.T) {
 	s.mu.Lock()
 	cfg := s.cfg
 	s.mu.Unlock()
-	if cfg.CommandCost != 5*time.Millisecond || cfg.CostByKind["ping"] != 2*time.Millisecond || len(cfg.Capabilities) != len(OldCapabilities) {
+	if cfg.CommandCost != 5*time.Millisecond || cfg.CostByKind["ping"] != 2*time.Millisecond || len(cfg.Capabilities) != len(OldCapabilities()) {
 		t.Errorf("config not applied: %+v", cfg)
 	}
 	rec := httptest.NewRecorder()
