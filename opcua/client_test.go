@@ -152,8 +152,9 @@ func (s *syncBuffer) String() string {
 }
 
 func TestWatchFollowsFailover(t *testing.T) {
-	a := startServer(t, activeState(), nil)
-	b := startServer(t, standbyState(), nil)
+	grace := func(c *Config) { c.ShutdownGrace = 300 * time.Millisecond }
+	a := startServer(t, activeState(), grace)
+	b := startServer(t, standbyState(), grace)
 
 	// The feed: both nodes see the same tag changing, as the subscribe
 	// workers would deliver it.

@@ -98,6 +98,8 @@ func startServer(t *testing.T, initial role.State, mutate func(*Config)) *testSe
 		AllowAnonymous: true,
 		PrivateKey:     testKey(),
 		Peers:          []Peer{{ApplicationURI: "urn:scadad:peer", EndpointURL: "opc.tcp://127.0.0.1:1"}},
+		// Tests that need the shutdown grace ask for it.
+		ShutdownGrace: -1,
 	}
 	if mutate != nil {
 		mutate(&cfg)
