@@ -460,12 +460,13 @@ func stateString(r map[string]role.State) string {
 	return b.String()
 }
 
-// TestPairPartitionDualActiveIsNotMerged cuts the pair apart: both sides
+// TestPairPartitionDualActiveThenRejoin cuts the pair apart: both sides
 // override (the accepted availability trade) and, when the link heals, each
 // sees the other leading a cluster without it. Neither re-adds the other:
 // merging two diverged histories would silently lose one side's commits.
-// Both report the split so the heal procedure can act.
-func TestPairPartitionDualActiveIsNotMerged(t *testing.T) {
+// Both report the split so the heal procedure can act; the loser's Rejoin
+// then brings it back as Standby holding only the winner's history.
+func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	proxies := map[string]*proxy{}
@@ -514,6 +515,37 @@ func TestPairPartitionDualActiveIsNotMerged(t *testing.T) {
 	if !strings.Contains(h.logs["a"].String(), "DUAL-ACTIVE") {
 		t.Error("the split was not logged")
 	}
+
+	// Heal: b lost (the heal rule's choice; it would first hand a what a
+	// lacks). It discards its state and rejoins a's cluster as Standby.
+	h.apply("a", "a-split")
+	h.apply("b", "b-split")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.node("b").Rejoin(ctx, func(context.Context) error { h.fsms["b"].reset(); return nil }); err != nil {
+		t.Fatalf("rejoin: %v", err)
+	}
+	waitFor(t, 20*time.Second, "b back as Standby of a's cluster", func() (bool, string) {
+		r := h.roles()
+		return r["a"].Role == role.Active && r["b"].Role == role.Standby && r["a"].Voters == 2 && r["b"].Voters == 2, stateString(r)
+	})
+	waitFor(t, 5*time.Second, "b holds a's history only", func() (bool, string) {
+		a, b := h.fsms["a"].Values(), h.fsms["b"].Values()
+		return slices.Equal(a, b) && slices.Contains(b, "a-split") && !slices.Contains(b, "b-split") && h.fsms["b"].ClusterEpoch() == h.fsms["a"].ClusterEpoch(),
+			fmt.Sprintf("a=%v b=%v", a, b)
+	})
+	waitFor(t, 5*time.Second, "the split flag cleared", func() (bool, string) {
+		ms, err := h.node("a").Members()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range ms {
+			if m.SplitBrain {
+				return false, fmt.Sprintf("%+v", m)
+			}
+		}
+		return true, ""
+	})
 }
 
 // TestUnfinishedOverrideIsBumpedAfterRestart covers a crash between the

@@ -33,5 +33,8 @@
 // peer whose list does not name us leads a cluster of its own (a partition
 // ended in dual-active): it is never merged, because its FSM has applied
 // entries our log does not have. It is logged as DUAL-ACTIVE and flagged in
-// Members so the heal procedure can act.
+// Members so the heal procedure can act; that procedure (which picks the
+// winner and moves the loser's unacknowledged work over) ends by calling
+// Rejoin on the loser, which discards its raft state and FSM and is
+// re-admitted as Standby.
 package raftnode

@@ -91,6 +91,13 @@ func (f *testFSM) AppliedIndex() uint64 {
 	return f.applied
 }
 
+// reset empties the FSM, as the real FSM's wipe does before a rejoin.
+func (f *testFSM) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied, f.epoch, f.values = 0, 0, nil
+}
+
 func (f *testFSM) Values() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

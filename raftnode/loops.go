@@ -541,6 +541,8 @@ func (n *Node) readmit(ctx context.Context, r *raft.Raft, answers map[string]pee
 		n.log.Info().Str("peer", m.ID).Str("addr", m.RaftAddr).Msg("configured member is back; adding it as a voter")
 		if err := r.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 10*n.cfg.ElectionTimeout+5*time.Second).Error(); err != nil {
 			n.log.Warn().Err(err).Str("peer", m.ID).Msg("re-adding member failed; will retry")
+		} else {
+			n.clearSplitBrain(m.ID)
 		}
 		if ctx.Err() != nil {
 			return

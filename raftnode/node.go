@@ -102,18 +102,8 @@ func New(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	var err error
-	dbPath := filepath.Join(n.cfg.DataDir, "raft.db")
-	n.store, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
-	if err != nil {
-		return fmt.Errorf("open raft store %s: %w", dbPath, err)
-	}
-	n.logs, err = raft.NewLogCache(512, n.store)
-	if err != nil {
-		return fmt.Errorf("create raft log cache: %w", err)
-	}
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.hlog.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("open snapshot store in %s: %w", n.cfg.DataDir, err)
+	if err := n.openStores(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, overrideMarker)); err == nil {
 		n.log.Warn().Msg("an override did not finish recording its epoch bump before the last stop; it will be bumped once this node leads")
@@ -179,6 +169,28 @@ func (n *Node) restoreIfBehind() error {
 	if err := n.cfg.FSM.Restore(rc); err != nil {
 		return fmt.Errorf("restore snapshot %s into the FSM: %w", newest.ID, err)
 	}
+	return nil
+}
+
+// openStores opens raft.db (log and stable store) and the snapshot store
+// (DataDir/snapshots, two retained).
+func (n *Node) openStores() error {
+	dbPath := filepath.Join(n.cfg.DataDir, "raft.db")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if err != nil {
+		return fmt.Errorf("open raft store %s: %w", dbPath, err)
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		_ = store.Close()
+		return fmt.Errorf("create raft log cache: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.hlog.Named("snapshots"))
+	if err != nil {
+		_ = store.Close()
+		return fmt.Errorf("open snapshot store in %s: %w", n.cfg.DataDir, err)
+	}
+	n.store, n.logs, n.snaps = store, logs, snaps
 	return nil
 }
 

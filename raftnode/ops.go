@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -276,4 +278,65 @@ func (n *Node) ManualOverride(ctx context.Context, force bool) error {
 		return errors.New("manual override refused: this node leads a cluster with quorum")
 	}
 	return n.override(ctx, "manual override by operator", force)
+}
+
+// Rejoin discards this node's raft state and joins the configured cluster
+// afresh: the last step of healing a dual-active split, run on the side the
+// heal rule picked as the loser after it handed over what the winner lacks.
+// resetFSM must empty the FSM (its applied index back to 0): the winner's
+// history replaces it by snapshot or log replay, and a persistent FSM that
+// kept its own index would skip entries it never saw. The node is Detached
+// meanwhile; a leader whose configuration names the configured members
+// re-admits it and it becomes Standby. Never call it on both sides: two
+// fresh nodes form a new, empty cluster.
+func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) error) error {
+	if resetFSM == nil {
+		return errors.New("rejoin: resetFSM is required")
+	}
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	if n.ctx.Err() != nil {
+		return ErrShutdown
+	}
+	n.log.Warn().Msg("REJOIN: discarding this node's raft state and FSM to join the configured cluster afresh")
+	n.mu.Lock()
+	n.recovering = true
+	n.mu.Unlock()
+	n.refreshRole()
+	defer func() {
+		n.mu.Lock()
+		n.recovering = false
+		n.mu.Unlock()
+		n.wake()
+	}()
+	if err := n.stopRaft(); err != nil {
+		n.log.Error().Err(err).Msg("rejoin: raft shutdown reported an error; continuing")
+	}
+	if err := n.store.Close(); err != nil {
+		return fmt.Errorf("rejoin: close raft store: %w", err)
+	}
+	for _, p := range []string{filepath.Join(n.cfg.DataDir, "raft.db"), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("rejoin: remove %s: %w", p, err)
+		}
+	}
+	n.epochPending.Store(false)
+	n.barrierTerm.Store(0)
+	if err := resetFSM(ctx); err != nil {
+		return fmt.Errorf("rejoin: reset FSM: %w", err)
+	}
+	if err := n.openStores(); err != nil {
+		return fmt.Errorf("rejoin: %w", err)
+	}
+	trans := n.newTransport()
+	err := raft.BootstrapCluster(n.cfg.raftConfig(n.hlog), n.logs, n.store, n.snaps, trans, n.cfg.bootstrapConfiguration())
+	_ = trans.Close()
+	if err != nil {
+		return fmt.Errorf("rejoin: bootstrap the configured membership: %w", err)
+	}
+	n.contact.restartWindow()
+	if err := n.startRaft(); err != nil {
+		return fmt.Errorf("rejoin: %w", err)
+	}
+	return nil
 }
