@@ -74,6 +74,20 @@ func TestLibraryDefectChangeNotificationBeforeStart(t *testing.T) {
 	}
 }
 
+// The library compares the requested timeout, converted to a Duration,
+// against limits written in milliseconds but typed as Durations (so in
+// nanoseconds), falls back to a "60 s" default that is 60 µs, and reports
+// that in milliseconds: 0 for any realistic request.
+func TestLibraryDefectRevisedSessionTimeoutZero(t *testing.T) {
+	_, url := startBareServer(t)
+	for _, requested := range []time.Duration{time.Second, 20 * time.Minute} {
+		c := connect(t, url, gopcua.SessionTimeout(requested))
+		if got := c.Session().RevisedTimeout(); got != 0 {
+			t.Fatalf("library now revises a %v request to %v: review WORKAROUNDS.md", requested, got)
+		}
+	}
+}
+
 func TestLibraryDefectApplicationURIOnlyFromCertificate(t *testing.T) {
 	_, url := startBareServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -101,10 +115,16 @@ func TestApplicationURIAndSessionTimeout(t *testing.T) {
 	if len(eps) == 0 || eps[0].Server.ApplicationURI != "urn:site:node-a" || ts.ApplicationURI() != "urn:site:node-a" {
 		t.Fatalf("application URI not advertised: %+v", eps[0].Server)
 	}
-	for _, requested := range []time.Duration{0, time.Second, 20 * time.Minute, 10 * time.Hour} {
-		c := connect(t, ts.Endpoint(), gopcua.SessionTimeout(requested))
-		if got := c.Session().RevisedTimeout(); got <= 0 {
-			t.Fatalf("requested %v: revised session timeout %v", requested, got)
+	tests := []struct{ requested, want time.Duration }{
+		{0, 10 * time.Second},
+		{time.Second, 10 * time.Second},
+		{20 * time.Minute, 20 * time.Minute},
+		{10 * time.Hour, time.Hour},
+	}
+	for _, tt := range tests {
+		c := connect(t, ts.Endpoint(), gopcua.SessionTimeout(tt.requested))
+		if got := c.Session().RevisedTimeout(); got != tt.want {
+			t.Fatalf("requested %v: revised session timeout %v, want %v", tt.requested, got, tt.want)
 		}
 	}
 }
