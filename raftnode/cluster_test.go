@@ -495,7 +495,8 @@ func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 			}
 			flagged := false
 			for _, m := range ms {
-				flagged = flagged || (m.SplitBrain && m.Suffrage == "absent" && m.Reachable)
+				flagged = flagged || (m.SplitBrain && m.Suffrage == "absent" && m.Reachable &&
+					m.PeerState == "Leader" && m.PeerEpoch == 1 && slices.Equal(m.PeerVoters, []string{m.ID}))
 			}
 			if !flagged {
 				return false, fmt.Sprintf("%s: %+v", id, ms)

@@ -184,6 +184,13 @@ type MemberStatus struct {
 	// SplitBrain is set when the member answered while leading a
 	// configuration without this node (dual-active).
 	SplitBrain bool
+	// What the member said about itself in its last probe answer (empty if
+	// it did not answer): raft state, term, cluster epoch and its voters.
+	// A heal rule compares these.
+	PeerState  string
+	PeerTerm   uint64
+	PeerEpoch  uint64
+	PeerVoters []string
 }
 
 // Members lists the configured members and any other server in the raft
@@ -202,7 +209,10 @@ func (n *Node) Members() ([]MemberStatus, error) {
 		if t, ok := n.contact.lastContact(id); ok && !ms.Self {
 			ms.LastContact = t
 		}
-		_, ms.Reachable = reachable[id]
+		if st, ok := reachable[id]; ok && !ms.Self {
+			ms.Reachable = true
+			ms.PeerState, ms.PeerTerm, ms.PeerEpoch, ms.PeerVoters = st.State, st.Term, st.Epoch, st.Voters
+		}
 		_, ms.SplitBrain = split[id]
 		return ms
 	}
