@@ -10,3 +10,15 @@ build:
 
 run-dev: build
 	./bin/scadad --dev
+
+# Jepsen-style fault suite (integration/faults/README.md). Needs root and
+# `ip`/`tc` for network namespaces; otherwise it runs a loudly degraded
+# loopback mode. SEED replays a schedule; ROUNDS sets the soak length.
+.PHONY: faults soak
+SEED ?= 0
+ROUNDS ?= 300
+faults:
+	$(GO) test -count=1 -timeout 15m -v -run TestFaults ./integration/faults/ -seed $(SEED)
+
+soak:
+	$(GO) test -count=1 -timeout 0 -v -run TestFaults ./integration/faults/ -seed $(SEED) -rounds $(ROUNDS) -modes witness -out faults-report

@@ -83,8 +83,9 @@ func analyze(h *history, casTimeout time.Duration) *report {
 	for _, ev := range h.Events {
 		rounds[ev.Round] = true
 		rep.FaultsByKind[ev.Kind]++
-		if ev.Recovered.IsZero() && ev.Kind != faultPairLong {
+		if ev.Recovered.IsZero() {
 			rep.Unrecovered++
+			rep.Problems = append(rep.Problems, fmt.Sprintf("round %d (%s): the cluster did not recover: %s", ev.Round, ev.Kind, ev.Note))
 		}
 	}
 	rep.Rounds = len(rounds)
@@ -105,7 +106,11 @@ func analyze(h *history, casTimeout time.Duration) *report {
 		ops = append(ops, casOp{Client: 1 << 20, Read: true, Invoke: t, Return: t, Revision: h.FinalPtr.Rev, SHA: h.FinalPtr.SHA, Outcome: outcomeOK})
 	}
 	rep.CAS, _ = checkCAS(h.InitialPtr, ops, casTimeout)
-	rep.CAS.HistoryProblems = checkPointerHistory(h.InitialPtr, h.CAS, h.PtrHistory)
+	if h.PtrHistory != nil {
+		rep.CAS.HistoryProblems = checkPointerHistory(h.InitialPtr, h.CAS, h.PtrHistory)
+	} else {
+		rep.Notes = append(rep.Notes, "the final deploy history could not be read; pushes not cross-checked against it")
+	}
 	if rep.CAS.Linearizable == "Illegal" {
 		rep.Problems = append(rep.Problems, "deploy pointer history is not linearizable")
 	}
@@ -115,15 +120,19 @@ func analyze(h *history, casTimeout time.Duration) *report {
 	for _, o := range activeOverlaps(rep.spans) {
 		d := dualActive{overlap: o, LengthText: o.Length.Round(time.Millisecond).String()}
 		switch {
-		case o.SameEpoch:
-			d.Why = "two nodes Active under the same epoch"
 		case h.Mode == "pair" && !h.SplitAt.IsZero() && !o.From.Before(h.SplitAt.Add(h.OverrideAfter)):
 			d.Allowed, d.Why = true, "pair mode, under a partition that outlasted override_after"
+			if o.SameEpoch {
+				d.Why += "; BOTH SIDES CARRY EPOCH " + o.EpochA
+				rep.Notes = append(rep.Notes, fmt.Sprintf("finding: the two sides of the pair split were Active under the same epoch %s: each override bumped the cluster epoch to the same value, so the fencing epoch on deliveries cannot tell the sides apart", o.EpochA))
+			}
 			for _, ev := range h.Events {
 				if ev.Kind == faultPairLong && o.From.Add(o.Length).After(ev.Healed.Add(2*time.Second)) {
 					d.OutlivedHeal = true
 				}
 			}
+		case o.SameEpoch:
+			d.Why = "two nodes Active under the same epoch"
 		case h.Mode == "pair":
 			d.Why = "pair mode, but no partition had outlasted override_after"
 		default:

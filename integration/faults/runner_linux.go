@@ -41,24 +41,6 @@ type suiteConfig struct {
 	CASClients     int
 }
 
-// faultEvent is what happened to one fault of one round.
-type faultEvent struct {
-	Round     int       `json:"round"`
-	Kind      string    `json:"kind"`
-	Targets   []string  `json:"targets"`
-	Start     time.Time `json:"start"`
-	Healed    time.Time `json:"healed"`
-	Recovered time.Time `json:"recovered,omitempty"`
-	// EpochBefore is the Active's epoch when the fault was injected.
-	EpochBefore string `json:"epoch_before,omitempty"`
-	// Failover is how long until a node answered Active under another
-	// epoch, for faults that take the Active away.
-	Failover *time.Duration `json:"failover_ns,omitempty"`
-	// NeedsFailover marks faults that take the Active away.
-	NeedsFailover bool   `json:"needs_failover"`
-	Note          string `json:"note,omitempty"`
-}
-
 // runner drives one cluster through a schedule and records the history.
 type runner struct {
 	cfg  suiteConfig
@@ -445,6 +427,33 @@ func (r *runner) waitOneActive(ctx context.Context, timeout time.Duration) (*tes
 	}
 }
 
+// waitSettled waits until every running node answers with a role other
+// than detached.
+func (r *runner) waitSettled(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		var desc []string
+		settled := true
+		for _, n := range r.c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			s := r.health(ctx, n)
+			desc = append(desc, fmt.Sprintf("%s=%s(%v)", n.ID, s.Role, s.OK))
+			settled = settled && s.OK && s.Role != "detached"
+		}
+		if settled {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nodes not settled within %s: %s", timeout, strings.Join(desc, " "))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // ---- workloads ----
 
 // runEnqueuers runs clientsPerNode clients per data node until ctx ends.
@@ -770,8 +779,16 @@ func (r *runner) runRound(ctx context.Context, rd round) {
 	}
 	var recovered time.Time
 	if rd.Faults[0].Kind == faultPairLong {
-		// The pair split for good; there is no single Active to wait for.
-		sleepCtx(ctx, 3*time.Second)
+		// The pair split for good (no heal yet): there is no single
+		// Active to wait for, but each side must finish its override.
+		if err := r.waitSettled(ctx, 30*time.Second); err != nil {
+			r.logf("round %d: %v", rd.Index, err)
+			for _, ev := range evs {
+				ev.Note = strings.TrimSpace(ev.Note + " no recovery: " + err.Error())
+			}
+		} else {
+			recovered = time.Now()
+		}
 	} else if _, err := r.waitOneActive(ctx, 30*time.Second); err != nil {
 		r.logf("round %d: %v", rd.Index, err)
 		for _, ev := range evs {

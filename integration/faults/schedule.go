@@ -122,3 +122,21 @@ func drawFault(rng *rand.Rand, kind string, overrideAfter time.Duration) fault {
 	}
 	return f
 }
+
+// faultEvent is what happened to one fault of one round.
+type faultEvent struct {
+	Round     int       `json:"round"`
+	Kind      string    `json:"kind"`
+	Targets   []string  `json:"targets"`
+	Start     time.Time `json:"start"`
+	Healed    time.Time `json:"healed"`
+	Recovered time.Time `json:"recovered,omitempty"`
+	// EpochBefore is the Active's epoch when the fault was injected.
+	EpochBefore string `json:"epoch_before,omitempty"`
+	// Failover is how long until a node answered Active under another
+	// epoch, for faults that take the Active away.
+	Failover *time.Duration `json:"failover_ns,omitempty"`
+	// NeedsFailover marks faults that take the Active away.
+	NeedsFailover bool   `json:"needs_failover"`
+	Note          string `json:"note,omitempty"`
+}

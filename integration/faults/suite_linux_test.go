@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -267,6 +268,9 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	if err := rep.write(outDir); err != nil {
 		t.Errorf("write report: %v", err)
 	}
+	if err := writeEvidence(outDir, r, h); err != nil {
+		t.Errorf("write evidence: %v", err)
+	}
 	t.Logf("report in %s\n%s", outDir, rep.summary())
 	if rep.Delivery.Acked < 50 {
 		t.Errorf("only %d messages acknowledged: the workload did not run", rep.Delivery.Acked)
@@ -277,6 +281,33 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	for _, p := range rep.Problems {
 		t.Errorf("seed %d: %s", seed, p)
 	}
+}
+
+// writeEvidence keeps what a failure needs to be diagnosed: every node's
+// log, the role samples and the CAS operations.
+func writeEvidence(dir string, r *runner, h *history) error {
+	for _, n := range r.c.Nodes {
+		data, err := os.ReadFile(n.LogPath())
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, n.ID+".log"), data, 0o644); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	for _, s := range h.Samples {
+		enc.Encode(s)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "samples.jsonl"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	b.Reset()
+	for _, op := range h.CAS {
+		enc.Encode(op)
+	}
+	return os.WriteFile(filepath.Join(dir, "cas.jsonl"), []byte(b.String()), 0o644)
 }
 
 // pointer reads the deploy pointer and its history from the Active node
