@@ -120,7 +120,7 @@ func analyze(h *history, casTimeout time.Duration) *report {
 	for _, o := range activeOverlaps(rep.spans) {
 		d := dualActive{overlap: o, LengthText: o.Length.Round(time.Millisecond).String()}
 		switch {
-		case h.Mode == "pair" && !h.SplitAt.IsZero() && !o.From.Before(h.SplitAt.Add(h.OverrideAfter)):
+		case h.Mode == "pair" && !h.SplitAt.IsZero() && !o.From.After(healedAt(h.Events).Add(time.Second)) && !o.From.Before(h.SplitAt.Add(h.OverrideAfter)):
 			d.Allowed, d.Why = true, "pair mode, under a partition that outlasted override_after"
 			if o.SameEpoch {
 				d.Why += "; BOTH SIDES CARRY EPOCH " + o.EpochA
@@ -133,6 +133,8 @@ func analyze(h *history, casTimeout time.Duration) *report {
 			}
 		case o.SameEpoch:
 			d.Why = "two nodes Active under the same epoch"
+		case h.Mode == "pair" && !h.SplitAt.IsZero() && o.From.After(healedAt(h.Events).Add(time.Second)):
+			d.Why = fmt.Sprintf("pair mode: became dual-active %s AFTER the partition healed (an override completed while the peer answered)", o.From.Sub(healedAt(h.Events)).Round(time.Millisecond))
 		case h.Mode == "pair":
 			d.Why = "pair mode, but no partition had outlasted override_after"
 		default:
