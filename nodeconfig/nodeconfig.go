@@ -30,7 +30,6 @@ type Config struct {
 	HTTP    HTTP    `yaml:"http"`
 	Log     Log     `yaml:"log"`
 	SF      SF      `yaml:"store_forward"`
-	Gateway Gateway `yaml:"gateway"`
 	OPCUA   OPCUA   `yaml:"opcua"`
 }
 
@@ -93,13 +92,6 @@ type SF struct {
 	BatchDelay Duration `yaml:"batch_delay"`
 	// BatchMaxMessages bounds one Raft entry.
 	BatchMaxMessages int `yaml:"batch_max_messages"`
-}
-
-// Gateway configures the local field-gateway client.
-type Gateway struct {
-	// Standby selects what the Standby does with subscriptions: "warm"
-	// (nothing) or "hot" (read-only subscriptions on the Standby too).
-	Standby string `yaml:"standby"`
 }
 
 // OPCUA configures this node's OPC UA endpoint; empty Listen disables it.
@@ -192,9 +184,6 @@ func (c *Config) ApplyDefaults() {
 	def(&c.SF.BatchDelay, 2*time.Millisecond)
 	if c.SF.BatchMaxMessages == 0 {
 		c.SF.BatchMaxMessages = 512
-	}
-	if c.Gateway.Standby == "" {
-		c.Gateway.Standby = "warm"
 	}
 	if c.Cluster.RaftBind == "" {
 		if m, ok := c.Self(); ok {
@@ -352,11 +341,6 @@ func (c *Config) Validate() error {
 	}
 	if c.SF.BatchMaxMessages < 1 {
 		bad("store_forward.batch_max_messages", "must be at least 1")
-	}
-	switch c.Gateway.Standby {
-	case "warm", "hot":
-	default:
-		bad("gateway.standby", "%q is not one of warm, hot", c.Gateway.Standby)
 	}
 	if c.OPCUA.Listen != "" {
 		if err := checkHostPort(c.OPCUA.Listen); err != nil {

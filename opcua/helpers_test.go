@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,8 +89,22 @@ func testModel() Model {
 }
 
 // startServer starts a server on a free 127.0.0.1 port. mutate may adjust
-// the config before New.
+// the config before New. A port taken between freePort and Start (other
+// test binaries run in parallel) is retried with a new one.
 func startServer(t *testing.T, initial role.State, mutate func(*Config)) *testServer {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		ts, err := tryStartServer(t, initial, mutate)
+		if err == nil {
+			return ts
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+}
+
+func tryStartServer(t *testing.T, initial role.State, mutate func(*Config)) (*testServer, error) {
 	t.Helper()
 	port := freePort(t)
 	cfg := Config{
@@ -115,14 +130,14 @@ func startServer(t *testing.T, initial role.State, mutate func(*Config)) *testSe
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := srv.Start(ctx); err != nil {
 		cancel()
-		t.Fatalf("Start: %v", err)
+		return nil, err
 	}
 	ts.Server = srv
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
 	})
-	return ts
+	return ts, nil
 }
 
 func connect(t *testing.T, endpoint string, opts ...gopcua.Option) *gopcua.Client {

@@ -12,6 +12,8 @@ import (
 type Config struct {
 	Connections []ConnectionConfig
 	Instances   []InstanceConfig
+	// HotStandby runs the workers (read-only) on a Standby node too.
+	HotStandby bool
 }
 
 // ConnectionConfig is one gateway connection.
@@ -89,7 +91,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) clone() Config {
-	out := Config{Connections: slices.Clone(c.Connections), Instances: make([]InstanceConfig, len(c.Instances))}
+	out := Config{Connections: slices.Clone(c.Connections), Instances: make([]InstanceConfig, len(c.Instances)), HotStandby: c.HotStandby}
 	for i, in := range c.Instances {
 		in.Attributes = slices.Clone(in.Attributes)
 		out.Instances[i] = in

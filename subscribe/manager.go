@@ -180,25 +180,29 @@ func (m *Manager) Run(ctx context.Context) error {
 	roles, stop := m.opts.Role.Watch()
 	defer stop()
 	allowed := false
+	var last role.State
 	for {
 		select {
 		case <-ctx.Done():
 			m.reconcile(Config{})
 			m.background.Wait()
 			return nil
-		case st := <-roles:
-			was := allowed
-			allowed = st.Role == role.Active || (m.opts.HotStandby && st.Role == role.Standby)
-			if was != allowed {
-				m.log.Info().Str("role", st.Role.String()).Str("epoch", st.Epoch.String()).Bool("workers", allowed).Msg("subscribe workers follow the role")
-			}
+		case last = <-roles:
 		case <-m.kick:
 		}
-		want := Config{}
-		if allowed {
-			m.mu.Lock()
-			want = m.desired
-			m.mu.Unlock()
+		m.mu.Lock()
+		want := m.desired
+		m.mu.Unlock()
+		// Hot standby is a site-wide choice: the deployed config can turn it
+		// on as well as the manager's options.
+		hot := m.opts.HotStandby || want.HotStandby
+		was := allowed
+		allowed = last.Role == role.Active || (hot && last.Role == role.Standby)
+		if was != allowed {
+			m.log.Info().Str("role", last.Role.String()).Str("epoch", last.Epoch.String()).Bool("hot_standby", hot).Bool("workers", allowed).Msg("subscribe workers follow the role")
+		}
+		if !allowed {
+			want = Config{}
 		}
 		m.reconcile(want)
 	}

@@ -158,6 +158,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return err
 	}
 	srv.SF = sf
+	tagWorkers, fanout, err := startTagWorkers(log, reg, roles, holder, sf.enqueuer, goRun)
+	if err != nil {
+		return err
+	}
+	_, _ = tagWorkers, fanout // the OPC UA server is wired to these below
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("deploy", applier.Run)
 	goRun("metrics", func(ctx context.Context) error {
