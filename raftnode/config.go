@@ -119,6 +119,10 @@ type Config struct {
 	// epoch to record (current + 1). It applies SetClusterEpoch and the audit
 	// entry. The node stays Detached until it succeeds.
 	OnOverride func(ctx context.Context, newEpoch uint64) error
+	// StartFenced opens the stores and answers probes but does not start
+	// raft: a heal interrupted after it fenced this node resumes without the
+	// node becoming Active on its old cluster first (see Fence).
+	StartFenced bool
 }
 
 // Defaults tuned for a LAN pair: about one second from a leader's death to a

@@ -58,6 +58,8 @@ type Node struct {
 	barrierTerm  atomic.Uint64
 	barrierBusy  atomic.Bool
 	handoffBusy  atomic.Bool
+	// fenced is set while a heal keeps raft stopped (see rejoin.go).
+	fenced atomic.Bool
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -136,6 +138,10 @@ func (n *Node) open() error {
 			return fmt.Errorf("bootstrap raft with the configured members: %w", err)
 		}
 		n.log.Info().Int("members", len(n.cfg.Members)).Msg("bootstrapped raft with the configured membership")
+	}
+	if n.cfg.StartFenced {
+		n.startFenced()
+		return nil
 	}
 	return n.startRaft()
 }
@@ -244,6 +250,9 @@ func (n *Node) current() (*raft.Raft, bool) {
 func (n *Node) raftOrErr() (*raft.Raft, error) {
 	r, recovering := n.current()
 	if r == nil {
+		if n.fenced.Load() {
+			return nil, fmt.Errorf("%w while the heal hands this node's work over: %w", errFenced, ErrNotLeader)
+		}
 		if recovering {
 			return nil, fmt.Errorf("raft is restarting for an override: %w", ErrNotLeader)
 		}

@@ -308,6 +308,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	if n.ctx.Err() != nil {
 		return ErrShutdown
 	}
+	defer n.fenced.Store(false)
 	n.log.Warn().Msg("REJOIN: discarding this node's raft state and FSM to join the configured cluster afresh")
 	n.mu.Lock()
 	n.recovering = true
