@@ -90,6 +90,10 @@ func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, error)
 	}
 }
 
+// Client returns a control API client for the node id, authenticated with
+// this node's certificate.
+func (f *Forwarder) Client(id string) (controlpb.ControlClient, error) { return f.client(id) }
+
 func (f *Forwarder) client(id string) (controlpb.ControlClient, error) {
 	addr, ok := f.apiAddr[id]
 	if !ok {

@@ -80,6 +80,9 @@ type Server struct {
 	SF         StoreForward
 	TempDir    string
 	Log        zerolog.Logger
+	// OPCUA reports this node's ServiceLevel and its probe's verdicts on
+	// the peers; nil on a node without OPC UA.
+	OPCUA func() (uint32, []*controlpb.OPCUAVerdict)
 }
 
 // leaderOr runs local on the leader, or returns the leader's client for the
@@ -135,6 +138,9 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		if m.ID == st.Leader {
 			resp.LeaderApiAddr = m.APIAddr
 		}
+	}
+	if s.OPCUA != nil {
+		resp.ServiceLevel, resp.OpcuaVerdicts = s.OPCUA()
 	}
 	if d, err := s.State.Deployment(deploy.DefaultTarget); err == nil {
 		resp.DeployRevision = d.Revision

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +32,6 @@ type Config struct {
 	HTTP    HTTP    `yaml:"http"`
 	Log     Log     `yaml:"log"`
 	SF      SF      `yaml:"store_forward"`
-	OPCUA   OPCUA   `yaml:"opcua"`
 }
 
 // Cluster is the Raft side of the node.
@@ -58,6 +59,9 @@ type Member struct {
 	RaftAddr string `yaml:"raft_addr"`
 	APIAddr  string `yaml:"api_addr"`
 	Witness  bool   `yaml:"witness"`
+	// OPCUA is the member's OPC UA endpoint, opc.tcp://host:port; a member
+	// without one serves no OPC UA (the witness never does).
+	OPCUA string `yaml:"opcua"`
 }
 
 // TLS names the PEM files of the site CA and this node's certificate.
@@ -92,12 +96,6 @@ type SF struct {
 	BatchDelay Duration `yaml:"batch_delay"`
 	// BatchMaxMessages bounds one Raft entry.
 	BatchMaxMessages int `yaml:"batch_max_messages"`
-}
-
-// OPCUA configures this node's OPC UA endpoint; empty Listen disables it.
-type OPCUA struct {
-	Listen   string `yaml:"listen"`
-	Endpoint string `yaml:"endpoint"`
 }
 
 // Duration is a time.Duration written as "500ms" or "10s" in YAML.
@@ -263,6 +261,13 @@ func (c *Config) Validate() error {
 		if err := checkHostPort(m.APIAddr); err != nil {
 			bad(f+".api_addr", "%v", err)
 		}
+		if m.OPCUA != "" {
+			if m.Witness {
+				bad(f+".opcua", "the witness serves no OPC UA")
+			} else if _, _, err := OPCUAHostPort(m.OPCUA); err != nil {
+				bad(f+".opcua", "%v", err)
+			}
+		}
 		if m.Witness {
 			witnesses++
 		} else {
@@ -342,11 +347,6 @@ func (c *Config) Validate() error {
 	if c.SF.BatchMaxMessages < 1 {
 		bad("store_forward.batch_max_messages", "must be at least 1")
 	}
-	if c.OPCUA.Listen != "" {
-		if err := checkHostPort(c.OPCUA.Listen); err != nil {
-			bad("opcua.listen", "%v", err)
-		}
-	}
 	return errors.Join(errs...)
 }
 
@@ -377,4 +377,21 @@ func (c *Config) resolvePaths(base string) {
 	abs(&c.TLS.CA)
 	abs(&c.TLS.Cert)
 	abs(&c.TLS.Key)
+}
+
+// OPCUAHostPort splits an opc.tcp://host:port endpoint.
+func OPCUAHostPort(endpoint string) (string, int, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "opc.tcp" || u.Host == "" {
+		return "", 0, fmt.Errorf("%q is not an opc.tcp://host:port endpoint", endpoint)
+	}
+	host, portStr, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %v", endpoint, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: port %q is not a port number", endpoint, portStr)
+	}
+	return host, port, nil
 }

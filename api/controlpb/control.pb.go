@@ -77,8 +77,13 @@ type StatusResponse struct {
 	Version        string                 `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
 	Members        []*MemberStatus        `protobuf:"bytes,15,rep,name=members,proto3" json:"members,omitempty"`
 	OverrideState  string                 `protobuf:"bytes,16,opt,name=override_state,json=overrideState,proto3" json:"override_state,omitempty"` // what the override watchdog is doing
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// This node's OPC UA ServiceLevel (0 when it serves no OPC UA).
+	ServiceLevel uint32 `protobuf:"varint,17,opt,name=service_level,json=serviceLevel,proto3" json:"service_level,omitempty"`
+	// What this node's probe last saw of each peer's OPC UA endpoint: the
+	// peer reads its own entry to learn whether it is reachable.
+	OpcuaVerdicts []*OPCUAVerdict `protobuf:"bytes,18,rep,name=opcua_verdicts,json=opcuaVerdicts,proto3" json:"opcua_verdicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -223,6 +228,96 @@ func (x *StatusResponse) GetOverrideState() string {
 	return ""
 }
 
+func (x *StatusResponse) GetServiceLevel() uint32 {
+	if x != nil {
+		return x.ServiceLevel
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetOpcuaVerdicts() []*OPCUAVerdict {
+	if x != nil {
+		return x.OpcuaVerdicts
+	}
+	return nil
+}
+
+type OPCUAVerdict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint      string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Reachable     bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	ServiceLevel  uint32                 `protobuf:"varint,3,opt,name=service_level,json=serviceLevel,proto3" json:"service_level,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,4,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAVerdict) Reset() {
+	*x = OPCUAVerdict{}
+	mi := &file_controlpb_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAVerdict) ProtoMessage() {}
+
+func (x *OPCUAVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAVerdict.ProtoReflect.Descriptor instead.
+func (*OPCUAVerdict) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OPCUAVerdict) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *OPCUAVerdict) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *OPCUAVerdict) GetServiceLevel() uint32 {
+	if x != nil {
+		return x.ServiceLevel
+	}
+	return 0
+}
+
+func (x *OPCUAVerdict) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUAVerdict) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type MemberStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -239,7 +334,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_controlpb_control_proto_msgTypes[2]
+	mi := &file_controlpb_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +346,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[2]
+	mi := &file_controlpb_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +359,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{2}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -331,7 +426,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[3]
+	mi := &file_controlpb_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +438,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[3]
+	mi := &file_controlpb_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +451,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{3}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{4}
 }
 
 type MembersResponse struct {
@@ -368,7 +463,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[4]
+	mi := &file_controlpb_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +475,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[4]
+	mi := &file_controlpb_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +488,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{4}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MembersResponse) GetMembers() []*MemberStatus {
@@ -414,7 +509,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[5]
+	mi := &file_controlpb_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +521,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[5]
+	mi := &file_controlpb_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +534,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{5}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -471,7 +566,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[6]
+	mi := &file_controlpb_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +578,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[6]
+	mi := &file_controlpb_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +591,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{6}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{7}
 }
 
 type RemoveMemberRequest struct {
@@ -508,7 +603,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[7]
+	mi := &file_controlpb_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +615,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[7]
+	mi := &file_controlpb_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +628,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{7}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -551,7 +646,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[8]
+	mi := &file_controlpb_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +658,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[8]
+	mi := &file_controlpb_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +671,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{8}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{9}
 }
 
 type FailoverRequest struct {
@@ -588,7 +683,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[9]
+	mi := &file_controlpb_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +695,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[9]
+	mi := &file_controlpb_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +708,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{9}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FailoverRequest) GetTo() string {
@@ -633,7 +728,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[10]
+	mi := &file_controlpb_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +740,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[10]
+	mi := &file_controlpb_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +753,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{10}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailoverResponse) GetOldLeader() string {
@@ -684,7 +779,7 @@ type OverrideRequest struct {
 
 func (x *OverrideRequest) Reset() {
 	*x = OverrideRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[11]
+	mi := &file_controlpb_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +791,7 @@ func (x *OverrideRequest) String() string {
 func (*OverrideRequest) ProtoMessage() {}
 
 func (x *OverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[11]
+	mi := &file_controlpb_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +804,7 @@ func (x *OverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideRequest.ProtoReflect.Descriptor instead.
 func (*OverrideRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{11}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OverrideRequest) GetForce() bool {
@@ -728,7 +823,7 @@ type OverrideResponse struct {
 
 func (x *OverrideResponse) Reset() {
 	*x = OverrideResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[12]
+	mi := &file_controlpb_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +835,7 @@ func (x *OverrideResponse) String() string {
 func (*OverrideResponse) ProtoMessage() {}
 
 func (x *OverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[12]
+	mi := &file_controlpb_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +848,7 @@ func (x *OverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideResponse.ProtoReflect.Descriptor instead.
 func (*OverrideResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{12}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OverrideResponse) GetClusterEpoch() uint64 {
@@ -772,7 +867,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[13]
+	mi := &file_controlpb_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +879,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[13]
+	mi := &file_controlpb_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +892,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{13}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -819,7 +914,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[14]
+	mi := &file_controlpb_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +926,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[14]
+	mi := &file_controlpb_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +939,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{14}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyResponse) GetError() string {
@@ -883,7 +978,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[15]
+	mi := &file_controlpb_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +990,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[15]
+	mi := &file_controlpb_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1003,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{15}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{16}
 }
 
 type SnapshotChunk struct {
@@ -921,7 +1016,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_controlpb_control_proto_msgTypes[16]
+	mi := &file_controlpb_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1028,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[16]
+	mi := &file_controlpb_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1041,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{16}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -973,7 +1068,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[17]
+	mi := &file_controlpb_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1080,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[17]
+	mi := &file_controlpb_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1093,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{17}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotRestoreResponse) GetAppliedIndex() uint64 {
@@ -1025,7 +1120,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[18]
+	mi := &file_controlpb_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1132,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[18]
+	mi := &file_controlpb_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1145,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{18}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AuditRequest) GetAfterSeq() uint64 {
@@ -1080,7 +1175,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_controlpb_control_proto_msgTypes[19]
+	mi := &file_controlpb_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1187,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[19]
+	mi := &file_controlpb_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1200,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{19}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AuditEntry) GetSeq() uint64 {
@@ -1152,7 +1247,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[20]
+	mi := &file_controlpb_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1259,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[20]
+	mi := &file_controlpb_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1272,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{20}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AuditResponse) GetEntries() []*AuditEntry {
@@ -1200,7 +1295,7 @@ type DeployPushRequest struct {
 
 func (x *DeployPushRequest) Reset() {
 	*x = DeployPushRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[21]
+	mi := &file_controlpb_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1307,7 @@ func (x *DeployPushRequest) String() string {
 func (*DeployPushRequest) ProtoMessage() {}
 
 func (x *DeployPushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[21]
+	mi := &file_controlpb_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1320,7 @@ func (x *DeployPushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployPushRequest.ProtoReflect.Descriptor instead.
 func (*DeployPushRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{21}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeployPushRequest) GetArtifact() []byte {
@@ -1275,7 +1370,7 @@ type DeployPushResponse struct {
 
 func (x *DeployPushResponse) Reset() {
 	*x = DeployPushResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[22]
+	mi := &file_controlpb_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1382,7 @@ func (x *DeployPushResponse) String() string {
 func (*DeployPushResponse) ProtoMessage() {}
 
 func (x *DeployPushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[22]
+	mi := &file_controlpb_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1395,7 @@ func (x *DeployPushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployPushResponse.ProtoReflect.Descriptor instead.
 func (*DeployPushResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{22}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeployPushResponse) GetRevision() uint64 {
@@ -1341,7 +1436,7 @@ type DeployRollbackRequest struct {
 
 func (x *DeployRollbackRequest) Reset() {
 	*x = DeployRollbackRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[23]
+	mi := &file_controlpb_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1448,7 @@ func (x *DeployRollbackRequest) String() string {
 func (*DeployRollbackRequest) ProtoMessage() {}
 
 func (x *DeployRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[23]
+	mi := &file_controlpb_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1461,7 @@ func (x *DeployRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRollbackRequest.ProtoReflect.Descriptor instead.
 func (*DeployRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{23}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeployRollbackRequest) GetToRevision() uint64 {
@@ -1392,7 +1487,7 @@ type DeployHistoryRequest struct {
 
 func (x *DeployHistoryRequest) Reset() {
 	*x = DeployHistoryRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[24]
+	mi := &file_controlpb_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1499,7 @@ func (x *DeployHistoryRequest) String() string {
 func (*DeployHistoryRequest) ProtoMessage() {}
 
 func (x *DeployHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[24]
+	mi := &file_controlpb_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1512,7 @@ func (x *DeployHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployHistoryRequest.ProtoReflect.Descriptor instead.
 func (*DeployHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{24}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeployHistoryRequest) GetTarget() string {
@@ -1441,7 +1536,7 @@ type DeployRevision struct {
 
 func (x *DeployRevision) Reset() {
 	*x = DeployRevision{}
-	mi := &file_controlpb_control_proto_msgTypes[25]
+	mi := &file_controlpb_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1548,7 @@ func (x *DeployRevision) String() string {
 func (*DeployRevision) ProtoMessage() {}
 
 func (x *DeployRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[25]
+	mi := &file_controlpb_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1561,7 @@ func (x *DeployRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRevision.ProtoReflect.Descriptor instead.
 func (*DeployRevision) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{25}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeployRevision) GetRevision() uint64 {
@@ -1521,7 +1616,7 @@ type DeployHistoryResponse struct {
 
 func (x *DeployHistoryResponse) Reset() {
 	*x = DeployHistoryResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[26]
+	mi := &file_controlpb_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1628,7 @@ func (x *DeployHistoryResponse) String() string {
 func (*DeployHistoryResponse) ProtoMessage() {}
 
 func (x *DeployHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[26]
+	mi := &file_controlpb_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1641,7 @@ func (x *DeployHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployHistoryResponse.ProtoReflect.Descriptor instead.
 func (*DeployHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{26}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeployHistoryResponse) GetCurrent() uint64 {
@@ -1572,7 +1667,7 @@ type DeployStatusRequest struct {
 
 func (x *DeployStatusRequest) Reset() {
 	*x = DeployStatusRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[27]
+	mi := &file_controlpb_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1679,7 @@ func (x *DeployStatusRequest) String() string {
 func (*DeployStatusRequest) ProtoMessage() {}
 
 func (x *DeployStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[27]
+	mi := &file_controlpb_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1692,7 @@ func (x *DeployStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployStatusRequest.ProtoReflect.Descriptor instead.
 func (*DeployStatusRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{27}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeployStatusRequest) GetTarget() string {
@@ -1620,7 +1715,7 @@ type DeployNodeStatus struct {
 
 func (x *DeployNodeStatus) Reset() {
 	*x = DeployNodeStatus{}
-	mi := &file_controlpb_control_proto_msgTypes[28]
+	mi := &file_controlpb_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1727,7 @@ func (x *DeployNodeStatus) String() string {
 func (*DeployNodeStatus) ProtoMessage() {}
 
 func (x *DeployNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[28]
+	mi := &file_controlpb_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1740,7 @@ func (x *DeployNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployNodeStatus.ProtoReflect.Descriptor instead.
 func (*DeployNodeStatus) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{28}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeployNodeStatus) GetNodeId() string {
@@ -1694,7 +1789,7 @@ type DeployStatusResponse struct {
 
 func (x *DeployStatusResponse) Reset() {
 	*x = DeployStatusResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[29]
+	mi := &file_controlpb_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1801,7 @@ func (x *DeployStatusResponse) String() string {
 func (*DeployStatusResponse) ProtoMessage() {}
 
 func (x *DeployStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[29]
+	mi := &file_controlpb_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1814,7 @@ func (x *DeployStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployStatusResponse.ProtoReflect.Descriptor instead.
 func (*DeployStatusResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{29}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeployStatusResponse) GetCurrent() uint64 {
@@ -1753,7 +1848,7 @@ type DeployGetRequest struct {
 
 func (x *DeployGetRequest) Reset() {
 	*x = DeployGetRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[30]
+	mi := &file_controlpb_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1860,7 @@ func (x *DeployGetRequest) String() string {
 func (*DeployGetRequest) ProtoMessage() {}
 
 func (x *DeployGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[30]
+	mi := &file_controlpb_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1873,7 @@ func (x *DeployGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployGetRequest.ProtoReflect.Descriptor instead.
 func (*DeployGetRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{30}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeployGetRequest) GetRevision() uint64 {
@@ -1806,7 +1901,7 @@ type DeployGetResponse struct {
 
 func (x *DeployGetResponse) Reset() {
 	*x = DeployGetResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[31]
+	mi := &file_controlpb_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1913,7 @@ func (x *DeployGetResponse) String() string {
 func (*DeployGetResponse) ProtoMessage() {}
 
 func (x *DeployGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[31]
+	mi := &file_controlpb_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1926,7 @@ func (x *DeployGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployGetResponse.ProtoReflect.Descriptor instead.
 func (*DeployGetResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{31}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeployGetResponse) GetRevision() uint64 {
@@ -1866,7 +1961,7 @@ type SFEnqueueRequest struct {
 
 func (x *SFEnqueueRequest) Reset() {
 	*x = SFEnqueueRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[32]
+	mi := &file_controlpb_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1973,7 @@ func (x *SFEnqueueRequest) String() string {
 func (*SFEnqueueRequest) ProtoMessage() {}
 
 func (x *SFEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[32]
+	mi := &file_controlpb_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1986,7 @@ func (x *SFEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*SFEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{32}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SFEnqueueRequest) GetTarget() string {
@@ -1925,7 +2020,7 @@ type SFEnqueueResponse struct {
 
 func (x *SFEnqueueResponse) Reset() {
 	*x = SFEnqueueResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[33]
+	mi := &file_controlpb_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2032,7 @@ func (x *SFEnqueueResponse) String() string {
 func (*SFEnqueueResponse) ProtoMessage() {}
 
 func (x *SFEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[33]
+	mi := &file_controlpb_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2045,7 @@ func (x *SFEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*SFEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{33}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SFEnqueueResponse) GetId() string {
@@ -1975,7 +2070,7 @@ type SFStatsRequest struct {
 
 func (x *SFStatsRequest) Reset() {
 	*x = SFStatsRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[34]
+	mi := &file_controlpb_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2082,7 @@ func (x *SFStatsRequest) String() string {
 func (*SFStatsRequest) ProtoMessage() {}
 
 func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[34]
+	mi := &file_controlpb_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2095,7 @@ func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsRequest.ProtoReflect.Descriptor instead.
 func (*SFStatsRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{34}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
 }
 
 type SFTargetStats struct {
@@ -2018,7 +2113,7 @@ type SFTargetStats struct {
 
 func (x *SFTargetStats) Reset() {
 	*x = SFTargetStats{}
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2125,7 @@ func (x *SFTargetStats) String() string {
 func (*SFTargetStats) ProtoMessage() {}
 
 func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2138,7 @@ func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFTargetStats.ProtoReflect.Descriptor instead.
 func (*SFTargetStats) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SFTargetStats) GetTarget() string {
@@ -2104,7 +2199,7 @@ type SFStatsResponse struct {
 
 func (x *SFStatsResponse) Reset() {
 	*x = SFStatsResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2211,7 @@ func (x *SFStatsResponse) String() string {
 func (*SFStatsResponse) ProtoMessage() {}
 
 func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2224,7 @@ func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsResponse.ProtoReflect.Descriptor instead.
 func (*SFStatsResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SFStatsResponse) GetTargets() []*SFTargetStats {
@@ -2150,7 +2245,7 @@ type SFListRequest struct {
 
 func (x *SFListRequest) Reset() {
 	*x = SFListRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2257,7 @@ func (x *SFListRequest) String() string {
 func (*SFListRequest) ProtoMessage() {}
 
 func (x *SFListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2270,7 @@ func (x *SFListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListRequest.ProtoReflect.Descriptor instead.
 func (*SFListRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SFListRequest) GetTarget() string {
@@ -2214,7 +2309,7 @@ type SFMessage struct {
 
 func (x *SFMessage) Reset() {
 	*x = SFMessage{}
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2321,7 @@ func (x *SFMessage) String() string {
 func (*SFMessage) ProtoMessage() {}
 
 func (x *SFMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2334,7 @@ func (x *SFMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFMessage.ProtoReflect.Descriptor instead.
 func (*SFMessage) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SFMessage) GetId() string {
@@ -2300,7 +2395,7 @@ type SFListResponse struct {
 
 func (x *SFListResponse) Reset() {
 	*x = SFListResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2407,7 @@ func (x *SFListResponse) String() string {
 func (*SFListResponse) ProtoMessage() {}
 
 func (x *SFListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2420,7 @@ func (x *SFListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListResponse.ProtoReflect.Descriptor instead.
 func (*SFListResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SFListResponse) GetMessages() []*SFMessage {
@@ -2345,7 +2440,7 @@ type SFSelectRequest struct {
 
 func (x *SFSelectRequest) Reset() {
 	*x = SFSelectRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2452,7 @@ func (x *SFSelectRequest) String() string {
 func (*SFSelectRequest) ProtoMessage() {}
 
 func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2465,7 @@ func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectRequest.ProtoReflect.Descriptor instead.
 func (*SFSelectRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SFSelectRequest) GetIds() []string {
@@ -2396,7 +2491,7 @@ type SFSelectResponse struct {
 
 func (x *SFSelectResponse) Reset() {
 	*x = SFSelectResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2503,7 @@ func (x *SFSelectResponse) String() string {
 func (*SFSelectResponse) ProtoMessage() {}
 
 func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2516,7 @@ func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectResponse.ProtoReflect.Descriptor instead.
 func (*SFSelectResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SFSelectResponse) GetAffected() int32 {
@@ -2436,7 +2531,7 @@ var File_controlpb_control_proto protoreflect.FileDescriptor
 const file_controlpb_control_proto_rawDesc = "" +
 	"\n" +
 	"\x17controlpb/control.proto\x12\x11scadad.control.v1\"\x0f\n" +
-	"\rStatusRequest\"\x9b\x04\n" +
+	"\rStatusRequest\"\x88\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -2455,7 +2550,16 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x0fdeploy_revision\x18\r \x01(\x04R\x0edeployRevision\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\tR\aversion\x129\n" +
 	"\amembers\x18\x0f \x03(\v2\x1f.scadad.control.v1.MemberStatusR\amembers\x12%\n" +
-	"\x0eoverride_state\x18\x10 \x01(\tR\roverrideState\"\xdd\x01\n" +
+	"\x0eoverride_state\x18\x10 \x01(\tR\roverrideState\x12#\n" +
+	"\rservice_level\x18\x11 \x01(\rR\fserviceLevel\x12F\n" +
+	"\x0eopcua_verdicts\x18\x12 \x03(\v2\x1f.scadad.control.v1.OPCUAVerdictR\ropcuaVerdicts\"\xa5\x01\n" +
+	"\fOPCUAVerdict\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
+	"\treachable\x18\x02 \x01(\bR\treachable\x12#\n" +
+	"\rservice_level\x18\x03 \x01(\rR\fserviceLevel\x12 \n" +
+	"\fat_unix_nano\x18\x04 \x01(\x03R\n" +
+	"atUnixNano\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xdd\x01\n" +
 	"\fMemberStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2639,104 +2743,106 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
-	(*MemberStatus)(nil),            // 2: scadad.control.v1.MemberStatus
-	(*MembersRequest)(nil),          // 3: scadad.control.v1.MembersRequest
-	(*MembersResponse)(nil),         // 4: scadad.control.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 5: scadad.control.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 6: scadad.control.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 7: scadad.control.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 8: scadad.control.v1.RemoveMemberResponse
-	(*FailoverRequest)(nil),         // 9: scadad.control.v1.FailoverRequest
-	(*FailoverResponse)(nil),        // 10: scadad.control.v1.FailoverResponse
-	(*OverrideRequest)(nil),         // 11: scadad.control.v1.OverrideRequest
-	(*OverrideResponse)(nil),        // 12: scadad.control.v1.OverrideResponse
-	(*ApplyRequest)(nil),            // 13: scadad.control.v1.ApplyRequest
-	(*ApplyResponse)(nil),           // 14: scadad.control.v1.ApplyResponse
-	(*SnapshotSaveRequest)(nil),     // 15: scadad.control.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 16: scadad.control.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 17: scadad.control.v1.SnapshotRestoreResponse
-	(*AuditRequest)(nil),            // 18: scadad.control.v1.AuditRequest
-	(*AuditEntry)(nil),              // 19: scadad.control.v1.AuditEntry
-	(*AuditResponse)(nil),           // 20: scadad.control.v1.AuditResponse
-	(*DeployPushRequest)(nil),       // 21: scadad.control.v1.DeployPushRequest
-	(*DeployPushResponse)(nil),      // 22: scadad.control.v1.DeployPushResponse
-	(*DeployRollbackRequest)(nil),   // 23: scadad.control.v1.DeployRollbackRequest
-	(*DeployHistoryRequest)(nil),    // 24: scadad.control.v1.DeployHistoryRequest
-	(*DeployRevision)(nil),          // 25: scadad.control.v1.DeployRevision
-	(*DeployHistoryResponse)(nil),   // 26: scadad.control.v1.DeployHistoryResponse
-	(*DeployStatusRequest)(nil),     // 27: scadad.control.v1.DeployStatusRequest
-	(*DeployNodeStatus)(nil),        // 28: scadad.control.v1.DeployNodeStatus
-	(*DeployStatusResponse)(nil),    // 29: scadad.control.v1.DeployStatusResponse
-	(*DeployGetRequest)(nil),        // 30: scadad.control.v1.DeployGetRequest
-	(*DeployGetResponse)(nil),       // 31: scadad.control.v1.DeployGetResponse
-	(*SFEnqueueRequest)(nil),        // 32: scadad.control.v1.SFEnqueueRequest
-	(*SFEnqueueResponse)(nil),       // 33: scadad.control.v1.SFEnqueueResponse
-	(*SFStatsRequest)(nil),          // 34: scadad.control.v1.SFStatsRequest
-	(*SFTargetStats)(nil),           // 35: scadad.control.v1.SFTargetStats
-	(*SFStatsResponse)(nil),         // 36: scadad.control.v1.SFStatsResponse
-	(*SFListRequest)(nil),           // 37: scadad.control.v1.SFListRequest
-	(*SFMessage)(nil),               // 38: scadad.control.v1.SFMessage
-	(*SFListResponse)(nil),          // 39: scadad.control.v1.SFListResponse
-	(*SFSelectRequest)(nil),         // 40: scadad.control.v1.SFSelectRequest
-	(*SFSelectResponse)(nil),        // 41: scadad.control.v1.SFSelectResponse
+	(*OPCUAVerdict)(nil),            // 2: scadad.control.v1.OPCUAVerdict
+	(*MemberStatus)(nil),            // 3: scadad.control.v1.MemberStatus
+	(*MembersRequest)(nil),          // 4: scadad.control.v1.MembersRequest
+	(*MembersResponse)(nil),         // 5: scadad.control.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 6: scadad.control.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 7: scadad.control.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 8: scadad.control.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 9: scadad.control.v1.RemoveMemberResponse
+	(*FailoverRequest)(nil),         // 10: scadad.control.v1.FailoverRequest
+	(*FailoverResponse)(nil),        // 11: scadad.control.v1.FailoverResponse
+	(*OverrideRequest)(nil),         // 12: scadad.control.v1.OverrideRequest
+	(*OverrideResponse)(nil),        // 13: scadad.control.v1.OverrideResponse
+	(*ApplyRequest)(nil),            // 14: scadad.control.v1.ApplyRequest
+	(*ApplyResponse)(nil),           // 15: scadad.control.v1.ApplyResponse
+	(*SnapshotSaveRequest)(nil),     // 16: scadad.control.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),           // 17: scadad.control.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil), // 18: scadad.control.v1.SnapshotRestoreResponse
+	(*AuditRequest)(nil),            // 19: scadad.control.v1.AuditRequest
+	(*AuditEntry)(nil),              // 20: scadad.control.v1.AuditEntry
+	(*AuditResponse)(nil),           // 21: scadad.control.v1.AuditResponse
+	(*DeployPushRequest)(nil),       // 22: scadad.control.v1.DeployPushRequest
+	(*DeployPushResponse)(nil),      // 23: scadad.control.v1.DeployPushResponse
+	(*DeployRollbackRequest)(nil),   // 24: scadad.control.v1.DeployRollbackRequest
+	(*DeployHistoryRequest)(nil),    // 25: scadad.control.v1.DeployHistoryRequest
+	(*DeployRevision)(nil),          // 26: scadad.control.v1.DeployRevision
+	(*DeployHistoryResponse)(nil),   // 27: scadad.control.v1.DeployHistoryResponse
+	(*DeployStatusRequest)(nil),     // 28: scadad.control.v1.DeployStatusRequest
+	(*DeployNodeStatus)(nil),        // 29: scadad.control.v1.DeployNodeStatus
+	(*DeployStatusResponse)(nil),    // 30: scadad.control.v1.DeployStatusResponse
+	(*DeployGetRequest)(nil),        // 31: scadad.control.v1.DeployGetRequest
+	(*DeployGetResponse)(nil),       // 32: scadad.control.v1.DeployGetResponse
+	(*SFEnqueueRequest)(nil),        // 33: scadad.control.v1.SFEnqueueRequest
+	(*SFEnqueueResponse)(nil),       // 34: scadad.control.v1.SFEnqueueResponse
+	(*SFStatsRequest)(nil),          // 35: scadad.control.v1.SFStatsRequest
+	(*SFTargetStats)(nil),           // 36: scadad.control.v1.SFTargetStats
+	(*SFStatsResponse)(nil),         // 37: scadad.control.v1.SFStatsResponse
+	(*SFListRequest)(nil),           // 38: scadad.control.v1.SFListRequest
+	(*SFMessage)(nil),               // 39: scadad.control.v1.SFMessage
+	(*SFListResponse)(nil),          // 40: scadad.control.v1.SFListResponse
+	(*SFSelectRequest)(nil),         // 41: scadad.control.v1.SFSelectRequest
+	(*SFSelectResponse)(nil),        // 42: scadad.control.v1.SFSelectResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
-	2,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
-	2,  // 1: scadad.control.v1.MembersResponse.members:type_name -> scadad.control.v1.MemberStatus
-	19, // 2: scadad.control.v1.AuditResponse.entries:type_name -> scadad.control.v1.AuditEntry
-	25, // 3: scadad.control.v1.DeployHistoryResponse.revisions:type_name -> scadad.control.v1.DeployRevision
-	28, // 4: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
-	35, // 5: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
-	38, // 6: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
-	0,  // 7: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	3,  // 8: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	5,  // 9: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	7,  // 10: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	9,  // 11: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	11, // 12: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	13, // 13: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	15, // 14: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	16, // 15: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	18, // 16: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	21, // 17: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	23, // 18: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	24, // 19: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	27, // 20: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	30, // 21: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	32, // 22: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 23: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	37, // 24: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	40, // 25: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	40, // 26: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	1,  // 27: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	4,  // 28: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	6,  // 29: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	8,  // 30: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	10, // 31: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	12, // 32: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	14, // 33: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	16, // 34: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	17, // 35: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	20, // 36: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	22, // 37: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	22, // 38: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	26, // 39: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	29, // 40: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	31, // 41: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	33, // 42: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 43: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	39, // 44: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	41, // 45: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	41, // 46: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	27, // [27:47] is the sub-list for method output_type
-	7,  // [7:27] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	3,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
+	2,  // 1: scadad.control.v1.StatusResponse.opcua_verdicts:type_name -> scadad.control.v1.OPCUAVerdict
+	3,  // 2: scadad.control.v1.MembersResponse.members:type_name -> scadad.control.v1.MemberStatus
+	20, // 3: scadad.control.v1.AuditResponse.entries:type_name -> scadad.control.v1.AuditEntry
+	26, // 4: scadad.control.v1.DeployHistoryResponse.revisions:type_name -> scadad.control.v1.DeployRevision
+	29, // 5: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
+	36, // 6: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
+	39, // 7: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
+	0,  // 8: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	4,  // 9: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	6,  // 10: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	8,  // 11: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	10, // 12: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	12, // 13: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	14, // 14: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	16, // 15: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	17, // 16: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	19, // 17: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	22, // 18: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	24, // 19: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	25, // 20: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	28, // 21: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	31, // 22: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	33, // 23: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	35, // 24: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	38, // 25: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	41, // 26: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	41, // 27: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	1,  // 28: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	5,  // 29: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	7,  // 30: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	9,  // 31: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	11, // 32: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	13, // 33: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	15, // 34: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	17, // 35: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	18, // 36: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	21, // 37: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	23, // 38: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	23, // 39: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	27, // 40: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	30, // 41: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	32, // 42: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	34, // 43: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	37, // 44: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	40, // 45: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	42, // 46: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	42, // 47: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	28, // [28:48] is the sub-list for method output_type
+	8,  // [8:28] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -2750,7 +2856,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -73,6 +73,7 @@ func commands() []command {
 		{"sf", "sf stats | list | retry | discard | enqueue (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},
 		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator]", runCerts},
+		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel)", runOPCUA},
 	}
 }
 

@@ -162,7 +162,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err != nil {
 		return err
 	}
-	_, _ = tagWorkers, fanout // the OPC UA server is wired to these below
+	if ua := startOPCUA(cfg, log, reg, roles, holder, gatewayWriter{tagWorkers}, fanout, fwd, goRun); ua != nil {
+		srv.OPCUA = ua.status
+	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("deploy", applier.Run)
 	goRun("metrics", func(ctx context.Context) error {

@@ -14,6 +14,7 @@ import (
 type Binaries struct {
 	Dir                      string
 	Scadad, Scadactl, Sfsink string
+	MxgwSim                  string
 }
 
 // Build compiles the commands into a new temporary folder; Remove deletes it.
@@ -30,6 +31,7 @@ func Build() (*Binaries, error) {
 		{"github.com/scadad/scadad/cmd/scadad", &b.Scadad},
 		{"github.com/scadad/scadad/cmd/scadactl", &b.Scadactl},
 		{"github.com/scadad/scadad/cmd/sfsink", &b.Sfsink},
+		{"github.com/scadad/scadad/cmd/mxgw-sim", &b.MxgwSim},
 	} {
 		*t.out = filepath.Join(dir, filepath.Base(t.pkg))
 		cmd := exec.Command("go", "build", "-o", *t.out, t.pkg)

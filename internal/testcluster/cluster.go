@@ -38,6 +38,8 @@ type Options struct {
 	// 127.0.0.1): a fault-injection suite puts each node in a network
 	// namespace of its own. Ports are then fixed per node.
 	Host func(id string) string
+	// OPCUA gives every voter an OPC UA endpoint on a free loopback port.
+	OPCUA bool
 	// Wrap, when set, rewrites a node's command line before it starts, e.g.
 	// to prefix "ip netns exec ns-a".
 	Wrap func(id string, argv []string) []string
@@ -52,6 +54,8 @@ type Node struct {
 	RaftAddr string
 	APIAddr  string
 	HTTPAddr string
+	// OPCUA is the node's OPC UA endpoint, empty when it serves none.
+	OPCUA string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -119,7 +123,7 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 	if err := pki.Init(c.Certs, "test-site", ids, []string{"operator"}, 24*time.Hour, sans...); err != nil {
 		return nil, fmt.Errorf("certs: %w", err)
 	}
-	ports, err := FreePorts(3 * len(ids))
+	ports, err := FreePorts(4 * len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +134,7 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 			// Each node has an address of its own: fixed ports suffice.
 			host = o.Host(id)
 			ports[3*i], ports[3*i+1], ports[3*i+2] = 7101, 7201, 7301
+			ports[3*len(ids)+i] = 4840
 		}
 		n := &Node{
 			ID:       id,
@@ -138,6 +143,9 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 			RaftAddr: fmt.Sprintf("%s:%d", host, ports[3*i]),
 			APIAddr:  fmt.Sprintf("%s:%d", host, ports[3*i+1]),
 			HTTPAddr: fmt.Sprintf("%s:%d", host, ports[3*i+2]),
+		}
+		if o.OPCUA && !n.Witness {
+			n.OPCUA = fmt.Sprintf("opc.tcp://%s:%d", host, ports[3*len(ids)+i])
 		}
 		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 			return nil, err
@@ -157,7 +165,7 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 		fmt.Fprintf(&b, "node_id: %s\ndata_dir: %s\n", n.ID, filepath.Join(n.Dir, "data"))
 		fmt.Fprintf(&b, "cluster:\n  mode: %s\n  override_after: %s\n  members:\n", o.Mode, override)
 		for _, m := range c.Nodes {
-			fmt.Fprintf(&b, "    - {id: %s, raft_addr: %q, api_addr: %q, witness: %v}\n", m.ID, m.RaftAddr, m.APIAddr, m.Witness)
+			fmt.Fprintf(&b, "    - {id: %s, raft_addr: %q, api_addr: %q, witness: %v, opcua: %q}\n", m.ID, m.RaftAddr, m.APIAddr, m.Witness, m.OPCUA)
 		}
 		fmt.Fprintf(&b, "tls:\n  ca: %s\n  cert: %s\n  key: %s\n", filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, n.ID+".crt"), filepath.Join(c.Certs, n.ID+".key"))
 		fmt.Fprintf(&b, "http:\n  listen: %q\nlog:\n  level: %s\n", n.HTTPAddr, level)

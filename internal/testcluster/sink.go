@@ -122,6 +122,12 @@ func (s *Sink) Deliveries() ([]Delivery, error) {
 // SiteConfig is a minimal valid site configuration whose store-and-forward
 // targets are the given name → URL pairs, with fast test backoffs.
 func SiteConfig(name string, targets map[string]string, maxAttempts int) []byte {
+	return SiteConfigGateway(name, "127.0.0.1:1", targets, maxAttempts)
+}
+
+// SiteConfigGateway is SiteConfig with the gateway connection pointing at
+// gateway (a running mxgw-sim) and a writable attribute.
+func SiteConfigGateway(name, gateway string, targets map[string]string, maxAttempts int) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, `version: 1
 name: %s
@@ -129,18 +135,19 @@ connections:
   - name: gw
     kind: mxaccess
     mxaccess:
-      endpoint: 127.0.0.1:1
+      endpoint: %s
 instances:
   - name: Pump1
     connection: gw
     attributes:
       - {name: Speed, type: double, tag: Pump1.Speed}
+      - {name: SpeedSP, type: double, tag: Pump1.SpeedSP, writable: true}
 opcua:
   namespace_uri: urn:test:scadad
   security: [{policy: None, mode: None}]
   identities: {anonymous: true}
 targets:
-`, name)
+`, name, gateway)
 	for _, t := range sortedKeys(targets) {
 		fmt.Fprintf(&b, "  - {name: %s, url: %q, timeout: 2s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: %d, max_payload_bytes: 65536}\n", t, targets[t], maxAttempts)
 	}

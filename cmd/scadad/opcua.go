@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/siteconfig"
+)
+
+// opcuaService runs this node's OPC UA server from the deployed site
+// config, probes the peers' endpoints and learns from them whether they can
+// reach this one.
+type opcuaService struct {
+	nodeID   string
+	endpoint string
+	peers    []nodeconfig.Member
+	log      zerolog.Logger
+	reg      prometheus.Registerer
+	roles    role.Source
+	writer   opcua.Writer
+	fan      *tagFanout
+	fwd      *control.Forwarder
+
+	mu     sync.Mutex
+	srv    *opcua.Server
+	prober *opcua.Prober
+}
+
+func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
+
+// startOPCUA starts the OPC UA parts on a node whose member entry names an
+// OPC UA endpoint; it returns nil on a node that serves none.
+func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, goRun func(string, func(context.Context) error)) *opcuaService {
+	self, _ := cfg.Self()
+	if self.OPCUA == "" {
+		return nil
+	}
+	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd}
+	var endpoints []string
+	for _, m := range cfg.Cluster.Members {
+		if m.ID != cfg.NodeID && m.OPCUA != "" {
+			s.peers = append(s.peers, m)
+			endpoints = append(endpoints, m.OPCUA)
+		}
+	}
+	if len(endpoints) > 0 {
+		s.prober = opcua.NewProber(opcua.ProberConfig{Endpoints: endpoints, Logger: s.log})
+		goRun("opcua-probe", func(ctx context.Context) error {
+			s.prober.Run(ctx)
+			return nil
+		})
+		goRun("opcua-peer-verdicts", s.learnPeerVerdicts)
+	}
+	goRun("opcua-server", func(ctx context.Context) error {
+		defer s.close()
+		updates, stop := holder.Watch()
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case u := <-updates:
+				s.apply(ctx, u)
+			}
+		}
+	})
+	return s
+}
+
+// apply follows a deploy: the address space changes by difference; a change
+// of the server's own options (security, identities, namespace, hot
+// standby) restarts the server.
+func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	restart := srv == nil || len(u.Changes.OPCUA) > 0
+	// The site's name and hot-standby flag are server options too.
+	restart = restart || len(u.Changes.Site) > 0
+	if restart {
+		s.close()
+		var err error
+		srv, err = s.newServer(ctx, u.Site)
+		if err != nil {
+			s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("OPC UA server not started with this site config; fix its opcua section")
+			return
+		}
+	}
+	diff, err := srv.ApplyModel(model(u.Site))
+	if err != nil {
+		s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("OPC UA address space not updated; keeping the previous one")
+		return
+	}
+	s.log.Info().Uint64("revision", uint64(u.Revision)).Str("changes", fmt.Sprintf("%+v", diff)).Msg("OPC UA address space follows the deploy")
+}
+
+func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*opcua.Server, error) {
+	host, port, err := nodeconfig.OPCUAHostPort(s.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := opcua.Config{
+		Host: host, Port: port,
+		ApplicationURI: applicationURI(s.nodeID), ApplicationName: "scadad " + s.nodeID,
+		NamespaceURI: site.OPCUA.NamespaceURI, SiteName: site.Name,
+		AllowAnonymous: site.OPCUA.Identities.Anonymous,
+		HotStandby:     site.HotStandby,
+	}
+	for _, p := range site.OPCUA.Security {
+		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})
+	}
+	for _, u := range site.OPCUA.Identities.Users {
+		pw, err := os.ReadFile(u.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("opcua user %s: password file: %w", u.Username, err)
+		}
+		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: strings.TrimRight(string(pw), "\r\n")})
+	}
+	for _, m := range s.peers {
+		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})
+	}
+	srv, err := opcua.New(c, opcua.Deps{Logger: s.log, Registerer: s.reg, Roles: s.roles, Writer: s.writer})
+	if err != nil {
+		return nil, fmt.Errorf("opcua server: %w", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, fmt.Errorf("opcua server: %w", err)
+	}
+	s.mu.Lock()
+	s.srv = srv
+	s.mu.Unlock()
+	s.fan.setOPCUA(func(instance, attribute string, v any, good bool, ts time.Time) {
+		_ = srv.TagUpdate(instance, attribute, v, good, ts)
+	})
+	s.log.Info().Str("endpoint", srv.Endpoint()).Uint8("service_level", srv.ServiceLevel()).Msg("OPC UA server started")
+	return srv, nil
+}
+
+func (s *opcuaService) close() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		s.fan.setOPCUA(nil)
+		srv.Close()
+	}
+}
+
+// learnPeerVerdicts asks each peer, over the control API, what its probe
+// saw of this node's endpoint, and feeds that into the ServiceLevel.
+func (s *opcuaService) learnPeerVerdicts(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s.mu.Lock()
+		srv := s.srv
+		s.mu.Unlock()
+		if srv == nil {
+			continue
+		}
+		for _, m := range s.peers {
+			cli, err := s.fwd.Client(m.ID)
+			if err != nil {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := cli.Status(qctx, &controlpb.StatusRequest{})
+			cancel()
+			if err != nil {
+				continue // no word from the peer is no verdict; it expires on its own
+			}
+			for _, v := range st.OpcuaVerdicts {
+				if v.Endpoint == s.endpoint {
+					srv.SetPeerVerdict(v.Reachable, time.Unix(0, v.AtUnixNano))
+				}
+			}
+		}
+	}
+}
+
+// status is what Status reports about OPC UA.
+func (s *opcuaService) status() (uint32, []*controlpb.OPCUAVerdict) {
+	if s == nil {
+		return 0, nil
+	}
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	var level uint32
+	if srv != nil {
+		level = uint32(srv.ServiceLevel())
+	}
+	var out []*controlpb.OPCUAVerdict
+	if s.prober != nil {
+		for _, m := range s.peers {
+			if v, ok := s.prober.Latest(m.OPCUA); ok {
+				out = append(out, &controlpb.OPCUAVerdict{Endpoint: v.Endpoint, Reachable: v.Reachable, ServiceLevel: uint32(v.ServiceLevel), AtUnixNano: v.At.UnixNano(), Error: v.Err})
+			}
+		}
+	}
+	return level, out
+}
+
+// model maps the site's instances onto the OPC UA address space.
+func model(site *siteconfig.Site) opcua.Model {
+	var m opcua.Model
+	for _, in := range site.Instances {
+		mi := opcua.Instance{Name: in.Name}
+		for _, a := range in.Attributes {
+			mi.Attributes = append(mi.Attributes, opcua.Attribute{Name: a.Name, Type: opcuaType(a.Type), Writable: a.Writable})
+		}
+		m.Instances = append(m.Instances, mi)
+	}
+	return m
+}
+
+func opcuaType(t siteconfig.DataType) opcua.DataType {
+	switch t {
+	case siteconfig.TypeBool:
+		return opcua.TypeBoolean
+	case siteconfig.TypeInt32:
+		return opcua.TypeInt32
+	case siteconfig.TypeInt64:
+		return opcua.TypeInt64
+	case siteconfig.TypeFloat:
+		return opcua.TypeFloat
+	case siteconfig.TypeString:
+		return opcua.TypeString
+	default:
+		return opcua.TypeDouble
+	}
+}

@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	gopcua "github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+// uaClient connects an anonymous, unsecured gopcua client to endpoint.
+func uaClient(t *testing.T, endpoint string) *gopcua.Client {
+	t.Helper()
+	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.RequestTimeout(3*time.Second), gopcua.DialTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		t.Fatalf("connect %s: %v", endpoint, err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func readValue(c *gopcua.Client, node *ua.NodeID) (*ua.DataValue, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: node, AttributeID: ua.AttributeIDValue}}})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Results[0], nil
+}
+
+// serviceLevel reads Server.ServiceLevel; -1 when the node does not answer.
+func serviceLevel(endpoint string) int {
+	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
+	if err != nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		return -1
+	}
+	defer c.Close(context.Background())
+	dv, err := readValue(c, ua.NewNumericNodeID(0, id.Server_ServiceLevel))
+	if err != nil || dv.Status != ua.StatusOK {
+		return -1
+	}
+	v, ok := dv.Value.Value().(byte)
+	if !ok {
+		return -1
+	}
+	return int(v)
+}
+
+func writeDouble(t *testing.T, c *gopcua.Client, node *ua.NodeID, v float64) ua.StatusCode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Write(ctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
+		NodeID: node, AttributeID: ua.AttributeIDValue,
+		Value: &ua.DataValue{EncodingMask: ua.DataValueValue, Value: ua.MustVariant(v)},
+	}}})
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	return resp.Results[0]
+}
+
+func siteNode(t *testing.T, c *gopcua.Client, name string) *ua.NodeID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ns, err := c.FindNamespace(ctx, "urn:test:scadad")
+	if err != nil {
+		t.Fatalf("find the site namespace: %v", err)
+	}
+	return ua.NewStringNodeID(ns, name)
+}
+
+func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
+	sim, err := testcluster.StartSim(bin, t.TempDir(), "-change", "100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			standby = n
+		}
+	}
+	deploySite(t, c, testcluster.SiteConfigGateway("ua", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
+		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+
+	var pick struct {
+		Picked string `json:"picked"`
+	}
+	ctlJSON(t, c, nil, &pick, "opcua", "pick", standby.OPCUA+","+active.OPCUA)
+	if pick.Picked != active.OPCUA {
+		t.Fatalf("scadactl opcua pick chose %q, want the Active's %s", pick.Picked, active.OPCUA)
+	}
+
+	// Live values from the simulator through the Active's subscribe workers.
+	ac := uaClient(t, active.OPCUA)
+	speed := siteNode(t, ac, "Pump1.Speed")
+	var first any
+	waitFor(t, 20*time.Second, "a good, changing Pump1.Speed on the Active", func() bool {
+		dv, err := readValue(ac, speed)
+		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
+			return false
+		}
+		if first == nil {
+			first = dv.Value.Value()
+			return false
+		}
+		return dv.Value.Value() != first
+	})
+
+	// The write gate: refused on the Standby, forwarded to the gateway on
+	// the Active.
+	before, err := sim.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := uaClient(t, standby.OPCUA)
+	if st := writeDouble(t, sc, siteNode(t, sc, "Pump1.SpeedSP"), 42); st == ua.StatusOK {
+		t.Fatal("the Standby accepted a device write")
+	}
+	if st := writeDouble(t, ac, siteNode(t, ac, "Pump1.SpeedSP"), 42); st != ua.StatusOK {
+		t.Fatalf("the Active refused a device write: %v", st)
+	}
+	after, _ := sim.Stats()
+	if after.Commands["Write"]+after.Commands["write"] <= before.Commands["Write"]+before.Commands["write"] {
+		t.Fatalf("the Active's write did not reach the gateway: commands before %v, after %v", before.Commands, after.Commands)
+	}
+	if after.StaleEpochWrites != 0 {
+		t.Fatalf("the gateway saw %d writes with a stale epoch", after.StaleEpochWrites)
+	}
+
+	// SIGKILL the Active: the survivor advertises 250 and serves live values.
+	killed := time.Now()
+	c.Kill(active)
+	waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
+	t.Logf("survivor advertised 250 %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	speed2 := siteNode(t, sc, "Pump1.Speed")
+	var seen any
+	waitFor(t, 20*time.Second, "changing values on the survivor", func() bool {
+		dv, err := readValue(sc, speed2)
+		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
+			return false
+		}
+		if seen == nil {
+			seen = dv.Value.Value()
+			return false
+		}
+		return dv.Value.Value() != seen
+	})
+
+	// Boot window: a lone voter of a three-voter cluster has no quorum; its
+	// role is unknown and a write must be refused.
+	for _, n := range c.Nodes {
+		c.Kill(n)
+	}
+	start(t, c, active)
+	waitFor(t, 20*time.Second, active.ID+"'s OPC UA server back without quorum", func() bool { return serviceLevel(active.OPCUA) >= 0 })
+	lone := uaClient(t, active.OPCUA)
+	if st := writeDouble(t, lone, siteNode(t, lone, "Pump1.SpeedSP"), 7); st == ua.StatusOK {
+		t.Fatal("a write was accepted in the boot window of a multi-voter cluster")
+	}
+	if lvl := serviceLevel(active.OPCUA); lvl != 0 {
+		t.Fatalf("a node without quorum advertises ServiceLevel %d, want 0", lvl)
+	}
+}
