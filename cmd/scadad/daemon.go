@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +35,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err != nil {
 		return err
 	}
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(stdlogWriter{log.With().Str("part", "stdlog").Logger()})
 	serverTLS, err := pki.LoadServerTLS(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key)
 	if err != nil {
 		return fmt.Errorf("node certificate: %w", err)

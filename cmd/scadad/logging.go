@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,4 +19,14 @@ func newLogger(w io.Writer, level, format, nodeID string) (zerolog.Logger, error
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339Nano}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("node", nodeID).Logger(), nil
+}
+
+// stdlogWriter carries what libraries print through the standard log
+// package (gopcua's "Started listening", for one) into the node's log at
+// debug level instead of raw lines on stderr.
+type stdlogWriter struct{ log zerolog.Logger }
+
+func (w stdlogWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Msg(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
