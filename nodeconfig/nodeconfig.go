@@ -80,6 +80,8 @@ type API struct {
 // meant for loopback or a management network).
 type HTTP struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves Go's /debug/pprof/ profiles on the same listener.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures zerolog.

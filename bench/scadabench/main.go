@@ -45,10 +45,11 @@ import (
 )
 
 type options struct {
-	mode, target, phases         string
+	mode, target, phases, extra  string
 	voters, failovers, count     int
 	deliverN                     int
 	witness, keep, sinkFsync     bool
+	pprof                        bool
 	clients, sizes               []int
 	duration, warmup, probeEvery time.Duration
 	probeTimeout, settle, foMax  time.Duration
@@ -109,7 +110,7 @@ func main() {
 		fatalf("build: %v", err)
 	}
 	defer bin.Remove()
-	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn"})
+	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn", Extra: o.extra, Pprof: o.pprof})
 	if err != nil {
 		fatalf("cluster: %v", err)
 	}
@@ -193,6 +194,8 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on every node's HTTP listener")
+	flag.StringVar(&o.extra, "node-config", "", "YAML appended to every node config (e.g. tuning store_forward)")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
 	flag.Parse()
 	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/fsm"
@@ -49,6 +48,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
+	startFenced, err := healPrepare(cfg)
+	if err != nil {
+		return err
+	}
 	state, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{Logger: log.With().Str("part", "fsm").Logger()})
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
@@ -107,6 +110,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		FSM:                state,
 		AppliedIndex:       func() uint64 { return state.Meta().AppliedIndex },
 		OnOverride:         onOverride,
+		StartFenced:        startFenced,
 	})
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -138,7 +142,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Log:        log.With().Str("part", "control").Logger(),
 	}
 	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
-	controlpb.RegisterControlServer(grpcServer, srv)
+	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, clientTLS, ctlMembers)
+	healing.register(grpcServer, srv)
 	apiLis, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
 		return fmt.Errorf("control API listen %s: %w", cfg.API.Listen, err)
@@ -169,6 +174,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
+	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
 	goRun("metrics", func(ctx context.Context) error {
 		metrics.sampleEvery(ctx, time.Second, func() (role.State, statsSample) {
@@ -195,7 +201,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 			return true, ""
 		}
-		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(roles, ready, reg, sfHTTP), ReadHeaderTimeout: 5 * time.Second}
+		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(roles, ready, reg, sfHTTP, cfg.HTTP.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)

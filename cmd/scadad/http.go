@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,8 +14,15 @@ import (
 // healthHandler serves /health/ready (200 once the node has joined a
 // cluster and applied its state: any role but Detached) and /health/active
 // (200 only on the Active node, for load balancers).
-func healthMux(roles interface{ Current() role.State }, ready func() (bool, string), reg prometheus.Gatherer, enqueue http.Handler) *http.ServeMux {
+func healthMux(roles interface{ Current() role.State }, ready func() (bool, string), reg prometheus.Gatherer, enqueue http.Handler, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	write := func(w http.ResponseWriter, ok bool, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {

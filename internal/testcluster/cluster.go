@@ -38,6 +38,8 @@ type Options struct {
 	// 127.0.0.1): a fault-injection suite puts each node in a network
 	// namespace of its own. Ports are then fixed per node.
 	Host func(id string) string
+	// Pprof serves /debug/pprof/ on every node's HTTP listener.
+	Pprof bool
 	// OPCUA gives every voter an OPC UA endpoint on a free loopback port.
 	OPCUA bool
 	// Wrap, when set, rewrites a node's command line before it starts, e.g.
@@ -168,7 +170,7 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 			fmt.Fprintf(&b, "    - {id: %s, raft_addr: %q, api_addr: %q, witness: %v, opcua: %q}\n", m.ID, m.RaftAddr, m.APIAddr, m.Witness, m.OPCUA)
 		}
 		fmt.Fprintf(&b, "tls:\n  ca: %s\n  cert: %s\n  key: %s\n", filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, n.ID+".crt"), filepath.Join(c.Certs, n.ID+".key"))
-		fmt.Fprintf(&b, "http:\n  listen: %q\nlog:\n  level: %s\n", n.HTTPAddr, level)
+		fmt.Fprintf(&b, "http:\n  listen: %q\n  pprof: %v\nlog:\n  level: %s\n", n.HTTPAddr, o.Pprof, level)
 		b.WriteString(o.Extra)
 		n.Config = filepath.Join(n.Dir, "node.yaml")
 		if err := os.WriteFile(n.Config, []byte(b.String()), 0o644); err != nil {

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/heal"
+	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/raftnode"
+	"github.com/scadad/scadad/role"
+)
+
+// healPreferredEnv names the preferred heal winner until the node config
+// has a key for it (nodeconfig refuses unknown keys).
+const healPreferredEnv = "SCADAD_HEAL_PREFERRED"
+
+// Data-dir layout the heal wipes on a resumed rejoin (see runDaemon).
+func fsmPath(cfg *nodeconfig.Config) string { return filepath.Join(cfg.DataDir, "fsm.db") }
+func raftDir(cfg *nodeconfig.Config) string { return filepath.Join(cfg.DataDir, "raft") }
+
+// healPrepare runs before the FSM and raft open: it resumes an interrupted
+// merge (see heal.PrepareStart) and says whether raft starts fenced.
+func healPrepare(cfg *nodeconfig.Config) (bool, error) {
+	fenced, err := heal.PrepareStart(cfg.DataDir, fsmPath(cfg), raftDir(cfg))
+	if err != nil {
+		return false, fmt.Errorf("resume heal: %w", err)
+	}
+	return fenced, nil
+}
+
+// healWiring is the heal's part of the daemon: the manager (detection and
+// the loser's merge), the Heal service (the winner's side) and the status
+// and override guards on the control API.
+type healWiring struct {
+	mgr    *heal.Manager
+	server *control.HealServer
+	dialer *peerDialer
+}
+
+func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, node *raftnode.Node, roles role.Source,
+	state *fsm.FSM, fwd *control.Forwarder, clientTLS *tls.Config, members []control.Member) *healWiring {
+	peer := ""
+	apiAddrs := map[string]string{}
+	for _, m := range members {
+		apiAddrs[m.ID] = m.APIAddr
+		if m.ID != cfg.NodeID && !m.Witness {
+			peer = m.ID
+		}
+	}
+	if cfg.Cluster.Mode != nodeconfig.ModePair || len(members) != 2 {
+		peer = "" // only a pair can be dual-active without an operator
+	}
+	dialer := &peerDialer{addrs: apiAddrs, tls: clientTLS, conns: map[string]*grpc.ClientConn{}}
+	hlog := log.With().Str("part", "heal").Logger()
+	mgr := heal.NewManager(heal.Config{
+		NodeID:       cfg.NodeID,
+		Peer:         peer,
+		DataDir:      cfg.DataDir,
+		Preferred:    os.Getenv(healPreferredEnv),
+		Node:         node,
+		Roles:        roles,
+		State:        state,
+		Auditor:      fwd,
+		Dial:         dialer.dial,
+		ResetFSM:     emptyFSM(state, cfg.DataDir),
+		Metrics:      heal.NewMetrics(reg),
+		Log:          hlog,
+		AbandonAfter: max(3*cfg.Cluster.OverrideAfter.D(), 10*time.Second),
+	})
+	return &healWiring{
+		mgr:    mgr,
+		dialer: dialer,
+		server: &control.HealServer{
+			Configured: members,
+			Facts:      mgr.Facts,
+			Absorber:   &heal.Absorber{Self: cfg.NodeID, State: state, Proposer: fwd, Facts: mgr.Facts, Log: hlog},
+		},
+	}
+}
+
+// run runs the manager when this node is half of a pair.
+func (h *healWiring) run(ctx context.Context) error {
+	defer h.dialer.close()
+	if h.mgr == nil {
+		return nil
+	}
+	return h.mgr.Run(ctx)
+}
+
+// register adds the Heal service and the heal-aware control service.
+func (h *healWiring) register(s *grpc.Server, srv *control.Server) {
+	controlpb.RegisterHealServer(s, h.server)
+	controlpb.RegisterControlServer(s, &healAwareControl{Server: srv, heal: h.mgr})
+}
+
+// healAwareControl adds the heal to Status and keeps a manual override
+// from fighting a merge under way.
+type healAwareControl struct {
+	*control.Server
+	heal *heal.Manager
+}
+
+// Status reports the heal progress as part of the override state (what
+// scadactl status prints), and still answers while raft is fenced.
+func (c *healAwareControl) Status(ctx context.Context, req *controlpb.StatusRequest) (*controlpb.StatusResponse, error) {
+	resp, err := c.Server.Status(ctx, req)
+	hs := c.heal.Status().String()
+	if err != nil {
+		if hs == "" {
+			return nil, err
+		}
+		st := c.Server.Roles.Current()
+		resp = &controlpb.StatusResponse{NodeId: c.Server.NodeID, Role: st.Role.String(), Mode: c.Server.Mode, Version: c.Server.Version,
+			ClusterEpoch: c.Server.State.Meta().ClusterEpoch, AppliedIndex: c.Server.State.Meta().AppliedIndex, LastContactMs: -1, RaftState: "Fenced"}
+	}
+	if hs != "" {
+		if resp.OverrideState != "" {
+			resp.OverrideState += "; "
+		}
+		resp.OverrideState += hs
+	}
+	return resp, nil
+}
+
+// Override refuses while this node is merging into the winner: re-forming
+// it alone would undo the heal.
+func (c *healAwareControl) Override(ctx context.Context, req *controlpb.OverrideRequest) (*controlpb.OverrideResponse, error) {
+	if c.heal.Busy() {
+		return nil, status.Errorf(codes.FailedPrecondition, "override on %s: refused, a dual-active heal is merging this node into its peer (%s)",
+			c.Server.NodeID, c.heal.Status())
+	}
+	return c.Server.Override(ctx, req)
+}
+
+// emptyFSM empties the FSM for the rejoin by restoring the snapshot of an
+// empty state: the swap is atomic and readers never see a half-reset file.
+func emptyFSM(state *fsm.FSM, dir string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		path := filepath.Join(dir, "heal-empty.db")
+		_ = os.Remove(path)
+		defer os.Remove(path)
+		empty, err := fsm.Open(path, fsm.Options{Logger: zerolog.Nop(), NoSync: true, InitialMmapSize: 1 << 20})
+		if err != nil {
+			return fmt.Errorf("create an empty state: %w", err)
+		}
+		defer empty.Close()
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := empty.Backup(pw)
+			pw.CloseWithError(err)
+		}()
+		if err := state.Restore(pr); err != nil {
+			return fmt.Errorf("empty the state: %w", err)
+		}
+		return ctx.Err()
+	}
+}
+
+// peerDialer keeps one client connection per peer for the heal.
+type peerDialer struct {
+	addrs map[string]string
+	tls   *tls.Config
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (d *peerDialer) dial(_ context.Context, id string) (controlpb.HealClient, error) {
+	addr, ok := d.addrs[id]
+	if !ok || addr == "" {
+		return nil, fmt.Errorf("peer %q has no control API address in this node's config", id)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	conn, ok := d.conns[id]
+	if !ok {
+		var err error
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(d.tls)),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			return nil, fmt.Errorf("dial peer %s at %s: %w", id, addr, err)
+		}
+		d.conns[id] = conn
+	}
+	return controlpb.NewHealClient(conn), nil
+}
+
+func (d *peerDialer) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = map[string]*grpc.ClientConn{}
+}
