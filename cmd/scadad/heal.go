@@ -97,9 +97,6 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 // run runs the manager when this node is half of a pair.
 func (h *healWiring) run(ctx context.Context) error {
 	defer h.dialer.close()
-	if h.mgr == nil {
-		return nil
-	}
 	return h.mgr.Run(ctx)
 }
 

@@ -1,0 +1,130 @@
+package heal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// MarkerFile is the loser's merge marker, in the node's data dir.
+const MarkerFile = "heal-state.json"
+
+// Phases of the loser's merge, as recorded in the marker.
+const (
+	// PhaseFenced: raft is (to be) stopped and the hand-over is under way.
+	PhaseFenced = "fenced"
+	// PhaseHandedOver: the winner holds everything; wipe and rejoin.
+	PhaseHandedOver = "handed-over"
+)
+
+// Marker is the loser's persisted merge state. It is written before every
+// irreversible step, so a restart resumes the merge.
+type Marker struct {
+	MergeID string    `json:"merge_id"`
+	Winner  string    `json:"winner"`
+	Phase   string    `json:"phase"`
+	Started time.Time `json:"started"`
+	// LoserEpoch and OverrideIndex are the loser's facts at the start: the
+	// epoch the winner must exceed and where the loser's split began.
+	LoserEpoch    uint64 `json:"loser_epoch"`
+	OverrideIndex uint64 `json:"override_index"`
+}
+
+// MarkerPath is the marker's path in dataDir.
+func MarkerPath(dataDir string) string { return filepath.Join(dataDir, MarkerFile) }
+
+// LoadMarker reads the marker; ok is false when there is none.
+func LoadMarker(dataDir string) (m Marker, ok bool, err error) {
+	data, err := os.ReadFile(MarkerPath(dataDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return Marker{}, false, nil
+	}
+	if err != nil {
+		return Marker{}, false, fmt.Errorf("read heal marker: %w", err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Marker{}, false, fmt.Errorf("decode heal marker %s: %w", MarkerPath(dataDir), err)
+	}
+	switch m.Phase {
+	case PhaseFenced, PhaseHandedOver:
+	default:
+		return Marker{}, false, fmt.Errorf("heal marker %s: unknown phase %q", MarkerPath(dataDir), m.Phase)
+	}
+	return m, true, nil
+}
+
+// SaveMarker writes the marker durably: temp file, fsync, rename, fsync of
+// the directory. A crash leaves the old marker or the new one, never half.
+func SaveMarker(dataDir string, m Marker) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode heal marker: %w", err)
+	}
+	path := MarkerPath(dataDir)
+	tmp, err := os.CreateTemp(dataDir, MarkerFile+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write heal marker: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write heal marker: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync heal marker: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close heal marker: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("install heal marker: %w", err)
+	}
+	return syncDir(dataDir)
+}
+
+// RemoveMarker deletes the marker (durably).
+func RemoveMarker(dataDir string) error {
+	if err := os.Remove(MarkerPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove heal marker: %w", err)
+	}
+	return syncDir(dataDir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s for sync: %w", dir, err)
+	}
+	defer d.Close()
+	// Directories cannot be synced on every platform (Windows); the rename
+	// itself is what matters there.
+	_ = d.Sync()
+	return nil
+}
+
+// PrepareStart runs before the FSM and raft open. It reports whether raft
+// must start fenced (a hand-over was interrupted) and, for a merge that was
+// handed over but not finished, wipes the FSM file and raft dir so the node
+// starts empty and is re-admitted, then removes the marker.
+func PrepareStart(dataDir, fsmPath, raftDir string) (startFenced bool, err error) {
+	m, ok, err := LoadMarker(dataDir)
+	if err != nil || !ok {
+		return false, err
+	}
+	switch m.Phase {
+	case PhaseFenced:
+		return true, nil
+	case PhaseHandedOver:
+		for _, p := range []string{fsmPath, raftDir} {
+			if err := os.RemoveAll(p); err != nil {
+				return false, fmt.Errorf("heal: wipe %s before rejoining: %w", p, err)
+			}
+		}
+		return false, RemoveMarker(dataDir)
+	}
+	return false, nil
+}
