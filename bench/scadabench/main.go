@@ -50,6 +50,7 @@ type options struct {
 	deliverN                     int
 	witness, keep, sinkFsync     bool
 	pprof                        bool
+	bufferN, bufferSize          int
 	clients, sizes               []int
 	duration, warmup, probeEvery time.Duration
 	probeTimeout, settle, foMax  time.Duration
@@ -91,6 +92,18 @@ type deployResult struct {
 	ChangedEntries int     `json:"one_tag_change_diff_entries"`
 }
 
+type bufferResult struct {
+	Messages        int     `json:"messages"`
+	PayloadBytes    int     `json:"payload_bytes"`
+	FillSeconds     float64 `json:"fill_seconds"`
+	RSSMiB          []int   `json:"rss_mib"`      // per node, after the fill
+	RSSAnonMiB      []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
+	FSMFileMiB      int     `json:"fsm_file_mib"`
+	RestartToActive float64 `json:"restart_all_to_active_s"`
+	PendingAfter    uint64  `json:"pending_after_restart"`
+	CatchUpSeconds  float64 `json:"wiped_follower_catch_up_s"`
+}
+
 type report struct {
 	System   string          `json:"system"`
 	Go       string          `json:"go"`
@@ -101,6 +114,7 @@ type report struct {
 	Failover *failoverResult `json:"failover,omitempty"`
 	Deliver  *deliverResult  `json:"deliver,omitempty"`
 	Deploy   *deployResult   `json:"deploy,omitempty"`
+	Buffer   *bufferResult   `json:"buffer,omitempty"`
 }
 
 func main() {
@@ -162,6 +176,15 @@ func main() {
 		fmt.Printf("deploy: %d-byte site config (%d tags) pushed and applied on all %d nodes in %.0fms; a one-tag change (%d diff entry) in %.0fms (push %.0fms)\n",
 			d.ArtifactBytes, d.Tags, len(b.c.Nodes), d.PushToAllMs, d.ChangedEntries, d.OneTagToAllMs, d.OneTagPushMs)
 	}
+	if strings.Contains(o.phases, "buffer") {
+		r, err := b.bufferPhase(o.bufferN, o.bufferSize)
+		if err != nil {
+			fatalf("buffer phase: %v", err)
+		}
+		rep.Buffer = r
+		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (anonymous %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending; a wiped follower caught up in %.1fs\n",
+			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSAnonMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.CatchUpSeconds)
+	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
 		if err != nil {
@@ -194,6 +217,8 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
+	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
+	flag.IntVar(&o.bufferSize, "buffer-size", 1024, "buffer: payload bytes per message")
 	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on every node's HTTP listener")
 	flag.StringVar(&o.extra, "node-config", "", "YAML appended to every node config (e.g. tuning store_forward)")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
@@ -617,4 +642,113 @@ func (b *bench) deployPhase() (*deployResult, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// bufferPhase fills the buffer with n pending messages (the sink refuses
+// them), reads each node's memory, restarts every node and times until one
+// is Active again, then wipes a follower and times its catch-up.
+func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
+	if err := b.sink.SetFailing(true); err != nil {
+		return nil, err
+	}
+	lead, err := b.leader()
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]*multi, 64)
+	for i := range conns {
+		if conns[i], err = b.clientFor([]*testcluster.Node{lead}); err != nil {
+			return nil, err
+		}
+		defer conns[i].Close()
+	}
+	t0 := time.Now()
+	w := runLoad(conns, len(conns), size, 0, n, fmt.Sprintf("buf%d", time.Now().UnixNano()))
+	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds()}
+	for _, nd := range b.c.Nodes {
+		rss, anon := nodeMemory(nd)
+		res.RSSMiB = append(res.RSSMiB, rss)
+		res.RSSAnonMiB = append(res.RSSAnonMiB, anon)
+	}
+	if st, err := os.Stat(filepath.Join(lead.Dir, "data", "fsm.db")); err == nil {
+		res.FSMFileMiB = int(st.Size() >> 20)
+	}
+	for _, nd := range b.c.Nodes {
+		b.c.Stop(nd)
+	}
+	t1 := time.Now()
+	if err := b.c.StartAll(); err != nil {
+		return nil, err
+	}
+	if _, err := b.leader(); err != nil {
+		return nil, err
+	}
+	res.RestartToActive = time.Since(t1).Seconds()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if res.PendingAfter, err = b.pending(ctx); err != nil {
+		return nil, err
+	}
+	// Wipe a follower (not the witness) and time until it has applied what
+	// the leader has.
+	lead, err = b.leader()
+	if err != nil {
+		return nil, err
+	}
+	var follower *testcluster.Node
+	for _, nd := range b.c.Nodes {
+		if nd != lead && !nd.Witness {
+			follower = nd
+		}
+	}
+	b.c.Kill(follower)
+	if err := os.RemoveAll(filepath.Join(follower.Dir, "data")); err != nil {
+		return nil, err
+	}
+	lc, err := b.client(lead)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.Close()
+	st, err := lc.api.Status(ctx, &controlpb.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	target := st.AppliedIndex
+	t2 := time.Now()
+	if err := b.c.Start(follower); err != nil {
+		return nil, err
+	}
+	fc, err := b.client(follower)
+	if err != nil {
+		return nil, err
+	}
+	defer fc.Close()
+	if err := testcluster.Poll(ctx, func() bool {
+		fs, err := fc.api.Status(ctx, &controlpb.StatusRequest{})
+		return err == nil && fs.AppliedIndex >= target
+	}); err != nil {
+		return nil, fmt.Errorf("wiped follower did not catch up: %w", err)
+	}
+	res.CatchUpSeconds = time.Since(t2).Seconds()
+	return res, nil
+}
+
+// nodeMemory reads VmRSS and RssAnon of the node's process, in MiB.
+func nodeMemory(n *testcluster.Node) (rss, anon int) {
+	pid := n.PID()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1, -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		var kb int
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+			rss = kb >> 10
+		}
+		if _, err := fmt.Sscanf(line, "RssAnon: %d kB", &kb); err == nil {
+			anon = kb >> 10
+		}
+	}
+	return rss, anon
 }

@@ -284,6 +284,16 @@ func (n *Node) Running() bool {
 	return n.cmd != nil
 }
 
+// PID is n's process id, 0 when it is not running.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 // LogPath is where n's output goes.
 func (n *Node) LogPath() string { return filepath.Join(n.Dir, "scadad.log") }
 
