@@ -241,3 +241,23 @@ func TestScadactlUnreachableSaysSo(t *testing.T) {
 		t.Fatalf("scadactl took %s to give up, want a few seconds", took)
 	}
 }
+
+func TestMembersRemoveAndAddBack(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	w := c.Node("witness")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, errs, code, err := c.Ctl(ctx, nil, "members", "remove", "witness"); err != nil || code != 0 {
+		t.Fatalf("members remove: exit %d: %s %v", code, errs, err)
+	}
+	waitFor(t, 10*time.Second, "two voters after removing the witness", func() bool { return status(t, c, active).Voters == 2 })
+	if _, _, code, _ := c.Ctl(ctx, nil, "members", "remove", "nobody"); code != 5 {
+		t.Fatalf("removing an unknown member exited %d, want 5 (not found)", code)
+	}
+	if _, errs, code, err := c.Ctl(ctx, nil, "members", "add", "witness", w.RaftAddr); err != nil || code != 0 {
+		t.Fatalf("members add: exit %d: %s %v", code, errs, err)
+	}
+	waitFor(t, 10*time.Second, "three voters after adding the witness back", func() bool { return status(t, c, active).Voters == 3 })
+}
