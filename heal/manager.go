@@ -277,6 +277,11 @@ func (m *Manager) detect(ctx context.Context) {
 	}
 	peerFacts := factsFromProto(pf)
 	if !peerFacts.Active {
+		if peerFacts.Phase == PhaseFenced || peerFacts.Phase == PhaseHandedOver {
+			// The loser decided first; the split is still this side's to
+			// report.
+			m.noteSplit(ctx, self, peerFacts, Verdict{Winner: m.cfg.NodeID, Loser: peerFacts.NodeID, Reason: "the peer found it lost and is merging into this cluster"})
+		}
 		m.setStatus(Status{Phase: "winner", Peer: m.cfg.Peer, Winner: m.cfg.NodeID, MergeID: peerFacts.MergeID,
 			Detail: fmt.Sprintf("peer is %s, merging into this cluster", orDash(peerFacts.Phase))})
 		return
