@@ -255,6 +255,16 @@ func (s *Server) SetPeerVerdict(reachable bool, at time.Time) {
 	s.poke()
 }
 
+// ForgetPeerVerdict drops the peer's verdict: a peer that cannot be asked
+// (it is down or cut off) has no say about this node's reachability, so a
+// survivor is not held out of the healthy tiers by its dead peer's last word.
+func (s *Server) ForgetPeerVerdict() {
+	s.mu.Lock()
+	s.peerKnown = false
+	s.mu.Unlock()
+	s.poke()
+}
+
 // ApplyModel moves the address space to m by difference.
 func (s *Server) ApplyModel(m Model) (ModelDiff, error) {
 	if err := m.validate(); err != nil {

@@ -106,6 +106,10 @@ func TestPeerVerdictExpires(t *testing.T) {
 	})
 	ts.SetPeerVerdict(true, clock.Now())
 	eventually(t, 5*time.Second, "ok verdict keeps active", func() bool { return ts.ServiceLevel() == LevelActive })
+	ts.SetPeerVerdict(false, clock.Now())
+	eventually(t, 5*time.Second, "a fresh failed verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
+	ts.ForgetPeerVerdict()
+	eventually(t, 5*time.Second, "a forgotten verdict stops counting at once", func() bool { return ts.ServiceLevel() == LevelActive })
 }
 
 func TestRedundancyNodes(t *testing.T) {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/siteconfig"
 )
@@ -104,6 +105,14 @@ type bufferResult struct {
 	CatchUpSeconds  float64 `json:"wiped_follower_catch_up_s"`
 }
 
+type serviceLevelResult struct {
+	RunsMs   []float64 `json:"runs_ms"`
+	Failed   int       `json:"failed"`
+	MinMs    float64   `json:"min_ms"`
+	MedianMs float64   `json:"median_ms"`
+	MaxMs    float64   `json:"max_ms"`
+}
+
 type report struct {
 	System   string          `json:"system"`
 	Go       string          `json:"go"`
@@ -115,6 +124,9 @@ type report struct {
 	Deliver  *deliverResult  `json:"deliver,omitempty"`
 	Deploy   *deployResult   `json:"deploy,omitempty"`
 	Buffer   *bufferResult   `json:"buffer,omitempty"`
+	// ServiceLevel is the OPC UA failover: SIGKILL of the Active until the
+	// survivor's ServiceLevel 250 is readable by a client.
+	ServiceLevel *serviceLevelResult `json:"service_level,omitempty"`
 }
 
 func main() {
@@ -124,7 +136,7 @@ func main() {
 		fatalf("build: %v", err)
 	}
 	defer bin.Remove()
-	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn", Extra: o.extra, Pprof: o.pprof})
+	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn", Extra: o.extra, Pprof: o.pprof, OPCUA: strings.Contains(o.phases, "servicelevel")})
 	if err != nil {
 		fatalf("cluster: %v", err)
 	}
@@ -184,6 +196,14 @@ func main() {
 		rep.Buffer = r
 		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (anonymous %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending; a wiped follower caught up in %.1fs\n",
 			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSAnonMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.CatchUpSeconds)
+	}
+	if strings.Contains(o.phases, "servicelevel") && o.failovers > 0 {
+		r, err := b.serviceLevelPhase()
+		if err != nil {
+			fatalf("servicelevel phase: %v", err)
+		}
+		rep.ServiceLevel = r
+		fmt.Printf("servicelevel (%d runs, %d failed): SIGKILL of the Active -> survivor's ServiceLevel 250 read by a client: min=%.0fms median=%.0fms max=%.0fms\n", len(r.RunsMs), r.Failed, r.MinMs, r.MedianMs, r.MaxMs)
 	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
@@ -751,4 +771,62 @@ func nodeMemory(n *testcluster.Node) (rss, anon int) {
 		}
 	}
 	return rss, anon
+}
+
+// serviceLevelPhase: K times, wait for a healthy cluster whose Active
+// advertises 250, SIGKILL it, and time until a client reads 250 from the
+// survivor (a fresh connect-and-read every -probe-interval).
+func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
+	res := &serviceLevelResult{RunsMs: []float64{}}
+	opts := opcua.ClientOptions{Timeout: b.o.probeTimeout}
+	for run := 1; run <= b.o.failovers; run++ {
+		lead, err := b.leader()
+		if err != nil {
+			return res, err
+		}
+		var survivor *testcluster.Node
+		for _, n := range b.c.Nodes {
+			if n != lead && !n.Witness {
+				survivor = n
+			}
+		}
+		// Healthy means the Active advertises 250 and the Standby 240.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = testcluster.Poll(ctx, func() bool {
+			a, errA := opcua.ReadServiceLevel(ctx, lead.OPCUA, opts)
+			s, errS := opcua.ReadServiceLevel(ctx, survivor.OPCUA, opts)
+			return errA == nil && errS == nil && a == 250 && s == 240
+		})
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("the pair never reached 250/240 before the kill")
+		}
+		time.Sleep(b.o.settle)
+		t0 := time.Now()
+		b.c.Kill(lead)
+		ctx, cancel = context.WithTimeout(context.Background(), b.o.foMax)
+		var took time.Duration
+		for ctx.Err() == nil {
+			if lvl, err := opcua.ReadServiceLevel(ctx, survivor.OPCUA, opts); err == nil && lvl == 250 {
+				took = time.Since(t0)
+				break
+			}
+			time.Sleep(b.o.probeEvery)
+		}
+		cancel()
+		if took > 0 {
+			res.RunsMs = append(res.RunsMs, float64(took.Microseconds())/1000)
+			fmt.Printf("servicelevel %d/%d: killed %s, %s advertised 250 after %.0fms\n", run, b.o.failovers, lead.ID, survivor.ID, float64(took.Microseconds())/1000)
+		} else {
+			res.Failed++
+		}
+		if err := b.c.Start(lead); err != nil {
+			return res, err
+		}
+	}
+	if r := slices.Sorted(slices.Values(res.RunsMs)); len(r) > 0 {
+		res.MinMs, res.MaxMs = r[0], r[len(r)-1]
+		res.MedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
+	}
+	return res, nil
 }

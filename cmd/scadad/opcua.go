@@ -185,7 +185,10 @@ func (s *opcuaService) learnPeerVerdicts(ctx context.Context) error {
 			st, err := cli.Status(qctx, &controlpb.StatusRequest{})
 			cancel()
 			if err != nil {
-				continue // no word from the peer is no verdict; it expires on its own
+				// A peer that cannot be asked has no say: its last verdict
+				// must not hold a survivor out of the healthy tiers.
+				srv.ForgetPeerVerdict()
+				continue
 			}
 			for _, v := range st.OpcuaVerdicts {
 				if v.Endpoint == s.endpoint {
