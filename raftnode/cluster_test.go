@@ -209,8 +209,8 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 		t.Fatalf("override fired after %s, before the %s window", elapsed, testOverrideAfter)
 	}
 	st := h.node(survivor).Role().Current()
-	if st.Epoch.Cluster != 1 || st.Voters != 1 {
-		t.Fatalf("survivor state %+v, want cluster epoch 1 and 1 voter", st)
+	if want := nextEpoch(0, h.members, survivor); st.Epoch.Cluster != want || st.Voters != 1 {
+		t.Fatalf("survivor state %+v, want cluster epoch %d and 1 voter", st, want)
 	}
 	if n := h.overrides[survivor].Load(); n != 1 {
 		t.Fatalf("OnOverride called %d times, want 1", n)
@@ -226,7 +226,7 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "rejoined FSM caught up", func() (bool, string) {
 		f := h.fsms[old]
-		return f.ClusterEpoch() == 1 && slices.Equal(f.Values(), []string{"v1", "v2"}), strings.Join(f.Values(), ",")
+		return f.ClusterEpoch() == nextEpoch(0, h.members, survivor) && slices.Equal(f.Values(), []string{"v1", "v2"}), strings.Join(f.Values(), ",")
 	})
 	if h.overrides[old].Load() != 0 {
 		t.Fatal("the returning peer ran an override")
@@ -263,7 +263,7 @@ func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
 			})
 			waitFor(t, 5*time.Second, "late peer caught up", func() (bool, string) {
 				f := h.fsms[late]
-				return f.ClusterEpoch() == 1 && slices.Equal(f.Values(), []string{"alone"}), strings.Join(f.Values(), ",")
+				return f.ClusterEpoch() == nextEpoch(0, h.members, first) && slices.Equal(f.Values(), []string{"alone"}), strings.Join(f.Values(), ",")
 			})
 			if h.overrides[late].Load() != 0 {
 				t.Fatal("late peer ran an override")
@@ -496,7 +496,7 @@ func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 			flagged := false
 			for _, m := range ms {
 				flagged = flagged || (m.SplitBrain && m.Suffrage == "absent" && m.Reachable &&
-					m.PeerState == "Leader" && m.PeerEpoch == 1 && slices.Equal(m.PeerVoters, []string{m.ID}))
+					m.PeerState == "Leader" && m.PeerEpoch == nextEpoch(0, h.members, m.ID) && slices.Equal(m.PeerVoters, []string{m.ID}))
 			}
 			if !flagged {
 				return false, fmt.Sprintf("%s: %+v", id, ms)

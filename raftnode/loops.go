@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -480,7 +481,7 @@ func (n *Node) bumpEpoch(ctx context.Context, r *raft.Raft) {
 	if !n.epochPending.Load() {
 		return
 	}
-	next := n.cfg.FSM.ClusterEpoch() + 1
+	next := nextEpoch(n.cfg.FSM.ClusterEpoch(), n.cfg.Members, n.cfg.NodeID)
 	if n.cfg.OnOverride == nil {
 		n.log.Error().Uint64("epoch", next).Msg("override: no OnOverride callback; the cluster epoch is NOT bumped")
 	} else {
@@ -554,4 +555,30 @@ func (n *Node) clearSplitBrain(id string) {
 	n.mu.Lock()
 	delete(n.splitBrain, id)
 	n.mu.Unlock()
+}
+
+// nextEpoch is the cluster epoch an override by self records after current.
+// Two sides of a split pair override from the same epoch; if both took
+// current+1 their deliveries and gateway writes would carry the same fencing
+// epoch and no receiver could tell them apart. So the epochs a node can take
+// are its own residue class: the smallest number above current that is
+// congruent to self's position among the sorted member ids.
+func nextEpoch(current uint64, members []Member, self string) uint64 {
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		ids = append(ids, m.ID)
+	}
+	sort.Strings(ids)
+	stride := uint64(max(len(ids), 1))
+	slot := uint64(0)
+	for i, id := range ids {
+		if id == self {
+			slot = uint64(i)
+		}
+	}
+	next := (current/stride)*stride + slot
+	for next <= current {
+		next += stride
+	}
+	return next
 }

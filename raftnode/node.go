@@ -49,6 +49,7 @@ type Node struct {
 	mu         sync.RWMutex
 	r          *raft.Raft
 	obs        *raft.Observer
+	trans      *raft.NetworkTransport // r's transport
 	recovering bool
 	removed    map[string]bool       // members an operator removed: never re-added automatically
 	reachable  map[string]peerStatus // last probe answer per member
@@ -219,7 +220,7 @@ func (n *Node) startRaft() error {
 	obs := raft.NewObserver(n.obsCh, false, nil)
 	r.RegisterObserver(obs)
 	n.mu.Lock()
-	n.r, n.obs = r, obs
+	n.r, n.obs, n.trans = r, obs, trans
 	n.mu.Unlock()
 	return nil
 }
@@ -228,14 +229,23 @@ func (n *Node) startRaft() error {
 // not held across Shutdown: raft's goroutines call back into the node.
 func (n *Node) stopRaft() error {
 	n.mu.Lock()
-	r, obs := n.r, n.obs
-	n.r, n.obs = nil, nil
+	r, obs, trans := n.r, n.obs, n.trans
+	n.r, n.obs, n.trans = nil, nil, nil
 	n.mu.Unlock()
 	if r == nil {
 		return nil
 	}
 	r.DeregisterObserver(obs)
-	if err := r.Shutdown().Error(); err != nil {
+	f := r.Shutdown()
+	// raft closes its transport only after its goroutines have stopped, and
+	// a replication goroutine writing to a cut-off peer waits out the
+	// transport's I/O timeout (10 s) first: that made an override finish
+	// long after it was decided, sometimes after the partition had healed.
+	// Closing the transport now ends those writes at once.
+	if trans != nil {
+		_ = trans.Close()
+	}
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("shut raft down: %w", err)
 	}
 	return nil

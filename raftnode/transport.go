@@ -303,6 +303,14 @@ func (v *view) Addr() net.Addr { return advertiseAddr(v.s.advertise) }
 func (v *view) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// A dial to a cut-off peer must not outlive the transport it is for.
+	go func() {
+		select {
+		case <-v.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	conn, id, err := v.s.dial(ctx, string(address), alpnRaft)
 	if err != nil {
 		return nil, err
