@@ -94,23 +94,44 @@ func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, error)
 // this node's certificate.
 func (f *Forwarder) Client(id string) (controlpb.ControlClient, error) { return f.client(id) }
 
+// HealClient returns a client of the node id's Heal service, on the same
+// connection as its control API.
+func (f *Forwarder) HealClient(id string) (controlpb.HealClient, error) {
+	conn, err := f.conn(id)
+	if err != nil {
+		return nil, err
+	}
+	return controlpb.NewHealClient(conn), nil
+}
+
 func (f *Forwarder) client(id string) (controlpb.ControlClient, error) {
+	conn, err := f.conn(id)
+	if err != nil {
+		return nil, err
+	}
+	return controlpb.NewControlClient(conn), nil
+}
+
+// conn keeps one connection per peer; snapshots and heal hand-overs can be
+// large, hence the message size limits.
+func (f *Forwarder) conn(id string) (*grpc.ClientConn, error) {
 	addr, ok := f.apiAddr[id]
-	if !ok {
-		return nil, status.Errorf(codes.Unavailable, "leader %q has no control API address in this node's config", id)
+	if !ok || addr == "" {
+		return nil, status.Errorf(codes.Unavailable, "node %q has no control API address in this node's config", id)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	conn, ok := f.conns[addr]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)))
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 		if err != nil {
-			return nil, fmt.Errorf("dial leader %s at %s: %w", id, addr, err)
+			return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
 		}
 		f.conns[addr] = conn
 	}
-	return controlpb.NewControlClient(conn), nil
+	return conn, nil
 }
 
 // forwardContext marks ctx as forwarded for the leader.

@@ -30,7 +30,7 @@
 // merge, so a disagreement stops the heal instead of making two losers):
 //
 //  1. A preferred node, when both sides are configured with the same
-//     preferred node id (SCADAD_HEAL_PREFERRED) and it is one of the two.
+//     preferred node id (cluster.heal_preferred) and it is one of the two.
 //     Differing settings are ignored, so a half-done rollout cannot make
 //     both sides win or both lose.
 //  2. Otherwise the side whose override came first: the smaller leader

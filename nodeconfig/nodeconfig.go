@@ -50,6 +50,9 @@ type Cluster struct {
 	// SnapshotThreshold is the number of log entries between snapshots.
 	SnapshotThreshold uint64   `yaml:"snapshot_threshold"`
 	SnapshotInterval  Duration `yaml:"snapshot_interval"`
+	// HealPreferred names the node that wins the heal after a dual-active
+	// split in pair mode, when both nodes name the same one.
+	HealPreferred string `yaml:"heal_preferred"`
 }
 
 // Member is one configured member of the cluster; the list is identical on
@@ -291,6 +294,9 @@ func (c *Config) Validate() error {
 		if voters > 2 {
 			bad("cluster.members", "pair mode has at most two members, found %d", voters)
 		}
+	}
+	if c.Cluster.HealPreferred != "" && !seen[c.Cluster.HealPreferred] {
+		bad("cluster.heal_preferred", "%q is not a member", c.Cluster.HealPreferred)
 	}
 	if c.Cluster.RaftBind != "" {
 		if err := checkHostPort(c.Cluster.RaftBind); err != nil {

@@ -142,7 +142,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Log:        log.With().Str("part", "control").Logger(),
 	}
 	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
-	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, clientTLS, ctlMembers)
+	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
 	healing.register(grpcServer, srv)
 	apiLis, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {

@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
@@ -25,10 +22,6 @@ import (
 	"github.com/scadad/scadad/raftnode"
 	"github.com/scadad/scadad/role"
 )
-
-// healPreferredEnv names the preferred heal winner until the node config
-// has a key for it (nodeconfig refuses unknown keys).
-const healPreferredEnv = "SCADAD_HEAL_PREFERRED"
 
 // Data-dir layout the heal wipes on a resumed rejoin (see runDaemon).
 func fsmPath(cfg *nodeconfig.Config) string { return filepath.Join(cfg.DataDir, "fsm.db") }
@@ -50,15 +43,12 @@ func healPrepare(cfg *nodeconfig.Config) (bool, error) {
 type healWiring struct {
 	mgr    *heal.Manager
 	server *control.HealServer
-	dialer *peerDialer
 }
 
 func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, node *raftnode.Node, roles role.Source,
-	state *fsm.FSM, fwd *control.Forwarder, clientTLS *tls.Config, members []control.Member) *healWiring {
+	state *fsm.FSM, fwd *control.Forwarder, members []control.Member) *healWiring {
 	peer := ""
-	apiAddrs := map[string]string{}
 	for _, m := range members {
-		apiAddrs[m.ID] = m.APIAddr
 		if m.ID != cfg.NodeID && !m.Witness {
 			peer = m.ID
 		}
@@ -66,18 +56,17 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 	if cfg.Cluster.Mode != nodeconfig.ModePair || len(members) != 2 {
 		peer = "" // only a pair can be dual-active without an operator
 	}
-	dialer := &peerDialer{addrs: apiAddrs, tls: clientTLS, conns: map[string]*grpc.ClientConn{}}
 	hlog := log.With().Str("part", "heal").Logger()
 	mgr := heal.NewManager(heal.Config{
 		NodeID:       cfg.NodeID,
 		Peer:         peer,
 		DataDir:      cfg.DataDir,
-		Preferred:    os.Getenv(healPreferredEnv),
+		Preferred:    cfg.Cluster.HealPreferred,
 		Node:         node,
 		Roles:        roles,
 		State:        state,
 		Auditor:      fwd,
-		Dial:         dialer.dial,
+		Dial:         func(_ context.Context, id string) (controlpb.HealClient, error) { return fwd.HealClient(id) },
 		ResetFSM:     emptyFSM(state, cfg.DataDir),
 		Metrics:      heal.NewMetrics(reg),
 		Log:          hlog,
@@ -85,7 +74,6 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 	})
 	return &healWiring{
 		mgr:    mgr,
-		dialer: dialer,
 		server: &control.HealServer{
 			Configured: members,
 			Facts:      mgr.Facts,
@@ -96,7 +84,6 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 
 // run runs the manager when this node is half of a pair.
 func (h *healWiring) run(ctx context.Context) error {
-	defer h.dialer.close()
 	return h.mgr.Run(ctx)
 }
 
@@ -169,39 +156,3 @@ func emptyFSM(state *fsm.FSM, dir string) func(context.Context) error {
 	}
 }
 
-// peerDialer keeps one client connection per peer for the heal.
-type peerDialer struct {
-	addrs map[string]string
-	tls   *tls.Config
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-func (d *peerDialer) dial(_ context.Context, id string) (controlpb.HealClient, error) {
-	addr, ok := d.addrs[id]
-	if !ok || addr == "" {
-		return nil, fmt.Errorf("peer %q has no control API address in this node's config", id)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	conn, ok := d.conns[id]
-	if !ok {
-		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(d.tls)),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-		if err != nil {
-			return nil, fmt.Errorf("dial peer %s at %s: %w", id, addr, err)
-		}
-		d.conns[id] = conn
-	}
-	return controlpb.NewHealClient(conn), nil
-}
-
-func (d *peerDialer) close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		c.Close()
-	}
-	d.conns = map[string]*grpc.ClientConn{}
-}
