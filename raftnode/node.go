@@ -61,6 +61,9 @@ type Node struct {
 	handoffBusy  atomic.Bool
 	// fenced is set while a heal keeps raft stopped (see rejoin.go).
 	fenced atomic.Bool
+	// leaderVerifiedAt is when a quorum last confirmed this node's
+	// leadership (unix nanoseconds; see verify.go).
+	leaderVerifiedAt atomic.Int64
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -97,9 +100,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.roleLoop()
 	go n.guardLoop()
+	go n.verifyLoop()
 	return n, nil
 }
 

@@ -402,6 +402,9 @@ func (w *worker) run() {
 }
 
 // sleep waits d or until the worker is stopped; false means stopped.
+// gateRecheck is how often a worker whose gate is closed looks again.
+const gateRecheck = 10 * time.Millisecond
+
 func (w *worker) sleep(d time.Duration) bool {
 	select {
 	case <-w.d.opts.Clock.After(d):
@@ -416,8 +419,13 @@ func (w *worker) sleep(d time.Duration) bool {
 func (w *worker) deliver(m *Message) bool {
 	failures := 0
 	for {
-		if !w.gate() {
-			return false
+		// The gate can close for a moment without a role change (the
+		// leader's quorum confirmation is late); a real change of role or
+		// epoch cancels this worker, which ends the wait.
+		for !w.gate() {
+			if !w.sleep(gateRecheck) {
+				return false
+			}
 		}
 		start := w.d.opts.Clock.Now()
 		err := w.post(m)

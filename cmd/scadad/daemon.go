@@ -116,6 +116,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	roles := node.Role()
+	// Side effects follow the role only while a quorum keeps confirming it
+	// (half a heartbeat timeout: no other node can even start an election
+	// sooner), see freshRoles.
+	acting := freshRoles{Source: roles, node: node, window: cfg.Cluster.HeartbeatTimeout.D() / 2}
 
 	reg := prometheus.NewRegistry()
 	metrics := newNodeMetrics(reg)
@@ -161,16 +165,16 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 		}()
 	}
-	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, roles, holder, goRun)
+	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, acting, holder, goRun)
 	if err != nil {
 		return err
 	}
 	srv.SF = sf
-	tagWorkers, fanout, err := startTagWorkers(log, reg, roles, holder, sf.enqueuer, goRun)
+	tagWorkers, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, goRun)
 	if err != nil {
 		return err
 	}
-	if ua := startOPCUA(cfg, log, reg, roles, holder, gatewayWriter{tagWorkers}, fanout, fwd, goRun); ua != nil {
+	if ua := startOPCUA(cfg, log, reg, acting, holder, gatewayWriter{tagWorkers}, fanout, fwd, goRun); ua != nil {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
@@ -201,7 +205,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 			return true, ""
 		}
-		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(roles, ready, reg, sfHTTP, cfg.HTTP.Pprof), ReadHeaderTimeout: 5 * time.Second}
+		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(acting, ready, reg, sfHTTP, cfg.HTTP.Pprof), ReadHeaderTimeout: 5 * time.Second}
 		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
