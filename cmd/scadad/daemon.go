@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -52,7 +51,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err != nil {
 		return err
 	}
-	state, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{Logger: log.With().Str("part", "fsm").Logger()})
+	state, err := fsm.Open(fsmPath(cfg), fsm.Options{Logger: log.With().Str("part", "fsm").Logger()})
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
 	}
@@ -95,7 +94,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	node, err = raftnode.New(raftnode.Config{
 		NodeID:             cfg.NodeID,
 		BindAddr:           cfg.Cluster.RaftBind,
-		DataDir:            filepath.Join(cfg.DataDir, "raft"),
+		DataDir:            raftDir(cfg),
 		Members:            members,
 		Mode:               raftnode.Mode(cfg.Cluster.Mode),
 		OverrideAfter:      cfg.Cluster.OverrideAfter.D(),
