@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -260,4 +262,30 @@ func TestMembersRemoveAndAddBack(t *testing.T) {
 		t.Fatalf("members add: exit %d: %s %v", code, errs, err)
 	}
 	waitFor(t, 10*time.Second, "three voters after adding the witness back", func() bool { return status(t, c, active).Voters == 3 })
+}
+
+func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("metrics", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
+	var body []byte
+	// The gauges are sampled once a second.
+	waitFor(t, 10*time.Second, "the Active's role in /metrics", func() bool {
+		resp, err := http.Get("http://" + active.HTTPAddr + "/metrics")
+		if err != nil {
+			return false
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), `scadad_role{role="active"} 1`)
+	})
+	for _, want := range []string{`scadad_role{role="active"} 1`, "scadad_apply_seconds_count", "scadad_raft_term", "scadad_fsm_applied_index", "scadad_cluster_epoch"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics of the Active lacks %q", want)
+		}
+	}
+	if strings.Contains(string(body), "scadad_apply_seconds_count 0\n") {
+		t.Error("no apply was timed on the Active after a deploy")
+	}
 }

@@ -123,7 +123,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	reg := prometheus.NewRegistry()
 	metrics := newNodeMetrics(reg)
 
-	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, node)
+	timed := timedNode{Node: node, hist: metrics.applyLatency}
+	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, timed)
 	defer fwd.Close()
 
 	holder := siteconfig.NewHolder()
@@ -135,7 +136,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Mode:       cfg.Cluster.Mode,
 		Version:    version,
 		Configured: ctlMembers,
-		Raft:       node,
+		Raft:       timed,
 		Restorer:   snapshotRestorer{node},
 		Roles:      roles,
 		State:      state,

@@ -73,7 +73,7 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 		AbandonAfter: max(3*cfg.Cluster.OverrideAfter.D(), 10*time.Second),
 	})
 	return &healWiring{
-		mgr:    mgr,
+		mgr: mgr,
 		server: &control.HealServer{
 			Configured: members,
 			Facts:      mgr.Facts,
@@ -155,4 +155,3 @@ func emptyFSM(state *fsm.FSM, dir string) func(context.Context) error {
 		return ctx.Err()
 	}
 }
-

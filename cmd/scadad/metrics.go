@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/scadad/scadad/raftnode"
 	"github.com/scadad/scadad/role"
 )
 
@@ -19,6 +20,7 @@ type nodeMetrics struct {
 	appliedIndex prometheus.Gauge
 	clusterEpoch prometheus.Gauge
 	lastContact  prometheus.Gauge
+	applyLatency prometheus.Histogram
 }
 
 func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
@@ -29,8 +31,12 @@ func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
 		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_fsm_applied_index", Help: "Last log index applied to the FSM."}),
 		clusterEpoch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_cluster_epoch", Help: "Cluster epoch (bumped by every availability override)."}),
 		lastContact:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_raft_last_contact_seconds", Help: "Time since the leader was last heard from (0 on the leader, -1 unknown)."}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "scadad_apply_seconds", Help: "Time from proposing a command on the leader to its FSM result (committed on a quorum and applied).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 	}
-	reg.MustRegister(m.role, m.term, m.commitIndex, m.appliedIndex, m.clusterEpoch, m.lastContact,
+	reg.MustRegister(m.role, m.term, m.commitIndex, m.appliedIndex, m.clusterEpoch, m.lastContact, m.applyLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -68,4 +74,20 @@ func (m *nodeMetrics) sampleEvery(ctx context.Context, d time.Duration, sample f
 type statsSample struct {
 	term, commit, applied uint64
 	lastContact           time.Duration
+}
+
+// timedNode is the Raft node with its applies timed: every command this
+// node commits as leader, its own or forwarded by a follower.
+type timedNode struct {
+	*raftnode.Node
+	hist prometheus.Observer
+}
+
+func (t timedNode) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
+	start := time.Now()
+	out, err := t.Node.Apply(ctx, cmd)
+	if err == nil {
+		t.hist.Observe(time.Since(start).Seconds())
+	}
+	return out, err
 }
