@@ -219,7 +219,17 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", version).Msg("scadad started")
 
-	<-ctx.Done()
+	var storageErr error
+	select {
+	case <-ctx.Done():
+	case storageErr = <-watchStorage(runCtx, state):
+		// The FSM stopped applying (a full or failing disk): this node can
+		// neither apply nor serve its state any more. Exit so the service
+		// manager restarts it; on start it replays from its own applied
+		// index, which succeeds once the disk has room again. Everything
+		// acknowledged is in the Raft logs of a quorum.
+		log.Error().Err(storageErr).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
+	}
 	log.Info().Msg("shutting down")
 	// A planned stop of the Active node hands the role over first, so the
 	// standby takes over at once instead of after an election timeout.
@@ -244,5 +254,29 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	wg.Wait()
 	log.Info().Msg("stopped")
+	if storageErr != nil {
+		return fmt.Errorf("state storage failed: %w", storageErr)
+	}
 	return nil
+}
+
+// watchStorage reports the FSM's storage failure once it happens.
+func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := state.Err(); err != nil {
+					out <- err
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
