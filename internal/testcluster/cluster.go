@@ -284,6 +284,22 @@ func (n *Node) Running() bool {
 	return n.cmd != nil
 }
 
+// Exited reports whether n's process was started and has ended by itself
+// (the tests then play the service manager and start it again).
+func (n *Node) Exited() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // PID is n's process id, 0 when it is not running.
 func (n *Node) PID() int {
 	n.mu.Lock()
