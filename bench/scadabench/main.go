@@ -155,6 +155,10 @@ func main() {
 		fatalf("setup: %v", err)
 	}
 	defer b.sink.Close()
+	atExit = func() {
+		b.sink.Close()
+		c.Close()
+	}
 
 	rep := report{System: "scadad", Go: runtime.Version(), Mode: o.mode, Members: len(c.Nodes), NumCPU: runtime.NumCPU(), Write: []writeResult{}}
 	fmt.Printf("scadabench: scadad, %s, mode=%s, members=%d (witness=%v), fsync=on, cpus=%d, data=%s\n", rep.Go, o.mode, len(c.Nodes), o.witness, rep.NumCPU, c.Dir)
