@@ -21,7 +21,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
@@ -47,7 +46,7 @@ type runner struct {
 	bin  *testcluster.Binaries
 	net  network
 	c    *testcluster.Cluster
-	sink *sinkProc
+	sink *testcluster.Sink
 	logf func(format string, args ...any)
 	http *http.Client
 
@@ -157,67 +156,23 @@ func (r *runner) close() {
 		r.c.Close()
 	}
 	if r.sink != nil {
-		r.sink.close()
+		r.sink.Close()
 	}
 }
 
 // sinkProc is an sfsink running on the sink host.
-type sinkProc struct {
-	URL, Record, addr string
-	cmd               *exec.Cmd
-	exited            chan struct{}
-}
-
-func startSink(bin *testcluster.Binaries, nw network, dir string) (*sinkProc, error) {
+// startSink runs the recording sink on the sink's own host.
+func startSink(bin *testcluster.Binaries, nw network, dir string) (*testcluster.Sink, error) {
 	listen := "127.0.0.1:0"
 	if h := nw.Host(hostSink); h != "" {
 		listen = h + ":8080"
 	}
-	record := filepath.Join(dir, "sink.jsonl")
-	argv := nw.Wrap(hostSink, []string{bin.Sfsink, "-listen", listen, "-record", record})
-	cmd := exec.Command(argv[0], argv[1:]...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(record + ".log")
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start sfsink: %w", err)
-	}
-	first, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("sfsink did not print its address: %w", err)
-	}
-	go io.Copy(io.Discard, stdout)
-	addr := strings.TrimSpace(first)
-	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "listening on "), "http://")
-	s := &sinkProc{URL: "http://" + addr + "/ingest", Record: record, addr: addr, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		logf.Close()
-		close(s.exited)
-	}()
-	return s, nil
+	return testcluster.StartSinkOn(bin, dir, listen, func(argv []string) []string { return nw.Wrap(hostSink, argv) })
 }
 
-func (s *sinkProc) close() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
-
-// deliveries reads the sink's record.
-func (s *sinkProc) deliveries() ([]delivery, error) {
+// deliveries reads the sink's whole record (failed requests too; the
+// checker looks at their status).
+func deliveries(s *testcluster.Sink) ([]delivery, error) {
 	f, err := os.Open(s.Record)
 	if err != nil {
 		if os.IsNotExist(err) {

@@ -233,7 +233,7 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	// Wait for the buffer to drain: every acknowledged id at the sink.
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		ds, err := r.sink.deliveries()
+		ds, err := deliveries(r.sink)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	sleepCtx(ctx, 300*time.Millisecond) // a last role sample after the drain
 	h.End = time.Now()
 	_, _, h.Samples, _ = r.snapshot()
-	if h.Deliveries, err = r.sink.deliveries(); err != nil {
+	if h.Deliveries, err = deliveries(r.sink); err != nil {
 		t.Fatal(err)
 	}
 	cancel()

@@ -37,8 +37,19 @@ type Delivery struct {
 
 // StartSink runs sfsink on a free loopback port, recording into dir.
 func StartSink(bin *Binaries, dir string, args ...string) (*Sink, error) {
+	return StartSinkOn(bin, dir, "127.0.0.1:0", nil, args...)
+}
+
+// StartSinkOn runs sfsink listening on listen, its command line rewritten
+// by wrap when set (a fault suite puts the sink in a network namespace of
+// its own with "ip netns exec").
+func StartSinkOn(bin *Binaries, dir, listen string, wrap func(argv []string) []string, args ...string) (*Sink, error) {
 	record := filepath.Join(dir, fmt.Sprintf("sink-%d.jsonl", time.Now().UnixNano()))
-	cmd := exec.Command(bin.Sfsink, append([]string{"-listen", "127.0.0.1:0", "-record", record}, args...)...)
+	argv := append([]string{bin.Sfsink, "-listen", listen, "-record", record}, args...)
+	if wrap != nil {
+		argv = wrap(argv)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
