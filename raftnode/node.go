@@ -49,7 +49,7 @@ type Node struct {
 	mu         sync.RWMutex
 	r          *raft.Raft
 	obs        *raft.Observer
-	trans      *raft.NetworkTransport // r's transport
+	trans      *noPipelineTransport // r's transport
 	recovering bool
 	removed    map[string]bool       // members an operator removed: never re-added automatically
 	reachable  map[string]peerStatus // last probe answer per member
@@ -205,13 +205,35 @@ func (n *Node) openStores() error {
 	return nil
 }
 
-func (n *Node) newTransport() *raft.NetworkTransport {
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+func (n *Node) newTransport() *noPipelineTransport {
+	return &noPipelineTransport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  n.stream.newView(),
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  n.hlog.Named("transport"),
-	})
+	})}
+}
+
+// noPipelineTransport is raft's network transport with pipelined
+// replication turned off, so raft replicates with one AppendEntries at a
+// time per follower (each still carrying every entry that is ready).
+//
+// raft v1.7's pipeline can deadlock: when a follower answers
+// Success=false the response consumer returns, the transport's decoder
+// blocks handing over the next response, and the sender blocks handing it
+// the next request; the sender is the goroutine that would close the
+// pipeline, so nothing ever unblocks. Replication to that follower stops
+// while its heartbeats go on, and Shutdown waits forever (the fault suite
+// caught an override hung in it after a pair split). grafana/pyroscope#5518
+// analyses the same hang and also turns pipelining off.
+type noPipelineTransport struct {
+	*raft.NetworkTransport
+}
+
+// AppendEntriesPipeline implements raft.Transport; raft falls back to
+// plain AppendEntries on this error.
+func (*noPipelineTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 func (n *Node) startRaft() error {

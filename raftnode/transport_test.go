@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/pki"
@@ -149,4 +152,38 @@ func mustTLS(t *testing.T, f func(string) (*tls.Config, error), name string) *tl
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestTransportReplicatesWithoutPipeline guards the fix for raft's pipeline
+// deadlock: the transport must refuse pipelines (raft then replicates with
+// plain AppendEntries) and keep pre-vote and Close, which raft finds by
+// interface assertion.
+func TestTransportReplicatesWithoutPipeline(t *testing.T) {
+	var trans raft.Transport = &noPipelineTransport{raft.NewNetworkTransport(newNopStream(), 1, time.Second, io.Discard)}
+	defer trans.(raft.WithClose).Close()
+	p, err := trans.AppendEntriesPipeline("node-b", "127.0.0.1:1")
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) || p != nil {
+		t.Fatalf("AppendEntriesPipeline = %v, %v; want nil, ErrPipelineReplicationNotSupported", p, err)
+	}
+	if _, ok := trans.(raft.WithPreVote); !ok {
+		t.Error("transport lost raft.WithPreVote: pre-vote would be off")
+	}
+	if _, ok := trans.(raft.WithClose); !ok {
+		t.Error("transport lost raft.WithClose: raft would not close it on shutdown")
+	}
+}
+
+// nopStream is a stream layer that accepts nothing and dials nowhere.
+type nopStream struct {
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newNopStream() *nopStream { return &nopStream{closed: make(chan struct{})} }
+
+func (s *nopStream) Accept() (net.Conn, error) { <-s.closed; return nil, net.ErrClosed }
+func (s *nopStream) Close() error              { s.once.Do(func() { close(s.closed) }); return nil }
+func (s *nopStream) Addr() net.Addr            { return advertiseAddr("127.0.0.1:1") }
+func (s *nopStream) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
+	return nil, errors.New("nop stream dials nowhere")
 }

@@ -24,7 +24,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -51,6 +53,7 @@ type options struct {
 	deliverN                     int
 	witness, keep, sinkFsync     bool
 	pprof                        bool
+	cpuProfile                   string
 	bufferN, bufferSize          int
 	clients, sizes               []int
 	duration, warmup, probeEvery time.Duration
@@ -244,10 +247,17 @@ func parseFlags() options {
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
 	flag.IntVar(&o.bufferSize, "buffer-size", 1024, "buffer: payload bytes per message")
 	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on every node's HTTP listener")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of every node during each write and deliver run into this folder (implies -pprof)")
 	flag.StringVar(&o.extra, "node-config", "", "YAML appended to every node config (e.g. tuning store_forward)")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
 	flag.Parse()
 	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)
+	if o.cpuProfile != "" {
+		o.pprof = true
+		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
+			fatalf("-cpuprofile: %v", err)
+		}
+	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
 	}
@@ -393,7 +403,9 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	if b.o.warmup > 0 {
 		runLoad(conns, clients, size, b.o.warmup, 0, tag+"warm")
 	}
+	stop := b.profile(fmt.Sprintf("write-c%d-v%d", clients, size), b.o.duration)
 	r := runLoad(conns, clients, size, b.o.duration, b.o.count, tag)
+	stop()
 	r.Target = b.o.target
 	return r, nil
 }
@@ -470,6 +482,43 @@ func (b *bench) pending(ctx context.Context) (uint64, error) {
 
 // deliverPhase fills the buffer while the sink refuses, then times the
 // drain. The backlog from the write phases drains too and is counted.
+// profile starts a CPU profile of up to d on every running node when
+// -cpuprofile is set; the returned func waits for them to be written.
+func (b *bench) profile(name string, d time.Duration) func() {
+	if b.o.cpuProfile == "" {
+		return func() {}
+	}
+	secs := max(1, int(d.Seconds()))
+	var wg sync.WaitGroup
+	for _, n := range b.c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := filepath.Join(b.o.cpuProfile, name+"-"+n.ID+".pprof")
+			cl := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+			resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.HTTPAddr, secs))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "scadabench: profile %s: %v\n", n.ID, err)
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				err = os.WriteFile(path, data, 0o644)
+			} else if err == nil {
+				err = fmt.Errorf("HTTP %d", resp.StatusCode)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "scadabench: profile %s: %v\n", n.ID, err)
+			}
+		}()
+	}
+	return wg.Wait
+}
+
 func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	lead, err := b.leader()
 	if err != nil {
@@ -497,6 +546,8 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "failover"); err != nil || code != 0 {
 		return nil, fmt.Errorf("failover to restart delivery: exit %d %s %v", code, errs, err)
 	}
+	stop := b.profile("deliver", 5*time.Second)
+	defer stop()
 	t0 := time.Now()
 	if err := testcluster.Poll(ctx, func() bool {
 		p, err := b.pending(ctx)

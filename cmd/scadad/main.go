@@ -58,6 +58,7 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	dumpStacksOnSignal(ctx, os.Stderr)
 	if err := runDaemon(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "scadad: %v\n", err)
 		return 1

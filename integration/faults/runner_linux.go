@@ -733,6 +733,15 @@ func (r *runner) runRound(ctx context.Context, rd round) {
 		r.logf("round %d: heal network: %v", rd.Index, err)
 	}
 	var recovered time.Time
+	defer func() {
+		if recovered.IsZero() {
+			// What a stuck node waits for is the diagnosis; it lands in
+			// the node logs the report keeps.
+			for _, n := range r.c.Nodes {
+				r.c.DumpStacks(n)
+			}
+		}
+	}()
 	if rd.Faults[0].Kind == faultPairLong {
 		// The pair split for good (no heal yet): there is no single
 		// Active to wait for, but each side must finish its override.

@@ -240,6 +240,10 @@ func (c *Cluster) Stop(n *Node) { c.signal(n, syscall.SIGTERM) }
 func (c *Cluster) Pause(n *Node)  { n.send(syscall.SIGSTOP) }
 func (c *Cluster) Resume(n *Node) { n.send(syscall.SIGCONT) }
 
+// DumpStacks asks n to write every goroutine's stack to its log (SIGUSR1);
+// the process keeps running. Tests call it when a node looks stuck.
+func (c *Cluster) DumpStacks(n *Node) { n.send(syscall.SIGUSR1) }
+
 func (n *Node) send(sig syscall.Signal) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
