@@ -147,6 +147,9 @@ func (s *Site) ApplyDefaults() {
 		if t.MaxPayloadBytes == 0 {
 			t.MaxPayloadBytes = DefaultTargetMaxPayloadBytes
 		}
+		if t.MaxInFlight == 0 {
+			t.MaxInFlight = 1
+		}
 	}
 	for i := range s.History {
 		h := &s.History[i]

@@ -186,6 +186,11 @@ type Target struct {
 	MaxAttempts int `yaml:"max_attempts"`
 	// MaxPayloadBytes rejects larger messages at enqueue.
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	// MaxInFlight is how many deliveries to this target may be under way
+	// at once. 1 (the default) delivers strictly one after another, so the
+	// target receives messages in enqueue order; more are still started in
+	// enqueue order, but may arrive and be retried out of it.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

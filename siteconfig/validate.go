@@ -28,6 +28,7 @@ const (
 	MaxHistoryBatch     = 100000
 	MaxServerSessions   = 10000
 	MaxTargetAttempts   = 1000000
+	MaxTargetInFlight   = 64
 	maxProblemsReported = 1000
 )
 
@@ -488,6 +489,9 @@ func (v *validator) target(p string, t *Target) {
 	}
 	if t.MaxPayloadBytes < 1 || t.MaxPayloadBytes > MaxPayloadBytes {
 		v.add(field(p, "max_payload_bytes"), "%d is outside 1..%d", t.MaxPayloadBytes, MaxPayloadBytes)
+	}
+	if t.MaxInFlight < 1 || t.MaxInFlight > MaxTargetInFlight {
+		v.add(field(p, "max_in_flight"), "%d is outside 1..%d", t.MaxInFlight, MaxTargetInFlight)
 	}
 }
 

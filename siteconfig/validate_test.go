@@ -145,6 +145,8 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].max_attempts"}, "outside"},
 		{"target payload", func(s *Site) { s.Targets[0].MaxPayloadBytes = 1 << 30 },
 			[]string{"targets[0].max_payload_bytes"}, "outside"},
+		{"target window", func(s *Site) { s.Targets[0].MaxInFlight = 65 },
+			[]string{"targets[0].max_in_flight"}, "outside"},
 		{"duplicate target", func(s *Site) { s.Targets = append(s.Targets, s.Targets[0]) },
 			[]string{"targets[1].name"}, `duplicate "hist"`},
 		{"history target unknown", func(s *Site) { s.History[0].Target = "nope" },

@@ -371,7 +371,13 @@ func (w *worker) run() {
 	w.log.Info().Msg("s&f delivery started")
 	defer w.log.Info().Msg("s&f delivery stopped")
 
-	var cursor uint64 // pending seq of the last message finished here
+	// window holds one token per delivery under way; deliveries start in
+	// enqueue order. With one token the next message waits for the
+	// previous one to be delivered or parked: strict FIFO.
+	window := make(chan struct{}, w.cfg.MaxInFlight)
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait() // before the remover's final flush
+	var cursor uint64     // pending seq of the last message started here
 	readFailures := 0
 	for w.ctx.Err() == nil {
 		msgs, err := w.d.opts.Reader.SFPending(w.cfg.Name, cursor, w.d.opts.ReadBatch)
@@ -393,9 +399,20 @@ func (w *worker) run() {
 			continue
 		}
 		for i := range msgs {
-			if !w.deliver(&msgs[i]) {
+			select {
+			case window <- struct{}{}:
+			case <-w.ctx.Done():
 				return
 			}
+			inFlight.Add(1)
+			go func(m *Message) {
+				defer inFlight.Done()
+				defer func() { <-window }()
+				if !w.deliver(m) {
+					// Only a stopped worker gives up on a message.
+					w.cancel()
+				}
+			}(&msgs[i])
 			cursor = msgs[i].Seq
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,5 +413,69 @@ func TestEpochChangeWhileActiveRestampsDeliveries(t *testing.T) {
 	got := s.requests()
 	if len(got) != 2 || got[0].Epoch != "1.1" || got[1].Epoch != "2.1" || got[1].ID != "after" {
 		t.Fatalf("requests %+v", got)
+	}
+}
+
+// TestDeliveryWindow checks max_in_flight: at most that many deliveries are
+// under way at once (and that many are, when the target is slow), and
+// every message arrives once. With 1 the target
+// sees strict enqueue order even though it answers slowly.
+func TestDeliveryWindow(t *testing.T) {
+	for _, window := range []int{1, 4} {
+		t.Run(fmt.Sprint("max_in_flight=", window), func(t *testing.T) {
+			const n = 40
+			var (
+				mu        sync.Mutex
+				cur, peak int
+				started   []string
+			)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				cur++
+				peak = max(peak, cur)
+				started = append(started, r.Header.Get(HeaderIdempotencyKey))
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond) // a slow target: deliveries overlap if allowed
+				mu.Lock()
+				cur--
+				mu.Unlock()
+			}))
+			defer srv.Close()
+			h := newHarness(t, role.State{Role: role.Standby})
+			tg := fastTarget("up", srv.URL)
+			tg.MaxInFlight = window
+			if err := h.d.SetTargets([]Target{tg}); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
+			}
+			h.roles.Publish(activeState(1, 1))
+			waitFor(t, "every message delivered and removed", 10*time.Second, func() bool {
+				return h.stats(t, "up").Pending == 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if peak != window {
+				t.Errorf("at most %d deliveries were under way at once, want exactly %d", peak, window)
+			}
+			if len(started) != n {
+				t.Fatalf("target got %d requests, want %d (each message once)", len(started), n)
+			}
+			seen := map[string]bool{}
+			for _, id := range started {
+				if seen[id] {
+					t.Fatalf("%s delivered twice", id)
+				}
+				seen[id] = true
+			}
+			if window == 1 {
+				for i, id := range started {
+					if want := fmt.Sprintf("m%02d", i); id != want {
+						t.Fatalf("request %d is %s, want %s (strict FIFO)", i, id, want)
+					}
+				}
+			}
+		})
 	}
 }

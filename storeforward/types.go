@@ -117,6 +117,10 @@ type Target struct {
 	// MaxPayloadBytes rejects larger messages at enqueue (at most
 	// fsm.MaxPayloadBytes).
 	MaxPayloadBytes int
+	// MaxInFlight is how many deliveries may be under way at once
+	// (default 1: strictly one after another, in enqueue order). More are
+	// started in enqueue order but may complete out of it.
+	MaxInFlight int
 }
 
 // withDefaults fills zero fields.
@@ -138,6 +142,9 @@ func (t Target) withDefaults() Target {
 	}
 	if t.MaxPayloadBytes <= 0 {
 		t.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if t.MaxInFlight <= 0 {
+		t.MaxInFlight = 1
 	}
 	return t
 }
@@ -168,6 +175,7 @@ func (t Target) validate() error {
 func sameTarget(a, b Target) bool {
 	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
 		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
+		a.MaxInFlight != b.MaxInFlight ||
 		len(a.Headers) != len(b.Headers) {
 		return false
 	}

@@ -480,8 +480,6 @@ func (b *bench) pending(ctx context.Context) (uint64, error) {
 	return n, nil
 }
 
-// deliverPhase fills the buffer while the sink refuses, then times the
-// drain. The backlog from the write phases drains too and is counted.
 // profile starts a CPU profile of up to d on every running node when
 // -cpuprofile is set; the returned func waits for them to be written.
 func (b *bench) profile(name string, d time.Duration) func() {
@@ -519,6 +517,8 @@ func (b *bench) profile(name string, d time.Duration) func() {
 	return wg.Wait
 }
 
+// deliverPhase fills the buffer while the sink refuses, then times the
+// drain. The backlog from the write phases drains too and is counted.
 func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	lead, err := b.leader()
 	if err != nil {

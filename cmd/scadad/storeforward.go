@@ -89,7 +89,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 		out = append(out, storeforward.Target{
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
-			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes,
+			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
 		})
 	}
 	return out
