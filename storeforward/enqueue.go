@@ -27,8 +27,10 @@ type EnqueuerOptions struct {
 	Targets  TargetLookup // required
 	// Actor is stamped on every command (the node id).
 	Actor string
-	// MaxBatchMessages and MaxBatchBytes close a batch early; MaxDelay is
-	// the longest the first message of a batch waits for company.
+	// MaxBatchMessages and MaxBatchBytes close a batch early. MaxDelay is
+	// the longest the first message of a batch waits for company while
+	// other batches are being committed; with none in flight a batch goes
+	// at once (the commit is then the wait that gathers the next batch).
 	MaxBatchMessages int           // default 1024, at most fsm.MaxEnqueueBatch
 	MaxBatchBytes    int           // default 4 MiB (payloads)
 	MaxDelay         time.Duration // default 1 ms
@@ -51,6 +53,9 @@ type Enqueuer struct {
 
 	reqs chan *enqueueReq
 	sem  chan struct{} // one token per in-flight Propose
+	// freed wakes the loop when a commit ends: an idle pipeline sends the
+	// waiting batch without its delay.
+	freed chan struct{}
 
 	ctx    context.Context // cancelled by Close: aborts in-flight Proposes
 	cancel context.CancelFunc
@@ -99,9 +104,10 @@ func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
 		opts.Clock = SystemClock()
 	}
 	e := &Enqueuer{
-		opts: opts,
-		reqs: make(chan *enqueueReq),
-		sem:  make(chan struct{}, opts.MaxInFlight),
+		opts:  opts,
+		reqs:  make(chan *enqueueReq),
+		sem:   make(chan struct{}, opts.MaxInFlight),
+		freed: make(chan struct{}, 1),
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.loopWG.Add(1)
@@ -210,11 +216,12 @@ func (b *batch) add(r *enqueueReq) {
 	b.bytes += len(r.msg.Payload)
 }
 
-// loop collects requests into batches. A batch is ready when it is full or
-// its first message has waited MaxDelay; a ready batch is handed to a
-// commit goroutine as soon as an in-flight slot is free. While every slot
-// is busy the batch keeps filling until full, and a full batch stops
-// intake: that is the back-pressure.
+// loop collects requests into batches. A batch is ready when it is full,
+// when its first message has waited MaxDelay, or at once when no batch is
+// being committed (a lone caller does not wait for company that is not
+// coming); a ready batch is handed to a commit goroutine as soon as an
+// in-flight slot is free. While every slot is busy the batch keeps filling
+// until full, and a full batch stops intake: that is the back-pressure.
 func (e *Enqueuer) loop() {
 	defer e.loopWG.Done()
 	var (
@@ -228,18 +235,24 @@ func (e *Enqueuer) loop() {
 		if full {
 			intake, ready = nil, true
 		}
+		if len(cur.reqs) > 0 && len(e.sem) == 0 {
+			ready = true // nothing in flight: no reason to wait
+		}
 		var slot chan struct{}
 		if ready && len(cur.reqs) > 0 {
 			slot = e.sem
 		}
 		select {
 		case r := <-intake:
-			if len(cur.reqs) == 0 {
+			if len(cur.reqs) == 0 && len(e.sem) > 0 {
+				// Busy: the batch waits for company, at most MaxDelay.
+				// (Idle, it goes on the next turn of the loop.)
 				timer = e.opts.Clock.After(e.opts.MaxDelay)
 			}
 			cur.add(r)
 		case <-timer:
 			timer, ready = nil, true
+		case <-e.freed:
 		case slot <- struct{}{}:
 			b := cur
 			cur, timer, ready = batch{}, nil, false
@@ -268,7 +281,13 @@ func (r *enqueueReq) reply(rep enqueueReply) {
 
 func (e *Enqueuer) commit(b batch) {
 	defer e.inWG.Done()
-	defer func() { <-e.sem }()
+	defer func() {
+		<-e.sem
+		select {
+		case e.freed <- struct{}{}:
+		default:
+		}
+	}()
 	e.opts.Metrics.observeEnqueueBatch(len(b.reqs))
 	msgs := make([]*fsmpb.Message, len(b.reqs))
 	for i, r := range b.reqs {

@@ -15,6 +15,31 @@ import (
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
 
+// holdFirst makes p block the first SFEnqueue it sees until release is
+// closed, so the enqueuer has a batch in flight for as long as a test needs.
+func holdFirst(p *applyProposer) (held <-chan struct{}, release func()) {
+	var once sync.Once
+	heldCh, releaseCh := make(chan struct{}), make(chan struct{})
+	p.before = func(ctx context.Context, cmd *fsmpb.Command) error {
+		if cmd.GetSfEnqueue() == nil {
+			return nil
+		}
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil
+		}
+		close(heldCh)
+		select {
+		case <-releaseCh:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return heldCh, func() { close(releaseCh) }
+}
+
 func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
@@ -22,12 +47,21 @@ func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 	const perBatch, total = 50, 200
 	e, err := NewEnqueuer(EnqueuerOptions{
 		Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://127.0.0.1:1"}},
-		MaxBatchMessages: perBatch, Clock: clock, Logger: zerolog.Nop(),
+		MaxBatchMessages: perBatch, MaxInFlight: 2, Clock: clock, Logger: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	// A lone message on an idle enqueuer goes at once; held in flight, it
+	// keeps the pipeline busy, so the concurrent calls below are batched.
+	held, release := holdFirst(p)
+	lone := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(context.Background(), "up", []byte("lone"), "lone", nil)
+		lone <- err
+	}()
+	<-held
 	var wg sync.WaitGroup
 	errs := make(chan error, total)
 	for i := 0; i < total; i++ {
@@ -48,25 +82,30 @@ func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	release()
+	if err := <-lone; err != nil {
+		t.Fatal(err)
+	}
 	cmds := p.commands(isEnqueue)
-	if len(cmds) != total/perBatch {
-		t.Fatalf("%d SFEnqueue commands for %d concurrent enqueues, want %d", len(cmds), total, total/perBatch)
+	if len(cmds) != 1+total/perBatch {
+		t.Fatalf("%d SFEnqueue commands for 1+%d enqueues, want %d", len(cmds), total, 1+total/perBatch)
 	}
 	for _, c := range cmds {
-		if n := len(c.GetSfEnqueue().Messages); n != perBatch {
-			t.Errorf("a command carried %d messages, want %d", n, perBatch)
+		n := len(c.GetSfEnqueue().Messages)
+		if lone := c.GetSfEnqueue().Messages[0].Id == "lone"; lone && n != 1 || !lone && n != perBatch {
+			t.Errorf("a command carried %d messages (first %s), want %d", n, c.GetSfEnqueue().Messages[0].Id, perBatch)
 		}
 		if c.StampUnixNano == 0 {
 			t.Error("command not stamped")
 		}
 	}
 	st, _ := f.SFStats()
-	if st["up"].Pending != total {
-		t.Fatalf("pending = %d, want %d", st["up"].Pending, total)
+	if st["up"].Pending != total+1 {
+		t.Fatalf("pending = %d, want %d", st["up"].Pending, total+1)
 	}
 }
 
-func TestEnqueueFlushesAfterDelay(t *testing.T) {
+func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
 	clock := &manualClock{}
@@ -75,26 +114,43 @@ func TestEnqueueFlushesAfterDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Enqueue(context.Background(), "up", []byte("x"), "lonely", nil)
-		done <- err
-	}()
-	// Until the delay timer fires the lone message waits for company.
+	enqueue := func(id string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Enqueue(context.Background(), "up", []byte("x"), id, nil)
+			done <- err
+		}()
+		return done
+	}
+	// Idle: no timer needs to fire.
+	held, release := holdFirst(p)
+	first := enqueue("first")
+	<-held
+	// Busy: the next lone message waits for the delay timer.
+	second := enqueue("second")
 	waitFor(t, "the batch timer", 5*time.Second, func() bool {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
 		return len(clock.timers) == 1
 	})
 	if n := len(p.commands(isEnqueue)); n != 0 {
-		t.Fatalf("%d commands before the delay passed", n)
+		t.Fatalf("%d commands committed while the first was held", n)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("second enqueue returned before its batch was sent: %v", err)
+	default:
 	}
 	clock.fire()
-	if err := <-done; err != nil {
+	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
-	if n := len(p.commands(isEnqueue)); n != 1 {
-		t.Fatalf("%d commands, want 1", n)
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.commands(isEnqueue)); n != 2 {
+		t.Fatalf("%d commands, want 2", n)
 	}
 }
 
@@ -111,7 +167,15 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 	}
 	defer e.Close()
 
-	// Two concurrent enqueues of one id land in one batch.
+	// Two concurrent enqueues of one id land in one batch (one is held in
+	// flight first, so the batch waits for company).
+	held, release := holdFirst(p)
+	holder := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(context.Background(), "up", []byte("h"), "holder", nil)
+		holder <- err
+	}()
+	<-held
 	results := make(chan EnqueueResult, 2)
 	for i := 0; i < 2; i++ {
 		go func() {
@@ -150,6 +214,10 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 	if dups != 1 {
 		t.Fatalf("%d of 2 concurrent enqueues of one id were duplicates, want 1", dups)
 	}
+	release()
+	if err := <-holder; err != nil {
+		t.Fatal(err)
+	}
 
 	// A later enqueue of the same id is a duplicate too.
 	later := make(chan EnqueueResult, 1)
@@ -173,8 +241,8 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 		t.Fatal("re-enqueue of a stored id was not a duplicate")
 	}
 	st, _ := f.SFStats()
-	if st["up"].Pending != 1 {
-		t.Fatalf("pending = %d, want 1", st["up"].Pending)
+	if st["up"].Pending != 2 {
+		t.Fatalf("pending = %d, want 2 (holder and dup)", st["up"].Pending)
 	}
 
 	// No id given: the injected generator names the message.
@@ -299,6 +367,14 @@ func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	// Hold one message in flight so the three below fill one batch.
+	held, release := holdFirst(inner)
+	holder := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(context.Background(), "up", []byte("h"), "holder", nil)
+		holder <- err
+	}()
+	<-held
 	errs := make(map[string]error)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -319,8 +395,15 @@ func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
 	if !errors.Is(errs["poison"], ErrInvalid) || !errors.Is(errs["poison"], fsm.ErrInvalid) {
 		t.Fatalf("poison error = %v", errs["poison"])
 	}
+	release()
+	if err := <-holder; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(inner.commands(func(c *fsmpb.Command) bool { return len(c.GetSfEnqueue().GetMessages()) == 1 })); n != 3 {
+		t.Fatalf("%d one-message commands, want 3 (the holder, then the refused batch's good messages one by one)", n)
+	}
 	st, _ := f.SFStats()
-	if st["up"].Pending != 2 {
-		t.Fatalf("pending = %d, want 2", st["up"].Pending)
+	if st["up"].Pending != 3 {
+		t.Fatalf("pending = %d, want 3", st["up"].Pending)
 	}
 }
