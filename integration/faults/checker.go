@@ -223,6 +223,10 @@ type casResult struct {
 	// HistoryProblems are contradictions between the acknowledged pushes
 	// and the pointer's own recorded history.
 	HistoryProblems []string `json:"history_problems,omitempty"`
+	// SupersededByHeal counts pushes acknowledged by the losing side of a
+	// pair split, which the heal recorded as superseded (left out of the
+	// checks above).
+	SupersededByHeal int `json:"superseded_by_heal"`
 }
 
 // checkCAS runs porcupine over the operations. Unknown outcomes get a

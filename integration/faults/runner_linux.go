@@ -18,12 +18,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/heal"
 	"github.com/scadad/scadad/internal/testcluster"
 )
 
@@ -237,6 +239,34 @@ func (r *runner) ctlJSON(ctx context.Context, nodes []*testcluster.Node, v any, 
 		return fmt.Errorf("scadactl %v: decode %q: %w", args, out, err)
 	}
 	return nil
+}
+
+// supersededDeploys reads the audit for the deploys a heal recorded as
+// made on the losing side of a split (never applied) and returns their
+// content hashes.
+func (r *runner) supersededDeploys(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	var after uint64
+	for {
+		var page []*controlpb.AuditEntry
+		if err := r.ctlJSON(ctx, nil, &page, "audit", "--after", strconv.FormatUint(after, 10), "--limit", "1000"); err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			return out, nil
+		}
+		for _, e := range page {
+			after = e.Seq
+			if e.Kind != heal.KindDeploySuperseded {
+				continue
+			}
+			if _, rest, ok := strings.Cut(e.Detail, "sha256 "); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					out[f[0]] = true
+				}
+			}
+		}
+	}
 }
 
 // pushReply is the part of scadactl's deploy push reply the suite reads.

@@ -263,6 +263,11 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	if h.FinalPtr, h.PtrHistory, err = r.pointer(ctx); err != nil {
 		t.Errorf("final pointer: %v", err)
 	}
+	if mode == "pair" {
+		if h.Superseded, err = r.supersededDeploys(ctx); err != nil {
+			t.Errorf("read superseded deploys from the audit: %v", err)
+		}
+	}
 	sleepCtx(ctx, 300*time.Millisecond) // a last role sample after the drain
 	h.End = time.Now()
 	_, _, h.Samples, _ = r.snapshot()
