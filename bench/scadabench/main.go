@@ -50,7 +50,7 @@ import (
 type options struct {
 	mode, target, phases, extra  string
 	voters, failovers, count     int
-	deliverN                     int
+	deliverN, deliverInFlight    int
 	witness, keep, sinkFsync     bool
 	pprof                        bool
 	cpuProfile                   string
@@ -184,7 +184,7 @@ func main() {
 			fatalf("deliver phase: %v", err)
 		}
 		rep.Deliver = d
-		fmt.Printf("deliver: %d messages drained to a local sink (sink fsync=%v) in %.2fs: %.0f messages/s\n", d.Messages, o.sinkFsync, d.Seconds, d.PerSecond)
+		fmt.Printf("deliver: %d messages drained to a local sink (sink fsync=%v, max_in_flight=%d) in %.2fs: %.0f messages/s\n", d.Messages, o.sinkFsync, o.deliverInFlight, d.Seconds, d.PerSecond)
 	}
 	if strings.Contains(o.phases, "deploy") {
 		d, err := b.deployPhase()
@@ -242,6 +242,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.foMax, "failover-max", 30*time.Second, "failover: give up on a run after this long")
 	flag.DurationVar(&o.settle, "settle", 2*time.Second, "failover: idle time after the cluster is healthy before each kill")
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
+	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
@@ -281,6 +282,9 @@ type bench struct {
 	o    options
 	sink *testcluster.Sink
 	tls  credentials.TransportCredentials
+	// stats is the one connection the drain polls over: a new TLS
+	// handshake every poll would load the machine being measured.
+	stats *client
 }
 
 // setup deploys a site config whose target "bench" is a recording sink that
@@ -307,6 +311,7 @@ func (b *bench) setup() error {
 	site := testcluster.SiteConfig("bench", map[string]string{"bench": b.sink.URL}, 0)
 	// A long backoff: refused deliveries during the write phases stay rare.
 	site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
+	site = []byte(strings.Replace(string(site), "max_payload_bytes: 65536}", fmt.Sprintf("max_payload_bytes: 65536, max_in_flight: %d}", b.o.deliverInFlight), 1))
 	file := filepath.Join(b.c.Dir, "site.yaml")
 	if err := os.WriteFile(file, site, 0o644); err != nil {
 		return err
@@ -464,12 +469,14 @@ func pct(sorted []time.Duration, q float64) float64 {
 
 // pending reads the buffer's pending count from a voter's replica.
 func (b *bench) pending(ctx context.Context) (uint64, error) {
-	cli, err := b.client(b.c.Nodes[0])
-	if err != nil {
-		return 0, err
+	if b.stats == nil {
+		cli, err := b.client(b.c.Nodes[0])
+		if err != nil {
+			return 0, err
+		}
+		b.stats = cli
 	}
-	defer cli.Close()
-	resp, err := cli.api.SFStats(ctx, &controlpb.SFStatsRequest{})
+	resp, err := b.stats.api.SFStats(ctx, &controlpb.SFStatsRequest{})
 	if err != nil {
 		return 0, err
 	}
