@@ -97,10 +97,13 @@ type Log struct {
 type SF struct {
 	// MaxPayloadBytes bounds one message; larger enqueues get 413.
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
-	// BatchDelay is how long the group committer waits to fill a batch.
+	// BatchDelay is how long a batch waits to fill while another is being
+	// committed (with none in flight it goes at once).
 	BatchDelay Duration `yaml:"batch_delay"`
 	// BatchMaxMessages bounds one Raft entry.
 	BatchMaxMessages int `yaml:"batch_max_messages"`
+	// BatchMaxInFlight is how many batches may be being committed at once.
+	BatchMaxInFlight int `yaml:"batch_max_in_flight"`
 }
 
 // Duration is a time.Duration written as "500ms" or "10s" in YAML.
@@ -187,6 +190,9 @@ func (c *Config) ApplyDefaults() {
 	def(&c.SF.BatchDelay, 2*time.Millisecond)
 	if c.SF.BatchMaxMessages == 0 {
 		c.SF.BatchMaxMessages = 512
+	}
+	if c.SF.BatchMaxInFlight == 0 {
+		c.SF.BatchMaxInFlight = 4
 	}
 	if c.Cluster.RaftBind == "" {
 		if m, ok := c.Self(); ok {
@@ -354,6 +360,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SF.BatchMaxMessages < 1 {
 		bad("store_forward.batch_max_messages", "must be at least 1")
+	}
+	if c.SF.BatchMaxInFlight < 1 || c.SF.BatchMaxInFlight > 64 {
+		bad("store_forward.batch_max_in_flight", "%d is outside 1..64", c.SF.BatchMaxInFlight)
 	}
 	return errors.Join(errs...)
 }

@@ -54,6 +54,7 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"override too short", [2]string{"mode: witness", "mode: witness\n  override_after: 100ms"}, []string{"cluster.override_after"}},
 		{"two witnesses", [2]string{`api_addr: "127.0.0.1:7202"}`, `api_addr: "127.0.0.1:7202", witness: true}`}, []string{"exactly one member with witness"}},
 		{"pair with witness", [2]string{"mode: witness", "mode: pair"}, []string{"pair mode has no witness"}},
+		{"batch window", [2]string{"data_dir:", "store_forward: {batch_max_in_flight: 65}\ndata_dir:"}, []string{"store_forward.batch_max_in_flight", "outside 1..64"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,7 +45,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	}
 	enq, err := storeforward.NewEnqueuer(storeforward.EnqueuerOptions{
 		Proposer: fwd, Targets: deliverer, Actor: cfg.NodeID,
-		MaxBatchMessages: cfg.SF.BatchMaxMessages, MaxDelay: cfg.SF.BatchDelay.D(),
+		MaxBatchMessages: cfg.SF.BatchMaxMessages, MaxDelay: cfg.SF.BatchDelay.D(), MaxInFlight: cfg.SF.BatchMaxInFlight,
 		Logger: sfLog, Metrics: metrics,
 	})
 	if err != nil {
