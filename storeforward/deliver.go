@@ -371,13 +371,29 @@ func (w *worker) run() {
 	w.log.Info().Msg("s&f delivery started")
 	defer w.log.Info().Msg("s&f delivery stopped")
 
-	// window holds one token per delivery under way; deliveries start in
-	// enqueue order. With one token the next message waits for the
-	// previous one to be delivered or parked: strict FIFO.
-	window := make(chan struct{}, w.cfg.MaxInFlight)
-	var inFlight sync.WaitGroup
-	defer inFlight.Wait() // before the remover's final flush
-	var cursor uint64     // pending seq of the last message started here
+	// MaxInFlight senders take messages in enqueue order from an
+	// unbuffered channel, so a message is handed over only when a sender
+	// is free. With one sender the next message waits for the previous
+	// one to be delivered or parked: strict FIFO.
+	jobs := make(chan *Message)
+	var senders sync.WaitGroup
+	for range w.cfg.MaxInFlight {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for m := range jobs {
+				if !w.deliver(m) {
+					// Only a stopped worker gives up on a message.
+					w.cancel()
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(jobs)
+		senders.Wait() // before the remover's final flush
+	}()
+	var cursor uint64 // pending seq of the last message handed to a sender
 	readFailures := 0
 	for w.ctx.Err() == nil {
 		msgs, err := w.d.opts.Reader.SFPending(w.cfg.Name, cursor, w.d.opts.ReadBatch)
@@ -400,19 +416,10 @@ func (w *worker) run() {
 		}
 		for i := range msgs {
 			select {
-			case window <- struct{}{}:
+			case jobs <- &msgs[i]:
 			case <-w.ctx.Done():
 				return
 			}
-			inFlight.Add(1)
-			go func(m *Message) {
-				defer inFlight.Done()
-				defer func() { <-window }()
-				if !w.deliver(m) {
-					// Only a stopped worker gives up on a message.
-					w.cancel()
-				}
-			}(&msgs[i])
 			cursor = msgs[i].Seq
 		}
 	}
