@@ -20,6 +20,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -49,6 +50,7 @@ import (
 
 type options struct {
 	mode, target, phases, extra  string
+	api                          string
 	voters, failovers, count     int
 	deliverN, deliverInFlight    int
 	witness, keep, sinkFsync     bool
@@ -64,6 +66,7 @@ type writeResult struct {
 	Clients    int     `json:"clients"`
 	ValueBytes int     `json:"value_bytes"`
 	Target     string  `json:"target"`
+	API        string  `json:"api"`
 	Seconds    float64 `json:"seconds"`
 	Puts       int     `json:"puts"`
 	Errors     int64   `json:"errors"`
@@ -173,8 +176,8 @@ func main() {
 					fatalf("write phase: %v", err)
 				}
 				rep.Write = append(rep.Write, r)
-				fmt.Printf("write clients=%-3d value=%dB target=%s: %.0f enqueues/s (%d in %.1fs, %d errors) p50=%.2fms p99=%.2fms max=%.1fms\n",
-					r.Clients, r.ValueBytes, r.Target, r.PutsPerSec, r.Puts, r.Seconds, r.Errors, r.P50Ms, r.P99Ms, r.MaxMs)
+				fmt.Printf("write clients=%-3d value=%dB target=%s api=%s: %.0f enqueues/s (%d in %.1fs, %d errors) p50=%.2fms p99=%.2fms max=%.1fms\n",
+					r.Clients, r.ValueBytes, r.Target, r.API, r.PutsPerSec, r.Puts, r.Seconds, r.Errors, r.P50Ms, r.P99Ms, r.MaxMs)
 			}
 		}
 	}
@@ -236,6 +239,7 @@ func parseFlags() options {
 	flag.IntVar(&o.count, "count", 0, "if > 0, each write run does this many enqueues in total")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each write run")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
+	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API, mutual TLS) or http (the node's local POST /v1/sf/TARGET)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
@@ -261,6 +265,9 @@ func parseFlags() options {
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
+	}
+	if o.api != "grpc" && o.api != "http" {
+		fatalf("bad -api %q: want grpc or http", o.api)
 	}
 	return o
 }
@@ -349,9 +356,43 @@ func (c *client) enqueue(ctx context.Context, id string, payload []byte) error {
 
 func (c *client) Close() { c.conn.Close() }
 
+// enqueuer is one connection's way to enqueue: the gRPC control API or
+// the node's local HTTP endpoint.
+type enqueuer interface {
+	enqueue(ctx context.Context, id string, payload []byte) error
+	Close()
+}
+
+// httpEnqueuer posts to POST /v1/sf/bench over its own keep-alive
+// connection.
+type httpEnqueuer struct {
+	url string
+	cl  *http.Client
+}
+
+func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(payload))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Idempotency-Key", id)
+	resp, err := h.cl.Do(req)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("enqueue %s: HTTP %d: %s", id, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+func (h *httpEnqueuer) Close() { h.cl.CloseIdleConnections() }
+
 // multi round-robins over several nodes' clients.
 type multi struct {
-	cs []*client
+	cs []enqueuer
 	n  atomic.Uint64
 }
 
@@ -368,6 +409,10 @@ func (m *multi) Close() {
 func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 	m := &multi{}
 	for _, n := range nodes {
+		if b.o.api == "http" {
+			m.cs = append(m.cs, &httpEnqueuer{url: "http://" + n.HTTPAddr + "/v1/sf/bench", cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}})
+			continue
+		}
 		c, err := b.client(n)
 		if err != nil {
 			return nil, err
@@ -411,7 +456,7 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	stop := b.profile(fmt.Sprintf("write-c%d-v%d", clients, size), b.o.duration)
 	r := runLoad(conns, clients, size, b.o.duration, b.o.count, tag)
 	stop()
-	r.Target = b.o.target
+	r.Target, r.API = b.o.target, b.o.api
 	return r, nil
 }
 
