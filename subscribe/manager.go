@@ -388,9 +388,16 @@ func (c *connection) DataChange(d gateway.DataChange) {
 // ConnectionState implements gateway.Handler.
 func (c *connection) ConnectionState(st gateway.State) {
 	c.mu.Lock()
-	newSession := st.Good && st.Session != c.session
+	// The first session replaces none: a subscribe that already went out
+	// on it (the callback can trail the first command) must not be
+	// invalidated and sent again.
+	firstSession := st.Good && c.session == 0
+	newSession := st.Good && st.Session != c.session && !firstSession
 	wasGood := c.good
 	c.good = st.Good
+	if firstSession {
+		c.session = st.Session
+	}
 	if newSession {
 		c.session = st.Session
 		c.routes = map[int32]target{}
