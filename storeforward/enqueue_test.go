@@ -40,6 +40,17 @@ func holdFirst(p *applyProposer) (held <-chan struct{}, release func()) {
 	return heldCh, func() { close(releaseCh) }
 }
 
+// enqueueAsync enqueues one message to target "up" in the background; the
+// channel gets its error.
+func enqueueAsync(e *Enqueuer, id string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(context.Background(), "up", []byte(id), id, nil)
+		done <- err
+	}()
+	return done
+}
+
 func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
@@ -56,11 +67,7 @@ func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 	// A lone message on an idle enqueuer goes at once; held in flight, it
 	// keeps the pipeline busy, so the concurrent calls below are batched.
 	held, release := holdFirst(p)
-	lone := make(chan error, 1)
-	go func() {
-		_, err := e.Enqueue(context.Background(), "up", []byte("lone"), "lone", nil)
-		lone <- err
-	}()
+	lone := enqueueAsync(e, "lone")
 	<-held
 	var wg sync.WaitGroup
 	errs := make(chan error, total)
@@ -114,20 +121,12 @@ func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	enqueue := func(id string) chan error {
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.Enqueue(context.Background(), "up", []byte("x"), id, nil)
-			done <- err
-		}()
-		return done
-	}
 	// Idle: no timer needs to fire.
 	held, release := holdFirst(p)
-	first := enqueue("first")
+	first := enqueueAsync(e, "first")
 	<-held
 	// Busy: the next lone message waits for the delay timer.
-	second := enqueue("second")
+	second := enqueueAsync(e, "second")
 	waitFor(t, "the batch timer", 5*time.Second, func() bool {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
@@ -170,11 +169,7 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 	// Two concurrent enqueues of one id land in one batch (one is held in
 	// flight first, so the batch waits for company).
 	held, release := holdFirst(p)
-	holder := make(chan error, 1)
-	go func() {
-		_, err := e.Enqueue(context.Background(), "up", []byte("h"), "holder", nil)
-		holder <- err
-	}()
+	holder := enqueueAsync(e, "holder")
 	<-held
 	results := make(chan EnqueueResult, 2)
 	for i := 0; i < 2; i++ {
@@ -369,11 +364,7 @@ func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
 	defer e.Close()
 	// Hold one message in flight so the three below fill one batch.
 	held, release := holdFirst(inner)
-	holder := make(chan error, 1)
-	go func() {
-		_, err := e.Enqueue(context.Background(), "up", []byte("h"), "holder", nil)
-		holder <- err
-	}()
+	holder := enqueueAsync(e, "holder")
 	<-held
 	errs := make(map[string]error)
 	var mu sync.Mutex
