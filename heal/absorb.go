@@ -79,8 +79,13 @@ type Absorber struct {
 	Proposer Proposer
 	// Facts returns this node's own facts (Manager.Facts).
 	Facts func(ctx context.Context) (Facts, error)
-	Log   zerolog.Logger
-	Now   func() time.Time
+	// OnSplit, when set, is told of the split a new merge heals
+	// (Manager.NoteSplit): the loser may decide, hand over and rejoin
+	// before this side's own probe has seen the peer Active, and the split
+	// must still be logged, counted and audited here.
+	OnSplit func(ctx context.Context, self, loser Facts, v Verdict)
+	Log     zerolog.Logger
+	Now     func() time.Time
 }
 
 func (a *Absorber) now() time.Time {
@@ -180,6 +185,9 @@ func (a *Absorber) Begin(ctx context.Context, mergeID string, loser Facts) (self
 	}
 	detail := fmt.Sprintf("%snode %s hands its split-era work to %s (winner because %s; loser epoch %d, override at index %d)",
 		mergePrefix(mergeID), loser.NodeID, a.Self, v.Reason, loser.ClusterEpoch, loser.OverrideIndex)
+	if a.OnSplit != nil {
+		a.OnSplit(ctx, self, loser, v)
+	}
 	if err := a.audit(ctx, mergeID, KindBegin, detail); err != nil {
 		return self, false, fmt.Errorf("heal begin: %w", err)
 	}

@@ -79,11 +79,18 @@ func TestAbsorberIsIdempotentAndLossless(t *testing.T) {
 		t.Fatal("begin accepted a merge id not naming the loser")
 	}
 	const id = "node-b-node-a-1"
+	var splits []string
+	a.OnSplit = func(_ context.Context, self, peer Facts, v Verdict) {
+		splits = append(splits, self.NodeID+"<"+peer.NodeID+":"+v.Winner)
+	}
 	for i := 0; i < 2; i++ {
 		_, resumed, err := a.Begin(ctx, id, loser)
 		if err != nil || resumed != (i == 1) {
 			t.Fatalf("begin #%d: resumed=%v err=%v", i, resumed, err)
 		}
+	}
+	if len(splits) != 1 || splits[0] != "node-a<node-b:node-a" {
+		t.Fatalf("split notes = %q, want one (the new merge, not its resumption)", splits)
 	}
 	missing, err := a.Missing(ctx, id, []string{"w1", "w2", "l1", "l2"})
 	if err != nil || strings.Join(missing, ",") != "l1,l2" {

@@ -295,6 +295,17 @@ func (m *Manager) detect(ctx context.Context) {
 	m.beginLoser(ctx, cli, self, v)
 }
 
+// NoteSplit logs, counts and audits a split once, however it was learnt
+// of (this side's probe, or the loser's merge request).
+func (m *Manager) NoteSplit(ctx context.Context, self, peer Facts, v Verdict) {
+	m.noteSplit(ctx, self, peer, v)
+	if v.Winner == m.cfg.NodeID && m.Status().Phase != "winner" {
+		// So the probe loop ends the split (and its gauge) once the peer
+		// is back in this cluster.
+		m.setStatus(Status{Phase: "winner", Peer: m.cfg.Peer, Winner: v.Winner, Detail: "the peer found it lost and is merging into this cluster"})
+	}
+}
+
 // noteSplit logs, counts and audits a split once.
 func (m *Manager) noteSplit(ctx context.Context, self, peer Facts, v Verdict) {
 	key := fmt.Sprintf("%s/%d/%d", peer.NodeID, peer.ClusterEpoch, peer.OverrideUnixNano)

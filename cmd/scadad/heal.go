@@ -77,7 +77,7 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 		server: &control.HealServer{
 			Configured: members,
 			Facts:      mgr.Facts,
-			Absorber:   &heal.Absorber{Self: cfg.NodeID, State: state, Proposer: fwd, Facts: mgr.Facts, Log: hlog},
+			Absorber:   &heal.Absorber{Self: cfg.NodeID, State: state, Proposer: fwd, Facts: mgr.Facts, OnSplit: mgr.NoteSplit, Log: hlog},
 		},
 	}
 }
