@@ -538,13 +538,18 @@ func subscribe(t *testing.T, c *gopcua.Client, nid *ua.NodeID) <-chan *ua.DataVa
 	return out
 }
 
+// notifyDeadline bounds the wait for a notification. Generous: under a
+// loaded CI machine (every package's tests at once on 2 cores) the library's
+// publish loop has been seen to take over 5 s.
+const notifyDeadline = 20 * time.Second
+
 func nextValue(t *testing.T, ch <-chan *ua.DataValue) *ua.DataValue {
 	t.Helper()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(5 * time.Second):
-		t.Fatal("no notification within 5s")
+	case <-time.After(notifyDeadline):
+		t.Fatalf("no notification within %v", notifyDeadline)
 		return nil
 	}
 }
