@@ -390,14 +390,10 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	n.log.Warn().Str("why", why).Strs("dropped_voters", sortedIDs(others)).Bool("forced", force).
 		Msg("OVERRIDE: re-forming the cluster with this node as its sole voter")
 
-	n.mu.Lock()
-	n.recovering = true
-	n.mu.Unlock()
+	n.setRecovering(true)
 	n.refreshRole()
 	defer func() {
-		n.mu.Lock()
-		n.recovering = false
-		n.mu.Unlock()
+		n.setRecovering(false)
 		n.wake()
 	}()
 
@@ -424,9 +420,7 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	// Silence measured before the override must not count against a peer
 	// that shows up after it.
 	n.contact.restartWindow()
-	n.mu.Lock()
-	n.recovering = false
-	n.mu.Unlock()
+	n.setRecovering(false)
 
 	r, _ = n.current()
 	if err := n.waitLeader(ctx, r); err != nil {

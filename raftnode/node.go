@@ -277,6 +277,14 @@ func (n *Node) stopRaft() error {
 	return nil
 }
 
+// setRecovering marks raft as deliberately down (override, fence, rejoin)
+// or back; raftOrErr tells callers which.
+func (n *Node) setRecovering(on bool) {
+	n.mu.Lock()
+	n.recovering = on
+	n.mu.Unlock()
+}
+
 func (n *Node) current() (*raft.Raft, bool) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()

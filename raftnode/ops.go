@@ -310,14 +310,10 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	}
 	defer n.fenced.Store(false)
 	n.log.Warn().Msg("REJOIN: discarding this node's raft state and FSM to join the configured cluster afresh")
-	n.mu.Lock()
-	n.recovering = true
-	n.mu.Unlock()
+	n.setRecovering(true)
 	n.refreshRole()
 	defer func() {
-		n.mu.Lock()
-		n.recovering = false
-		n.mu.Unlock()
+		n.setRecovering(false)
 		n.wake()
 	}()
 	if err := n.stopRaft(); err != nil {

@@ -27,9 +27,7 @@ func (n *Node) Fence(ctx context.Context, why string) error {
 	}
 	n.log.Warn().Str("why", why).Msg("FENCE: stopping raft on this node for a dual-active heal; workers stop now")
 	n.fenced.Store(true)
-	n.mu.Lock()
-	n.recovering = true
-	n.mu.Unlock()
+	n.setRecovering(true)
 	n.refreshRole()
 	if err := n.stopRaft(); err != nil {
 		// The role is already Detached and raft is gone from the node's
@@ -63,9 +61,7 @@ func (n *Node) Unfence(ctx context.Context) error {
 	// override the moment raft is back.
 	n.contact.restartWindow()
 	n.fenced.Store(false)
-	n.mu.Lock()
-	n.recovering = false
-	n.mu.Unlock()
+	n.setRecovering(false)
 	n.wake()
 	return nil
 }
@@ -77,9 +73,7 @@ func (n *Node) Fenced() bool { return n.fenced.Load() }
 // open, raft is not started.
 func (n *Node) startFenced() {
 	n.fenced.Store(true)
-	n.mu.Lock()
-	n.recovering = true
-	n.mu.Unlock()
+	n.setRecovering(true)
 	n.log.Warn().Msg("starting fenced: an interrupted dual-active heal resumes before raft runs")
 }
 
