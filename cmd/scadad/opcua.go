@@ -65,16 +65,8 @@ func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Regis
 	}
 	goRun("opcua-server", func(ctx context.Context) error {
 		defer s.close()
-		updates, stop := holder.Watch()
-		defer stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case u := <-updates:
-				s.apply(ctx, u)
-			}
-		}
+		followSite(ctx, holder, func(u siteconfig.Update) { s.apply(ctx, u) })
+		return nil
 	})
 	return s
 }

@@ -53,18 +53,12 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	}
 	goRun("storeforward-delivery", deliverer.Run)
 	goRun("storeforward-targets", func(ctx context.Context) error {
-		updates, stop := holder.Watch()
-		defer stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case u := <-updates:
-				if err := deliverer.SetTargets(sfTargets(u.Site)); err != nil {
-					sfLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("store-and-forward targets of the new site config refused; keeping the previous ones")
-				}
+		followSite(ctx, holder, func(u siteconfig.Update) {
+			if err := deliverer.SetTargets(sfTargets(u.Site)); err != nil {
+				sfLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("store-and-forward targets of the new site config refused; keeping the previous ones")
 			}
-		}
+		})
+		return nil
 	})
 	goRun("storeforward-enqueuer", func(ctx context.Context) error {
 		<-ctx.Done()

@@ -65,45 +65,54 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 	}
 	goRun("subscribe", mgr.Run)
 	goRun("site-config-workers", func(ctx context.Context) error {
-		updates, stop := holder.Watch()
-		defer stop()
 		var cancelHistory context.CancelFunc
 		defer func() {
 			if cancelHistory != nil {
 				cancelHistory()
 			}
 		}()
-		for {
-			var u siteconfig.Update
-			select {
-			case <-ctx.Done():
-				return nil
-			case u = <-updates:
-			}
+		followSite(ctx, holder, func(u siteconfig.Update) {
 			if err := mgr.Apply(subscribeConfig(u.Site, subLog)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
 			}
-			if historyChanged(u.Changes) || cancelHistory == nil {
-				if cancelHistory != nil {
-					cancelHistory()
-				}
-				h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger()})
-				if err != nil {
-					log.Error().Err(err).Msg("history forwarding rules refused")
-					fan.setHistory(nil)
-					continue
-				}
-				hctx, cancel := context.WithCancel(ctx)
-				cancelHistory = cancel
-				go h.Run(hctx)
-				fan.setHistory(h)
+			if !historyChanged(u.Changes) && cancelHistory != nil {
+				return
 			}
-		}
+			if cancelHistory != nil {
+				cancelHistory()
+			}
+			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger()})
+			if err != nil {
+				log.Error().Err(err).Msg("history forwarding rules refused")
+				fan.setHistory(nil)
+				return
+			}
+			hctx, cancel := context.WithCancel(ctx)
+			cancelHistory = cancel
+			go h.Run(hctx)
+			fan.setHistory(h)
+		})
+		return nil
 	})
 	return mgr, fan, nil
 }
 
 func historyChanged(c siteconfig.Changes) bool { return len(c.History) > 0 }
+
+// followSite hands every deployed site config (the current one first) to
+// apply until ctx ends.
+func followSite(ctx context.Context, holder *siteconfig.Holder, apply func(siteconfig.Update)) {
+	updates, stop := holder.Watch()
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-updates:
+			apply(u)
+		}
+	}
+}
 
 // subscribeConfig maps the site's MxAccess subscriptions onto the workers'
 // plain config. Subscribe workers speak to MxAccess gateways; attributes on
