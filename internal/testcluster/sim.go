@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -77,12 +76,4 @@ func (s *Sim) Stats() (SimStats, error) {
 }
 
 // Close stops the simulator.
-func (s *Sim) Close() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
+func (s *Sim) Close() { terminate(s.cmd.Process, s.exited) }

@@ -94,13 +94,17 @@ func (s *Sink) SetFailing(fail bool) error {
 }
 
 // Close stops the sink (SIGTERM, so it flushes its record).
-func (s *Sink) Close() {
-	s.cmd.Process.Signal(syscall.SIGTERM)
+func (s *Sink) Close() { terminate(s.cmd.Process, s.exited) }
+
+// terminate stops a helper process with SIGTERM and kills it if it has not
+// exited (closed exited) within 5 s.
+func terminate(p *os.Process, exited <-chan struct{}) {
+	p.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
+	case <-exited:
 	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
+		p.Kill()
+		<-exited
 	}
 }
 
