@@ -468,25 +468,7 @@ func stateString(r map[string]role.State) string {
 // then brings it back as Standby holding only the winner's history.
 func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ModePair, []string{"a", "b"}, "")
-	proxies := map[string]*proxy{}
-	for _, m := range h.members {
-		h.bind[m.ID] = reservePort(t)
-		proxies[m.ID] = newProxy(t, m.RaftAddr, h.bind[m.ID])
-	}
-	h.start("a")
-	h.start("b")
-	h.waitOneActive(15 * time.Second)
-	for _, p := range proxies {
-		p.block(true)
-	}
-	waitFor(t, testOverrideAfter+15*time.Second, "both sides to override", func() (bool, string) {
-		r := h.roles()
-		return r["a"].Role == role.Active && r["b"].Role == role.Active && r["a"].Voters == 1 && r["b"].Voters == 1, stateString(r)
-	})
-	for _, p := range proxies {
-		p.block(false)
-	}
+	h := splitPair(t)
 	waitFor(t, 10*time.Second, "both to flag the split", func() (bool, string) {
 		for _, id := range []string{"a", "b"} {
 			ms, err := h.node(id).Members()
