@@ -100,42 +100,14 @@ func waitHealed(t *testing.T, c *testcluster.Cluster, timeout time.Duration) (wi
 	return winner, loser, time.Since(start)
 }
 
-// checkDelivered waits until every id in want was delivered (HTTP 200) at
-// least once and returns the ids delivered more than once.
+// checkDelivered is waitDelivered for a list of ids.
 func checkDelivered(t *testing.T, sink *testcluster.Sink, want []string, timeout time.Duration) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got, err := sink.Deliveries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]int{}
-		for _, d := range got {
-			if d.Status == 200 {
-				seen[d.ID]++
-			}
-		}
-		var missing []string
-		for _, id := range want {
-			if seen[id] == 0 {
-				missing = append(missing, id)
-			}
-		}
-		if len(missing) == 0 {
-			dups := map[string]int{}
-			for id, n := range seen {
-				if n > 1 {
-					dups[id] = n
-				}
-			}
-			return dups
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d acknowledged messages never delivered, e.g. %v", len(missing), len(want), missing[:min(10, len(missing))])
-		}
-		time.Sleep(200 * time.Millisecond)
+	acked := make(map[string]bool, len(want))
+	for _, id := range want {
+		acked[id] = true
 	}
+	return waitDelivered(t, sink, acked, timeout)
 }
 
 func healMessages() int {
