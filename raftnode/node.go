@@ -33,7 +33,7 @@ type Node struct {
 	hlog    *hclogAdapter
 	store   *raftboltdb.BoltStore
 	logs    raft.LogStore
-	snaps   *raft.FileSnapshotStore
+	snaps   *snapshotStore
 	stream  *tlsStream
 	contact *contacts
 	bc      *role.Broadcaster
@@ -196,10 +196,10 @@ func (n *Node) openStores() error {
 		_ = store.Close()
 		return fmt.Errorf("create raft log cache: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.hlog.Named("snapshots"))
+	snaps, err := openSnapshotStore(n.cfg.DataDir, 2, n.hlog, n.log)
 	if err != nil {
 		_ = store.Close()
-		return fmt.Errorf("open snapshot store in %s: %w", n.cfg.DataDir, err)
+		return err
 	}
 	n.store, n.logs, n.snaps = store, logs, snaps
 	return nil
