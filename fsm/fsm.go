@@ -19,6 +19,16 @@ type Options struct {
 	// NoSync skips fsync on every commit. Only for tests and benchmarks: a
 	// power loss could corrupt the file.
 	NoSync bool
+	// DeferSync skips fsync on commits but keeps the file trustworthy: the
+	// raft log (always synced) is the durable record and the state file is
+	// derived from it. A marker beside the file names the OS boot that
+	// wrote it; after a process crash the page cache still holds every
+	// write and the file is used as it is, after an OS restart Open refuses
+	// it with ErrUnsyncedState. Close syncs the file and removes the
+	// marker. Without a boot id (BootID returns "") commits are synced.
+	DeferSync bool
+	// BootID identifies the running OS boot. Default DefaultBootID.
+	BootID func() string
 	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
 	// holds its read transaction, a write that must grow the map waits for
 	// it; a map larger than the file avoids that. Default 256 MiB. (On
@@ -29,10 +39,20 @@ type Options struct {
 	LockTimeout time.Duration
 }
 
+// deferring reports whether commits skip fsync under a boot-id marker.
+func (o Options) deferring() bool { return o.DeferSync && !o.NoSync && o.bootID() != "" }
+
+func (o Options) bootID() string {
+	if o.BootID == nil {
+		return DefaultBootID()
+	}
+	return o.BootID()
+}
+
 func (o Options) boltOptions(readOnly bool) *bolt.Options {
 	bo := &bolt.Options{
 		Timeout:         o.LockTimeout,
-		NoSync:          o.NoSync,
+		NoSync:          o.NoSync || o.deferring(),
 		InitialMmapSize: o.InitialMmapSize,
 		ReadOnly:        readOnly,
 		FreelistType:    bolt.FreelistMapType,
@@ -80,9 +100,20 @@ var (
 	_ raft.FSM         = (*FSM)(nil)
 )
 
-// Open opens (creating if needed) the state file at path.
+// Open opens (creating if needed) the state file at path. It returns an
+// error wrapping ErrUnsyncedState for a file left unsynced by an earlier
+// OS boot (see Options.DeferSync).
 func Open(path string, opts Options) (*FSM, error) {
 	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{})}
+	boot := opts.bootID()
+	if err := checkUnsynced(path, boot); err != nil {
+		return nil, err
+	}
+	if opts.deferring() {
+		if err := markUnsynced(path, boot); err != nil {
+			return nil, fmt.Errorf("open fsm state: %w", err)
+		}
+	}
 	db, err := openDB(path, opts)
 	if err != nil {
 		return nil, err
@@ -157,7 +188,8 @@ func readMeta(tx *bolt.Tx) Meta {
 	}
 }
 
-// Close closes the state file. Later calls return ErrClosed.
+// Close closes the state file, syncing it first when commits were not
+// synced (Options.DeferSync). Later calls return ErrClosed.
 func (f *FSM) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -168,10 +200,21 @@ func (f *FSM) Close() error {
 	if f.db == nil {
 		return nil
 	}
+	var syncErr error
+	if f.opts.deferring() {
+		syncErr = f.db.Sync()
+	}
 	err := f.db.Close()
 	f.db = nil
+	if err == nil && syncErr != nil {
+		err = syncErr
+	}
 	if err != nil {
 		return fmt.Errorf("close fsm state: %w", err)
+	}
+	if f.opts.deferring() {
+		// Synced: the next Open may trust the file whatever boot it runs in.
+		return clearUnsynced(f.path)
 	}
 	return nil
 }

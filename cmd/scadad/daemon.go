@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -51,7 +52,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err != nil {
 		return err
 	}
-	state, err := fsm.Open(fsmPath(cfg), fsm.Options{Logger: log.With().Str("part", "fsm").Logger()})
+	state, err := openState(fsmPath(cfg), log)
 	if err != nil {
 		return fmt.Errorf("open state: %w", err)
 	}
@@ -279,4 +280,22 @@ func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 		}
 	}()
 	return out
+}
+
+// openState opens the FSM's state file. Its commits are not fsynced (the
+// raft log is), so a file the OS may have lost writes of, after a power
+// loss or a kernel crash, is discarded: raft then restores the newest
+// snapshot and replays the log after it.
+func openState(path string, log zerolog.Logger) (*fsm.FSM, error) {
+	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true}
+	state, err := fsm.Open(path, opts)
+	if !errors.Is(err, fsm.ErrUnsyncedState) {
+		return state, err
+	}
+	log.Warn().Err(err).Str("path", path).
+		Msg("state file not trusted after an OS restart; discarding it to rebuild it from the raft snapshot and log")
+	if err := fsm.DiscardState(path); err != nil {
+		return nil, err
+	}
+	return fsm.Open(path, opts)
 }

@@ -1,0 +1,91 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// crash closes the state file the way a killed process leaves it: no sync,
+// marker left in place.
+func crash(t *testing.T, f *FSM) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.db, f.closed = nil, true
+}
+
+func TestDeferredSyncTrustsOnlyTheBootThatWrote(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		writeBoot string // "" = commits synced (no boot id)
+		stop      func(*testing.T, *FSM)
+		openBoot  string
+		refused   bool
+	}{
+		{"process crash, same boot", "boot-a", crash, "boot-a", false},
+		{"process crash, OS restarted", "boot-a", crash, "boot-b", true},
+		{"clean close, OS restarted", "boot-a", func(t *testing.T, f *FSM) { mustClose(t, f) }, "boot-b", false},
+		{"no boot id: synced, OS restarted", "", crash, "boot-b", false},
+		{"process crash, boot id unreadable now", "boot-a", crash, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			opts := Options{Logger: zerolog.Nop(), DeferSync: true, BootID: func() string { return tc.writeBoot }}
+			f, err := Open(path, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, statErr := os.Stat(path + unsyncedSuffix)
+			if marked := statErr == nil; marked != (tc.writeBoot != "") {
+				t.Fatalf("marker present = %v while commits deferred = %v", marked, tc.writeBoot != "")
+			}
+			w := newLogWriter(t)
+			for i := range 5 {
+				mustOK(t, f, w.cmd(enqueue(msg(fmt.Sprintf("m%d", i), "sink", "payload"))))
+			}
+			want := digest(t, f)
+			tc.stop(t, f)
+
+			opts.BootID = func() string { return tc.openBoot }
+			g, err := Open(path, opts)
+			if tc.refused {
+				if !errors.Is(err, ErrUnsyncedState) {
+					t.Fatalf("Open = %v, want ErrUnsyncedState", err)
+				}
+				if err := DiscardState(path); err != nil {
+					t.Fatal(err)
+				}
+				if g, err = Open(path, opts); err != nil {
+					t.Fatalf("open after discard: %v", err)
+				}
+				defer g.Close()
+				if g.Meta().AppliedIndex != 0 {
+					t.Fatalf("discarded state reopened at index %d", g.Meta().AppliedIndex)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open = %v", err)
+			}
+			defer g.Close()
+			if g.Meta().AppliedIndex != 5 || digest(t, g) != want {
+				t.Fatalf("reopened at index %d with another digest", g.Meta().AppliedIndex)
+			}
+		})
+	}
+}
+
+func mustClose(t *testing.T, f *FSM) {
+	t.Helper()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
