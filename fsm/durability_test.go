@@ -89,3 +89,29 @@ func mustClose(t *testing.T, f *FSM) {
 		t.Fatal(err)
 	}
 }
+
+func TestWithStableMapHoldsTheMapOnlyWhileOpen(t *testing.T) {
+	f := openTestFSM(t)
+	var got string
+	if err := f.WithStableMap(func(path string) error { got = path; return nil }); err != nil || got != f.Path() {
+		t.Fatalf("WithStableMap gave path %q, err %v; want %q", got, err, f.Path())
+	}
+	boom := errors.New("madvise refused")
+	if err := f.WithStableMap(func(string) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn's error came back as %v", err)
+	}
+	// A commit while the map is held goes through (bbolt only waits for
+	// read transactions when it must grow the map).
+	w := newLogWriter(t)
+	err := f.WithStableMap(func(string) error {
+		mustOK(t, f, w.cmd(enqueue(msg("held", "sink", "payload"))))
+		return nil
+	})
+	if err != nil || f.Meta().AppliedIndex != 1 {
+		t.Fatalf("commit under a held map: err %v, applied %d", err, f.Meta().AppliedIndex)
+	}
+	mustClose(t, f)
+	if err := f.WithStableMap(func(string) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}

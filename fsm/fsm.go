@@ -367,3 +367,21 @@ func removeIfExists(path string) error {
 	}
 	return nil
 }
+
+// WithStableMap calls fn with the state file's path while bbolt's memory
+// map of it cannot be moved or unmapped: bbolt remaps only when no read
+// transaction is open, and one is held around fn. Commits go on meanwhile.
+// It lets the caller release the map's resident pages safely.
+func (f *FSM) WithStableMap(fn func(path string) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed || f.db == nil {
+		return ErrClosed
+	}
+	tx, err := f.db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("hold the state file's map: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(f.path)
+}

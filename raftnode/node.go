@@ -183,10 +183,13 @@ func (n *Node) restoreIfBehind() error {
 	return nil
 }
 
+// LogStorePath is the raft log and stable store's bbolt file.
+func (n *Node) LogStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
+
 // openStores opens raft.db (log and stable store) and the snapshot store
 // (DataDir/snapshots, two retained).
 func (n *Node) openStores() error {
-	dbPath := filepath.Join(n.cfg.DataDir, "raft.db")
+	dbPath := n.LogStorePath()
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if err != nil {
 		return fmt.Errorf("open raft store %s: %w", dbPath, err)

@@ -322,7 +322,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("rejoin: close raft store: %w", err)
 	}
-	for _, p := range []string{filepath.Join(n.cfg.DataDir, "raft.db"), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
+	for _, p := range []string{n.LogStorePath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("rejoin: remove %s: %w", p, err)
 		}

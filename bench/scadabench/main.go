@@ -100,15 +100,19 @@ type deployResult struct {
 }
 
 type bufferResult struct {
-	Messages        int     `json:"messages"`
-	PayloadBytes    int     `json:"payload_bytes"`
-	FillSeconds     float64 `json:"fill_seconds"`
-	RSSMiB          []int   `json:"rss_mib"`      // per node, after the fill
-	RSSAnonMiB      []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
-	FSMFileMiB      int     `json:"fsm_file_mib"`
-	RestartToActive float64 `json:"restart_all_to_active_s"`
-	PendingAfter    uint64  `json:"pending_after_restart"`
-	CatchUpSeconds  float64 `json:"wiped_follower_catch_up_s"`
+	Messages     int     `json:"messages"`
+	PayloadBytes int     `json:"payload_bytes"`
+	FillSeconds  float64 `json:"fill_seconds"`
+	RSSMiB       []int   `json:"rss_mib"`      // per node, after the fill
+	RSSAnonMiB   []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
+	// RSSFileMiB is, per node, the resident pages of each mapped file
+	// (by base name), from /proc/PID/smaps.
+	RSSFileMiB      []map[string]int `json:"rss_file_mib"`
+	RSSRestartMiB   []int            `json:"rss_after_restart_mib"` // per node, once the restarted cluster is Active
+	FSMFileMiB      int              `json:"fsm_file_mib"`
+	RestartToActive float64          `json:"restart_all_to_active_s"`
+	PendingAfter    uint64           `json:"pending_after_restart"`
+	CatchUpSeconds  float64          `json:"wiped_follower_catch_up_s"`
 }
 
 type serviceLevelResult struct {
@@ -204,8 +208,8 @@ func main() {
 			fatalf("buffer phase: %v", err)
 		}
 		rep.Buffer = r
-		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (anonymous %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending; a wiped follower caught up in %.1fs\n",
-			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSAnonMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.CatchUpSeconds)
+		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (anonymous %v MiB, mapped files %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending, RSS then %v MiB; a wiped follower caught up in %.1fs\n",
+			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSAnonMiB, r.RSSFileMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.RSSRestartMiB, r.CatchUpSeconds)
 	}
 	if strings.Contains(o.phases, "servicelevel") && o.failovers > 0 {
 		r, err := b.serviceLevelPhase()
@@ -799,6 +803,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		rss, anon := nodeMemory(nd)
 		res.RSSMiB = append(res.RSSMiB, rss)
 		res.RSSAnonMiB = append(res.RSSAnonMiB, anon)
+		res.RSSFileMiB = append(res.RSSFileMiB, mappedFiles(nd))
 	}
 	if st, err := os.Stat(filepath.Join(lead.Dir, "data", "fsm.db")); err == nil {
 		res.FSMFileMiB = int(st.Size() >> 20)
@@ -814,6 +819,10 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		return nil, err
 	}
 	res.RestartToActive = time.Since(t1).Seconds()
+	for _, nd := range b.c.Nodes {
+		rss, _ := nodeMemory(nd)
+		res.RSSRestartMiB = append(res.RSSRestartMiB, rss)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if res.PendingAfter, err = b.pending(ctx); err != nil {
@@ -881,6 +890,38 @@ func nodeMemory(n *testcluster.Node) (rss, anon int) {
 		}
 	}
 	return rss, anon
+}
+
+// mappedFiles sums the resident pages of the node's file mappings by the
+// file's base name, in MiB (files under 1 MiB resident are left out).
+func mappedFiles(n *testcluster.Node) map[string]int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", n.PID()))
+	if err != nil {
+		return nil
+	}
+	kb := map[string]int{}
+	var file string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			file = ""
+			if len(f) >= 6 && strings.HasPrefix(f[5], "/") {
+				file = filepath.Base(f[5])
+			}
+		case len(f) == 3 && f[0] == "Rss:" && file != "":
+			var v int
+			fmt.Sscanf(f[1], "%d", &v)
+			kb[file] += v
+		}
+	}
+	out := map[string]int{}
+	for name, v := range kb {
+		if v >= 1024 {
+			out[name] = v >> 10
+		}
+	}
+	return out
 }
 
 // serviceLevelPhase: K times, wait for a healthy cluster whose Active

@@ -181,6 +181,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
+	goRun("mapped-pages", func(ctx context.Context) error {
+		releaseMappedPages(ctx, state, node.LogStorePath(), mappedReleaseInterval, log.With().Str("part", "memory").Logger())
+		return nil
+	})
 	goRun("metrics", func(ctx context.Context) error {
 		metrics.sampleEvery(ctx, time.Second, func() (role.State, statsSample) {
 			s := node.Stats()

@@ -1,0 +1,88 @@
+package mapped
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Range is one mapping, [Start, End).
+type Range struct {
+	Start, End uintptr
+}
+
+// Ranges returns the mappings of the file at path in this process, matched
+// by device and inode (the file may have been opened by another name).
+func Ranges(path string) ([]Range, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("find mappings of %s: %w", path, err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("find mappings of %s: %w", path, err)
+	}
+	return parseMaps(maps, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+}
+
+// parseMaps picks the lines of a /proc/PID/maps text that map the file
+// (major:minor, inode). A line: "start-end perms offset major:minor inode path".
+func parseMaps(maps []byte, major, minor uint32, ino uint64) ([]Range, error) {
+	var out []Range
+	sc := bufio.NewScanner(bytes.NewReader(maps))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || f[4] != strconv.FormatUint(ino, 10) {
+			continue
+		}
+		maj, minr, ok := strings.Cut(f[3], ":")
+		if !ok {
+			continue
+		}
+		if m, err := strconv.ParseUint(maj, 16, 32); err != nil || uint32(m) != major {
+			continue
+		}
+		if m, err := strconv.ParseUint(minr, 16, 32); err != nil || uint32(m) != minor {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		if !ok {
+			return nil, fmt.Errorf("parse maps line %q", sc.Text())
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || end <= start {
+			return nil, fmt.Errorf("parse maps line %q", sc.Text())
+		}
+		out = append(out, Range{Start: uintptr(start), End: uintptr(end)})
+	}
+	return out, sc.Err()
+}
+
+// Drop unmaps the resident pages of rs from this process (MADV_DONTNEED).
+// For a shared file mapping the pages stay in the page cache and the next
+// read maps them again. The caller must make sure nothing unmaps or
+// replaces rs meanwhile: on a range reused for anonymous memory, Drop would
+// zero it.
+func Drop(rs []Range) error { return advise(rs, unix.MADV_DONTNEED, "MADV_DONTNEED") }
+
+// PageOut asks the kernel to reclaim the pages of rs that only this process
+// maps (MADV_PAGEOUT, Linux 5.4+). Clean file pages leave memory and are
+// read from disk when next needed. Safe on any range: anonymous memory is
+// only swapped out, where there is swap.
+func PageOut(rs []Range) error { return advise(rs, unix.MADV_PAGEOUT, "MADV_PAGEOUT") }
+
+func advise(rs []Range, advice int, name string) error {
+	for _, r := range rs {
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, uintptr(advice)); errno != 0 {
+			return fmt.Errorf("%s %#x-%#x: %w", name, r.Start, r.End, errno)
+		}
+	}
+	return nil
+}
