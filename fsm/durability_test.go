@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -113,5 +114,37 @@ func TestWithStableMapHoldsTheMapOnlyWhileOpen(t *testing.T) {
 	mustClose(t, f)
 	if err := f.WithStableMap(func(string) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestReleasePagesFollowsThePagesCommitsWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		every     int64
+		wantCalls bool
+	}{
+		{"every 64 KiB of pages", 64 << 10, true},
+		{"every 1 GiB of pages", 1 << 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls int
+			var gotPath string
+			path := filepath.Join(t.TempDir(), "state.db")
+			f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true, ReleaseEvery: tc.every,
+				ReleasePages: func(p string) error { calls++; gotPath = p; return nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			w := newLogWriter(t)
+			payload := string(bytes.Repeat([]byte("p"), 4<<10))
+			for i := range 100 {
+				mustOK(t, f, w.cmd(enqueue(msg(fmt.Sprintf("m%d", i), "sink", payload))))
+			}
+			// 100 commits of a 4 KiB message write well over 400 KiB of pages.
+			if (calls > 0) != tc.wantCalls || (tc.wantCalls && (calls < 3 || gotPath != path)) {
+				t.Fatalf("ReleasePages called %d times with %q", calls, gotPath)
+			}
+		})
 	}
 }

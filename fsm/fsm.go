@@ -29,6 +29,15 @@ type Options struct {
 	DeferSync bool
 	// BootID identifies the running OS boot. Default DefaultBootID.
 	BootID func() string
+	// ReleasePages, when set, hands the resident pages of the state file's
+	// memory map back to the kernel (see WithStableMap). Every page a
+	// commit writes was first read through the map, so the FSM calls it,
+	// with the map held still, after a commit once its commits have
+	// written ReleaseEvery bytes of pages since the last call (default
+	// 8 MiB): the resident size then stays within that of the process's
+	// own memory however fast entries are applied.
+	ReleasePages func(path string) error
+	ReleaseEvery int64
 	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
 	// holds its read transaction, a write that must grow the map waits for
 	// it; a map larger than the file avoids that. Default 256 MiB. (On
@@ -93,6 +102,11 @@ type FSM struct {
 
 	subsMu sync.Mutex
 	subs   map[chan uint64]struct{}
+
+	// Used by the apply goroutine only: the page bytes written as of the
+	// last ReleasePages call, and whether that call failed.
+	releasedAt    int64
+	releaseFailed bool
 }
 
 var (
@@ -341,7 +355,38 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if newMeta.AppliedIndex != old.AppliedIndex {
 		f.notify(newMeta.AppliedIndex)
 	}
+	f.maybeReleasePages()
 	return out
+}
+
+// maybeReleasePages calls Options.ReleasePages once the commits since the
+// last call have written ReleaseEvery bytes of pages. The caller holds
+// f.mu shared.
+func (f *FSM) maybeReleasePages() {
+	if f.opts.ReleasePages == nil {
+		return
+	}
+	every := f.opts.ReleaseEvery
+	if every <= 0 {
+		every = 8 << 20
+	}
+	stats := f.db.Stats()
+	written := stats.TxStats.GetPageAlloc()
+	if written < f.releasedAt { // a restore swapped the file in
+		f.releasedAt = written
+	}
+	if written-f.releasedAt < every {
+		return
+	}
+	f.releasedAt = written
+	err := f.withStableMap(f.opts.ReleasePages)
+	switch {
+	case err != nil && !f.releaseFailed:
+		f.log.Warn().Err(err).Msg("cannot release the state file's mapped pages; the resident size will include them")
+	case err == nil && f.releaseFailed:
+		f.log.Info().Msg("releasing the state file's mapped pages again")
+	}
+	f.releaseFailed = err != nil
 }
 
 func fail(results []*Result, err error) {
@@ -375,6 +420,11 @@ func removeIfExists(path string) error {
 func (f *FSM) WithStableMap(fn func(path string) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.withStableMap(fn)
+}
+
+// withStableMap is WithStableMap for a caller holding f.mu.
+func (f *FSM) withStableMap(fn func(path string) error) error {
 	if f.closed || f.db == nil {
 		return ErrClosed
 	}

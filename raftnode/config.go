@@ -115,6 +115,12 @@ type Config struct {
 	// start (NoSnapshotRestoreOnStart) unless the FSM is behind it, and an
 	// override does not rewind it. Leave it nil for an in-memory FSM.
 	AppliedIndex func() uint64
+	// ReleaseLogPages, when set, hands the resident pages of the raft log
+	// file's memory map (raft-boltdb's, which may move at any time) back to
+	// the kernel; it must be safe on a range that is no longer that map.
+	// It is called in a goroutine of its own after every 16 MiB of entries
+	// stored or read.
+	ReleaseLogPages func(path string) error
 	// OnOverride is called on the new sole leader after an override with the
 	// epoch to record (current + 1). It applies SetClusterEpoch and the audit
 	// entry. The node stays Detached until it succeeds.

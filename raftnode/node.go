@@ -194,7 +194,11 @@ func (n *Node) openStores() error {
 	if err != nil {
 		return fmt.Errorf("open raft store %s: %w", dbPath, err)
 	}
-	logs, err := raft.NewLogCache(512, store)
+	var logStore raft.LogStore = store
+	if n.cfg.ReleaseLogPages != nil {
+		logStore = &releasingLogStore{LogStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
+	}
+	logs, err := raft.NewLogCache(512, logStore)
 	if err != nil {
 		_ = store.Close()
 		return fmt.Errorf("create raft log cache: %w", err)

@@ -892,33 +892,13 @@ func nodeMemory(n *testcluster.Node) (rss, anon int) {
 	return rss, anon
 }
 
-// mappedFiles sums the resident pages of the node's file mappings by the
-// file's base name, in MiB (files under 1 MiB resident are left out).
+// mappedFiles is the node's resident file pages by file, in MiB (files
+// under 1 MiB left out).
 func mappedFiles(n *testcluster.Node) map[string]int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", n.PID()))
-	if err != nil {
-		return nil
-	}
-	kb := map[string]int{}
-	var file string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			file = ""
-			if len(f) >= 6 && strings.HasPrefix(f[5], "/") {
-				file = filepath.Base(f[5])
-			}
-		case len(f) == 3 && f[0] == "Rss:" && file != "":
-			var v int
-			fmt.Sscanf(f[1], "%d", &v)
-			kb[file] += v
-		}
-	}
 	out := map[string]int{}
-	for name, v := range kb {
-		if v >= 1024 {
-			out[name] = v >> 10
+	for name, kb := range n.ResidentFilesKB() {
+		if kb >= 1024 {
+			out[name] = kb >> 10
 		}
 	}
 	return out

@@ -96,6 +96,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		NodeID:             cfg.NodeID,
 		BindAddr:           cfg.Cluster.RaftBind,
 		DataDir:            raftDir(cfg),
+		ReleaseLogPages:    pageOutMapped,
 		Members:            members,
 		Mode:               raftnode.Mode(cfg.Cluster.Mode),
 		OverrideAfter:      cfg.Cluster.OverrideAfter.D(),
@@ -291,7 +292,7 @@ func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 // loss or a kernel crash, is discarded: raft then restores the newest
 // snapshot and replays the log after it.
 func openState(path string, log zerolog.Logger) (*fsm.FSM, error) {
-	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true}
+	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped}
 	state, err := fsm.Open(path, opts)
 	if !errors.Is(err, fsm.ErrUnsyncedState) {
 		return state, err
