@@ -183,6 +183,13 @@ func (n *Node) restoreIfBehind() error {
 	return nil
 }
 
+// logCacheEntries is how many recent log entries raft keeps in memory for
+// replication and apply. An entry can carry a whole enqueue batch (64 KiB
+// and more), so the cache is a large part of the heap: 128 entries are
+// seconds of traffic, more than a healthy follower lags; an older entry is
+// read from raft.db.
+const logCacheEntries = 128
+
 // LogStorePath is the raft log and stable store's bbolt file.
 func (n *Node) LogStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
 
@@ -198,7 +205,7 @@ func (n *Node) openStores() error {
 	if n.cfg.ReleaseLogPages != nil {
 		logStore = &releasingLogStore{LogStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
 	}
-	logs, err := raft.NewLogCache(512, logStore)
+	logs, err := raft.NewLogCache(logCacheEntries, logStore)
 	if err != nil {
 		_ = store.Close()
 		return fmt.Errorf("create raft log cache: %w", err)
