@@ -104,6 +104,7 @@ type bufferResult struct {
 	PayloadBytes int     `json:"payload_bytes"`
 	FillSeconds  float64 `json:"fill_seconds"`
 	RSSMiB       []int   `json:"rss_mib"`      // per node, after the fill
+	RSSPeakMiB   []int   `json:"rss_peak_mib"` // per node, the largest 1 s sample during the fill
 	RSSAnonMiB   []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
 	// RSSFileMiB is, per node, the resident pages of each mapped file
 	// (by base name), from /proc/PID/smaps.
@@ -208,8 +209,8 @@ func main() {
 			fatalf("buffer phase: %v", err)
 		}
 		rep.Buffer = r
-		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (anonymous %v MiB, mapped files %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending, RSS then %v MiB; a wiped follower caught up in %.1fs\n",
-			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSAnonMiB, r.RSSFileMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.RSSRestartMiB, r.CatchUpSeconds)
+		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (peak during the fill %v MiB; anonymous %v MiB, mapped files %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending, RSS then %v MiB; a wiped follower caught up in %.1fs\n",
+			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSPeakMiB, r.RSSAnonMiB, r.RSSFileMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.RSSRestartMiB, r.CatchUpSeconds)
 	}
 	if strings.Contains(o.phases, "servicelevel") && o.failovers > 0 {
 		r, err := b.serviceLevelPhase()
@@ -796,9 +797,33 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		}
 		defer conns[i].Close()
 	}
+	// Sample every node's RSS each second during the fill: the figure at
+	// its end alone could miss a peak.
+	peak := make([]int, len(b.c.Nodes))
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+			for i, nd := range b.c.Nodes {
+				if rss, _ := nodeMemory(nd); rss > peak[i] {
+					peak[i] = rss
+				}
+			}
+		}
+	}()
 	t0 := time.Now()
 	w := runLoad(conns, len(conns), size, 0, n, fmt.Sprintf("buf%d", time.Now().UnixNano()))
-	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds()}
+	close(stopSampling)
+	<-sampled
+	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds(), RSSPeakMiB: peak}
 	for _, nd := range b.c.Nodes {
 		rss, anon := nodeMemory(nd)
 		res.RSSMiB = append(res.RSSMiB, rss)
