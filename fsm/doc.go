@@ -11,6 +11,9 @@
 //     index and yields the same *CommandError on every node;
 //   - the on-disk state: the applied index is written in the same bbolt
 //     transaction as the entry's effects, so a restart replays nothing twice;
+//     commits may skip fsync (Options.DeferSync) under a marker naming the
+//     OS boot, and a file left unsynced by an earlier boot is refused
+//     (ErrUnsyncedState) for the caller to rebuild from raft;
 //   - snapshots (a consistent read transaction streamed out, compressed and
 //     checksummed) and atomic restore;
 //   - the read side used by the workers (safe concurrently with Apply).

@@ -1,5 +1,7 @@
 // Package raftnode owns the hashicorp/raft wiring of a scadad node: the
-// raft-boltdb log and stable store, the file snapshot store, the mutual-TLS
+// raft-boltdb log and stable store (whose mapped pages it hands back through
+// Config.ReleaseLogPages), the file snapshot store (never leaving a partial
+// snapshot behind), the mutual-TLS
 // transport, bootstrap from the configured membership, the witness hand-off,
 // the pair-mode availability override, the re-admission of a returning peer,
 // and the role stream (Active / Standby / Witness / Detached) that every
