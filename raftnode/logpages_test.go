@@ -64,3 +64,41 @@ func TestReleasingLogStoreReleasesAfterEveryThreshold(t *testing.T) {
 		t.Fatal("GetLog of a missing entry succeeded")
 	}
 }
+
+func TestReleasingLogStoreCompactsInChunksOldestFirst(t *testing.T) {
+	var released int
+	s := &releasingLogStore{
+		LogStore: raft.NewInmemStore(),
+		path:     "/data/raft.db",
+		release:  func(string) error { released++; return nil },
+		every:    1 << 40,
+		log:      zerolog.Nop(),
+	}
+	for i := uint64(1); i <= 1000; i++ {
+		if err := s.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("e")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		first, last   uint64
+		wantReleases  int
+		wantFirstLeft uint64
+	}{
+		{1, 700, 3, 701},         // 256 + 256 + 188
+		{701, 701, 1, 702},       // one entry
+		{702, 702 + 255, 1, 958}, // exactly one chunk
+	} {
+		released = 0
+		if err := s.DeleteRange(tc.first, tc.last); err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.FirstIndex()
+		if err != nil || first != tc.wantFirstLeft || released != tc.wantReleases {
+			t.Fatalf("DeleteRange(%d, %d): first index %d (%v), %d releases; want %d, %d",
+				tc.first, tc.last, first, err, released, tc.wantFirstLeft, tc.wantReleases)
+		}
+	}
+	if last, _ := s.LastIndex(); last != 1000 {
+		t.Fatalf("last index %d after compactions, want 1000", last)
+	}
+}
