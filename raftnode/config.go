@@ -116,10 +116,10 @@ type Config struct {
 	// override does not rewind it. Leave it nil for an in-memory FSM.
 	AppliedIndex func() uint64
 	// ReleaseLogPages, when set, hands the resident pages of the raft log
-	// file's memory map (raft-boltdb's, which may move at any time) back to
-	// the kernel; it must be safe on a range that is no longer that map.
-	// It is called in a goroutine of its own after every 16 MiB of entries
-	// stored or read.
+	// file's memory map back to the kernel. It is called while no write to
+	// the file can move or unmap raft-boltdb's map (so it may unmap the
+	// pages), after every 16 MiB of entries stored or read and after every
+	// chunk of a log compaction.
 	ReleaseLogPages func(path string) error
 	// OnOverride is called on the new sole leader after an override with the
 	// epoch to record (current + 1). It applies SetClusterEpoch and the audit

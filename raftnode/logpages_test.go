@@ -2,6 +2,8 @@ package raftnode
 
 import (
 	"bytes"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,14 +11,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func TestReleasingLogStoreReleasesAfterEveryThreshold(t *testing.T) {
+func TestReleasingStoreReleasesAfterEveryThreshold(t *testing.T) {
 	calls := make(chan string, 10)
-	s := &releasingLogStore{
-		LogStore: raft.NewInmemStore(),
-		path:     "/data/raft.db",
-		release:  func(p string) error { calls <- p; return nil },
-		every:    4000,
-		log:      zerolog.Nop(),
+	s := &releasingStore{
+		logStableStore: raft.NewInmemStore(),
+		path:           "/data/raft.db",
+		release:        func(p string) error { calls <- p; return nil },
+		every:          4000,
+		log:            zerolog.Nop(),
 	}
 	entry := func(i uint64) *raft.Log {
 		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte("e"), 1000)}
@@ -65,14 +67,14 @@ func TestReleasingLogStoreReleasesAfterEveryThreshold(t *testing.T) {
 	}
 }
 
-func TestReleasingLogStoreCompactsInChunksOldestFirst(t *testing.T) {
+func TestReleasingStoreCompactsInChunksOldestFirst(t *testing.T) {
 	var released int
-	s := &releasingLogStore{
-		LogStore: raft.NewInmemStore(),
-		path:     "/data/raft.db",
-		release:  func(string) error { released++; return nil },
-		every:    1 << 40,
-		log:      zerolog.Nop(),
+	s := &releasingStore{
+		logStableStore: raft.NewInmemStore(),
+		path:           "/data/raft.db",
+		release:        func(string) error { released++; return nil },
+		every:          1 << 40,
+		log:            zerolog.Nop(),
 	}
 	for i := uint64(1); i <= 1000; i++ {
 		if err := s.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("e")}); err != nil {
@@ -101,4 +103,75 @@ func TestReleasingLogStoreCompactsInChunksOldestFirst(t *testing.T) {
 	if last, _ := s.LastIndex(); last != 1000 {
 		t.Fatalf("last index %d after compactions, want 1000", last)
 	}
+}
+
+// A release runs only while no write to the store is under way: bbolt can
+// move its map only inside a write, and the release may unmap it.
+func TestReleasingStoreNeverReleasesDuringAWrite(t *testing.T) {
+	var writing, overlaps atomic.Int32
+	inner := &watchedStore{InmemStore: raft.NewInmemStore(), writing: &writing}
+	s := &releasingStore{
+		logStableStore: inner,
+		path:           "/data/raft.db",
+		release: func(string) error {
+			for range 5 { // a release takes a while: madvise over the map
+				if writing.Load() != 0 {
+					overlaps.Add(1)
+				}
+				time.Sleep(20 * time.Microsecond)
+			}
+			return nil
+		},
+		every: 1, // release after every write
+		log:   zerolog.Nop(),
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				idx := uint64(w*1000 + i + 1)
+				_ = s.StoreLog(&raft.Log{Index: idx, Term: 1, Data: []byte("entry")})
+				_ = s.SetUint64([]byte("term"), idx)
+				_ = s.Set([]byte("vote"), []byte("a"))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := s.DeleteRange(1, 600); err != nil {
+		t.Fatal(err)
+	}
+	for s.running.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d releases ran during a write", n)
+	}
+}
+
+// watchedStore marks its writes in progress.
+type watchedStore struct {
+	*raft.InmemStore
+	writing *atomic.Int32
+}
+
+func (w *watchedStore) mark() func() {
+	w.writing.Add(1)
+	time.Sleep(50 * time.Microsecond) // widen the window a release could hit
+	return func() { w.writing.Add(-1) }
+}
+
+func (w *watchedStore) StoreLogs(logs []*raft.Log) error {
+	defer w.mark()()
+	return w.InmemStore.StoreLogs(logs)
+}
+func (w *watchedStore) DeleteRange(a, b uint64) error {
+	defer w.mark()()
+	return w.InmemStore.DeleteRange(a, b)
+}
+func (w *watchedStore) Set(k, v []byte) error { defer w.mark()(); return w.InmemStore.Set(k, v) }
+func (w *watchedStore) SetUint64(k []byte, v uint64) error {
+	defer w.mark()()
+	return w.InmemStore.SetUint64(k, v)
 }

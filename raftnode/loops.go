@@ -446,7 +446,7 @@ func (n *Node) recoverAlone() error {
 	trans := n.newTransport()
 	defer trans.Close()
 	if err := raft.RecoverCluster(n.cfg.raftConfig(n.hlog), recoveryFSM{FSM: n.cfg.FSM, skipRestore: skip},
-		n.logs, n.store, n.snaps, trans, only); err != nil {
+		n.logs, n.stable, n.snaps, trans, only); err != nil {
 		return fmt.Errorf("override: recover cluster with %s as sole voter: %w", n.cfg.NodeID, err)
 	}
 	return nil

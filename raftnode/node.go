@@ -31,7 +31,9 @@ type Node struct {
 	cfg     Config
 	log     zerolog.Logger
 	hlog    *hclogAdapter
-	store   *raftboltdb.BoltStore
+	store   *raftboltdb.BoltStore // closed by Stop
+	stable  raft.StableStore      // store, through the page-releasing wrapper
+	pages   atomic.Pointer[releasingStore]
 	logs    raft.LogStore
 	snaps   *snapshotStore
 	stream  *tlsStream
@@ -128,7 +130,7 @@ func (n *Node) open() error {
 	if err := n.restoreIfBehind(); err != nil {
 		return err
 	}
-	hasState, err := raft.HasExistingState(n.logs, n.store, n.snaps)
+	hasState, err := raft.HasExistingState(n.logs, n.stable, n.snaps)
 	if err != nil {
 		return fmt.Errorf("check for existing raft state: %w", err)
 	}
@@ -137,7 +139,7 @@ func (n *Node) open() error {
 		// Every node bootstraps the same configuration, so the index-1
 		// entries match and whichever node starts first can lead the other.
 		trans := n.newTransport()
-		err := raft.BootstrapCluster(rc, n.logs, n.store, n.snaps, trans, n.cfg.bootstrapConfiguration())
+		err := raft.BootstrapCluster(rc, n.logs, n.stable, n.snaps, trans, n.cfg.bootstrapConfiguration())
 		_ = trans.Close()
 		if err != nil {
 			return fmt.Errorf("bootstrap raft with the configured members: %w", err)
@@ -190,22 +192,36 @@ func (n *Node) restoreIfBehind() error {
 // read from raft.db.
 const logCacheEntries = 128
 
-// LogStorePath is the raft log and stable store's bbolt file.
-func (n *Node) LogStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
+// ReleaseLogPages hands the resident pages of the raft log file's map back
+// to the kernel now (Config.ReleaseLogPages), between writes. Entry traffic
+// releases them as it goes; this is for a caller on a timer, to catch the
+// remainder once traffic stops.
+func (n *Node) ReleaseLogPages() {
+	if s := n.pages.Load(); s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.releaseLocked()
+	}
+}
+
+// logStorePath is the bbolt file of the raft log and stable store.
+func (n *Node) logStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
 
 // openStores opens raft.db (log and stable store) and the snapshot store
 // (DataDir/snapshots, two retained).
 func (n *Node) openStores() error {
-	dbPath := n.LogStorePath()
+	dbPath := n.logStorePath()
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if err != nil {
 		return fmt.Errorf("open raft store %s: %w", dbPath, err)
 	}
-	var logStore raft.LogStore = store
+	var both logStableStore = store
 	if n.cfg.ReleaseLogPages != nil {
-		logStore = &releasingLogStore{LogStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
+		pages := &releasingStore{logStableStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
+		n.pages.Store(pages)
+		both = pages
 	}
-	logs, err := raft.NewLogCache(logCacheEntries, logStore)
+	logs, err := raft.NewLogCache(logCacheEntries, both)
 	if err != nil {
 		_ = store.Close()
 		return fmt.Errorf("create raft log cache: %w", err)
@@ -215,7 +231,7 @@ func (n *Node) openStores() error {
 		_ = store.Close()
 		return err
 	}
-	n.store, n.logs, n.snaps = store, logs, snaps
+	n.store, n.stable, n.logs, n.snaps = store, both, logs, snaps
 	return nil
 }
 
@@ -252,7 +268,7 @@ func (*noPipelineTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddr
 
 func (n *Node) startRaft() error {
 	trans := n.newTransport()
-	r, err := raft.NewRaft(n.cfg.raftConfig(n.hlog), n.cfg.FSM, n.logs, n.store, n.snaps, trans)
+	r, err := raft.NewRaft(n.cfg.raftConfig(n.hlog), n.cfg.FSM, n.logs, n.stable, n.snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return fmt.Errorf("start raft: %w", err)

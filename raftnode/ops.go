@@ -322,7 +322,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("rejoin: close raft store: %w", err)
 	}
-	for _, p := range []string{n.LogStorePath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
+	for _, p := range []string{n.logStorePath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("rejoin: remove %s: %w", p, err)
 		}
@@ -336,7 +336,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 		return fmt.Errorf("rejoin: %w", err)
 	}
 	trans := n.newTransport()
-	err := raft.BootstrapCluster(n.cfg.raftConfig(n.hlog), n.logs, n.store, n.snaps, trans, n.cfg.bootstrapConfiguration())
+	err := raft.BootstrapCluster(n.cfg.raftConfig(n.hlog), n.logs, n.stable, n.snaps, trans, n.cfg.bootstrapConfiguration())
 	_ = trans.Close()
 	if err != nil {
 		return fmt.Errorf("rejoin: bootstrap the configured membership: %w", err)

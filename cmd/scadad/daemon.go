@@ -96,7 +96,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		NodeID:             cfg.NodeID,
 		BindAddr:           cfg.Cluster.RaftBind,
 		DataDir:            raftDir(cfg),
-		ReleaseLogPages:    pageOutMapped,
+		ReleaseLogPages:    dropMapped,
 		Members:            members,
 		Mode:               raftnode.Mode(cfg.Cluster.Mode),
 		OverrideAfter:      cfg.Cluster.OverrideAfter.D(),
@@ -183,7 +183,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
 	goRun("mapped-pages", func(ctx context.Context) error {
-		releaseMappedPages(ctx, state, node.LogStorePath(), mappedReleaseInterval, log.With().Str("part", "memory").Logger())
+		releaseMappedPages(ctx, state, node, mappedReleaseInterval, log.With().Str("part", "memory").Logger())
 		return nil
 	})
 	goRun("metrics", func(ctx context.Context) error {

@@ -10,6 +10,6 @@
 //
 // It owns reading /proc/self/maps and calling madvise. It must not decide
 // when a mapping is stable: Drop is only safe while the owner of the map
-// cannot unmap it (for bbolt, while a read transaction is open); PageOut is
-// safe on any range. On systems other than Linux both do nothing.
+// cannot move or unmap it (for bbolt, while no write transaction runs or a
+// read transaction is open). On systems other than Linux it does nothing.
 package mapped

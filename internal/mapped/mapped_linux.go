@@ -72,12 +72,6 @@ func parseMaps(maps []byte, major, minor uint32, ino uint64) ([]Range, error) {
 // zero it.
 func Drop(rs []Range) error { return advise(rs, unix.MADV_DONTNEED, "MADV_DONTNEED") }
 
-// PageOut asks the kernel to reclaim the pages of rs that only this process
-// maps (MADV_PAGEOUT, Linux 5.4+). Clean file pages leave memory and are
-// read from disk when next needed. Safe on any range: anonymous memory is
-// only swapped out, where there is swap.
-func PageOut(rs []Range) error { return advise(rs, unix.MADV_PAGEOUT, "MADV_PAGEOUT") }
-
 func advise(rs []Range, advice int, name string) error {
 	for _, r := range rs {
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, uintptr(advice)); errno != 0 {

@@ -76,7 +76,6 @@ func TestReleaseResidentPagesOfAMappedFile(t *testing.T) {
 		release func([]Range) error
 	}{
 		{"drop", Drop},
-		{"page out", PageOut},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)

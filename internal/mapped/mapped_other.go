@@ -12,6 +12,3 @@ func Ranges(string) ([]Range, error) { return nil, nil }
 
 // Drop does nothing here.
 func Drop([]Range) error { return nil }
-
-// PageOut does nothing here.
-func PageOut([]Range) error { return nil }
