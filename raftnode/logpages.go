@@ -31,7 +31,8 @@ type releasingStore struct {
 	every   int64
 	log     zerolog.Logger
 
-	mu      sync.Mutex   // held by every write and by every release
+	mu      sync.Mutex   // held by every write, every release and the close
+	closed  bool         // the store is closed: its map is gone, release nothing
 	moved   atomic.Int64 // bytes since the last release started
 	running atomic.Bool
 	failed  atomic.Bool
@@ -120,8 +121,21 @@ func (s *releasingStore) count(n int) {
 	}()
 }
 
+// closeStore closes the wrapped store with close, under s.mu: bbolt unmaps
+// the file on close, and a release racing it could hit whatever is mapped
+// at that address next (or, after a rejoin, the new store's map).
+func (s *releasingStore) closeStore(close func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return close()
+}
+
 // releaseLocked releases the pages; the caller holds s.mu.
 func (s *releasingStore) releaseLocked() {
+	if s.closed {
+		return
+	}
 	err := s.release(s.path)
 	switch {
 	case err != nil && !s.failed.Load():

@@ -175,3 +175,22 @@ func (w *watchedStore) SetUint64(k []byte, v uint64) error {
 	defer w.mark()()
 	return w.InmemStore.SetUint64(k, v)
 }
+
+func TestReleasingStoreReleasesNothingOnceClosed(t *testing.T) {
+	var released int
+	s := &releasingStore{logStableStore: raft.NewInmemStore(), path: "/data/raft.db",
+		release: func(string) error { released++; return nil }, every: 1 << 40, log: zerolog.Nop()}
+	s.mu.Lock()
+	s.releaseLocked()
+	s.mu.Unlock()
+	closed := false
+	if err := s.closeStore(func() error { closed = true; return nil }); err != nil || !closed {
+		t.Fatalf("closeStore: %v, closed %v", err, closed)
+	}
+	s.mu.Lock()
+	s.releaseLocked()
+	s.mu.Unlock()
+	if released != 1 {
+		t.Fatalf("%d releases, want 1 (none after the close)", released)
+	}
+}

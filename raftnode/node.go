@@ -204,6 +204,14 @@ func (n *Node) ReleaseLogPages() {
 	}
 }
 
+// closeLogStore closes raft.db, never while its pages are being released.
+func (n *Node) closeLogStore() error {
+	if s := n.pages.Load(); s != nil {
+		return s.closeStore(n.store.Close)
+	}
+	return n.store.Close()
+}
+
 // logStorePath is the bbolt file of the raft log and stable store.
 func (n *Node) logStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
 
@@ -216,9 +224,9 @@ func (n *Node) openStores() error {
 		return fmt.Errorf("open raft store %s: %w", dbPath, err)
 	}
 	var both logStableStore = store
+	var pages *releasingStore
 	if n.cfg.ReleaseLogPages != nil {
-		pages := &releasingStore{logStableStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
-		n.pages.Store(pages)
+		pages = &releasingStore{logStableStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
 		both = pages
 	}
 	logs, err := raft.NewLogCache(logCacheEntries, both)
@@ -232,6 +240,7 @@ func (n *Node) openStores() error {
 		return err
 	}
 	n.store, n.stable, n.logs, n.snaps = store, both, logs, snaps
+	n.pages.Store(pages)
 	return nil
 }
 
@@ -435,7 +444,7 @@ func (n *Node) closeStores() error {
 		_ = n.cfg.Listener.Close()
 	}
 	if n.store != nil {
-		if err := n.store.Close(); err != nil {
+		if err := n.closeLogStore(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft store: %w", err))
 		}
 	}

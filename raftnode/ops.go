@@ -319,7 +319,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	if err := n.stopRaft(); err != nil {
 		n.log.Error().Err(err).Msg("rejoin: raft shutdown reported an error; continuing")
 	}
-	if err := n.store.Close(); err != nil {
+	if err := n.closeLogStore(); err != nil {
 		return fmt.Errorf("rejoin: close raft store: %w", err)
 	}
 	for _, p := range []string{n.logStorePath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
