@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -76,10 +77,13 @@ type Cluster struct {
 	wrap  func(id string, argv []string) []string
 }
 
-// FreePorts reserves n distinct loopback ports. The listeners are closed
-// before return; on loopback the window in which another process takes one
-// is small enough for tests.
+// FreePorts reserves n distinct loopback ports. They are drawn from below
+// the kernel's ephemeral range, so no outgoing connection of any process can
+// take one between this check and the node's bind (a port the kernel handed
+// out for :0 could: a test once failed on "address already in use"); each
+// is checked free by binding it, and the listeners are closed before return.
 func FreePorts(n int) ([]int, error) {
+	low := ephemeralLow()
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -87,15 +91,32 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("reserve port: no free port in 10000..%d after 1000 tries", low-1)
+		}
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, fmt.Errorf("reserve port: %w", err)
+			continue // taken
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow is the lowest port the kernel hands out for outgoing
+// connections (32768 when it cannot be read).
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err == nil && lo > 11000 {
+			low = lo
+		}
+	}
+	return low
 }
 
 // New writes certificates and node configs; no process is started.
