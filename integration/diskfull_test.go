@@ -22,11 +22,7 @@ func TestDiskFullOnANode(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs")
 	}
-	c, sink := sfSetup(t, 1000)
-	if err := sink.SetFailing(true); err != nil { // keep messages pending
-		t.Fatal(err)
-	}
-	active := waitOneActive(t, c, 10*time.Second)
+	c, sink, active := sfSetupPending(t)
 	var victim *testcluster.Node
 	for _, n := range c.Nodes {
 		if n != active && !n.Witness {

@@ -16,11 +16,7 @@ import (
 // each discards its state, rebuilds it from the raft log, and every
 // acknowledged message is still delivered.
 func TestStateRebuiltAfterSitePowerLoss(t *testing.T) {
-	c, sink := sfSetup(t, 1000)
-	if err := sink.SetFailing(true); err != nil { // keep everything pending
-		t.Fatal(err)
-	}
-	active := waitOneActive(t, c, 10*time.Second)
+	c, sink, active := sfSetupPending(t)
 	acked := map[string]bool{}
 	for i := range 300 {
 		id := fmt.Sprintf("powerloss-%d", i)

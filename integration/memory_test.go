@@ -17,11 +17,7 @@ import (
 // node's resident pages of fsm.db and raft.db must fall to a few MB within
 // seconds (scadad hands them back to the kernel every second).
 func TestMappedStatePagesLeaveTheResidentSize(t *testing.T) {
-	c, sink := sfSetup(t, 1000)
-	if err := sink.SetFailing(true); err != nil { // keep everything pending
-		t.Fatal(err)
-	}
-	active := waitOneActive(t, c, 10*time.Second)
+	c, _, active := sfSetupPending(t)
 	payload := bytes.Repeat([]byte("m"), 4<<10)
 	var acked atomic.Int64
 	var wg sync.WaitGroup

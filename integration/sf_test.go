@@ -33,6 +33,17 @@ func sfSetup(t *testing.T, maxAttempts int, sinkArgs ...string) (*testcluster.Cl
 	return c, sink
 }
 
+// sfSetupPending is sfSetup with the sink refusing everything, so what is
+// enqueued stays pending; it returns the Active node too.
+func sfSetupPending(t *testing.T) (*testcluster.Cluster, *testcluster.Sink, *testcluster.Node) {
+	t.Helper()
+	c, sink := sfSetup(t, 1000)
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	return c, sink, waitOneActive(t, c, 10*time.Second)
+}
+
 // deploySite pushes a site config and waits until every node reports it
 // applied.
 func deploySite(t *testing.T, c *testcluster.Cluster, site []byte) uint64 {
@@ -232,11 +243,7 @@ func TestSFTargetFailsThenRecoversAndParking(t *testing.T) {
 }
 
 func TestSFFollowerDownForBurstThenAllNodesRestart(t *testing.T) {
-	c, sink := sfSetup(t, 1000)
-	if err := sink.SetFailing(true); err != nil { // keep everything pending
-		t.Fatal(err)
-	}
-	active := waitOneActive(t, c, 10*time.Second)
+	c, sink, active := sfSetupPending(t)
 	var standby *testcluster.Node
 	for _, n := range c.Nodes {
 		if n != active && !n.Witness {

@@ -14,11 +14,7 @@ import (
 )
 
 func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
-	src, sink := sfSetup(t, 1000)
-	if err := sink.SetFailing(true); err != nil { // keep messages pending
-		t.Fatal(err)
-	}
-	active := waitOneActive(t, src, 10*time.Second)
+	src, _, active := sfSetupPending(t)
 	for i := 0; i < 50; i++ {
 		if !enqueue(active, "sink", fmt.Sprintf("snap-%d", i), []byte("payload")) {
 			t.Fatalf("enqueue %d not acknowledged", i)
