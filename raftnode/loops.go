@@ -178,8 +178,9 @@ func (n *Node) startHandoff(r *raft.Raft) {
 	}()
 }
 
-// handoffTargets lists the voters a witness may hand leadership to, most
-// recently heard from first.
+// handoffTargets lists the voters a witness may hand leadership to: those
+// storing what they are sent before those refusing it (see appendOutcomes),
+// each group most recently heard from first.
 func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
 	var out []raft.Server
 	for _, s := range r.GetConfiguration().Configuration().Servers {
@@ -192,10 +193,26 @@ func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
 		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b raft.Server) int {
+		ra, rb := n.appends.refusing(string(a.ID)), n.appends.refusing(string(b.ID))
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
+		}
 		ta, _ := n.contact.lastContact(string(a.ID))
 		tb, _ := n.contact.lastContact(string(b.ID))
 		return tb.Compare(ta)
 	})
+	if len(out) > 1 && !n.appends.refusing(string(out[0].ID)) {
+		// Never retry onto a refusing voter while another stores.
+		for i, s := range out {
+			if n.appends.refusing(string(s.ID)) {
+				out = out[:i]
+				break
+			}
+		}
+	}
 	return out
 }
 

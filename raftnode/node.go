@@ -38,6 +38,7 @@ type Node struct {
 	snaps   *snapshotStore
 	stream  *tlsStream
 	contact *contacts
+	appends appendOutcomes // what followers did with the entries we sent
 	bc      *role.Broadcaster
 	obsCh   chan raft.Observation
 
@@ -245,12 +246,12 @@ func (n *Node) openStores() error {
 }
 
 func (n *Node) newTransport() *noPipelineTransport {
-	return &noPipelineTransport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &noPipelineTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  n.stream.newView(),
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  n.hlog.Named("transport"),
-	})}
+	}), appends: &n.appends}
 }
 
 // noPipelineTransport is raft's network transport with pipelined
@@ -267,6 +268,46 @@ func (n *Node) newTransport() *noPipelineTransport {
 // analyses the same hang and also turns pipelining off.
 type noPipelineTransport struct {
 	*raft.NetworkTransport
+	appends *appendOutcomes
+}
+
+// AppendEntries implements raft.Transport, noting whether each follower
+// stored what it was sent (see appendOutcomes).
+func (t *noPipelineTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	if len(args.Entries) > 0 && t.appends != nil {
+		t.appends.note(string(id), err == nil && resp.Success)
+	}
+	return err
+}
+
+// appendOutcomes remembers, per follower, whether the last AppendEntries
+// carrying entries was stored. A follower that answers probes and
+// heartbeats but refuses every append (its disk is full) must not be
+// picked for a leadership hand-off: raft v1.7's transfer then blocks
+// forever (leadershipTransfer waits to hand the replication goroutine a
+// trigger while that goroutine retries the refused append without end), so
+// every later transfer fails with "leadership transfer in progress" and
+// the witness keeps leading with no Active node.
+type appendOutcomes struct {
+	mu      sync.Mutex
+	refused map[string]bool
+}
+
+func (a *appendOutcomes) note(id string, stored bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refused == nil {
+		a.refused = make(map[string]bool)
+	}
+	a.refused[id] = !stored
+}
+
+// refusing reports whether id's last append with entries was not stored.
+func (a *appendOutcomes) refusing(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refused[id]
 }
 
 // AppendEntriesPipeline implements raft.Transport; raft falls back to

@@ -159,7 +159,7 @@ func mustTLS(t *testing.T, f func(string) (*tls.Config, error), name string) *tl
 // plain AppendEntries) and keep pre-vote and Close, which raft finds by
 // interface assertion.
 func TestTransportReplicatesWithoutPipeline(t *testing.T) {
-	var trans raft.Transport = &noPipelineTransport{raft.NewNetworkTransport(newNopStream(), 1, time.Second, io.Discard)}
+	var trans raft.Transport = &noPipelineTransport{NetworkTransport: raft.NewNetworkTransport(newNopStream(), 1, time.Second, io.Discard)}
 	defer trans.(raft.WithClose).Close()
 	p, err := trans.AppendEntriesPipeline("node-b", "127.0.0.1:1")
 	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) || p != nil {
