@@ -149,10 +149,12 @@ func (n *Node) startHandoff(r *raft.Raft) {
 	if !n.handoffBusy.CompareAndSwap(false, true) {
 		return
 	}
+	since := n.appends.mark()
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer n.handoffBusy.Store(false)
+		n.awaitAppendOutcomes(r, since)
 		for attempt := 0; r.State() == raft.Leader && n.ctx.Err() == nil; attempt++ {
 			targets := n.handoffTargets(r)
 			if len(targets) == 0 {
@@ -176,6 +178,29 @@ func (n *Node) startHandoff(r *raft.Raft) {
 			}
 		}
 	}()
+}
+
+// awaitAppendOutcomes waits, at most half a heartbeat timeout, until every
+// hand-off target has answered an append sent after since (a new leader
+// appends a no-op at once), so the first pick knows which voters store.
+func (n *Node) awaitAppendOutcomes(r *raft.Raft, since uint64) {
+	deadline := time.After(n.cfg.HeartbeatTimeout / 2)
+	for {
+		all := true
+		for _, s := range n.handoffTargets(r) {
+			all = all && n.appends.notedSince(string(s.ID), since)
+		}
+		if all {
+			return
+		}
+		select {
+		case <-deadline:
+			return
+		case <-n.ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // handoffTargets lists the voters a witness may hand leadership to: those

@@ -292,15 +292,32 @@ func (t *noPipelineTransport) AppendEntries(id raft.ServerID, target raft.Server
 type appendOutcomes struct {
 	mu      sync.Mutex
 	refused map[string]bool
+	noted   map[string]uint64 // id → the count value when last noted
+	count   uint64
 }
 
 func (a *appendOutcomes) note(id string, stored bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.refused == nil {
-		a.refused = make(map[string]bool)
+		a.refused, a.noted = make(map[string]bool), make(map[string]uint64)
 	}
-	a.refused[id] = !stored
+	a.count++
+	a.refused[id], a.noted[id] = !stored, a.count
+}
+
+// mark returns a point to ask notedSince about.
+func (a *appendOutcomes) mark() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.count
+}
+
+// notedSince reports whether an outcome for id was noted after mark.
+func (a *appendOutcomes) notedSince(id string, mark uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.noted[id] > mark
 }
 
 // refusing reports whether id's last append with entries was not stored.

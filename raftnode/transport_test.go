@@ -187,3 +187,21 @@ func (s *nopStream) Addr() net.Addr            { return advertiseAddr("127.0.0.1
 func (s *nopStream) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
 	return nil, errors.New("nop stream dials nowhere")
 }
+
+func TestAppendOutcomes(t *testing.T) {
+	var a appendOutcomes
+	start := a.mark()
+	if a.refusing("b") || a.notedSince("b", start) {
+		t.Fatal("an unknown follower counts as refusing or noted")
+	}
+	a.note("b", false)
+	a.note("c", true)
+	if !a.refusing("b") || a.refusing("c") || !a.notedSince("b", start) || !a.notedSince("c", start) {
+		t.Fatal("outcomes not noted")
+	}
+	later := a.mark()
+	a.note("b", true)
+	if a.refusing("b") || !a.notedSince("b", later) || a.notedSince("c", later) {
+		t.Fatal("a stored append does not clear the refusal, or marks leak")
+	}
+}
