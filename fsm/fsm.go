@@ -48,9 +48,6 @@ type Options struct {
 	LockTimeout time.Duration
 }
 
-// deferring reports whether commits skip fsync under a boot-id marker.
-func (o Options) deferring() bool { return o.DeferSync && !o.NoSync && o.bootID() != "" }
-
 func (o Options) bootID() string {
 	if o.BootID == nil {
 		return DefaultBootID()
@@ -61,7 +58,7 @@ func (o Options) bootID() string {
 func (o Options) boltOptions(readOnly bool) *bolt.Options {
 	bo := &bolt.Options{
 		Timeout:         o.LockTimeout,
-		NoSync:          o.NoSync || o.deferring(),
+		NoSync:          o.NoSync,
 		InitialMmapSize: o.InitialMmapSize,
 		ReadOnly:        readOnly,
 		FreelistType:    bolt.FreelistMapType,
@@ -103,6 +100,10 @@ type FSM struct {
 	subsMu sync.Mutex
 	subs   map[chan uint64]struct{}
 
+	// deferred is Options.DeferSync in effect: commits are not synced and
+	// the marker names this boot (decided once, at Open).
+	deferred bool
+
 	// Used by the apply goroutine only: the page bytes written as of the
 	// last ReleasePages call, and whether that call failed.
 	releasedAt    int64
@@ -118,16 +119,18 @@ var (
 // error wrapping ErrUnsyncedState for a file left unsynced by an earlier
 // OS boot (see Options.DeferSync).
 func Open(path string, opts Options) (*FSM, error) {
-	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{})}
 	boot := opts.bootID()
 	if err := checkUnsynced(path, boot); err != nil {
 		return nil, err
 	}
-	if opts.deferring() {
+	deferred := opts.DeferSync && !opts.NoSync && boot != ""
+	if deferred {
 		if err := markUnsynced(path, boot); err != nil {
 			return nil, fmt.Errorf("open fsm state: %w", err)
 		}
+		opts.NoSync = true // bbolt's flag; the marker keeps the file trustworthy
 	}
+	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{}), deferred: deferred}
 	db, err := openDB(path, opts)
 	if err != nil {
 		return nil, err
@@ -215,7 +218,7 @@ func (f *FSM) Close() error {
 		return nil
 	}
 	var syncErr error
-	if f.opts.deferring() {
+	if f.deferred {
 		syncErr = f.db.Sync()
 	}
 	err := f.db.Close()
@@ -226,7 +229,7 @@ func (f *FSM) Close() error {
 	if err != nil {
 		return fmt.Errorf("close fsm state: %w", err)
 	}
-	if f.opts.deferring() {
+	if f.deferred {
 		// Synced: the next Open may trust the file whatever boot it runs in.
 		return clearUnsynced(f.path)
 	}
