@@ -93,18 +93,23 @@ func mustClose(t *testing.T, f *FSM) {
 
 func TestWithStableMapHoldsTheMapOnlyWhileOpen(t *testing.T) {
 	f := openTestFSM(t)
+	withStableMap := func(fn func(string) error) error {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		return f.withStableMap(fn)
+	}
 	var got string
-	if err := f.WithStableMap(func(path string) error { got = path; return nil }); err != nil || got != f.Path() {
+	if err := withStableMap(func(path string) error { got = path; return nil }); err != nil || got != f.Path() {
 		t.Fatalf("WithStableMap gave path %q, err %v; want %q", got, err, f.Path())
 	}
 	boom := errors.New("madvise refused")
-	if err := f.WithStableMap(func(string) error { return boom }); !errors.Is(err, boom) {
+	if err := withStableMap(func(string) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn's error came back as %v", err)
 	}
 	// A commit while the map is held goes through (bbolt only waits for
 	// read transactions when it must grow the map).
 	w := newLogWriter(t)
-	err := f.WithStableMap(func(string) error {
+	err := withStableMap(func(string) error {
 		mustOK(t, f, w.cmd(enqueue(msg("held", "sink", "payload"))))
 		return nil
 	})
@@ -112,7 +117,7 @@ func TestWithStableMapHoldsTheMapOnlyWhileOpen(t *testing.T) {
 		t.Fatalf("commit under a held map: err %v, applied %d", err, f.Meta().AppliedIndex)
 	}
 	mustClose(t, f)
-	if err := f.WithStableMap(func(string) error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := withStableMap(func(string) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }

@@ -30,12 +30,13 @@ type Options struct {
 	// BootID identifies the running OS boot. Default DefaultBootID.
 	BootID func() string
 	// ReleasePages, when set, hands the resident pages of the state file's
-	// memory map back to the kernel (see WithStableMap). Every page a
-	// commit writes was first read through the map, so the FSM calls it,
-	// with the map held still, after a commit once its commits have
-	// written ReleaseEvery bytes of pages since the last call (default
-	// 8 MiB): the resident size then stays within that of the process's
-	// own memory however fast entries are applied.
+	// memory map back to the kernel; it is called with the map held still,
+	// so it may unmap them. Every page a commit writes was first read
+	// through the map, so the FSM calls it after a commit once its commits
+	// have written ReleaseEvery bytes of pages since the last call (default
+	// 8 MiB), and FSM.ReleasePages calls it on demand: the resident size
+	// then stays within that of the process's own memory however fast
+	// entries are applied.
 	ReleasePages func(path string) error
 	ReleaseEvery int64
 	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
@@ -104,10 +105,11 @@ type FSM struct {
 	// the marker names this boot (decided once, at Open).
 	deferred bool
 
-	// Used by the apply goroutine only: the page bytes written as of the
-	// last ReleasePages call, and whether that call failed.
+	// releasedAt is the page bytes written as of the last release by the
+	// apply goroutine (only it uses it); releaseFailed says whether the
+	// last release, by it or ReleasePages, failed.
 	releasedAt    int64
-	releaseFailed bool
+	releaseFailed atomic.Bool
 }
 
 var (
@@ -382,14 +384,32 @@ func (f *FSM) maybeReleasePages() {
 		return
 	}
 	f.releasedAt = written
+	f.releasePages()
+}
+
+// ReleasePages hands the state file's mapped pages back now, through
+// Options.ReleasePages (nothing without it). Commits do so as they go;
+// this is for a caller on a timer, to catch what readers touched.
+func (f *FSM) ReleasePages() {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.releasePages()
+}
+
+// releasePages calls Options.ReleasePages with the map held still and logs
+// the first failure and the recovery. The caller holds f.mu shared.
+func (f *FSM) releasePages() {
+	if f.opts.ReleasePages == nil {
+		return
+	}
 	err := f.withStableMap(f.opts.ReleasePages)
 	switch {
-	case err != nil && !f.releaseFailed:
+	case err != nil && !f.releaseFailed.Load():
 		f.log.Warn().Err(err).Msg("cannot release the state file's mapped pages; the resident size will include them")
-	case err == nil && f.releaseFailed:
+	case err == nil && f.releaseFailed.Load():
 		f.log.Info().Msg("releasing the state file's mapped pages again")
 	}
-	f.releaseFailed = err != nil
+	f.releaseFailed.Store(err != nil)
 }
 
 func fail(results []*Result, err error) {
@@ -416,17 +436,10 @@ func removeIfExists(path string) error {
 	return nil
 }
 
-// WithStableMap calls fn with the state file's path while bbolt's memory
+// withStableMap calls fn with the state file's path while bbolt's memory
 // map of it cannot be moved or unmapped: bbolt remaps only when no read
 // transaction is open, and one is held around fn. Commits go on meanwhile.
-// It lets the caller release the map's resident pages safely.
-func (f *FSM) WithStableMap(fn func(path string) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.withStableMap(fn)
-}
-
-// withStableMap is WithStableMap for a caller holding f.mu.
+// The caller holds f.mu shared (so no restore swaps the file).
 func (f *FSM) withStableMap(fn func(path string) error) error {
 	if f.closed || f.db == nil {
 		return ErrClosed

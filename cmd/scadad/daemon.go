@@ -183,7 +183,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
 	goRun("mapped-pages", func(ctx context.Context) error {
-		releaseMappedPages(ctx, state, node, mappedReleaseInterval, log.With().Str("part", "memory").Logger())
+		releaseMappedPages(ctx, state, node, mappedReleaseInterval)
 		return nil
 	})
 	goRun("metrics", func(ctx context.Context) error {

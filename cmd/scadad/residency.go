@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/internal/mapped"
 	"github.com/scadad/scadad/raftnode"
@@ -19,28 +17,20 @@ import (
 // what the last writes left.
 const mappedReleaseInterval = 5 * time.Second
 
-// releaseMappedPages unmaps, every interval, the bbolt files' pages from
-// scadad's resident size (see package mapped): the state file's while the
-// FSM holds its map still, the raft log's between writes to it.
-func releaseMappedPages(ctx context.Context, state *fsm.FSM, node *raftnode.Node, every time.Duration, log zerolog.Logger) {
+// releaseMappedPages hands, every interval, the bbolt files' mapped pages
+// back to the kernel (see package mapped); each part reports its own
+// failures.
+func releaseMappedPages(ctx context.Context, state *fsm.FSM, node *raftnode.Node, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		node.ReleaseLogPages() // reports its own failures
-		err := state.WithStableMap(dropMapped)
-		switch {
-		case err != nil && !failing:
-			log.Warn().Err(err).Msg("cannot release mapped pages of the state file; the resident size will include them")
-		case err == nil && failing:
-			log.Info().Msg("releasing mapped pages of the state file again")
-		}
-		failing = err != nil
+		node.ReleaseLogPages()
+		state.ReleasePages()
 	}
 }
 
