@@ -115,10 +115,15 @@ func (s *releasingStore) count(n int) {
 	s.moved.Store(0)
 	go func() {
 		defer s.running.Store(false)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.releaseLocked()
+		s.releaseNow()
 	}()
+}
+
+// releaseNow releases the pages between writes.
+func (s *releasingStore) releaseNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked()
 }
 
 // closeStore closes the wrapped store with close, under s.mu: bbolt unmaps

@@ -203,11 +203,11 @@ func (n *Node) awaitAppendOutcomes(r *raft.Raft, since uint64) {
 	}
 }
 
-// handoffTargets lists the voters a witness may hand leadership to: those
-// storing what they are sent before those refusing it (see appendOutcomes),
-// each group most recently heard from first.
+// handoffTargets lists the voters a witness may hand leadership to, most
+// recently heard from first: only those storing what they are sent while
+// any does (see appendOutcomes), else all.
 func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
-	var out []raft.Server
+	var storing, refusing []raft.Server
 	for _, s := range r.GetConfiguration().Configuration().Servers {
 		if s.Suffrage != raft.Voter || string(s.ID) == n.cfg.NodeID {
 			continue
@@ -215,29 +215,21 @@ func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
 		if m, ok := n.cfg.member(string(s.ID)); ok && m.Witness {
 			continue
 		}
-		out = append(out, s)
+		if n.appends.refusing(string(s.ID)) {
+			refusing = append(refusing, s)
+		} else {
+			storing = append(storing, s)
+		}
+	}
+	out := storing
+	if len(out) == 0 {
+		out = refusing
 	}
 	slices.SortStableFunc(out, func(a, b raft.Server) int {
-		ra, rb := n.appends.refusing(string(a.ID)), n.appends.refusing(string(b.ID))
-		if ra != rb {
-			if ra {
-				return 1
-			}
-			return -1
-		}
 		ta, _ := n.contact.lastContact(string(a.ID))
 		tb, _ := n.contact.lastContact(string(b.ID))
 		return tb.Compare(ta)
 	})
-	if len(out) > 1 && !n.appends.refusing(string(out[0].ID)) {
-		// Never retry onto a refusing voter while another stores.
-		for i, s := range out {
-			if n.appends.refusing(string(s.ID)) {
-				out = out[:i]
-				break
-			}
-		}
-	}
 	return out
 }
 

@@ -199,9 +199,7 @@ const logCacheEntries = 128
 // remainder once traffic stops.
 func (n *Node) ReleaseLogPages() {
 	if s := n.pages.Load(); s != nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.releaseLocked()
+		s.releaseNow()
 	}
 }
 
@@ -290,20 +288,24 @@ func (t *noPipelineTransport) AppendEntries(id raft.ServerID, target raft.Server
 // every later transfer fails with "leadership transfer in progress" and
 // the witness keeps leading with no Active node.
 type appendOutcomes struct {
-	mu      sync.Mutex
-	refused map[string]bool
-	noted   map[string]uint64 // id → the count value when last noted
-	count   uint64
+	mu    sync.Mutex
+	last  map[string]appendOutcome
+	count uint64 // outcomes noted so far
+}
+
+type appendOutcome struct {
+	refused bool
+	seq     uint64 // count when it was noted
 }
 
 func (a *appendOutcomes) note(id string, stored bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.refused == nil {
-		a.refused, a.noted = make(map[string]bool), make(map[string]uint64)
+	if a.last == nil {
+		a.last = make(map[string]appendOutcome)
 	}
 	a.count++
-	a.refused[id], a.noted[id] = !stored, a.count
+	a.last[id] = appendOutcome{refused: !stored, seq: a.count}
 }
 
 // mark returns a point to ask notedSince about.
@@ -317,14 +319,14 @@ func (a *appendOutcomes) mark() uint64 {
 func (a *appendOutcomes) notedSince(id string, mark uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.noted[id] > mark
+	return a.last[id].seq > mark
 }
 
 // refusing reports whether id's last append with entries was not stored.
 func (a *appendOutcomes) refusing(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.refused[id]
+	return a.last[id].refused
 }
 
 // AppendEntriesPipeline implements raft.Transport; raft falls back to
