@@ -14,7 +14,7 @@ import (
 // their batch boundaries or file layout; operators and tests compare it.
 func (f *FSM) Digest() (string, error) {
 	var sum string
-	err := f.view(func(tx *bolt.Tx) error {
+	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		var err error
 		sum, err = digestTx(tx)
 		return err

@@ -17,6 +17,10 @@ func crash(t *testing.T, f *FSM) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.open != nil { // entries held uncommitted die with the process
+		_ = f.open.Rollback()
+		f.open = nil
+	}
 	if err := f.db.Close(); err != nil {
 		t.Fatal(err)
 	}

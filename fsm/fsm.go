@@ -47,6 +47,16 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process. Default 5 s.
 	LockTimeout time.Duration
+	// CommitBytes, when positive, lets applied entries gather in one open
+	// write transaction until their commands total this many bytes or the
+	// caller calls Commit (on a timer of its own): one commit then writes
+	// each page its entries touch once, not once per batch. Reads see
+	// applied entries at once (short reads run in the open transaction),
+	// and only the file lags, which is safe: the raft log holds every entry
+	// the file lacks, and a restart replays them. Snapshot, Backup, Restore
+	// and Close commit first, so the file never lags a snapshot raft may
+	// compact its log to. Zero commits every batch.
+	CommitBytes int
 }
 
 func (o Options) bootID() string {
@@ -105,9 +115,16 @@ type FSM struct {
 	// the marker names this boot (decided once, at Open).
 	deferred bool
 
-	// releasedAt is the page bytes written as of the last release by the
-	// apply goroutine (only it uses it); releaseFailed says whether the
-	// last release, by it or ReleasePages, failed.
+	// txMu guards the open write transaction: entries applied but not yet
+	// committed (Options.CommitBytes), and the command bytes they hold.
+	// Taken after mu.
+	txMu      sync.Mutex
+	open      *bolt.Tx
+	openBytes int
+
+	// releasedAt is the page bytes written as of the last release after a
+	// commit (guarded by txMu); releaseFailed says whether the last
+	// release, after a commit or by ReleasePages, failed.
 	releasedAt    int64
 	releaseFailed atomic.Bool
 }
@@ -219,14 +236,15 @@ func (f *FSM) Close() error {
 	if f.db == nil {
 		return nil
 	}
+	commitErr := f.commitOpen()
 	var syncErr error
 	if f.deferred {
 		syncErr = f.db.Sync()
 	}
 	err := f.db.Close()
 	f.db = nil
-	if err == nil && syncErr != nil {
-		err = syncErr
+	if err == nil {
+		err = errors.Join(commitErr, syncErr)
 	}
 	if err != nil {
 		return fmt.Errorf("close fsm state: %w", err)
@@ -242,7 +260,7 @@ func (f *FSM) Close() error {
 func (f *FSM) Path() string { return f.path }
 
 // Meta returns the applied index, term, cluster epoch and schema version as
-// of the last committed batch.
+// of the last applied batch.
 func (f *FSM) Meta() Meta { return *f.meta.Load() }
 
 // ClusterEpoch returns the replicated cluster epoch.
@@ -295,7 +313,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-// ApplyBatch applies entries in one bbolt transaction and returns one *Result
+// ApplyBatch applies entries in one bbolt write transaction (kept open
+// for later batches under Options.CommitBytes) and returns one *Result
 // per entry. Entries at or below the stored applied index are skipped.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
@@ -326,9 +345,44 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		return out
 	}
 
-	var newMeta Meta
-	err := f.db.Update(func(tx *bolt.Tx) error {
-		a := newApplier(tx)
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	newMeta, err := f.applyOpen(logs, results)
+	if err != nil {
+		serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", logs[0].Index, logs[len(logs)-1].Index, err)}
+		f.storageFailure(serr)
+		fail(results, serr)
+		return out
+	}
+	old := f.meta.Load()
+	f.meta.Store(&newMeta)
+	if f.openBytes >= f.opts.CommitBytes {
+		// A failure is recorded for the entries to come. These are
+		// committed in the raft log, which the restart the failure demands
+		// replays: their results already say what they do.
+		_ = f.commitOpen()
+	}
+	if newMeta.AppliedIndex != old.AppliedIndex {
+		f.notify(newMeta.AppliedIndex)
+	}
+	return out
+}
+
+// applyOpen applies logs in the open write transaction, beginning one if
+// none is open. On failure the transaction is rolled back: the entries it
+// held since the last commit are lost from the file, not from the raft
+// log, and the storage failure makes the node replay them after restart.
+// The caller holds f.mu shared and f.txMu.
+func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, error) {
+	if f.open == nil {
+		tx, err := f.db.Begin(true)
+		if err != nil {
+			return Meta{}, err
+		}
+		f.open = tx
+	}
+	a := newApplier(f.open)
+	err := func() error {
 		for i, l := range logs {
 			if l.Index <= a.meta.AppliedIndex {
 				results[i].Skipped = true
@@ -338,35 +392,64 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				if err := a.applyCommand(l, results[i]); err != nil {
 					return err
 				}
+				f.openBytes += len(l.Data)
 			}
 			a.meta.AppliedIndex, a.meta.AppliedTerm = l.Index, l.Term
 		}
-		if err := a.flush(); err != nil {
-			return err
-		}
-		newMeta = a.meta
-		return nil
-	})
+		return a.flush()
+	}()
 	if err != nil {
-		serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", logs[0].Index, logs[len(logs)-1].Index, err)}
-		var e error = serr
-		f.fatal.CompareAndSwap(nil, &e)
-		f.log.Error().Err(serr).Msg("fsm storage failure: refusing further entries; restart the node")
-		fail(results, serr)
-		return out
+		_ = f.open.Rollback()
+		f.open, f.openBytes = nil, 0
+		return Meta{}, err
 	}
-	old := f.meta.Load()
-	f.meta.Store(&newMeta)
-	if newMeta.AppliedIndex != old.AppliedIndex {
-		f.notify(newMeta.AppliedIndex)
+	return a.meta, nil
+}
+
+// Commit commits the entries applied since the last commit, if any. With
+// Options.CommitBytes set the caller calls it on a timer; it bounds how far
+// the file lags the applied state.
+func (f *FSM) Commit() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return ErrClosed
+	}
+	return f.commitLocked()
+}
+
+// commitOpen commits the open write transaction, if any, and releases
+// mapped pages when due. A failed commit is a storage failure: the
+// entries are lost from the file (not from the raft log) and the node
+// refuses further entries until it is restarted. The caller holds f.mu
+// (shared or exclusive) and f.txMu.
+func (f *FSM) commitOpen() error {
+	if f.open == nil {
+		return nil
+	}
+	tx := f.open
+	f.open, f.openBytes = nil, 0
+	if err := tx.Commit(); err != nil {
+		serr := &StorageError{Err: fmt.Errorf("commit entries up to %d: %w", f.Meta().AppliedIndex, err)}
+		f.storageFailure(serr)
+		return serr
 	}
 	f.maybeReleasePages()
-	return out
+	return nil
+}
+
+// storageFailure records the first storage failure; every later entry is
+// refused with it.
+func (f *FSM) storageFailure(serr *StorageError) {
+	var e error = serr
+	if f.fatal.CompareAndSwap(nil, &e) {
+		f.log.Error().Err(serr).Msg("fsm storage failure: refusing further entries; restart the node")
+	}
 }
 
 // maybeReleasePages calls Options.ReleasePages once the commits since the
 // last call have written ReleaseEvery bytes of pages. The caller holds
-// f.mu shared.
+// f.mu and f.txMu.
 func (f *FSM) maybeReleasePages() {
 	if f.opts.ReleasePages == nil {
 		return
@@ -418,14 +501,43 @@ func fail(results []*Result, err error) {
 	}
 }
 
-// view runs fn in a read transaction of the current file.
+// view runs fn on the applied state: in the open write transaction while
+// one holds entries not yet committed (applies wait meanwhile, so fn must
+// be short and must not write), else in a read transaction.
 func (f *FSM) view(fn func(tx *bolt.Tx) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.db == nil {
 		return ErrClosed
 	}
+	f.txMu.Lock()
+	if f.open != nil {
+		defer f.txMu.Unlock()
+		return fn(f.open)
+	}
+	f.txMu.Unlock()
 	return f.db.View(fn)
+}
+
+// viewCommitted commits the applied entries, then runs fn in a read
+// transaction: for reads too long to hold up applies.
+func (f *FSM) viewCommitted(fn func(tx *bolt.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return ErrClosed
+	}
+	if err := f.commitLocked(); err != nil {
+		return err
+	}
+	return f.db.View(fn)
+}
+
+// commitLocked is Commit for a caller holding f.mu.
+func (f *FSM) commitLocked() error {
+	f.txMu.Lock()
+	defer f.txMu.Unlock()
+	return f.commitOpen()
 }
 
 // removeIfExists deletes a leftover file, ignoring "not there".

@@ -51,7 +51,7 @@ func (f *FSM) SFParkedAfter(target string, afterSeq uint64, limit int) ([]Messag
 // AuditNewestFirst calls fn with audit entries from the newest backwards
 // until fn returns false or the trail ends.
 func (f *FSM) AuditNewestFirst(fn func(AuditEntry) bool) error {
-	err := f.view(func(tx *bolt.Tx) error {
+	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		cur := tx.Bucket(bucketAudit).Cursor()
 		for k, v := cur.Last(); k != nil; k, v = cur.Prev() {
 			var r fsmpb.AuditRecord

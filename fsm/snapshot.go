@@ -59,6 +59,11 @@ func (f *FSM) OpenSnapshot() (*Snapshot, error) {
 	if f.db == nil {
 		return nil, ErrClosed
 	}
+	// The file must hold everything the snapshot is taken at: raft may
+	// compact its log up to it.
+	if err := f.commitLocked(); err != nil {
+		return nil, fmt.Errorf("begin snapshot: %w", err)
+	}
 	tx, err := f.db.Begin(false)
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
@@ -414,6 +419,11 @@ func (f *FSM) swapIn(tmp string) error {
 	defer f.mu.Unlock()
 	if f.closed || f.db == nil {
 		return ErrClosed
+	}
+	// Committed first: if the new file cannot be put in place the old one
+	// is reopened and must hold everything applied.
+	if err := f.commitLocked(); err != nil {
+		return err
 	}
 	// Close waits for open snapshots (read transactions) to be released.
 	if err := f.db.Close(); err != nil {

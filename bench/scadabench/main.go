@@ -3,7 +3,8 @@
 // Command scadabench measures scadad the way ../shared/tools/etcdbench
 // measures etcd, so the two can be put side by side from one sitting:
 //
-//   - write: C concurrent clients (one gRPC connection each) enqueue unique
+//   - write: C concurrent clients (one gRPC connection each, -conns to
+//     share, as etcdbench) enqueue unique
 //     store-and-forward messages of V bytes through the control API of the
 //     leader (-target all spreads them over the voters) for D seconds after
 //     a 1 s warm-up; acknowledged enqueues/s, p50/p99/max. An enqueue is
@@ -52,6 +53,7 @@ type options struct {
 	mode, target, phases, extra  string
 	api                          string
 	voters, failovers, count     int
+	conns                        int
 	deliverN, deliverInFlight    int
 	witness, keep, sinkFsync     bool
 	pprof                        bool
@@ -243,6 +245,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length D of each write run (ignored when -count > 0)")
 	flag.IntVar(&o.count, "count", 0, "if > 0, each write run does this many enqueues in total")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each write run")
+	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
 	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API, mutual TLS) or http (the node's local POST /v1/sf/TARGET)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
@@ -447,7 +450,11 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 			}
 		}
 	}
-	conns := make([]*multi, clients)
+	nconn := b.o.conns
+	if nconn <= 0 || nconn > clients {
+		nconn = clients
+	}
+	conns := make([]*multi, nconn)
 	for i := range conns {
 		if conns[i], err = b.clientFor(nodes); err != nil {
 			return writeResult{}, err

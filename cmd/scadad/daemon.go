@@ -182,6 +182,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
+	goRun("state-commits", func(ctx context.Context) error {
+		commitStateEvery(ctx, state, stateCommitInterval)
+		return nil
+	})
 	goRun("mapped-pages", func(ctx context.Context) error {
 		releaseMappedPages(ctx, state, node, mappedReleaseInterval)
 		return nil
@@ -292,7 +296,8 @@ func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 // loss or a kernel crash, is discarded: raft then restores the newest
 // snapshot and replays the log after it.
 func openState(path string, log zerolog.Logger) (*fsm.FSM, error) {
-	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped}
+	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped,
+		CommitBytes: stateCommitBytes}
 	state, err := fsm.Open(path, opts)
 	if !errors.Is(err, fsm.ErrUnsyncedState) {
 		return state, err

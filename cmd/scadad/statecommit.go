@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/scadad/scadad/fsm"
+)
+
+// Applied entries wait in one open bbolt transaction of the state file
+// until they total stateCommitBytes or stateCommitInterval passes
+// (fsm.Options.CommitBytes): a commit then writes each page its entries
+// touch once, where committing every raft batch wrote the same pages again
+// and again. Readers see applied entries at once; the file lags by at most
+// the interval, and the raft log, fsynced on every append, holds whatever
+// it lacks.
+const (
+	stateCommitInterval = 50 * time.Millisecond
+	stateCommitBytes    = 4 << 20
+)
+
+// commitStateEvery commits the entries applied since the last commit every
+// interval until ctx ends. A failed commit is the FSM's storage failure,
+// which it reports and which stops it applying; nothing more to do here.
+func commitStateEvery(ctx context.Context, state *fsm.FSM, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := state.Commit(); errors.Is(err, fsm.ErrClosed) {
+			return
+		}
+	}
+}
