@@ -36,6 +36,14 @@ type DelivererOptions struct {
 	// 2048, at most fsm.MaxBulk).
 	ReadBatch   int
 	RemoveBatch int
+	// RemoveDelay is how long delivered ids gather before an SFDelivered
+	// commits them (none by default: each commit takes what gathered during
+	// the previous one). Every removal is a raft entry fsynced on every
+	// node, work that competes with delivery itself; a longer wait means
+	// fewer, larger removals, and a message delivered again by the next
+	// Active node if the node dies within the wait (with the same
+	// Idempotency-Key, as any delivery around a failover).
+	RemoveDelay time.Duration
 	Clock       Clock
 	// Jitter returns a uniform draw in [0,1) for backoff jitter.
 	Jitter  func() float64
@@ -628,6 +636,13 @@ func (r *remover) run() {
 		final := false
 		select {
 		case <-r.kick:
+			if r.d.opts.RemoveDelay > 0 {
+				select {
+				case <-r.d.opts.Clock.After(r.d.opts.RemoveDelay):
+				case <-r.stop:
+					final = true
+				}
+			}
 		case <-r.stop:
 			final = true
 		}

@@ -104,6 +104,37 @@ func TestDeliveryFIFOWithHeadersAndBatchedRemoval(t *testing.T) {
 	}
 }
 
+func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
+	const n = 30
+	clock := &manualClock{}
+	h := newHarnessWith(t, role.State{Role: role.Standby}, func(o *DelivererOptions) {
+		o.RemoveDelay, o.Clock = 20*time.Millisecond, clock
+	})
+	s := newSink(t, h.roles, nil)
+	if err := h.d.SetTargets([]Target{fastTarget("one", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		h.enqueue(t, "one", fmt.Sprintf("m%02d", i), "x")
+	}
+	h.roles.Publish(activeState(1, 1))
+	waitFor(t, "every message at the sink", 10*time.Second, func() bool { return len(s.requests()) >= n })
+	waitFor(t, "the remover's wait", 10*time.Second, func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.timers) > 0
+	})
+	if got := h.p.commands(isDelivered); len(got) != 0 {
+		t.Fatalf("%d SFDelivered before the remove delay passed", len(got))
+	}
+	clock.fire()
+	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool { return h.stats(t, "one").Pending == 0 })
+	removals := h.p.commands(isDelivered)
+	if len(removals) != 1 || len(removals[0].GetSfDelivered().Ids) != n {
+		t.Fatalf("removals %v, want one SFDelivered of all %d ids", removals, n)
+	}
+}
+
 func TestDeliveryFailureThenRecovery(t *testing.T) {
 	h := newHarness(t, activeState(1, 1))
 	var failing atomic.Bool

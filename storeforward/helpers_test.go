@@ -203,10 +203,21 @@ type harness struct {
 
 func newHarness(t testing.TB, initial role.State, targets ...Target) *harness {
 	t.Helper()
+	return newHarnessWith(t, initial, nil, targets...)
+}
+
+// newHarnessWith is newHarness with the deliverer's options adjusted by
+// tune.
+func newHarnessWith(t testing.TB, initial role.State, tune func(*DelivererOptions), targets ...Target) *harness {
+	t.Helper()
 	h := &harness{f: newFSM(t, true), roles: role.NewBroadcaster(initial)}
 	h.p = &applyProposer{f: h.f}
+	opts := DelivererOptions{Reader: h.f, Proposer: h.p, Roles: h.roles, Actor: "n1", Logger: zerolog.Nop()}
+	if tune != nil {
+		tune(&opts)
+	}
 	var err error
-	h.d, err = NewDeliverer(DelivererOptions{Reader: h.f, Proposer: h.p, Roles: h.roles, Actor: "n1", Logger: zerolog.Nop()})
+	h.d, err = NewDeliverer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
