@@ -21,17 +21,11 @@ const mappedReleaseInterval = 5 * time.Second
 // back to the kernel (see package mapped); each part reports its own
 // failures.
 func releaseMappedPages(ctx context.Context, state *fsm.FSM, node *raftnode.Node, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, every, func() bool {
 		node.ReleaseLogPages()
 		state.ReleasePages()
-	}
+		return true
+	})
 }
 
 // dropMapped unmaps the resident pages of path's mappings from this

@@ -24,6 +24,13 @@ const (
 // interval until ctx ends. A failed commit is the FSM's storage failure,
 // which it reports and which stops it applying; nothing more to do here.
 func commitStateEvery(ctx context.Context, state *fsm.FSM, every time.Duration) {
+	everyTick(ctx, every, func() bool {
+		return !errors.Is(state.Commit(), fsm.ErrClosed)
+	})
+}
+
+// everyTick calls fn every interval until ctx ends or fn returns false.
+func everyTick(ctx context.Context, every time.Duration, fn func() bool) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -32,7 +39,7 @@ func commitStateEvery(ctx context.Context, state *fsm.FSM, every time.Duration) 
 			return
 		case <-tick.C:
 		}
-		if err := state.Commit(); errors.Is(err, fsm.ErrClosed) {
+		if !fn() {
 			return
 		}
 	}
