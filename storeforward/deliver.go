@@ -379,13 +379,19 @@ func (w *worker) run() {
 	w.log.Info().Msg("s&f delivery started")
 	defer w.log.Info().Msg("s&f delivery stopped")
 
-	// MaxInFlight senders take messages in enqueue order from an
-	// unbuffered channel, so a message is handed over only when a sender
-	// is free. With one sender the next message waits for the previous
-	// one to be delivered or parked: strict FIFO.
+	// Strict FIFO (MaxInFlight 1): this loop delivers each message
+	// itself, the next one only once it is delivered or parked; a
+	// hand-over per message would only add to a path bound by round
+	// trips. Otherwise MaxInFlight senders take messages in enqueue order
+	// from an unbuffered channel, so one is handed over only when a sender
+	// is free.
+	strict := w.cfg.MaxInFlight <= 1
 	jobs := make(chan *Message)
 	var senders sync.WaitGroup
 	for range w.cfg.MaxInFlight {
+		if strict {
+			break
+		}
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
@@ -423,10 +429,16 @@ func (w *worker) run() {
 			continue
 		}
 		for i := range msgs {
-			select {
-			case jobs <- &msgs[i]:
-			case <-w.ctx.Done():
-				return
+			if strict {
+				if !w.deliver(&msgs[i]) {
+					return // stopped
+				}
+			} else {
+				select {
+				case jobs <- &msgs[i]:
+				case <-w.ctx.Done():
+					return
+				}
 			}
 			cursor = msgs[i].Seq
 		}
