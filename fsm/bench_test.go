@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -115,4 +116,55 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 		b.Fatalf("inspect: %+v %v", info, err)
 	}
 	b.Logf("state file %d bytes, snapshot %d bytes", info.StateBytes, snap.Len())
+}
+
+// BenchmarkHeldCommits compares committing the state file after every
+// ApplyBatch with holding the entries for several batches
+// (Options.CommitBytes plus Commit), the way the daemon runs: one entry per
+// batch of 32 messages with random ids (the id index takes random leaves),
+// bbolt without fsync (the daemon's DeferSync).
+func BenchmarkHeldCommits(b *testing.B) {
+	const perEntry = 32
+	payload := make([]byte, 256)
+	for _, every := range []int{1, 10} {
+		b.Run(fmt.Sprintf("commit_every=%d", every), func(b *testing.B) {
+			opts := Options{Logger: zerolog.Nop(), NoSync: true}
+			if every > 1 {
+				opts.CommitBytes = 64 << 20
+			}
+			f, err := Open(filepath.Join(b.TempDir(), "state.db"), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			rng := rand.New(rand.NewPCG(1, 2))
+			var index uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				msgs := make([]*fsmpb.Message, perEntry)
+				for m := range msgs {
+					msgs[m] = &fsmpb.Message{Id: fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()), Target: "t", Payload: payload}
+				}
+				data, err := Encode(&fsmpb.Command{StampUnixNano: int64(i), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				index++
+				b.StartTimer()
+				if err := f.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}).(*Result).Err; err != nil {
+					b.Fatal(err)
+				}
+				if (i+1)%every == 0 {
+					if err := f.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			msgs := float64(b.N * perEntry)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+		})
+	}
 }

@@ -11,6 +11,9 @@
 //     index and yields the same *CommandError on every node;
 //   - the on-disk state: the applied index is written in the same bbolt
 //     transaction as the entry's effects, so a restart replays nothing twice;
+//     that transaction may be held open across batches (Options.CommitBytes,
+//     FSM.Commit), reads seeing its entries, and committed before every
+//     snapshot, backup, restore and close;
 //     commits may skip fsync (Options.DeferSync) under a marker naming the
 //     OS boot, and a file left unsynced by an earlier boot is refused
 //     (ErrUnsyncedState) for the caller to rebuild from raft;

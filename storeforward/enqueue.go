@@ -39,7 +39,8 @@ type EnqueuerOptions struct {
 	MaxInFlight int
 	// ProposeTimeout bounds one batch's Propose. Default 10 s.
 	ProposeTimeout time.Duration
-	// NewID generates an id when the caller gives none. Default RandomID.
+	// NewID generates an id when the caller gives none. Default
+	// TimeOrderedID at Clock's time.
 	NewID   func() string
 	Clock   Clock
 	Logger  zerolog.Logger
@@ -97,11 +98,12 @@ func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
 	if opts.ProposeTimeout <= 0 {
 		opts.ProposeTimeout = 10 * time.Second
 	}
-	if opts.NewID == nil {
-		opts.NewID = RandomID
-	}
 	if opts.Clock == nil {
 		opts.Clock = SystemClock()
+	}
+	if opts.NewID == nil {
+		clock := opts.Clock
+		opts.NewID = func() string { return TimeOrderedID(clock.Now()) }
 	}
 	e := &Enqueuer{
 		opts:  opts,

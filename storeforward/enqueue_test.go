@@ -398,3 +398,23 @@ func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
 		t.Fatalf("pending = %d, want 3", st["up"].Pending)
 	}
 }
+
+func TestTimeOrderedIDsSortByTime(t *testing.T) {
+	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	prev := ""
+	seen := map[string]bool{}
+	for _, d := range []time.Duration{0, 0, time.Nanosecond, time.Microsecond, time.Second, 24 * time.Hour, 30 * 365 * 24 * time.Hour} {
+		id := TimeOrderedID(base.Add(d))
+		if len(id) != 32 {
+			t.Fatalf("id %q: %d characters, want 32", id, len(id))
+		}
+		if seen[id] {
+			t.Fatalf("id %q made twice", id)
+		}
+		seen[id] = true
+		if d > 0 && id <= prev {
+			t.Fatalf("id %q at +%v does not sort after %q", id, d, prev)
+		}
+		prev = id
+	}
+}

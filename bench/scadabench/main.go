@@ -23,6 +23,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -51,6 +53,7 @@ import (
 
 type options struct {
 	mode, target, phases, extra  string
+	ids                          string
 	api                          string
 	voters, failovers, count     int
 	conns                        int
@@ -245,6 +248,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length D of each write run (ignored when -count > 0)")
 	flag.IntVar(&o.count, "count", 0, "if > 0, each write run does this many enqueues in total")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each write run")
+	flag.StringVar(&o.ids, "ids", "seq", "write: message ids: seq (tag/client/n, as etcdbench's keys), random (16 random bytes in hex) or server (none: scadad generates them)")
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
 	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API, mutual TLS) or http (the node's local POST /v1/sf/TARGET)")
@@ -270,6 +274,9 @@ func parseFlags() options {
 		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
 			fatalf("-cpuprofile: %v", err)
 		}
+	}
+	if o.ids != "seq" && o.ids != "random" && o.ids != "server" {
+		fatalf("bad -ids %q: want seq, random or server", o.ids)
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
@@ -463,16 +470,38 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	}
 	tag := fmt.Sprintf("w%d-%d-%d", clients, size, time.Now().UnixNano())
 	if b.o.warmup > 0 {
-		runLoad(conns, clients, size, b.o.warmup, 0, tag+"warm")
+		runLoad(conns, clients, size, b.o.warmup, 0, b.idMaker(tag+"warm"))
 	}
 	stop := b.profile(fmt.Sprintf("write-c%d-v%d", clients, size), b.o.duration)
-	r := runLoad(conns, clients, size, b.o.duration, b.o.count, tag)
+	r := runLoad(conns, clients, size, b.o.duration, b.o.count, b.idMaker(tag))
 	stop()
 	r.Target, r.API = b.o.target, b.o.api
 	return r, nil
 }
 
-func runLoad(conns []*multi, clients, size int, d time.Duration, count int, tag string) writeResult {
+// idMaker returns how write clients name their messages (-ids): "seq",
+// tag/client/n as etcdbench names its keys; "random", 16 random bytes in
+// hex (an idempotency key such as a UUID); "server", none, so scadad
+// generates one.
+func (b *bench) idMaker(tag string) func(client, n int) string {
+	switch b.o.ids {
+	case "random":
+		return func(int, int) string {
+			var r [16]byte
+			_, _ = rand.Read(r[:])
+			return hex.EncodeToString(r[:])
+		}
+	case "server":
+		return func(int, int) string { return "" }
+	}
+	return seqIDs(tag)
+}
+
+func seqIDs(tag string) func(client, n int) string {
+	return func(client, n int) string { return fmt.Sprintf("%s/%d/%d", tag, client, n) }
+}
+
+func runLoad(conns []*multi, clients, size int, d time.Duration, count int, newID func(client, n int) string) writeResult {
 	val := make([]byte, size)
 	for i := range val {
 		val[i] = 'a' + byte(i%26)
@@ -497,7 +526,7 @@ func runLoad(conns []*multi, clients, size int, d time.Duration, count int, tag 
 				}
 				t0 := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := cli.enqueue(ctx, fmt.Sprintf("%s/%d/%d", tag, i, n), val)
+				err := cli.enqueue(ctx, newID(i, n), val)
 				cancel()
 				if err != nil {
 					errs.Add(1)
@@ -595,7 +624,7 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 		}
 		defer conns[i].Close()
 	}
-	runLoad(conns, len(conns), 256, 0, n, fmt.Sprintf("d%d", time.Now().UnixNano()))
+	runLoad(conns, len(conns), 256, 0, n, seqIDs(fmt.Sprintf("d%d", time.Now().UnixNano())))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	total, err := b.pending(ctx)
@@ -827,7 +856,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		}
 	}()
 	t0 := time.Now()
-	w := runLoad(conns, len(conns), size, 0, n, fmt.Sprintf("buf%d", time.Now().UnixNano()))
+	w := runLoad(conns, len(conns), size, 0, n, seqIDs(fmt.Sprintf("buf%d", time.Now().UnixNano())))
 	close(stopSampling)
 	<-sampled
 	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds(), RSSPeakMiB: peak}
