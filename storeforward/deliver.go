@@ -388,10 +388,7 @@ func (w *worker) run() {
 	strict := w.cfg.MaxInFlight <= 1
 	jobs := make(chan *Message)
 	var senders sync.WaitGroup
-	for range w.cfg.MaxInFlight {
-		if strict {
-			break
-		}
+	for i := 0; !strict && i < w.cfg.MaxInFlight; i++ {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()

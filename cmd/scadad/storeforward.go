@@ -1,13 +1,12 @@
 package main
 
 import (
-	"time"
-
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
