@@ -663,6 +663,12 @@ func (r *remover) run() {
 			err := r.commit(ids, timeout)
 			if err == nil {
 				failures = 0
+				if !final && r.d.opts.RemoveDelay > 0 && len(ids) < r.d.opts.RemoveBatch {
+					// What gathered during the commit waits for the
+					// next delay (its adds left a kick); only a full
+					// batch, a backlog, goes on at once.
+					break
+				}
 				continue
 			}
 			var cerr *fsm.CommandError

@@ -135,6 +135,52 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 	}
 }
 
+func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
+	clock := &manualClock{}
+	hold := make(chan struct{})
+	var held atomic.Bool
+	h := newHarnessWith(t, role.State{Role: role.Standby}, func(o *DelivererOptions) {
+		o.RemoveDelay, o.Clock = 20*time.Millisecond, clock
+	})
+	h.p.before = func(ctx context.Context, cmd *fsmpb.Command) error {
+		if cmd.GetSfDelivered() != nil && held.CompareAndSwap(false, true) {
+			<-hold // the first removal commits slowly
+		}
+		return nil
+	}
+	s := newSink(t, h.roles, nil)
+	if err := h.d.SetTargets([]Target{fastTarget("one", s.srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	timers := func() int {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.timers)
+	}
+	for i := range 10 {
+		h.enqueue(t, "one", fmt.Sprintf("a%02d", i), "x")
+	}
+	h.roles.Publish(activeState(1, 1))
+	waitFor(t, "the first wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 10 })
+	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return timers() > 0 })
+	clock.fire()
+	waitFor(t, "the first removal under way", 10*time.Second, held.Load)
+	for i := range 10 {
+		h.enqueue(t, "one", fmt.Sprintf("b%02d", i), "x")
+	}
+	waitFor(t, "the second wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 20 })
+	close(hold)
+	waitFor(t, "the remover's next wait", 10*time.Second, func() bool { return timers() > 0 })
+	if got := h.p.commands(isDelivered); len(got) != 1 {
+		t.Fatalf("%d SFDelivered before the second delay passed, want 1", len(got))
+	}
+	clock.fire()
+	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool { return h.stats(t, "one").Pending == 0 })
+	if got := h.p.commands(isDelivered); len(got) != 2 || len(got[1].GetSfDelivered().Ids) != 10 {
+		t.Fatalf("removals %v, want a second SFDelivered of the 10 ids gathered meanwhile", got)
+	}
+}
+
 func TestDeliveryFailureThenRecovery(t *testing.T) {
 	h := newHarness(t, activeState(1, 1))
 	var failing atomic.Bool
