@@ -49,6 +49,10 @@ type State interface {
 // StoreForward is the store-and-forward surface of the control API.
 type StoreForward interface {
 	Enqueue(ctx context.Context, target string, payload []byte, id string) (string, bool, error)
+	// Submit hands a message to the group committer without waiting for
+	// its commit; wait gives the outcome as Enqueue would (a refusal at
+	// once).
+	Submit(ctx context.Context, target string, payload []byte, id string) (wait func(context.Context) (string, bool, error))
 	Stats(ctx context.Context) ([]*controlpb.SFTargetStats, error)
 	List(ctx context.Context, target string, parked bool, limit int) ([]*controlpb.SFMessage, error)
 	Retry(ctx context.Context, ids []string, allOfTarget string) (int, error)

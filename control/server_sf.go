@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,6 +21,61 @@ func (s *Server) SFEnqueue(ctx context.Context, req *controlpb.SFEnqueueRequest)
 		return nil, err
 	}
 	return &controlpb.SFEnqueueResponse{Id: id, Duplicate: dup}, nil
+}
+
+// maxStreamInFlight bounds the messages of one SFEnqueueStream submitted
+// and not yet answered; a producer that sends faster waits.
+const maxStreamInFlight = 1024
+
+// SFEnqueueStream stores every message sent on the stream and answers each
+// in the order sent. Messages are handed to the group committer as they
+// arrive, so a producer's pipelined messages share raft entries.
+func (s *Server) SFEnqueueStream(stream controlpb.Control_SFEnqueueStreamServer) error {
+	ctx := stream.Context()
+	waits := make(chan func(context.Context) (string, bool, error), maxStreamInFlight)
+	sent := make(chan error, 1)
+	go func() {
+		var sendErr error
+		for wait := range waits {
+			id, dup, err := wait(ctx)
+			if sendErr != nil {
+				continue // the stream is broken; let the reader end
+			}
+			resp := &controlpb.SFEnqueueStreamResponse{Id: id, Duplicate: dup}
+			if err != nil {
+				st := status.Convert(err)
+				resp.Code, resp.Error = int32(st.Code()), st.Message()
+			}
+			sendErr = stream.Send(resp)
+		}
+		sent <- sendErr
+	}()
+	var recvErr error
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		wait := refusal(req.Id, status.Error(codes.InvalidArgument, "sf enqueue: target is required"))
+		if req.Target != "" {
+			wait = s.SF.Submit(ctx, req.Target, req.Payload, req.Id)
+		}
+		waits <- wait
+	}
+	close(waits)
+	sendErr := <-sent
+	if recvErr != nil {
+		return recvErr
+	}
+	return sendErr
+}
+
+// refusal is the outcome of a message refused before it was submitted.
+func refusal(id string, err error) func(context.Context) (string, bool, error) {
+	return func(context.Context) (string, bool, error) { return id, false, err }
 }
 
 // SFStats reports per-target buffer figures.

@@ -168,33 +168,66 @@ const maxMessageHeaders = 64
 // cancelled ctx returns early; the message may still be stored, and
 // enqueueing again with the same id is safe.
 func (e *Enqueuer) Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error) {
+	p, err := e.Submit(ctx, target, payload, id, headers)
+	if err != nil {
+		return EnqueueResult{ID: p.ID()}, err
+	}
+	return p.Wait(ctx)
+}
+
+// Pending is a message handed to the group committer; Wait gives its
+// outcome.
+type Pending struct {
+	e      *Enqueuer
+	req    *enqueueReq
+	id     string
+	target string
+}
+
+// ID is the message's id, generated when the caller gave none.
+func (p *Pending) ID() string { return p.id }
+
+// Submit validates a message and hands it to the group committer without
+// waiting for its commit, so one caller may have many in flight. It
+// returns an error for a message refused before it was handed over (the
+// Pending still names its id). ctx bounds only the hand-over.
+func (e *Enqueuer) Submit(ctx context.Context, target string, payload []byte, id string, headers []Header) (*Pending, error) {
 	if id == "" {
 		id = e.opts.NewID()
 	}
+	p := &Pending{e: e, id: id, target: target}
 	if err := e.Validate(target, payload, id, headers); err != nil {
-		return EnqueueResult{ID: id}, err
+		return p, err
 	}
 	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}
 	for _, h := range headers {
 		msg.Headers = append(msg.Headers, &fsmpb.KV{Key: h.Key, Value: h.Value})
 	}
-	req := &enqueueReq{msg: msg, start: e.opts.Clock.Now(), done: make(chan enqueueReply, 1)}
+	p.req = &enqueueReq{msg: msg, start: e.opts.Clock.Now(), done: make(chan enqueueReply, 1)}
 	select {
-	case e.reqs <- req:
+	case e.reqs <- p.req:
+		return p, nil
 	case <-ctx.Done():
-		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, ctx.Err())
+		return p, fmt.Errorf("enqueue %s to %s: %w", id, target, ctx.Err())
 	case <-e.ctx.Done():
-		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, ErrClosed)
+		return p, fmt.Errorf("enqueue %s to %s: %w", id, target, ErrClosed)
 	}
+}
+
+// Wait returns the outcome of a submitted message once the command
+// holding it is committed on a quorum, or when ctx ends (the message may
+// still be stored; enqueueing again with the same id is safe). Call it
+// once.
+func (p *Pending) Wait(ctx context.Context) (EnqueueResult, error) {
 	select {
-	case r := <-req.done:
+	case r := <-p.req.done:
 		if r.err != nil {
-			return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s: %w", id, target, r.err)
+			return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, r.err)
 		}
-		e.opts.Metrics.observeEnqueued(target, r.res.Duplicate, e.opts.Clock.Now().Sub(req.start))
+		p.e.opts.Metrics.observeEnqueued(p.target, r.res.Duplicate, p.e.opts.Clock.Now().Sub(p.req.start))
 		return r.res, nil
 	case <-ctx.Done():
-		return EnqueueResult{ID: id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", id, target, ctx.Err())
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", p.id, p.target, ctx.Err())
 	}
 }
 

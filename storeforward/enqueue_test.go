@@ -418,3 +418,45 @@ func TestTimeOrderedIDsSortByTime(t *testing.T) {
 		prev = id
 	}
 }
+
+// One caller submits many messages before waiting for any: they share
+// commands, and each Wait gives its own message's outcome.
+func TestSubmitPipelinesOneCallersMessages(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	clock := &manualClock{}
+	const total = 40
+	e, err := NewEnqueuer(EnqueuerOptions{
+		Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://127.0.0.1:1"}},
+		MaxBatchMessages: total, MaxInFlight: 1, Clock: clock, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	held, release := holdFirst(p)
+	var pending []*Pending
+	for i := range total {
+		pp, err := e.Submit(context.Background(), "up", []byte("x"), fmt.Sprintf("m%02d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, pp)
+		if i == 0 {
+			<-held // the first goes alone; the rest gather behind it
+		}
+	}
+	if pp, err := e.Submit(context.Background(), "nowhere", []byte("x"), "bad", nil); err == nil || pp.ID() != "bad" {
+		t.Fatalf("Submit to an unknown target: %v, id %q; want a refusal naming the id", err, pp.ID())
+	}
+	release()
+	for i := len(pending) - 1; i >= 0; i-- { // waiting in any order
+		res, err := pending[i].Wait(context.Background())
+		if err != nil || res.ID != fmt.Sprintf("m%02d", i) || res.Duplicate {
+			t.Fatalf("message %d: %+v, %v", i, res, err)
+		}
+	}
+	if cmds := p.commands(isEnqueue); len(cmds) != 2 || len(cmds[1].GetSfEnqueue().Messages) != total-1 {
+		t.Fatalf("%d SFEnqueue commands, want 2: the first message, then the %d submitted behind it", len(cmds), total-1)
+	}
+}

@@ -2062,6 +2062,74 @@ func (x *SFEnqueueResponse) GetDuplicate() bool {
 	return false
 }
 
+type SFEnqueueStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Duplicate     bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Code          int32                  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`  // gRPC status code: 0 when stored, else why not
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"` // the refusal, when code is not 0
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SFEnqueueStreamResponse) Reset() {
+	*x = SFEnqueueStreamResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SFEnqueueStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SFEnqueueStreamResponse) ProtoMessage() {}
+
+func (x *SFEnqueueStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SFEnqueueStreamResponse.ProtoReflect.Descriptor instead.
+func (*SFEnqueueStreamResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SFEnqueueStreamResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SFEnqueueStreamResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *SFEnqueueStreamResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SFEnqueueStreamResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type SFStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2070,7 +2138,7 @@ type SFStatsRequest struct {
 
 func (x *SFStatsRequest) Reset() {
 	*x = SFStatsRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2150,7 @@ func (x *SFStatsRequest) String() string {
 func (*SFStatsRequest) ProtoMessage() {}
 
 func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2163,7 @@ func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsRequest.ProtoReflect.Descriptor instead.
 func (*SFStatsRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
 }
 
 type SFTargetStats struct {
@@ -2113,7 +2181,7 @@ type SFTargetStats struct {
 
 func (x *SFTargetStats) Reset() {
 	*x = SFTargetStats{}
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2193,7 @@ func (x *SFTargetStats) String() string {
 func (*SFTargetStats) ProtoMessage() {}
 
 func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2206,7 @@ func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFTargetStats.ProtoReflect.Descriptor instead.
 func (*SFTargetStats) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SFTargetStats) GetTarget() string {
@@ -2199,7 +2267,7 @@ type SFStatsResponse struct {
 
 func (x *SFStatsResponse) Reset() {
 	*x = SFStatsResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2279,7 @@ func (x *SFStatsResponse) String() string {
 func (*SFStatsResponse) ProtoMessage() {}
 
 func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2292,7 @@ func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsResponse.ProtoReflect.Descriptor instead.
 func (*SFStatsResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SFStatsResponse) GetTargets() []*SFTargetStats {
@@ -2245,7 +2313,7 @@ type SFListRequest struct {
 
 func (x *SFListRequest) Reset() {
 	*x = SFListRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2325,7 @@ func (x *SFListRequest) String() string {
 func (*SFListRequest) ProtoMessage() {}
 
 func (x *SFListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2338,7 @@ func (x *SFListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListRequest.ProtoReflect.Descriptor instead.
 func (*SFListRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SFListRequest) GetTarget() string {
@@ -2309,7 +2377,7 @@ type SFMessage struct {
 
 func (x *SFMessage) Reset() {
 	*x = SFMessage{}
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2389,7 @@ func (x *SFMessage) String() string {
 func (*SFMessage) ProtoMessage() {}
 
 func (x *SFMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2402,7 @@ func (x *SFMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFMessage.ProtoReflect.Descriptor instead.
 func (*SFMessage) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SFMessage) GetId() string {
@@ -2395,7 +2463,7 @@ type SFListResponse struct {
 
 func (x *SFListResponse) Reset() {
 	*x = SFListResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2475,7 @@ func (x *SFListResponse) String() string {
 func (*SFListResponse) ProtoMessage() {}
 
 func (x *SFListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2488,7 @@ func (x *SFListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListResponse.ProtoReflect.Descriptor instead.
 func (*SFListResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SFListResponse) GetMessages() []*SFMessage {
@@ -2440,7 +2508,7 @@ type SFSelectRequest struct {
 
 func (x *SFSelectRequest) Reset() {
 	*x = SFSelectRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2520,7 @@ func (x *SFSelectRequest) String() string {
 func (*SFSelectRequest) ProtoMessage() {}
 
 func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2533,7 @@ func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectRequest.ProtoReflect.Descriptor instead.
 func (*SFSelectRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SFSelectRequest) GetIds() []string {
@@ -2491,7 +2559,7 @@ type SFSelectResponse struct {
 
 func (x *SFSelectResponse) Reset() {
 	*x = SFSelectResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[42]
+	mi := &file_controlpb_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2571,7 @@ func (x *SFSelectResponse) String() string {
 func (*SFSelectResponse) ProtoMessage() {}
 
 func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[42]
+	mi := &file_controlpb_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2584,7 @@ func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectResponse.ProtoReflect.Descriptor instead.
 func (*SFSelectResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{42}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SFSelectResponse) GetAffected() int32 {
@@ -2675,7 +2743,12 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x02id\x18\x03 \x01(\tR\x02id\"A\n" +
 	"\x11SFEnqueueResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\x10\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"q\n" +
+	"\x17SFEnqueueStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x10\n" +
 	"\x0eSFStatsRequest\"\xf7\x01\n" +
 	"\rSFTargetStats\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x18\n" +
@@ -2707,7 +2780,7 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
 	"\rall_of_target\x18\x02 \x01(\tR\vallOfTarget\".\n" +
 	"\x10SFSelectResponse\x12\x1a\n" +
-	"\baffected\x18\x01 \x01(\x05R\baffected2\xe2\r\n" +
+	"\baffected\x18\x01 \x01(\x05R\baffected2\xca\x0e\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -2725,7 +2798,8 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\rDeployHistory\x12'.scadad.control.v1.DeployHistoryRequest\x1a(.scadad.control.v1.DeployHistoryResponse\x12_\n" +
 	"\fDeployStatus\x12&.scadad.control.v1.DeployStatusRequest\x1a'.scadad.control.v1.DeployStatusResponse\x12V\n" +
 	"\tDeployGet\x12#.scadad.control.v1.DeployGetRequest\x1a$.scadad.control.v1.DeployGetResponse\x12V\n" +
-	"\tSFEnqueue\x12#.scadad.control.v1.SFEnqueueRequest\x1a$.scadad.control.v1.SFEnqueueResponse\x12P\n" +
+	"\tSFEnqueue\x12#.scadad.control.v1.SFEnqueueRequest\x1a$.scadad.control.v1.SFEnqueueResponse\x12f\n" +
+	"\x0fSFEnqueueStream\x12#.scadad.control.v1.SFEnqueueRequest\x1a*.scadad.control.v1.SFEnqueueStreamResponse(\x010\x01\x12P\n" +
 	"\aSFStats\x12!.scadad.control.v1.SFStatsRequest\x1a\".scadad.control.v1.SFStatsResponse\x12M\n" +
 	"\x06SFList\x12 .scadad.control.v1.SFListRequest\x1a!.scadad.control.v1.SFListResponse\x12R\n" +
 	"\aSFRetry\x12\".scadad.control.v1.SFSelectRequest\x1a#.scadad.control.v1.SFSelectResponse\x12T\n" +
@@ -2743,7 +2817,7 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
@@ -2780,14 +2854,15 @@ var file_controlpb_control_proto_goTypes = []any{
 	(*DeployGetResponse)(nil),       // 32: scadad.control.v1.DeployGetResponse
 	(*SFEnqueueRequest)(nil),        // 33: scadad.control.v1.SFEnqueueRequest
 	(*SFEnqueueResponse)(nil),       // 34: scadad.control.v1.SFEnqueueResponse
-	(*SFStatsRequest)(nil),          // 35: scadad.control.v1.SFStatsRequest
-	(*SFTargetStats)(nil),           // 36: scadad.control.v1.SFTargetStats
-	(*SFStatsResponse)(nil),         // 37: scadad.control.v1.SFStatsResponse
-	(*SFListRequest)(nil),           // 38: scadad.control.v1.SFListRequest
-	(*SFMessage)(nil),               // 39: scadad.control.v1.SFMessage
-	(*SFListResponse)(nil),          // 40: scadad.control.v1.SFListResponse
-	(*SFSelectRequest)(nil),         // 41: scadad.control.v1.SFSelectRequest
-	(*SFSelectResponse)(nil),        // 42: scadad.control.v1.SFSelectResponse
+	(*SFEnqueueStreamResponse)(nil), // 35: scadad.control.v1.SFEnqueueStreamResponse
+	(*SFStatsRequest)(nil),          // 36: scadad.control.v1.SFStatsRequest
+	(*SFTargetStats)(nil),           // 37: scadad.control.v1.SFTargetStats
+	(*SFStatsResponse)(nil),         // 38: scadad.control.v1.SFStatsResponse
+	(*SFListRequest)(nil),           // 39: scadad.control.v1.SFListRequest
+	(*SFMessage)(nil),               // 40: scadad.control.v1.SFMessage
+	(*SFListResponse)(nil),          // 41: scadad.control.v1.SFListResponse
+	(*SFSelectRequest)(nil),         // 42: scadad.control.v1.SFSelectRequest
+	(*SFSelectResponse)(nil),        // 43: scadad.control.v1.SFSelectResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	3,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -2796,8 +2871,8 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	20, // 3: scadad.control.v1.AuditResponse.entries:type_name -> scadad.control.v1.AuditEntry
 	26, // 4: scadad.control.v1.DeployHistoryResponse.revisions:type_name -> scadad.control.v1.DeployRevision
 	29, // 5: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
-	36, // 6: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
-	39, // 7: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
+	37, // 6: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
+	40, // 7: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
 	0,  // 8: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
 	4,  // 9: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
 	6,  // 10: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
@@ -2814,32 +2889,34 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	28, // 21: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
 	31, // 22: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
 	33, // 23: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	35, // 24: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	38, // 25: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	41, // 26: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	41, // 27: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	1,  // 28: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	5,  // 29: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	7,  // 30: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	9,  // 31: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	11, // 32: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	13, // 33: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	15, // 34: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	17, // 35: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	18, // 36: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	21, // 37: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	23, // 38: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	23, // 39: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	27, // 40: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	30, // 41: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	32, // 42: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	34, // 43: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	37, // 44: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	40, // 45: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	42, // 46: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	42, // 47: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	28, // [28:48] is the sub-list for method output_type
-	8,  // [8:28] is the sub-list for method input_type
+	33, // 24: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	36, // 25: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	39, // 26: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	42, // 27: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	42, // 28: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	1,  // 29: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	5,  // 30: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	7,  // 31: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	9,  // 32: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	11, // 33: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	13, // 34: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	15, // 35: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	17, // 36: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	18, // 37: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	21, // 38: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	23, // 39: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	23, // 40: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	27, // 41: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	30, // 42: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	32, // 43: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	34, // 44: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	35, // 45: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	38, // 46: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	41, // 47: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	43, // 48: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	43, // 49: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	29, // [29:50] is the sub-list for method output_type
+	8,  // [8:29] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -2856,7 +2933,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

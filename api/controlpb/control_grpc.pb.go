@@ -37,6 +37,7 @@ const (
 	Control_DeployStatus_FullMethodName    = "/scadad.control.v1.Control/DeployStatus"
 	Control_DeployGet_FullMethodName       = "/scadad.control.v1.Control/DeployGet"
 	Control_SFEnqueue_FullMethodName       = "/scadad.control.v1.Control/SFEnqueue"
+	Control_SFEnqueueStream_FullMethodName = "/scadad.control.v1.Control/SFEnqueueStream"
 	Control_SFStats_FullMethodName         = "/scadad.control.v1.Control/SFStats"
 	Control_SFList_FullMethodName          = "/scadad.control.v1.Control/SFList"
 	Control_SFRetry_FullMethodName         = "/scadad.control.v1.Control/SFRetry"
@@ -72,6 +73,12 @@ type ControlClient interface {
 	DeployGet(ctx context.Context, in *DeployGetRequest, opts ...grpc.CallOption) (*DeployGetResponse, error)
 	// Store-and-forward.
 	SFEnqueue(ctx context.Context, in *SFEnqueueRequest, opts ...grpc.CallOption) (*SFEnqueueResponse, error)
+	// SFEnqueueStream stores every message sent on the stream and answers
+	// each, in the order sent, once it is committed on a quorum or refused.
+	// A refused message (unknown target, payload too large, no quorum) is
+	// answered with its status code and the stream goes on. A producer may
+	// send many messages before reading their answers.
+	SFEnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SFEnqueueRequest, SFEnqueueStreamResponse], error)
 	SFStats(ctx context.Context, in *SFStatsRequest, opts ...grpc.CallOption) (*SFStatsResponse, error)
 	SFList(ctx context.Context, in *SFListRequest, opts ...grpc.CallOption) (*SFListResponse, error)
 	SFRetry(ctx context.Context, in *SFSelectRequest, opts ...grpc.CallOption) (*SFSelectResponse, error)
@@ -258,6 +265,19 @@ func (c *controlClient) SFEnqueue(ctx context.Context, in *SFEnqueueRequest, opt
 	return out, nil
 }
 
+func (c *controlClient) SFEnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SFEnqueueRequest, SFEnqueueStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[2], Control_SFEnqueueStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SFEnqueueRequest, SFEnqueueStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_SFEnqueueStreamClient = grpc.BidiStreamingClient[SFEnqueueRequest, SFEnqueueStreamResponse]
+
 func (c *controlClient) SFStats(ctx context.Context, in *SFStatsRequest, opts ...grpc.CallOption) (*SFStatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SFStatsResponse)
@@ -327,6 +347,12 @@ type ControlServer interface {
 	DeployGet(context.Context, *DeployGetRequest) (*DeployGetResponse, error)
 	// Store-and-forward.
 	SFEnqueue(context.Context, *SFEnqueueRequest) (*SFEnqueueResponse, error)
+	// SFEnqueueStream stores every message sent on the stream and answers
+	// each, in the order sent, once it is committed on a quorum or refused.
+	// A refused message (unknown target, payload too large, no quorum) is
+	// answered with its status code and the stream goes on. A producer may
+	// send many messages before reading their answers.
+	SFEnqueueStream(grpc.BidiStreamingServer[SFEnqueueRequest, SFEnqueueStreamResponse]) error
 	SFStats(context.Context, *SFStatsRequest) (*SFStatsResponse, error)
 	SFList(context.Context, *SFListRequest) (*SFListResponse, error)
 	SFRetry(context.Context, *SFSelectRequest) (*SFSelectResponse, error)
@@ -388,6 +414,9 @@ func (UnimplementedControlServer) DeployGet(context.Context, *DeployGetRequest) 
 }
 func (UnimplementedControlServer) SFEnqueue(context.Context, *SFEnqueueRequest) (*SFEnqueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SFEnqueue not implemented")
+}
+func (UnimplementedControlServer) SFEnqueueStream(grpc.BidiStreamingServer[SFEnqueueRequest, SFEnqueueStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method SFEnqueueStream not implemented")
 }
 func (UnimplementedControlServer) SFStats(context.Context, *SFStatsRequest) (*SFStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SFStats not implemented")
@@ -692,6 +721,13 @@ func _Control_SFEnqueue_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_SFEnqueueStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ControlServer).SFEnqueueStream(&grpc.GenericServerStream[SFEnqueueRequest, SFEnqueueStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_SFEnqueueStreamServer = grpc.BidiStreamingServer[SFEnqueueRequest, SFEnqueueStreamResponse]
+
 func _Control_SFStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SFStatsRequest)
 	if err := dec(in); err != nil {
@@ -853,6 +889,12 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SnapshotRestore",
 			Handler:       _Control_SnapshotRestore_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "SFEnqueueStream",
+			Handler:       _Control_SFEnqueueStream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

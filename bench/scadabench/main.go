@@ -251,7 +251,7 @@ func parseFlags() options {
 	flag.StringVar(&o.ids, "ids", "seq", "write: message ids: seq (tag/client/n, as etcdbench's keys), random (16 random bytes in hex) or server (none: scadad generates them)")
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
-	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API, mutual TLS) or http (the node's local POST /v1/sf/TARGET)")
+	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) or http (the node's local POST /v1/sf/TARGET)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
@@ -281,8 +281,8 @@ func parseFlags() options {
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
 	}
-	if o.api != "grpc" && o.api != "http" {
-		fatalf("bad -api %q: want grpc or http", o.api)
+	if o.api != "grpc" && o.api != "stream" && o.api != "http" {
+		fatalf("bad -api %q: want grpc, stream or http", o.api)
 	}
 	return o
 }
@@ -405,6 +405,72 @@ func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 
 func (h *httpEnqueuer) Close() { h.cl.CloseIdleConnections() }
 
+// streamEnqueuer sends on one SFEnqueueStream. Answers come back in the
+// order sent, so each answer goes to the oldest waiting sender.
+type streamEnqueuer struct {
+	conn   *grpc.ClientConn
+	stream controlpb.Control_SFEnqueueStreamClient
+
+	mu      sync.Mutex      // orders Send with its place in waiters
+	waiters chan chan error // oldest first
+}
+
+func (b *bench) streamClient(n *testcluster.Node) (*streamEnqueuer, error) {
+	c, err := b.client(n)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := c.api.SFEnqueueStream(context.Background())
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s := &streamEnqueuer{conn: c.conn, stream: stream, waiters: make(chan chan error, 1<<14)}
+	go s.receive()
+	return s, nil
+}
+
+func (s *streamEnqueuer) receive() {
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			// Fail whoever waits now and whoever comes later.
+			for {
+				(<-s.waiters) <- fmt.Errorf("enqueue stream: %w", err)
+			}
+		}
+		var answer error
+		if resp.Code != 0 {
+			answer = fmt.Errorf("enqueue %s: code %d: %s", resp.Id, resp.Code, resp.Error)
+		}
+		(<-s.waiters) <- answer
+	}
+}
+
+func (s *streamEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
+	answer := make(chan error, 1)
+	s.mu.Lock()
+	err := s.stream.Send(&controlpb.SFEnqueueRequest{Target: "bench", Id: id, Payload: payload})
+	if err == nil {
+		s.waiters <- answer
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *streamEnqueuer) Close() {
+	_ = s.stream.CloseSend()
+	s.conn.Close()
+}
+
 // multi round-robins over several nodes' clients.
 type multi struct {
 	cs []enqueuer
@@ -424,6 +490,14 @@ func (m *multi) Close() {
 func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 	m := &multi{}
 	for _, n := range nodes {
+		if b.o.api == "stream" {
+			c, err := b.streamClient(n)
+			if err != nil {
+				return nil, err
+			}
+			m.cs = append(m.cs, c)
+			continue
+		}
 		if b.o.api == "http" {
 			m.cs = append(m.cs, &httpEnqueuer{url: "http://" + n.HTTPAddr + "/v1/sf/bench", cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}})
 			continue

@@ -105,6 +105,22 @@ func (s *sfService) Enqueue(ctx context.Context, target string, payload []byte, 
 	return res.ID, res.Duplicate, nil
 }
 
+// Submit hands one message to the group committer; wait answers as
+// Enqueue does.
+func (s *sfService) Submit(ctx context.Context, target string, payload []byte, id string) func(context.Context) (string, bool, error) {
+	p, err := s.enqueuer.Submit(ctx, target, payload, id, nil)
+	return func(ctx context.Context) (string, bool, error) {
+		if err != nil {
+			return p.ID(), false, sfStatus("enqueue", err)
+		}
+		res, err := p.Wait(ctx)
+		if err != nil {
+			return res.ID, false, sfStatus("enqueue", err)
+		}
+		return res.ID, res.Duplicate, nil
+	}
+}
+
 // sfStatus maps store-and-forward errors to gRPC codes.
 func sfStatus(what string, err error) error {
 	var unknown *storeforward.UnknownTargetError
