@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -125,13 +126,25 @@ func (f *Forwarder) conn(id string) (*grpc.ClientConn, error) {
 	if !ok {
 		var err error
 		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+			grpc.WithConnectParams(peerConnectParams()))
 		if err != nil {
 			return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
 		}
 		f.conns[addr] = conn
 	}
 	return conn, nil
+}
+
+// peerConnectParams keep reconnecting to a peer at most a second apart.
+// grpc's default backoff grows to two minutes: after a partition of a few
+// seconds a node's forwards, and the heal probe of a split pair, failed
+// for seconds after the network was back, waiting out the backoff.
+func peerConnectParams() grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	}
 }
 
 // forwardContext marks ctx as forwarded for the leader.
