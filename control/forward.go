@@ -136,7 +136,8 @@ func (f *Forwarder) conn(id string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// peerConnectParams keep reconnecting to a peer at most a second apart.
+// peerConnectParams keep reconnect attempts to a peer about a second apart
+// at most (1 s ± 20 % jitter).
 // grpc's default backoff grows to two minutes: after a partition of a few
 // seconds a node's forwards, and the heal probe of a split pair, failed
 // for seconds after the network was back, waiting out the backoff.
