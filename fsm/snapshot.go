@@ -436,9 +436,9 @@ func (f *FSM) swapIn(tmp string) error {
 	}
 	db, err := openDB(f.path, f.opts)
 	if err != nil {
-		e := error(&StorageError{Err: fmt.Errorf("reopen state after restore: %w", err)})
-		f.fatal.CompareAndSwap(nil, &e)
-		return e
+		serr := &StorageError{Err: fmt.Errorf("reopen state after restore: %w", err)}
+		f.storageFailure(serr)
+		return serr
 	}
 	f.db = db
 	if err := f.loadMeta(); err != nil {

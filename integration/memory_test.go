@@ -15,7 +15,8 @@ import (
 // memory maps, and every page it touches would stay in the process's
 // resident size. After a fill of about 24 MB of pending messages, every
 // node's resident pages of fsm.db and raft.db must fall to a few MB within
-// seconds (scadad hands them back to the kernel every second).
+// seconds (scadad hands them back to the kernel as its commits and raft's
+// log traffic go, and every 5 s).
 func TestMappedStatePagesLeaveTheResidentSize(t *testing.T) {
 	c, _, active := sfSetupPending(t)
 	payload := bytes.Repeat([]byte("m"), 4<<10)

@@ -119,11 +119,7 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 	}
 	h.roles.Publish(activeState(1, 1))
 	waitFor(t, "every message at the sink", 10*time.Second, func() bool { return len(s.requests()) >= n })
-	waitFor(t, "the remover's wait", 10*time.Second, func() bool {
-		clock.mu.Lock()
-		defer clock.mu.Unlock()
-		return len(clock.timers) > 0
-	})
+	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 0 {
 		t.Fatalf("%d SFDelivered before the remove delay passed", len(got))
 	}
@@ -152,17 +148,12 @@ func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
 	if err := h.d.SetTargets([]Target{fastTarget("one", s.srv.URL)}); err != nil {
 		t.Fatal(err)
 	}
-	timers := func() int {
-		clock.mu.Lock()
-		defer clock.mu.Unlock()
-		return len(clock.timers)
-	}
 	for i := range 10 {
 		h.enqueue(t, "one", fmt.Sprintf("a%02d", i), "x")
 	}
 	h.roles.Publish(activeState(1, 1))
 	waitFor(t, "the first wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 10 })
-	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return timers() > 0 })
+	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	clock.fire()
 	waitFor(t, "the first removal under way", 10*time.Second, held.Load)
 	for i := range 10 {
@@ -170,7 +161,7 @@ func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
 	}
 	waitFor(t, "the second wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 20 })
 	close(hold)
-	waitFor(t, "the remover's next wait", 10*time.Second, func() bool { return timers() > 0 })
+	waitFor(t, "the remover's next wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 1 {
 		t.Fatalf("%d SFDelivered before the second delay passed, want 1", len(got))
 	}

@@ -106,6 +106,13 @@ func (c *manualClock) After(time.Duration) <-chan time.Time {
 	return ch
 }
 
+// waiting is how many timers wait to be fired.
+func (c *manualClock) waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
 // fire fires every timer made so far.
 func (c *manualClock) fire() {
 	c.mu.Lock()

@@ -278,21 +278,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 // watchStorage reports the FSM's storage failure once it happens.
 func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 	out := make(chan error, 1)
-	go func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := state.Err(); err != nil {
-					out <- err
-					return
-				}
-			}
+	go everyTick(ctx, 250*time.Millisecond, func() bool {
+		if err := state.Err(); err != nil {
+			out <- err
+			return false
 		}
-	}()
+		return true
+	})
 	return out
 }
 
