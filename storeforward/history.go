@@ -23,9 +23,14 @@ type HistoryRule struct {
 	// Select lists the instances (and optionally attributes) forwarded;
 	// empty forwards everything.
 	Select []HistorySelector
+	// SampleInterval 0 forwards every change as it arrives (site config
+	// mode on_change). Above 0 the rule samples (mode sample): every
+	// SampleInterval it forwards the latest value of each selected
+	// attribute seen so far, changed or not, stamped with the sample time.
+	SampleInterval time.Duration
 	// Deadband is an absolute deadband on numeric values: a value within it
 	// of the last forwarded one (same quality) is not forwarded. 0 forwards
-	// every change.
+	// every change, or in sample mode every attribute at every sample.
 	Deadband float64
 	// MaxBatch is the most values in one message (default 100);
 	// MaxBatchDelay the longest a value waits for its batch (default 1 s).
@@ -75,6 +80,9 @@ type HistoryValue struct {
 	Value     any       `json:"value"`
 	Quality   string    `json:"quality"`
 	Timestamp time.Time `json:"timestamp"`
+	// SampledAt is when a sampling rule took the value; absent for values
+	// forwarded on change.
+	SampledAt time.Time `json:"sampled_at,omitzero"`
 }
 
 // HistoryPayload is the JSON body of a forwarded message.
@@ -99,9 +107,15 @@ type HistoryOptions struct {
 	// RetryFloor and RetryMax bound the wait before re-enqueueing a batch
 	// whose enqueue failed. Defaults 100 ms and 10 s.
 	RetryFloor, RetryMax time.Duration
-	Clock                Clock
-	Jitter               func() float64
-	Logger               zerolog.Logger
+	// Active reports whether this node forwards history now (the daemon:
+	// it is the Active node). A sampling rule samples only while it does
+	// and forgets the values it holds when it does not, so a node that
+	// becomes Active again samples only values it received since. Nil
+	// means always.
+	Active func() bool
+	Clock  Clock
+	Jitter func() float64
+	Logger zerolog.Logger
 }
 
 // HistoryForwarder batches tag updates per rule into JSON messages and
@@ -113,6 +127,7 @@ type HistoryForwarder struct {
 	updates chan TagUpdate
 	dropped atomic.Uint64
 	sent    atomic.Uint64
+	taken   atomic.Uint64
 }
 
 // NewHistoryForwarder validates the rules; Run does the work.
@@ -131,6 +146,9 @@ func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
 		seen[r.Name] = true
 		if r.Deadband < 0 || math.IsNaN(r.Deadband) {
 			return nil, fmt.Errorf("new history forwarder: rule %s: deadband %v", r.Name, r.Deadband)
+		}
+		if r.SampleInterval < 0 {
+			return nil, fmt.Errorf("new history forwarder: rule %s: sample interval %s", r.Name, r.SampleInterval)
 		}
 		if r.MaxBatch <= 0 {
 			opts.Rules[i].MaxBatch = 100
@@ -154,6 +172,9 @@ func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
 	if opts.Jitter == nil {
 		opts.Jitter = defaultJitter
 	}
+	if opts.Active == nil {
+		opts.Active = func() bool { return true }
+	}
 	return &HistoryForwarder{opts: opts, updates: make(chan TagUpdate, opts.Buffer)}, nil
 }
 
@@ -175,11 +196,21 @@ func (h *HistoryForwarder) Dropped() uint64 { return h.dropped.Load() }
 // Sent is how many batches were enqueued.
 func (h *HistoryForwarder) Sent() uint64 { return h.sent.Load() }
 
+// Taken is how many offered updates Run has looked at, whether or not a
+// rule kept them.
+func (h *HistoryForwarder) Taken() uint64 { return h.taken.Load() }
+
 type ruleState struct {
 	rule     HistoryRule
 	values   []HistoryValue
 	deadline time.Time
 	last     map[[2]string]lastValue
+
+	// Sample mode: the newest update of each attribute, in the order the
+	// attributes were first seen, and when the next sample is due.
+	latest     map[[2]string]TagUpdate
+	order      [][2]string
+	nextSample time.Time
 }
 
 type lastValue struct {
@@ -202,6 +233,10 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 	rules := make([]*ruleState, len(h.opts.Rules))
 	for i, r := range h.opts.Rules {
 		rules[i] = &ruleState{rule: r, last: make(map[[2]string]lastValue)}
+		if r.SampleInterval > 0 {
+			rules[i].latest = make(map[[2]string]TagUpdate)
+			rules[i].nextSample = h.opts.Clock.Now().Add(r.SampleInterval)
+		}
 	}
 	var (
 		retry      []readyBatch
@@ -256,14 +291,16 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		}
 	}
 	for {
-		// Arm one timer for the earliest deadline (batch or retry).
+		// Arm one timer for the earliest deadline (batch, sample or retry).
 		next := retryAt
 		if len(retry) == 0 {
 			next = time.Time{}
 		}
 		for _, rs := range rules {
-			if !rs.deadline.IsZero() && (next.IsZero() || rs.deadline.Before(next)) {
-				next = rs.deadline
+			for _, at := range [2]time.Time{rs.deadline, rs.nextSample} {
+				if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+					next = at
+				}
 			}
 		}
 		if next.IsZero() {
@@ -281,6 +318,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 					flush(rs)
 				}
 			}
+			h.taken.Add(1)
 		case <-timer:
 			timer = nil
 			now := clock.Now()
@@ -296,6 +334,9 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 				}
 			}
 			for _, rs := range rules {
+				if !rs.nextSample.IsZero() && !now.Before(rs.nextSample) {
+					rs.sample(now, h.opts.Active(), flush)
+				}
 				if !rs.deadline.IsZero() && !now.Before(rs.deadline) {
 					flush(rs)
 				}
@@ -307,11 +348,24 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 }
 
 // take adds u to the rule's batch when selected and outside the deadband.
+// A sampling rule only remembers u for its next sample and reports false.
 func (rs *ruleState) take(u TagUpdate, now time.Time) bool {
 	if !rs.rule.selects(u.Instance, u.Attribute) {
 		return false
 	}
 	key := [2]string{u.Instance, u.Attribute}
+	if rs.latest != nil {
+		if _, seen := rs.latest[key]; !seen {
+			rs.order = append(rs.order, key)
+		}
+		rs.latest[key] = u
+		return false
+	}
+	return rs.add(u, key, now, time.Time{})
+}
+
+// add appends u to the batch unless the deadband holds it back.
+func (rs *ruleState) add(u TagUpdate, key [2]string, now, sampledAt time.Time) bool {
 	num, numeric := asFloat(u.Value)
 	if prev, ok := rs.last[key]; ok && rs.rule.Deadband > 0 && numeric && prev.numeric &&
 		prev.quality == u.Quality && math.Abs(num-prev.number) < rs.rule.Deadband {
@@ -322,9 +376,31 @@ func (rs *ruleState) take(u TagUpdate, now time.Time) bool {
 		rs.deadline = now.Add(rs.rule.MaxBatchDelay)
 	}
 	rs.values = append(rs.values, HistoryValue{
-		Instance: u.Instance, Attribute: u.Attribute, Value: jsonSafe(u.Value), Quality: u.Quality, Timestamp: u.Timestamp.UTC(),
+		Instance: u.Instance, Attribute: u.Attribute, Value: jsonSafe(u.Value), Quality: u.Quality,
+		Timestamp: u.Timestamp.UTC(), SampledAt: sampledAt.UTC(),
 	})
 	return true
+}
+
+// sample takes the latest value of every attribute seen into the batch,
+// flushing whenever the batch is full, and schedules the next sample.
+// Samples missed while the loop was busy are skipped, not made up: a
+// burst of identical samples tells a historian nothing. A node that is not
+// Active drops what it holds instead.
+func (rs *ruleState) sample(now time.Time, active bool, flush func(*ruleState)) {
+	if !active {
+		clear(rs.latest)
+		rs.order = rs.order[:0]
+	}
+	for _, key := range rs.order {
+		if rs.add(rs.latest[key], key, now, now) && len(rs.values) >= rs.rule.MaxBatch {
+			flush(rs)
+		}
+	}
+	if !rs.nextSample.After(now) {
+		missed := now.Sub(rs.nextSample) / rs.rule.SampleInterval
+		rs.nextSample = rs.nextSample.Add((missed + 1) * rs.rule.SampleInterval)
+	}
 }
 
 func asFloat(v any) (float64, bool) {

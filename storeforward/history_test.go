@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -192,5 +193,201 @@ func TestHistoryRejectsBadRules(t *testing.T) {
 		if _, err := NewHistoryForwarder(c); err == nil {
 			t.Errorf("case %d accepted", i)
 		}
+	}
+}
+
+// offerAll offers the updates and waits until the forwarder has looked at
+// every update offered so far.
+func offerAll(t *testing.T, fwd *HistoryForwarder, us ...TagUpdate) {
+	t.Helper()
+	want := fwd.Taken() + uint64(len(us))
+	for _, u := range us {
+		if !fwd.Offer(u) {
+			t.Fatal("offer dropped")
+		}
+	}
+	waitFor(t, "updates taken in", 5*time.Second, func() bool { return fwd.Taken() == want })
+}
+
+type sampled struct {
+	attr  string
+	value any
+}
+
+func sampledValues(c enqueueCall) []sampled {
+	var out []sampled
+	for _, v := range c.payload.Values {
+		out = append(out, sampled{v.Instance + "." + v.Attribute, v.Value})
+	}
+	return out
+}
+
+func TestHistorySampleForwardsLatestValueEveryInterval(t *testing.T) {
+	rec := &recordingEnqueuer{}
+	clock := newFakeClock()
+	start := clock.Now()
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{
+		Name: "cyclic", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
+		Select: []HistorySelector{{Instance: "Pump1"}},
+	}}})
+	offerAll(t, fwd,
+		TagUpdate{Instance: "Pump1", Attribute: "Speed", Value: 1.0, Quality: "good", Timestamp: t0},
+		TagUpdate{Instance: "Pump1", Attribute: "Speed", Value: 2.0, Quality: "good", Timestamp: t0.Add(time.Millisecond)},
+		TagUpdate{Instance: "Pump2", Attribute: "Speed", Value: 9.0, Quality: "good", Timestamp: t0}, // not selected
+		TagUpdate{Instance: "Pump1", Attribute: "Temp", Value: 50, Quality: "good", Timestamp: t0},
+		TagUpdate{Instance: "Pump1", Attribute: "Speed", Value: 3.0, Quality: "good", Timestamp: t0.Add(2 * time.Millisecond)},
+	)
+	if n := len(rec.snapshot()); n != 0 {
+		t.Fatalf("%d messages before the first sample", n)
+	}
+	tick := start.Add(time.Second)
+	waitFor(t, "the sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+	clock.Advance(time.Second)
+	waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	clock.Advance(time.Millisecond)
+	waitFor(t, "the first sample", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
+
+	// Unchanged values are sampled again: that is what sampling is for.
+	tick = start.Add(2 * time.Second)
+	waitFor(t, "the second sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+	clock.Advance(time.Second - time.Millisecond)
+	waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	clock.Advance(time.Millisecond)
+	waitFor(t, "the second sample", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
+
+	calls := rec.snapshot()
+	want := []sampled{{"Pump1.Speed", 3.0}, {"Pump1.Temp", float64(50)}} // JSON numbers decode as float64
+	for i, c := range calls {
+		got := sampledValues(c)
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Fatalf("sample %d forwarded %v, want %v", i, got, want)
+		}
+		at := start.Add(time.Duration(i+1) * time.Second)
+		for _, v := range c.payload.Values {
+			if !v.SampledAt.Equal(at) {
+				t.Fatalf("sample %d: sampled_at %s, want %s", i, v.SampledAt, at)
+			}
+		}
+		if v := c.payload.Values[0]; !v.Timestamp.Equal(t0.Add(2 * time.Millisecond)) {
+			t.Fatalf("sample %d: source timestamp %s, want the value's own", i, v.Timestamp)
+		}
+	}
+	if calls[0].id == calls[1].id {
+		t.Fatalf("two samples share message id %s (the second would be dropped as a duplicate)", calls[0].id)
+	}
+}
+
+func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
+	cases := []struct {
+		name     string
+		deadband float64
+		maxBatch int
+		second   []TagUpdate // offered between the first and the second sample
+		want     [][][]sampled
+	}{{
+		name: "batches split at max_batch", maxBatch: 2,
+		want: [][][]sampled{
+			{{{"P.a", 1.0}, {"P.b", 2.0}}, {{"P.c", 3.0}}},
+			{{{"P.a", 1.0}, {"P.b", 2.0}}, {{"P.c", 3.0}}},
+		},
+	}, {
+		name: "deadband holds back values that did not move", deadband: 1, maxBatch: 100,
+		second: []TagUpdate{
+			{Instance: "P", Attribute: "a", Value: 1.5, Quality: "good"}, // within the deadband
+			{Instance: "P", Attribute: "b", Value: 3.5, Quality: "good"}, // outside it
+		},
+		want: [][][]sampled{
+			{{{"P.a", 1.0}, {"P.b", 2.0}, {"P.c", 3.0}}},
+			{{{"P.b", 3.5}}},
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recordingEnqueuer{}
+			clock := newFakeClock()
+			start := clock.Now()
+			fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{
+				Name: "r", Target: "up", SampleInterval: time.Second, Deadband: tc.deadband, MaxBatch: tc.maxBatch, MaxBatchDelay: time.Millisecond,
+			}}})
+			offerAll(t, fwd,
+				TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"},
+				TagUpdate{Instance: "P", Attribute: "b", Value: 2.0, Quality: "good"},
+				TagUpdate{Instance: "P", Attribute: "c", Value: 3.0, Quality: "good"},
+			)
+			sent := 0
+			for i, msgs := range tc.want {
+				if i == 1 {
+					offerAll(t, fwd, tc.second...)
+				}
+				tick := start.Add(time.Duration(i+1) * time.Second)
+				waitFor(t, "the sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+				clock.Advance(tick.Sub(clock.Now()))
+				if full := len(msgs) - 1; full > 0 {
+					waitFor(t, "full batches", 5*time.Second, func() bool { return len(rec.snapshot()) == sent+full })
+				}
+				waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+				clock.Advance(time.Millisecond)
+				sent += len(msgs)
+				waitFor(t, "the sample's messages", 5*time.Second, func() bool { return len(rec.snapshot()) == sent })
+			}
+			calls := rec.snapshot()
+			k := 0
+			for i, msgs := range tc.want {
+				for j, want := range msgs {
+					got := sampledValues(calls[k])
+					k++
+					if len(got) != len(want) {
+						t.Fatalf("sample %d message %d: %v, want %v", i, j, got, want)
+					}
+					for n := range want {
+						if got[n] != want[n] {
+							t.Fatalf("sample %d message %d: %v, want %v", i, j, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestHistorySampleOnlyWhileActive(t *testing.T) {
+	rec := &recordingEnqueuer{}
+	clock := newFakeClock()
+	start := clock.Now()
+	var active atomic.Bool
+	active.Store(true)
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Active: active.Load, Rules: []HistoryRule{{
+		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
+	}}})
+	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
+	advanceTo := func(at time.Time) {
+		t.Helper()
+		waitFor(t, "the timer", 5*time.Second, func() bool { return clock.waitingAt(at) })
+		clock.Advance(at.Sub(clock.Now()))
+	}
+	advanceTo(start.Add(time.Second))
+	advanceTo(start.Add(time.Second + time.Millisecond))
+	waitFor(t, "the sample while Active", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
+
+	// No longer Active: the next sample sends nothing and forgets the value.
+	// (A sample would arm its batch timer instead of the next tick's.)
+	active.Store(false)
+	advanceTo(start.Add(2 * time.Second))
+	waitFor(t, "the 2 s tick done", 5*time.Second, func() bool { return clock.waitingAt(start.Add(3 * time.Second)) })
+	// Active again without a new value: still nothing to sample.
+	active.Store(true)
+	advanceTo(start.Add(3 * time.Second))
+	waitFor(t, "the 3 s tick done", 5*time.Second, func() bool { return clock.waitingAt(start.Add(4 * time.Second)) })
+	// A fresh value is sampled at the next tick.
+	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 2.0, Quality: "good"})
+	advanceTo(start.Add(4 * time.Second))
+	advanceTo(start.Add(4*time.Second + time.Millisecond))
+	waitFor(t, "the sample after the new value", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
+	calls := rec.snapshot()
+	if got := sampledValues(calls[1]); len(got) != 1 || got[0] != (sampled{"P.a", 2.0}) {
+		t.Fatalf("after regaining the Active role forwarded %v, want only the fresh value", got)
+	}
+	if !calls[1].payload.Values[0].SampledAt.Equal(start.Add(4 * time.Second)) {
+		t.Fatalf("sampled at %s, want the 4 s tick (ticks 2 s and 3 s had nothing to send)", calls[1].payload.Values[0].SampledAt)
 	}
 }

@@ -81,7 +81,10 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			if cancelHistory != nil {
 				cancelHistory()
 			}
-			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger()})
+			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{
+				Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger(),
+				Active: func() bool { return roles.Current().Role == role.Active },
+			})
 			if err != nil {
 				log.Error().Err(err).Msg("history forwarding rules refused")
 				fan.setHistory(nil)
@@ -154,6 +157,9 @@ func historyRules(s *siteconfig.Site) []storeforward.HistoryRule {
 	var out []storeforward.HistoryRule
 	for _, r := range s.History {
 		hr := storeforward.HistoryRule{Name: r.Name, Target: r.Target, Deadband: r.Deadband, MaxBatch: r.MaxBatch, MaxBatchDelay: r.MaxBatchDelay}
+		if r.Mode == siteconfig.HistorySample {
+			hr.SampleInterval = r.SampleInterval
+		}
 		for _, sel := range r.Select {
 			hr.Select = append(hr.Select, storeforward.HistorySelector{Instance: sel.Instance, Attributes: sel.Attributes})
 		}

@@ -120,6 +120,29 @@ func TestSinkRecordsAndFailsFirst(t *testing.T) {
 	}
 }
 
+func TestSinkRecordsBodiesOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"-bodies"}, `{"rule":"r"}`},
+	} {
+		path := filepath.Join(t.TempDir(), "rec.jsonl")
+		base, stop := startSink(t, append([]string{"-record", path}, tc.args...)...)
+		if got := post(t, base+"/in", "id-0", `{"rule":"r"}`); got != 200 {
+			t.Fatalf("%v: status %d", tc.args, got)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		recs := readRecords(t, path)
+		if len(recs) != 1 || string(recs[0].Body) != tc.want {
+			t.Fatalf("%v: recorded %+v, want body %q", tc.args, recs, tc.want)
+		}
+	}
+}
+
 func TestSinkControlSwitchesFailing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rec.jsonl")
 	base, _ := startSink(t, "-record", path)

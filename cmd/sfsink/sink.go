@@ -35,6 +35,8 @@ type Record struct {
 	SHA256 string `json:"sha256"`
 	// Status is what the sink answered; only 2xx is an acknowledgement.
 	Status int `json:"status"`
+	// Body is the request body, recorded only with -bodies.
+	Body []byte `json:"body,omitempty"`
 }
 
 type sink struct {
@@ -43,6 +45,7 @@ type sink struct {
 	failFirst int64
 	failRate  float64
 	status    int
+	bodies    bool
 
 	seq      atomic.Uint64
 	forced   atomic.Bool  // fail everything (control endpoint)
@@ -60,6 +63,7 @@ func newSink(cfg config, rec *recorder) *sink {
 		failFirst: cfg.failFirst,
 		failRate:  cfg.failRate,
 		status:    cfg.status,
+		bodies:    cfg.bodies,
 		rand:      rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
 	}
 	s.delayNS.Store(int64(cfg.delay))
@@ -93,12 +97,16 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sum := sha256.Sum256(body)
-	line, err := json.Marshal(Record{
+	rec := Record{
 		Seq: seq, Time: arrival.Format(time.RFC3339Nano),
 		ID: r.Header.Get("Idempotency-Key"), Epoch: r.Header.Get("X-Scadad-Epoch"),
 		Method: r.Method, Path: r.URL.Path, Size: len(body), SHA256: hex.EncodeToString(sum[:]),
 		Status: status,
-	})
+	}
+	if s.bodies && len(body) <= maxBody {
+		rec.Body = body
+	}
+	line, err := json.Marshal(rec)
 	if err == nil {
 		err = s.rec.append(append(line, '\n'))
 	}

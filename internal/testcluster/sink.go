@@ -33,6 +33,7 @@ type Delivery struct {
 	Size   int    `json:"size"`
 	SHA256 string `json:"sha256"`
 	Status int    `json:"status"`
+	Body   []byte `json:"body"` // recorded only when the sink runs with -bodies
 }
 
 // StartSink runs sfsink on a free loopback port, recording into dir.
