@@ -26,6 +26,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,7 +43,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
@@ -251,7 +254,7 @@ func parseFlags() options {
 	flag.StringVar(&o.ids, "ids", "seq", "write: message ids: seq (tag/client/n, as etcdbench's keys), random (16 random bytes in hex) or server (none: scadad generates them)")
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
-	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) or http (the node's local POST /v1/sf/TARGET)")
+	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) or floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
@@ -281,8 +284,8 @@ func parseFlags() options {
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
 	}
-	if o.api != "grpc" && o.api != "stream" && o.api != "http" {
-		fatalf("bad -api %q: want grpc, stream or http", o.api)
+	if o.api != "grpc" && o.api != "stream" && o.api != "http" && o.api != "floor" {
+		fatalf("bad -api %q: want grpc, stream, http or floor", o.api)
 	}
 	return o
 }
@@ -506,9 +509,29 @@ func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 		if err != nil {
 			return nil, err
 		}
+		if b.o.api == "floor" {
+			m.cs = append(m.cs, floorEnqueuer{c})
+			continue
+		}
 		m.cs = append(m.cs, c)
 	}
 	return m, nil
+}
+
+// floorEnqueuer makes SFEnqueue calls without a target: the server answers
+// InvalidArgument before storing anything, so the rate measures the unary
+// call itself (client, TLS, HTTP/2, server dispatch), not the store.
+type floorEnqueuer struct{ *client }
+
+func (f floorEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
+	_, err := f.api.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Id: id, Payload: payload})
+	if status.Code(err) == codes.InvalidArgument {
+		return nil
+	}
+	if err == nil {
+		return errors.New("floor: the server accepted a message without a target")
+	}
+	return err
 }
 
 func (b *bench) leader() (*testcluster.Node, error) {
