@@ -26,7 +26,8 @@ type HistoryRule struct {
 	// SampleInterval 0 forwards every change as it arrives (site config
 	// mode on_change). Above 0 the rule samples (mode sample): every
 	// SampleInterval it forwards the latest value of each selected
-	// attribute seen so far, changed or not, stamped with the sample time.
+	// attribute seen so far, changed or not, with the sample time in
+	// SampledAt.
 	SampleInterval time.Duration
 	// Deadband is an absolute deadband on numeric values: a value within it
 	// of the last forwarded one (same quality) is not forwarded. 0 forwards
