@@ -114,10 +114,24 @@ type HistoryOptions struct {
 	// becomes Active again samples only values it received since. Nil
 	// means always.
 	Active func() bool
-	Clock  Clock
-	Jitter func() float64
-	Logger zerolog.Logger
+	// Metrics counts forwarded and dropped values (nil: none).
+	Metrics *Metrics
+	Clock   Clock
+	Jitter  func() float64
+	Logger  zerolog.Logger
 }
+
+// Why history values were dropped (label reason of
+// scadad_history_values_dropped_total).
+const (
+	dropBufferFull    = "buffer_full"    // Offer found the intake full
+	dropRetryOverflow = "retry_overflow" // batches waiting for a retry exceeded Buffer
+	dropEncode        = "encode"         // a batch could not be encoded
+)
+
+// dropLogEvery bounds how often dropped values are logged; every drop is
+// counted.
+const dropLogEvery = 10 * time.Second
 
 // HistoryForwarder batches tag updates per rule into JSON messages and
 // enqueues them. A batch whose enqueue fails is retried with the same
@@ -129,6 +143,10 @@ type HistoryForwarder struct {
 	dropped atomic.Uint64
 	sent    atomic.Uint64
 	taken   atomic.Uint64
+
+	// loggedDrops and lastDropLog (unix nanos) rate-limit the drop log.
+	loggedDrops atomic.Uint64
+	lastDropLog atomic.Int64
 }
 
 // NewHistoryForwarder validates the rules; Run does the work.
@@ -186,12 +204,29 @@ func (h *HistoryForwarder) Offer(u TagUpdate) bool {
 	case h.updates <- u:
 		return true
 	default:
-		h.dropped.Add(1)
+		h.drop(1, dropBufferFull)
 		return false
 	}
 }
 
-// Dropped is how many updates were dropped for lack of buffer.
+// drop counts n dropped values and logs, at most every dropLogEvery, how
+// many were dropped since the last log. It must not block: Offer calls it
+// on the subscribe workers' path.
+func (h *HistoryForwarder) drop(n int, reason string) {
+	total := h.dropped.Add(uint64(n))
+	h.opts.Metrics.observeHistoryDropped(reason, n)
+	now := h.opts.Clock.Now().UnixNano()
+	last := h.lastDropLog.Load()
+	if last != 0 && now-last < int64(dropLogEvery) || !h.lastDropLog.CompareAndSwap(last, now) {
+		return
+	}
+	since := total - h.loggedDrops.Swap(total)
+	h.opts.Logger.Warn().Uint64("dropped", since).Uint64("dropped_total", total).Str("reason", reason).
+		Msg("tag history values dropped: the forwarder cannot keep up or the buffer refuses enqueues; see scadad_history_values_dropped_total")
+}
+
+// Dropped is how many updates were dropped (intake full, too many waiting
+// for a retry, or unencodable).
 func (h *HistoryForwarder) Dropped() uint64 { return h.dropped.Load() }
 
 // Sent is how many batches were enqueued.
@@ -261,6 +296,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			return false
 		}
 		h.sent.Add(1)
+		h.opts.Metrics.observeHistorySent(b.rule.Name, b.values)
 		return true
 	}
 	flush := func(rs *ruleState) {
@@ -271,7 +307,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		rs.values, rs.deadline = nil, time.Time{}
 		if err != nil {
 			h.opts.Logger.Error().Err(err).Str("rule", rs.rule.Name).Msg("encode tag history batch; dropped")
-			h.dropped.Add(uint64(b.values))
+			h.drop(b.values, dropEncode)
 			return
 		}
 		if len(retry) == 0 && send(b) {
@@ -286,7 +322,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		retry = append(retry, b)
 		retryVals += b.values
 		for retryVals > h.opts.Buffer && len(retry) > 1 {
-			h.dropped.Add(uint64(retry[0].values))
+			h.drop(retry[0].values, dropRetryOverflow)
 			retryVals -= retry[0].values
 			retry = retry[1:]
 		}

@@ -1,13 +1,18 @@
 package storeforward
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 type enqueueCall struct {
@@ -389,5 +394,83 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	}
 	if !calls[1].payload.Values[0].SampledAt.Equal(start.Add(4 * time.Second)) {
 		t.Fatalf("sampled at %s, want the 4 s tick (ticks 2 s and 3 s had nothing to send)", calls[1].payload.Values[0].SampledAt)
+	}
+}
+
+func TestHistoryDropsAreCountedAndLogged(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	clock := newFakeClock()
+	// Not running: the intake of two fills and stays full.
+	fwd, err := NewHistoryForwarder(HistoryOptions{Enqueuer: &recordingEnqueuer{}, Buffer: 2, Metrics: metrics, Clock: clock,
+		Logger: zerolog.New(&logs), Rules: []HistoryRule{{Name: "r", Target: "up"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := func(n int) (accepted int) {
+		for range n {
+			if fwd.Offer(TagUpdate{Instance: "P", Attribute: "a", Value: 1.0}) {
+				accepted++
+			}
+		}
+		return accepted
+	}
+	if got := offer(5); got != 2 {
+		t.Fatalf("%d of 5 offers accepted by an intake of 2", got)
+	}
+	clock.Advance(dropLogEvery - time.Millisecond)
+	offer(1) // within the log interval: counted, not logged
+	clock.Advance(time.Millisecond)
+	offer(1)
+	if fwd.Dropped() != 5 {
+		t.Fatalf("Dropped() = %d, want 5", fwd.Dropped())
+	}
+	if got := gathered(t, reg, "scadad_history_values_dropped_total", dropBufferFull); got != 5 {
+		t.Fatalf("scadad_history_values_dropped_total{reason=%q} = %v, want 5", dropBufferFull, got)
+	}
+	type dropLog struct {
+		Dropped      uint64 `json:"dropped"`
+		DroppedTotal uint64 `json:"dropped_total"`
+		Reason       string `json:"reason"`
+	}
+	var lines []dropLog
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var e dropLog
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		lines = append(lines, e)
+	}
+	// The first drop is logged at once; the next three wait for the
+	// interval and are reported together with the fifth.
+	if len(lines) != 2 || lines[0].Dropped != 1 || lines[1].Dropped != 4 || lines[1].DroppedTotal != 5 || lines[1].Reason != dropBufferFull {
+		t.Fatalf("drop log lines %+v, want dropped 1 then 4 (total 5)", lines)
+	}
+}
+
+func TestHistorySentMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingEnqueuer{}
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Metrics: metrics, Clock: newFakeClock(),
+		Rules: []HistoryRule{{Name: "pumps", Target: "up", MaxBatch: 3}}})
+	offerAll(t, fwd,
+		TagUpdate{Instance: "P", Attribute: "a", Value: 1.0},
+		TagUpdate{Instance: "P", Attribute: "a", Value: 2.0},
+		TagUpdate{Instance: "P", Attribute: "a", Value: 3.0},
+	)
+	waitFor(t, "the full batch", 5*time.Second, func() bool { return fwd.Sent() == 1 })
+	if got := gathered(t, reg, "scadad_history_messages_total", "pumps"); got != 1 {
+		t.Fatalf("scadad_history_messages_total{rule=pumps} = %v, want 1", got)
+	}
+	if got := gathered(t, reg, "scadad_history_values_total", "pumps"); got != 3 {
+		t.Fatalf("scadad_history_values_total{rule=pumps} = %v, want 3", got)
 	}
 }

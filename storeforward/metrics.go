@@ -20,6 +20,9 @@ type Metrics struct {
 	removeBatch    prometheus.Histogram
 	enqueueLatency prometheus.Histogram
 	deliveryTime   *prometheus.HistogramVec
+	historySent    *prometheus.CounterVec
+	historyValues  *prometheus.CounterVec
+	historyDropped *prometheus.CounterVec
 }
 
 // NewMetrics registers the instruments on reg (never the global registry
@@ -58,9 +61,18 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_sf_delivery_seconds", Help: "Duration of one delivery attempt, by target.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}, []string{"target"}),
+		historySent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_history_messages_total", Help: "Tag history messages enqueued by this node, by rule.",
+		}, []string{"rule"}),
+		historyValues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_history_values_total", Help: "Tag values in the history messages enqueued by this node, by rule.",
+		}, []string{"rule"}),
+		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode).",
+		}, []string{"reason"}),
 	}
 	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal,
-		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime}
+		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped}
 	if reader != nil {
 		cs = append(cs, &bufferCollector{reader: reader})
 	}
@@ -105,6 +117,19 @@ func (m *Metrics) observeDelivery(target string, ok bool, d time.Duration) {
 func (m *Metrics) observeParked(target string) {
 	if m != nil {
 		m.parkedTotal.WithLabelValues(target).Inc()
+	}
+}
+
+func (m *Metrics) observeHistorySent(rule string, values int) {
+	if m != nil {
+		m.historySent.WithLabelValues(rule).Inc()
+		m.historyValues.WithLabelValues(rule).Add(float64(values))
+	}
+}
+
+func (m *Metrics) observeHistoryDropped(reason string, values int) {
+	if m != nil {
+		m.historyDropped.WithLabelValues(reason).Add(float64(values))
 	}
 }
 

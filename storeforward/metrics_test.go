@@ -76,9 +76,10 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// gathered returns a metric's value for the target label (a counter or
-// gauge value, or a histogram's sample count).
-func gathered(t *testing.T, reg *prometheus.Registry, name, target string) float64 {
+// gathered returns the value of the metric name whose label (target,
+// rule or reason) has the value label (a counter or gauge value, or a
+// histogram's sample count); "" takes the first.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -89,9 +90,9 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, target string) float
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			match := target == ""
+			match := label == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "target" && l.GetValue() == target {
+				if l.GetValue() == label {
 					match = true
 				}
 			}

@@ -181,7 +181,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return err
 	}
 	srv.SF = sf
-	tagWorkers, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, goRun)
+	tagWorkers, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
 	if err != nil {
 		return err
 	}

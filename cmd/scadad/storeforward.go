@@ -28,6 +28,7 @@ type sfService struct {
 	enqueuer *storeforward.Enqueuer
 	deliver  *storeforward.Deliverer
 	op       *storeforward.Operator
+	metrics  *storeforward.Metrics // shared with the history forwarder
 }
 
 // sfRemoveDelay gathers delivered ids for 20 ms before removing them: at
@@ -76,7 +77,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward operator: %w", err)
 	}
-	return &sfService{nodeID: cfg.NodeID, enqueuer: enq, deliver: deliverer, op: op}, enq.Handler(), nil
+	return &sfService{nodeID: cfg.NodeID, enqueuer: enq, deliver: deliverer, op: op, metrics: metrics}, enq.Handler(), nil
 }
 
 func sfTargets(s *siteconfig.Site) []storeforward.Target {

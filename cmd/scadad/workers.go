@@ -54,7 +54,7 @@ func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
 
 // startTagWorkers runs the subscribe manager and the history forwarder and
 // keeps both on the deployed site config.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, goRun func(string, func(context.Context) error)) (*subscribe.Manager, *tagFanout, error) {
+func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (*subscribe.Manager, *tagFanout, error) {
 	fan := &tagFanout{roles: roles}
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
@@ -83,7 +83,8 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{
 				Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger(),
-				Active: func() bool { return roles.Current().Role == role.Active },
+				Active:  func() bool { return roles.Current().Role == role.Active },
+				Metrics: metrics,
 			})
 			if err != nil {
 				log.Error().Err(err).Msg("history forwarding rules refused")
