@@ -3,6 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +138,21 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 		}
 		return n >= 3
 	})
+	var survivor *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			survivor = n
+		}
+	}
+	resp, err := http.Get("http://" + survivor.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`scadad_history_messages_total{rule="cyclic"}`, `scadad_history_values_total{rule="changes"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics of the new Active lacks %s", want)
+		}
+	}
 }
