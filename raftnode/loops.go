@@ -180,17 +180,18 @@ func (n *Node) startHandoff(r *raft.Raft) {
 	}()
 }
 
-// awaitAppendOutcomes waits, at most half a heartbeat timeout, until every
-// hand-off target has answered an append sent after since (a new leader
-// appends a no-op at once), so the first pick knows which voters store.
+// awaitAppendOutcomes waits, at most half a heartbeat timeout, until the
+// hand-off targets' answers to an append sent after since (a new leader
+// appends a no-op at once) say enough for the first pick (see
+// knowWhoStores).
 func (n *Node) awaitAppendOutcomes(r *raft.Raft, since uint64) {
 	deadline := time.After(n.cfg.HeartbeatTimeout / 2)
 	for {
-		all := true
+		var ids []string
 		for _, s := range n.handoffTargets(r) {
-			all = all && n.appends.notedSince(string(s.ID), since)
+			ids = append(ids, string(s.ID))
 		}
-		if all {
+		if n.appends.knowWhoStores(ids, since) {
 			return
 		}
 		select {

@@ -308,18 +308,32 @@ func (a *appendOutcomes) note(id string, stored bool) {
 	a.last[id] = appendOutcome{refused: !stored, seq: a.count}
 }
 
-// mark returns a point to ask notedSince about.
+// mark returns a point to ask knowWhoStores about.
 func (a *appendOutcomes) mark() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.count
 }
 
-// notedSince reports whether an outcome for id was noted after mark.
-func (a *appendOutcomes) notedSince(id string, mark uint64) bool {
+// knowWhoStores reports whether the outcomes noted after mark suffice to
+// pick a hand-off target among ids: one of them stored an append (it
+// answers, so it is heard from most recently and picked first), or all of
+// them answered. Waiting for every voter would wait out the deadline
+// whenever one is down, which is exactly when a witness wins elections.
+func (a *appendOutcomes) knowWhoStores(ids []string, mark uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.last[id].seq > mark
+	for _, id := range ids {
+		if o := a.last[id]; o.seq > mark && !o.refused {
+			return true
+		}
+	}
+	for _, id := range ids {
+		if a.last[id].seq <= mark {
+			return false
+		}
+	}
+	return true
 }
 
 // refusing reports whether id's last append with entries was not stored.

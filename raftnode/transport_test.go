@@ -191,17 +191,51 @@ func (s *nopStream) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
 func TestAppendOutcomes(t *testing.T) {
 	var a appendOutcomes
 	start := a.mark()
-	if a.refusing("b") || a.notedSince("b", start) {
-		t.Fatal("an unknown follower counts as refusing or noted")
+	if a.refusing("b") || a.knowWhoStores([]string{"b"}, start) {
+		t.Fatal("an unknown follower counts as refusing or answered")
 	}
 	a.note("b", false)
 	a.note("c", true)
-	if !a.refusing("b") || a.refusing("c") || !a.notedSince("b", start) || !a.notedSince("c", start) {
+	if !a.refusing("b") || a.refusing("c") {
 		t.Fatal("outcomes not noted")
 	}
 	later := a.mark()
 	a.note("b", true)
-	if a.refusing("b") || !a.notedSince("b", later) || a.notedSince("c", later) {
+	if a.refusing("b") || !a.knowWhoStores([]string{"b"}, later) || a.knowWhoStores([]string{"c"}, later) {
 		t.Fatal("a stored append does not clear the refusal, or marks leak")
+	}
+}
+
+func TestKnowWhoStores(t *testing.T) {
+	type noted struct {
+		id     string
+		stored bool
+	}
+	cases := []struct {
+		name   string
+		before map[string]bool // outcomes noted before the mark (id → stored)
+		after  []noted         // noted after it
+		want   bool
+	}{
+		{name: "nobody answered yet", before: map[string]bool{"a": true, "b": true}, want: false},
+		{name: "one stored, the other is down", after: []noted{{"a", true}}, want: true},
+		{name: "one refused, the other silent", after: []noted{{"a", false}}, want: false},
+		{name: "both refused", after: []noted{{"a", false}, {"b", false}}, want: true},
+		{name: "one refused, the other stored", after: []noted{{"a", false}, {"b", true}}, want: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var a appendOutcomes
+			for id, stored := range tc.before {
+				a.note(id, stored)
+			}
+			mark := a.mark()
+			for _, o := range tc.after {
+				a.note(o.id, o.stored)
+			}
+			if got := a.knowWhoStores([]string{"a", "b"}, mark); got != tc.want {
+				t.Fatalf("knowWhoStores = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
