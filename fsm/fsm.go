@@ -40,9 +40,10 @@ type Options struct {
 	ReleasePages func(path string) error
 	ReleaseEvery int64
 	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
-	// holds its read transaction, a write that must grow the map waits for
-	// it; a map larger than the file avoids that. Default 256 MiB. (On
-	// Windows bbolt grows the file itself to this size.)
+	// holds its read transaction (raft streams a multi-GB state for
+	// seconds), a commit that must grow the map waits for it, and applies
+	// wait behind that commit; a map larger than the file avoids it.
+	// Default DefaultMmapSize.
 	InitialMmapSize int
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process. Default 5 s.
@@ -78,7 +79,7 @@ func (o Options) boltOptions(readOnly bool) *bolt.Options {
 		bo.Timeout = 5 * time.Second
 	}
 	if bo.InitialMmapSize == 0 {
-		bo.InitialMmapSize = 256 << 20
+		bo.InitialMmapSize = DefaultMmapSize
 	}
 	return bo
 }
