@@ -215,6 +215,11 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 	if n := h.overrides[survivor].Load(); n != 1 {
 		t.Fatalf("OnOverride called %d times, want 1", n)
 	}
+	// The override elected itself on a short heartbeat timeout; the
+	// configured one is back for the peer's return.
+	if r, _ := h.node(survivor).current(); r.ReloadableConfig().HeartbeatTimeout != DefaultHeartbeatTimeout {
+		t.Fatalf("heartbeat timeout after the override %s, want the configured %s", r.ReloadableConfig().HeartbeatTimeout, DefaultHeartbeatTimeout)
+	}
 	h.apply(survivor, "v2")
 
 	// The peer returns with its old state and must rejoin as Standby of the

@@ -444,7 +444,16 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	if recErr != nil {
 		n.log.Error().Err(recErr).Msg("override: recovery failed; restarting raft on the old configuration")
 	}
-	if err := n.startRaft(); err != nil {
+	// The sole voter elects itself once its heartbeat timeout passes
+	// (500-1000 ms by default): a window in which a healed peer finds a
+	// node that decided to override while it was away and has not
+	// finished. Wait the shortest raft allows (the leader lease), then
+	// go back to the configured timeout below.
+	rc := n.cfg.raftConfig(n.hlog)
+	if recErr == nil {
+		rc.HeartbeatTimeout = min(rc.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	}
+	if err := n.startRaftWith(rc); err != nil {
 		return errors.Join(recErr, fmt.Errorf("override: restart raft: %w", err))
 	}
 	if recErr != nil {
@@ -458,11 +467,26 @@ func (n *Node) override(ctx context.Context, why string, force bool) error {
 	n.setRecovering(false)
 
 	r, _ = n.current()
-	if err := n.waitLeader(ctx, r); err != nil {
+	err := n.waitLeader(ctx, r)
+	n.restoreTimeouts(r)
+	if err != nil {
 		return fmt.Errorf("override: %w", err)
 	}
 	n.bumpEpoch(ctx, r)
 	return nil
+}
+
+// restoreTimeouts gives r the configured timeouts again after an override
+// started it with a short heartbeat timeout.
+func (n *Node) restoreTimeouts(r *raft.Raft) {
+	rc := n.cfg.raftConfig(n.hlog)
+	err := r.ReloadConfig(raft.ReloadableConfig{
+		TrailingLogs: rc.TrailingLogs, SnapshotInterval: rc.SnapshotInterval, SnapshotThreshold: rc.SnapshotThreshold,
+		HeartbeatTimeout: rc.HeartbeatTimeout, ElectionTimeout: rc.ElectionTimeout,
+	})
+	if err != nil {
+		n.log.Error().Err(err).Dur("heartbeat_timeout", rc.HeartbeatTimeout).Msg("override: cannot restore the configured raft timeouts")
+	}
 }
 
 func (n *Node) recoverAlone() error {

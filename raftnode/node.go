@@ -350,8 +350,13 @@ func (*noPipelineTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddr
 }
 
 func (n *Node) startRaft() error {
+	return n.startRaftWith(n.cfg.raftConfig(n.hlog))
+}
+
+// startRaftWith is startRaft with a given raft configuration.
+func (n *Node) startRaftWith(rc *raft.Config) error {
 	trans := n.newTransport()
-	r, err := raft.NewRaft(n.cfg.raftConfig(n.hlog), n.cfg.FSM, n.logs, n.stable, n.snaps, trans)
+	r, err := raft.NewRaft(rc, n.cfg.FSM, n.logs, n.stable, n.snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return fmt.Errorf("start raft: %w", err)
