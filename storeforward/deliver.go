@@ -473,8 +473,11 @@ func (w *worker) deliver(m *Message) bool {
 		now := w.d.opts.Clock.Now()
 		if err == nil {
 			w.d.opts.Metrics.observeDelivery(w.cfg.Name, true, now.Sub(start))
-			w.live.delivery(now)
+			// Handed to the remover before it counts as delivered: a
+			// reader of Live that sees it delivered also finds it
+			// waiting for removal.
 			w.rem.add(m.ID)
+			w.live.delivery(now)
 			return true
 		}
 		if w.ctx.Err() != nil {

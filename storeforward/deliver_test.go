@@ -118,7 +118,7 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 		h.enqueue(t, "one", fmt.Sprintf("m%02d", i), "x")
 	}
 	h.roles.Publish(activeState(1, 1))
-	waitFor(t, "every message at the sink", 10*time.Second, func() bool { return len(s.requests()) >= n })
+	waitFor(t, "every message delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= n })
 	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 0 {
 		t.Fatalf("%d SFDelivered before the remove delay passed", len(got))
@@ -152,14 +152,14 @@ func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
 		h.enqueue(t, "one", fmt.Sprintf("a%02d", i), "x")
 	}
 	h.roles.Publish(activeState(1, 1))
-	waitFor(t, "the first wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 10 })
+	waitFor(t, "the first wave delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= 10 })
 	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	clock.fire()
 	waitFor(t, "the first removal under way", 10*time.Second, held.Load)
 	for i := range 10 {
 		h.enqueue(t, "one", fmt.Sprintf("b%02d", i), "x")
 	}
-	waitFor(t, "the second wave at the sink", 10*time.Second, func() bool { return len(s.requests()) >= 20 })
+	waitFor(t, "the second wave delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= 20 })
 	close(hold)
 	waitFor(t, "the remover's next wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 1 {
