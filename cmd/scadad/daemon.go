@@ -27,8 +27,6 @@ import (
 	"github.com/scadad/scadad/siteconfig"
 )
 
-// runDaemon wires the parts and runs until ctx ends, then shuts down in
-// reverse order.
 // apiStreamWorkers is how many goroutines wait to serve control API calls.
 // A call finding none idle gets a new goroutine, whose stack grows by
 // copying on every call; with 64 enqueue clients each waiting ~10 ms for its
@@ -37,6 +35,8 @@ import (
 // alternating runs against GOMAXPROCS workers).
 const apiStreamWorkers = 128
 
+// runDaemon wires the parts and runs until ctx ends, then shuts down in
+// reverse order.
 func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	log, err := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format, cfg.NodeID)
 	if err != nil {
