@@ -97,13 +97,10 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 	return out
 }
 
-// Enqueue stores one message through the group committer.
+// Enqueue stores one message through the group committer: Submit, then
+// wait.
 func (s *sfService) Enqueue(ctx context.Context, target string, payload []byte, id string) (string, bool, error) {
-	res, err := s.enqueuer.Enqueue(ctx, target, payload, id, nil)
-	if err != nil {
-		return "", false, sfStatus("enqueue", err)
-	}
-	return res.ID, res.Duplicate, nil
+	return s.Submit(ctx, target, payload, id)(ctx)
 }
 
 // Submit hands one message to the group committer; wait answers as
