@@ -323,17 +323,16 @@ func (a *appendOutcomes) mark() uint64 {
 func (a *appendOutcomes) knowWhoStores(ids []string, mark uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	all := true
 	for _, id := range ids {
-		if o := a.last[id]; o.seq > mark && !o.refused {
+		switch o := a.last[id]; {
+		case o.seq <= mark:
+			all = false
+		case !o.refused:
 			return true
 		}
 	}
-	for _, id := range ids {
-		if a.last[id].seq <= mark {
-			return false
-		}
-	}
-	return true
+	return all
 }
 
 // refusing reports whether id's last append with entries was not stored.
