@@ -237,7 +237,7 @@ func (f *FSM) Close() error {
 	if f.db == nil {
 		return nil
 	}
-	commitErr := f.commitOpen()
+	commitErr := f.commitLocked()
 	var syncErr error
 	if f.deferred {
 		syncErr = f.db.Sync()
