@@ -108,6 +108,16 @@ func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context
 	return c, forwardContext(ctx), nil
 }
 
+// appliedIndex is the index to show beside the commit index: raft's, which
+// counts the entries that never reach the state machine (a new leader's
+// no-op, configuration changes), so an idle node shows commit = applied
+// instead of an apparent lag. Right after a start raft's is still behind
+// the state machine's (entries already applied are skipped, not replayed),
+// hence the larger of the two.
+func appliedIndex(raftApplied, fsmApplied uint64) uint64 {
+	return max(raftApplied, fsmApplied)
+}
+
 // Status reports this node and what it knows of the cluster.
 func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*controlpb.StatusResponse, error) {
 	st := s.Roles.Current()
@@ -124,7 +134,7 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		ClusterEpoch:  meta.ClusterEpoch,
 		LeaderId:      st.Leader,
 		CommitIndex:   rs.CommitIndex,
-		AppliedIndex:  meta.AppliedIndex,
+		AppliedIndex:  appliedIndex(rs.AppliedIndex, meta.AppliedIndex),
 		Mode:          s.Mode,
 		Voters:        int32(st.Voters),
 		LastContactMs: -1,

@@ -51,6 +51,16 @@ func TestWitnessClusterFormsAndSurvivesSIGKILLOfActive(t *testing.T) {
 	if st2.Term <= st.Term {
 		t.Fatalf("term did not advance: %d then %d", st.Term, st2.Term)
 	}
+	// The new leader's no-op never reaches the state machine; status must
+	// still show an idle survivor as caught up, not one entry behind.
+	for _, n := range []*testcluster.Node{second, c.Node("witness")} {
+		var last *controlpb.StatusResponse
+		waitFor(t, 10*time.Second, n.ID+" shows commit = applied", func() bool {
+			last = status(t, c, n)
+			return last.CommitIndex > 0 && last.AppliedIndex == last.CommitIndex
+		})
+		t.Logf("%s: commit/applied %d/%d", n.ID, last.CommitIndex, last.AppliedIndex)
+	}
 
 	// The killed node comes back as Standby, never a second Active.
 	start(t, c, first)
