@@ -156,3 +156,66 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 		}
 	}
 }
+
+// An instance whose attributes sit on two gateways (an attribute-level
+// connection override) has both attributes subscribed on the Active, each
+// from its own gateway simulator process, and forwarded to the sink.
+func TestInstanceSpanningTwoGatewaysForwardsBoth(t *testing.T) {
+	var sims [2]*testcluster.Sim
+	for i := range sims {
+		s, err := testcluster.StartSim(bin, t.TempDir(), "-change", "100ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		sims[i] = s
+	}
+	sink, err := testcluster.StartSink(bin, t.TempDir(), "-bodies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+	site := fmt.Sprintf(`version: 1
+name: span
+connections:
+  - {name: gw1, kind: mxaccess, mxaccess: {endpoint: %s}}
+  - {name: gw2, kind: mxaccess, mxaccess: {endpoint: %s}}
+instances:
+  - name: Pump1
+    connection: gw1
+    attributes:
+      - {name: Speed, type: double, tag: Pump1.Speed}
+      - {name: Flow, type: double, tag: Pump1.Flow, connection: gw2}
+opcua:
+  namespace_uri: urn:test:scadad
+  security: [{policy: None, mode: None}]
+  identities: {anonymous: true}
+targets:
+  - {name: historian, url: %q, timeout: 2s, backoff_floor: 20ms, backoff_max: 200ms}
+history:
+  - name: changes
+    target: historian
+    select: [{instance: Pump1, attributes: [Speed, Flow]}]
+    mode: on_change
+    max_batch: 100
+    max_batch_delay: 200ms
+`, sims[0].Addr, sims[1].Addr, sink.URL)
+	deploySite(t, c, []byte(site))
+
+	var seen map[string]int
+	waitFor(t, 30*time.Second, "good values of Pump1.Speed and Pump1.Flow at the sink", func() bool {
+		seen = map[string]int{}
+		for _, m := range historyReceived(t, sink)["changes"] {
+			for _, v := range m.payload.Values {
+				if v.Instance == "Pump1" && v.Quality == "good" {
+					seen[v.Attribute]++
+				}
+			}
+		}
+		return seen["Speed"] >= 3 && seen["Flow"] >= 3
+	})
+	t.Logf("good values at the sink: %v", seen)
+}

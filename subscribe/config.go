@@ -34,13 +34,18 @@ type ConnectionOptions struct {
 	ProbeTimeout  time.Duration
 }
 
-// InstanceConfig is one equipment instance whose attributes come from tags
-// on one connection.
+// InstanceConfig is the attributes of one equipment instance that come
+// from tags on one connection. An instance whose attributes come from
+// several connections appears once per connection, each with its own
+// attributes; each gets its own worker.
 type InstanceConfig struct {
 	Name       string
 	Connection string
 	Attributes []Attribute
 }
+
+// key names the worker of in: unique per (connection, instance).
+func (in InstanceConfig) key() string { return in.Connection + "\x00" + in.Name }
 
 // Attribute maps an instance attribute to a tag address.
 type Attribute struct {
@@ -65,26 +70,31 @@ func (c Config) Validate() error {
 		conns[cc.Name] = true
 	}
 	insts := map[string]bool{}
+	// attrs holds every attribute name of each instance, over all its
+	// connections: a name must say which tag a write goes to.
+	attrs := map[string]map[string]bool{}
 	for i, in := range c.Instances {
 		switch {
 		case in.Name == "":
 			errs = append(errs, fmt.Errorf("instances[%d]: name is empty", i))
-		case insts[in.Name]:
-			errs = append(errs, fmt.Errorf("instances[%d]: duplicate name %q", i, in.Name))
+		case insts[in.key()]:
+			errs = append(errs, fmt.Errorf("instances[%d]: instance %q listed twice for connection %q", i, in.Name, in.Connection))
 		}
-		insts[in.Name] = true
+		insts[in.key()] = true
 		if !conns[in.Connection] {
 			errs = append(errs, fmt.Errorf("instances[%d] %q: unknown connection %q", i, in.Name, in.Connection))
 		}
-		attrs := map[string]bool{}
+		if attrs[in.Name] == nil {
+			attrs[in.Name] = map[string]bool{}
+		}
 		for j, a := range in.Attributes {
 			if a.Name == "" || a.Tag == "" {
 				errs = append(errs, fmt.Errorf("instances[%d] %q attributes[%d]: name and tag are required", i, in.Name, j))
 			}
-			if attrs[a.Name] {
+			if attrs[in.Name][a.Name] {
 				errs = append(errs, fmt.Errorf("instances[%d] %q attributes[%d]: duplicate attribute %q", i, in.Name, j, a.Name))
 			}
-			attrs[a.Name] = true
+			attrs[in.Name][a.Name] = true
 		}
 	}
 	return errors.Join(errs...)

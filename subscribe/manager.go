@@ -163,7 +163,8 @@ func (m *Manager) Route(instance, attribute string) (TagWriter, string, error) {
 	return w, tag, nil
 }
 
-// Status returns a snapshot of every running worker, sorted by instance.
+// Status returns a snapshot of every running worker, sorted by instance
+// and connection.
 func (m *Manager) Status() []WorkerStatus {
 	m.statusMu.Lock()
 	defer m.statusMu.Unlock()
@@ -171,7 +172,12 @@ func (m *Manager) Status() []WorkerStatus {
 	for _, w := range m.status {
 		out = append(out, w.Status())
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Instance != out[j].Instance {
+			return out[i].Instance < out[j].Instance
+		}
+		return out[i].Connection < out[j].Connection
+	})
 	return out
 }
 
@@ -216,7 +222,7 @@ func (m *Manager) reconcile(want Config) {
 	}
 	wantInsts := map[string]InstanceConfig{}
 	for _, in := range want.Instances {
-		wantInsts[in.Name] = in
+		wantInsts[in.key()] = in
 	}
 	// Connections that go or change take their workers with them.
 	for name, c := range m.conns {
@@ -260,8 +266,8 @@ func (m *Manager) reconcile(want Config) {
 		m.conns[name] = c
 		m.connsMu.Unlock()
 	}
-	for name, in := range wantInsts {
-		if _, ok := m.workers[name]; ok {
+	for key, in := range wantInsts {
+		if _, ok := m.workers[key]; ok {
 			continue
 		}
 		c, ok := m.conns[in.Connection]
@@ -300,10 +306,11 @@ func (m *Manager) startWorker(c *connection, in InstanceConfig) {
 		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &workerHandle{inst: in, w: w, sub: sub, cancel: cancel, done: make(chan struct{})}
+	// Instance names are unique within a connection.
 	c.addWorker(in.Name, h)
-	m.workers[in.Name] = h
+	m.workers[in.key()] = h
 	m.statusMu.Lock()
-	m.status[in.Name] = w
+	m.status[in.key()] = w
 	m.statusMu.Unlock()
 	go func() { defer close(h.done); w.Run(ctx) }()
 }
@@ -315,7 +322,7 @@ func (m *Manager) stopWorker(key string, release bool) {
 	h.cancel()
 	<-h.done
 	c := h.sub.conn
-	c.removeWorker(key)
+	c.removeWorker(h.inst.Name)
 	if remove := h.sub.release(); release && remove != nil {
 		m.background.Add(1)
 		go func() { defer m.background.Done(); remove() }()

@@ -3,6 +3,7 @@ package subscribe
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -409,5 +410,130 @@ func TestManagerRouteForwardsWritesOnlyWhileRunning(t *testing.T) {
 	}
 	if _, _, err := r.m.Route("Z28061", "Nope"); err == nil {
 		t.Fatal("unknown attribute resolved")
+	}
+}
+
+// An instance whose attributes sit on two gateways gets a worker per
+// gateway: every attribute is subscribed and published under the one
+// instance name, writes go to the gateway that carries the attribute, and
+// losing one gateway's connection leaves the other's attributes live.
+func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
+	sims := make([]*sim.Sim, 2)
+	cfg := Config{}
+	for i := range sims {
+		sims[i] = sim.New(sim.Config{})
+		addr, err := sims[i].Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sims[i].Stop)
+		conn := fmt.Sprintf("mx%d", i+1)
+		cfg.Connections = append(cfg.Connections, ConnectionConfig{Name: conn, Endpoint: addr, Options: ConnectionOptions{ProbeInterval: -1}})
+		in := InstanceConfig{Name: "Z28061", Connection: conn}
+		for j := range 3 {
+			a := fmt.Sprintf("%s_A%d", conn, j)
+			in.Attributes = append(in.Attributes, Attribute{Name: a, Tag: "Z28061." + a})
+		}
+		cfg.Instances = append(cfg.Instances, in)
+	}
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}})
+	sink := newMemSink()
+	m, err := NewManager(Options{Role: roles, Sink: sink,
+		Policy:     RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second},
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	waitFor(t, "every attribute of both gateways good", func() bool { return sink.allGood(cfg) })
+	waitFor(t, "a confirmed worker per gateway", func() bool {
+		ws := m.Status()
+		if len(ws) != 2 {
+			return false
+		}
+		for i, w := range ws {
+			if !w.Confirmed || w.Instance != "Z28061" || w.Connection != fmt.Sprintf("mx%d", i+1) {
+				return false
+			}
+		}
+		return true
+	})
+	for i, s := range sims {
+		if n := s.Stats().Commands[gateway.KindSubscribeBulk]; n != 1 {
+			t.Errorf("gateway mx%d: SubscribeBulk commands = %d, want 1", i+1, n)
+		}
+	}
+
+	// A write goes to the gateway that carries the attribute, only there.
+	w, tag, err := m.Route("Z28061", "mx2_A1")
+	if err != nil || tag != "Z28061.mx2_A1" {
+		t.Fatalf("route mx2_A1 = %q, %v", tag, err)
+	}
+	if err := w.Write(gateway.WithEpoch(context.Background(), role.Epoch{Cluster: 1, Term: 2}), tag, 4.5); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := sims[0].Stats().Commands[gateway.KindWrite], sims[1].Stats().Commands[gateway.KindWrite]; a != 0 || b != 1 {
+		t.Fatalf("writes on mx1, mx2 = %d, %d; want 0, 1", a, b)
+	}
+
+	// Dropping the second gateway from the config stops its worker only.
+	one := Config{Connections: cfg.Connections[:1], Instances: cfg.Instances[:1]}
+	if err := m.Apply(one); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "mx2's attributes not live, mx1's still good", func() bool {
+		q2, _ := sink.quality("Z28061/mx2_A0")
+		return q2 == gateway.QualityBadNotConnected && sink.allGood(one) && len(m.Status()) == 1
+	})
+}
+
+func TestConfigValidateInstancesAcrossConnections(t *testing.T) {
+	conns := []ConnectionConfig{{Name: "mx1", Endpoint: "a"}, {Name: "mx2", Endpoint: "b"}}
+	attr := func(names ...string) []Attribute {
+		var out []Attribute
+		for _, n := range names {
+			out = append(out, Attribute{Name: n, Tag: "T." + n})
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		instances []InstanceConfig
+		wantErr   string
+	}{
+		{"one instance on two connections", []InstanceConfig{
+			{Name: "P1", Connection: "mx1", Attributes: attr("a")},
+			{Name: "P1", Connection: "mx2", Attributes: attr("b")},
+		}, ""},
+		{"one instance twice on one connection", []InstanceConfig{
+			{Name: "P1", Connection: "mx1", Attributes: attr("a")},
+			{Name: "P1", Connection: "mx1", Attributes: attr("b")},
+		}, `instance "P1" listed twice for connection "mx1"`},
+		{"one attribute on two connections", []InstanceConfig{
+			{Name: "P1", Connection: "mx1", Attributes: attr("a")},
+			{Name: "P1", Connection: "mx2", Attributes: attr("a")},
+		}, `duplicate attribute "a"`},
+		{"same attribute name in two instances", []InstanceConfig{
+			{Name: "P1", Connection: "mx1", Attributes: attr("a")},
+			{Name: "P2", Connection: "mx2", Attributes: attr("a")},
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Config{Connections: conns, Instances: tt.instances}.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
 	}
 }

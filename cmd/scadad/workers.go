@@ -134,17 +134,13 @@ func subscribeConfig(s *siteconfig.Site, log zerolog.Logger) subscribe.Config {
 			Options: subscribe.ConnectionOptions{CommandTimeout: c.MxAccess.CommandTimeout, WriteUserID: int32(c.MxAccess.WriteUserID)},
 		})
 	}
-	seen := map[string]bool{}
+	// An instance whose attributes sit on several gateway connections
+	// comes once per connection: a worker each.
 	for _, sub := range s.Subscriptions() {
 		if kinds[sub.Connection] != siteconfig.KindMxAccess {
 			log.Warn().Str("instance", sub.Instance).Str("connection", sub.Connection).Msg("attributes on an OPC UA client connection are not subscribed by this version")
 			continue
 		}
-		if seen[sub.Instance] {
-			log.Warn().Str("instance", sub.Instance).Str("connection", sub.Connection).Msg("instance spans two gateway connections; only its first is subscribed by this version")
-			continue
-		}
-		seen[sub.Instance] = true
 		in := subscribe.InstanceConfig{Name: sub.Instance, Connection: sub.Connection}
 		for _, a := range sub.Attributes {
 			in.Attributes = append(in.Attributes, subscribe.Attribute{Name: a.Name, Tag: a.Tag})
