@@ -167,10 +167,11 @@ func TestManagerAppliesByDifference(t *testing.T) {
 	})
 	r.m.statusMu.Lock()
 	defer r.m.statusMu.Unlock()
-	if r.m.status["Z28061"] != before["Z28061"] {
+	key := func(name string) string { return InstanceConfig{Name: name, Connection: "mx1"}.key() }
+	if w := r.m.status[key("Z28061")]; w == nil || w != before[key("Z28061")] {
 		t.Error("unchanged instance Z28061 was restarted")
 	}
-	if r.m.status["Z28062"] == before["Z28062"] {
+	if w := r.m.status[key("Z28062")]; w == nil || w == before[key("Z28062")] {
 		t.Error("changed instance Z28062 kept its old worker")
 	}
 	waitFor(t, "removed instance's items gone from the gateway", func() bool {
