@@ -254,11 +254,7 @@ func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
 
 func TestDeployRollbackRestoresBehaviour(t *testing.T) {
 	c, sinkA := sfSetup(t, 1000)
-	sinkB, err := testcluster.StartSink(bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sinkB.Close)
+	sinkB := startSink(t)
 	active := waitOneActive(t, c, 10*time.Second)
 	if !enqueue(active, "sink", "to-a-1", []byte("1")) {
 		t.Fatal("enqueue failed")

@@ -28,11 +28,7 @@ func healPair(t *testing.T) (*testcluster.Cluster, *testcluster.Links, *testclus
 	t.Cleanup(links.Close)
 	start(t, c)
 	waitOneActive(t, c, 30*time.Second)
-	sink, err := testcluster.StartSink(bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
+	sink := startSink(t)
 	deploySite(t, c, testcluster.SiteConfig("heal-test", map[string]string{"sink": sink.URL}, 1000))
 	return c, links, sink
 }

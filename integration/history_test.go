@@ -69,16 +69,8 @@ func historyReceived(t *testing.T, sink *testcluster.Sink) map[string][]historyM
 // subscribe workers and the replicated buffer to a real HTTP sink, by both
 // history modes, and keep travelling from the new Active after a SIGKILL.
 func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
-	sim, err := testcluster.StartSim(bin, t.TempDir(), "-change", "100ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	sink, err := testcluster.StartSink(bin, t.TempDir(), "-bodies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
+	sim := startSim(t, "-change", "100ms")
+	sink := startSink(t, "-bodies")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
@@ -161,20 +153,8 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 // connection override) has both attributes subscribed on the Active, each
 // from its own gateway simulator process, and forwarded to the sink.
 func TestInstanceSpanningTwoGatewaysForwardsBoth(t *testing.T) {
-	var sims [2]*testcluster.Sim
-	for i := range sims {
-		s, err := testcluster.StartSim(bin, t.TempDir(), "-change", "100ms")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		sims[i] = s
-	}
-	sink, err := testcluster.StartSink(bin, t.TempDir(), "-bodies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
+	sims := [2]*testcluster.Sim{startSim(t, "-change", "100ms"), startSim(t, "-change", "100ms")}
+	sink := startSink(t, "-bodies")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	waitOneActive(t, c, 20*time.Second)

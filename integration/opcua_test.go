@@ -89,11 +89,7 @@ func siteNode(t *testing.T, c *gopcua.Client, name string) *ua.NodeID {
 }
 
 func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
-	sim, err := testcluster.StartSim(bin, t.TempDir(), "-change", "100ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
+	sim := startSim(t, "-change", "100ms")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)

@@ -24,13 +24,31 @@ func sfSetup(t *testing.T, maxAttempts int, sinkArgs ...string) (*testcluster.Cl
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	waitOneActive(t, c, 20*time.Second)
-	sink, err := testcluster.StartSink(bin, t.TempDir(), sinkArgs...)
+	sink := startSink(t, sinkArgs...)
+	deploySite(t, c, testcluster.SiteConfig("sf-test", map[string]string{"sink": sink.URL}, maxAttempts))
+	return c, sink
+}
+
+// startSink starts a recording sink process (sfsink args) for the test.
+func startSink(t *testing.T, args ...string) *testcluster.Sink {
+	t.Helper()
+	sink, err := testcluster.StartSink(bin, t.TempDir(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sink.Close)
-	deploySite(t, c, testcluster.SiteConfig("sf-test", map[string]string{"sink": sink.URL}, maxAttempts))
-	return c, sink
+	return sink
+}
+
+// startSim starts a gateway simulator process (mxgw-sim args) for the test.
+func startSim(t *testing.T, args ...string) *testcluster.Sim {
+	t.Helper()
+	sim, err := testcluster.StartSim(bin, t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	return sim
 }
 
 // sfSetupPending is sfSetup with the sink refusing everything, so what is

@@ -85,21 +85,29 @@ func startManager(t *testing.T, scfg sim.Config, hot bool, instances, attrs int)
 	}
 	t.Cleanup(s.Stop)
 	r := &managerRig{sim: s, roles: role.NewBroadcaster(role.State{Role: role.Detached}), sink: newMemSink()}
-	r.m, err = NewManager(Options{Role: r.roles, HotStandby: hot, Sink: r.sink,
-		Policy:     RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second},
-		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	r.cfg = siteConfig(addr, instances, attrs)
+	r.m = runManager(t, Options{Role: r.roles, HotStandby: hot, Sink: r.sink,
+		Policy: RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second}}, r.cfg)
+	return r
+}
+
+// runManager starts a manager with opts (metrics to a fresh registry, no
+// log) on cfg and stops it when the test ends.
+func runManager(t *testing.T, opts Options, cfg Config) *Manager {
+	t.Helper()
+	opts.Registerer, opts.Logger = prometheus.NewRegistry(), zerolog.Nop()
+	m, err := NewManager(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cfg = siteConfig(addr, instances, attrs)
-	if err := r.m.Apply(r.cfg); err != nil {
+	if err := m.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.m.Run(ctx) }()
+	go func() { defer close(done); _ = m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return r
+	return m
 }
 
 func TestManagerRunsOnlyWhileActive(t *testing.T) {
@@ -358,20 +366,9 @@ func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
 	}
 	t.Cleanup(s.Stop)
 	snk := newMemSink()
-	m, err := NewManager(Options{Role: role.NewBroadcaster(role.State{Role: role.Active}), Sink: snk,
-		Policy:     RetryPolicy{Floor: 20 * time.Millisecond, Max: 40 * time.Millisecond, InFlightCeiling: 100 * time.Millisecond},
-		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := siteConfig(addr, 1, 80) // ~80 × 3 ms ≈ 240 ms of apartment time
-	if err := m.Apply(cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	m := runManager(t, Options{Role: role.NewBroadcaster(role.State{Role: role.Active}), Sink: snk,
+		Policy: RetryPolicy{Floor: 20 * time.Millisecond, Max: 40 * time.Millisecond, InFlightCeiling: 100 * time.Millisecond}}, cfg)
 	waitFor(t, "all tags good", func() bool { return snk.allGood(cfg) })
 	if st := m.Status(); len(st) != 1 || st[0].Attempts < 2 {
 		t.Fatalf("status %+v: want more than one attempt (the test must exceed the ceiling)", st)
@@ -437,21 +434,9 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 		}
 		cfg.Instances = append(cfg.Instances, in)
 	}
-	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}})
 	sink := newMemSink()
-	m, err := NewManager(Options{Role: roles, Sink: sink,
-		Policy:     RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second},
-		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Apply(cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	m := runManager(t, Options{Role: role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}}), Sink: sink,
+		Policy: RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second}}, cfg)
 
 	waitFor(t, "every attribute of both gateways good", func() bool { return sink.allGood(cfg) })
 	waitFor(t, "a confirmed worker per gateway", func() bool {
