@@ -452,8 +452,9 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 		return true
 	})
 	for i, s := range sims {
-		if n := s.Stats().Commands[gateway.KindSubscribeBulk]; n != 1 {
-			t.Errorf("gateway mx%d: SubscribeBulk commands = %d, want 1", i+1, n)
+		// 2 would be a presumed-lost first reply on a very slow machine.
+		if n := s.Stats().Commands[gateway.KindSubscribeBulk]; n < 1 || n > 2 {
+			t.Errorf("gateway mx%d: SubscribeBulk commands = %d, want 1 (or 2 after a presumed loss)", i+1, n)
 		}
 	}
 
