@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/role"
 )
@@ -170,13 +171,14 @@ func newHarness(t testing.TB, mode Mode, ids []string, witness string) *harness 
 		logs: map[string]*syncBuffer{}, overrides: map[string]*atomic.Int32{}, tls: map[string][2]*tls.Config{}, bind: map[string]string{},
 		sawActive: map[string]*atomic.Bool{},
 	}
-	for _, id := range ids {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
+	// Distinct ports below the ephemeral range: ports picked one by one
+	// with :0 and closed at once can repeat (two members once shared one).
+	ports, err := testcluster.FreePorts(len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		h.members = append(h.members, Member{ID: id, RaftAddr: addr, Witness: id == witness})
 		h.fsms[id] = &testFSM{}
 		h.dirs[id] = filepath.Join(t.TempDir(), id)
@@ -412,15 +414,19 @@ func (h *harness) apply(id, cmd string) {
 	}
 }
 
-func reservePort(t testing.TB) string {
+// reservePorts returns n distinct free loopback addresses (see
+// testcluster.FreePorts).
+func reservePorts(t testing.TB, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := testcluster.FreePorts(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return addrs
 }
 
 // proxy forwards a member's advertised address to where the node really

@@ -17,8 +17,9 @@ func splitPair(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
 	proxies := map[string]*proxy{}
-	for _, m := range h.members {
-		h.bind[m.ID] = reservePort(t)
+	binds := reservePorts(t, len(h.members))
+	for i, m := range h.members {
+		h.bind[m.ID] = binds[i]
 		proxies[m.ID] = newProxy(t, m.RaftAddr, h.bind[m.ID])
 	}
 	h.start("a")
