@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -37,11 +39,17 @@ func TestForwarderReachesAReturningPeerSoon(t *testing.T) {
 		go func() { _ = s.Serve(lis) }()
 		return s
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the ephemeral range: the server listens on it again
+	// after 11 s, and an outgoing connection must not have taken it.
+	ports, err := testcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := lis.Addr().String()
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := serve(lis)
 	f := NewForwarder("a", map[string]string{"b": addr}, clientTLS, nil, nil)
 	defer f.Close()
