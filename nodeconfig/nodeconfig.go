@@ -15,6 +15,12 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Runtime defaults: see Runtime and the README's performance section.
+const (
+	DefaultGCPercent      = 400
+	DefaultMemoryLimitMiB = 80
+)
+
 // Modes of a cluster, see DESIGN.md §3.
 const (
 	ModeWitness = "witness"
@@ -32,6 +38,7 @@ type Config struct {
 	HTTP    HTTP    `yaml:"http"`
 	Log     Log     `yaml:"log"`
 	SF      SF      `yaml:"store_forward"`
+	Runtime Runtime `yaml:"runtime"`
 }
 
 // Cluster is the Raft side of the node.
@@ -104,6 +111,22 @@ type SF struct {
 	BatchMaxMessages int `yaml:"batch_max_messages"`
 	// BatchMaxInFlight is how many batches may be being committed at once.
 	BatchMaxInFlight int `yaml:"batch_max_in_flight"`
+}
+
+// Runtime tunes the Go runtime of the daemon. The GOGC and GOMEMLIMIT
+// environment variables, when set, win over these fields.
+type Runtime struct {
+	// GCPercent is the heap growth that triggers a garbage collection, as
+	// GOGC. The enqueue path allocates per message and keeps little, so a
+	// collection every 100 % of a small live heap costs more CPU than the
+	// memory it saves; see the README's performance section.
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimitMiB is the Go runtime's soft memory limit, as GOMEMLIMIT:
+	// near it the collector runs regardless of GCPercent, which keeps the
+	// larger GCPercent from growing the heap without bound.
+	// It counts the Go heap and runtime, not the mapped bbolt files.
+	// -1 means no limit.
+	MemoryLimitMiB int `yaml:"memory_limit_mib"`
 }
 
 // Duration is a time.Duration written as "500ms" or "10s" in YAML.
@@ -193,6 +216,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.SF.BatchMaxInFlight == 0 {
 		c.SF.BatchMaxInFlight = 4
+	}
+	if c.Runtime.GCPercent == 0 {
+		c.Runtime.GCPercent = DefaultGCPercent
+	}
+	if c.Runtime.MemoryLimitMiB == 0 {
+		c.Runtime.MemoryLimitMiB = DefaultMemoryLimitMiB
 	}
 	if c.Cluster.RaftBind == "" {
 		if m, ok := c.Self(); ok {
@@ -363,6 +392,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SF.BatchMaxInFlight < 1 || c.SF.BatchMaxInFlight > 64 {
 		bad("store_forward.batch_max_in_flight", "%d is outside 1..64", c.SF.BatchMaxInFlight)
+	}
+	if c.Runtime.GCPercent < 50 || c.Runtime.GCPercent > 10000 {
+		bad("runtime.gc_percent", "%d is outside 50..10000", c.Runtime.GCPercent)
+	}
+	if m := c.Runtime.MemoryLimitMiB; m != -1 && m < 32 {
+		bad("runtime.memory_limit_mib", "%d is below 32 (a limit that low keeps the collector running; -1 means no limit)", m)
 	}
 	return errors.Join(errs...)
 }

@@ -35,6 +35,9 @@ func TestParseValidAppliesDefaults(t *testing.T) {
 	if c.IsWitness() {
 		t.Error("node-a reported as witness")
 	}
+	if c.Runtime.GCPercent != DefaultGCPercent || c.Runtime.MemoryLimitMiB != DefaultMemoryLimitMiB {
+		t.Errorf("runtime defaults = %+v, want gc_percent %d, memory_limit_mib %d", c.Runtime, DefaultGCPercent, DefaultMemoryLimitMiB)
+	}
 }
 
 func TestParseNamesTheBadField(t *testing.T) {
@@ -55,6 +58,8 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"two witnesses", [2]string{`api_addr: "127.0.0.1:7202"}`, `api_addr: "127.0.0.1:7202", witness: true}`}, []string{"exactly one member with witness"}},
 		{"pair with witness", [2]string{"mode: witness", "mode: pair"}, []string{"pair mode has no witness"}},
 		{"batch window", [2]string{"data_dir:", "store_forward: {batch_max_in_flight: 65}\ndata_dir:"}, []string{"store_forward.batch_max_in_flight", "outside 1..64"}},
+		{"gc percent", [2]string{"data_dir:", "runtime: {gc_percent: 10}\ndata_dir:"}, []string{"runtime.gc_percent", "outside 50..10000"}},
+		{"memory limit", [2]string{"data_dir:", "runtime: {memory_limit_mib: 8}\ndata_dir:"}, []string{"runtime.memory_limit_mib", "below 32"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

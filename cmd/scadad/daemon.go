@@ -42,6 +42,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err != nil {
 		return err
 	}
+	collectorSettingsFor(cfg.Runtime, os.Getenv).apply(log)
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(stdlogWriter{log.With().Str("part", "stdlog").Logger()})
 	serverTLS, err := pki.LoadServerTLS(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key)
