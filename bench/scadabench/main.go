@@ -33,6 +33,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -40,6 +41,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -165,7 +167,11 @@ func main() {
 			fmt.Println("kept", c.Dir)
 		}
 	}()
-	atExit = c.Close
+	atExit.set(func() {
+		c.Close()
+		bin.Remove()
+	})
+	exitOnSignal()
 	if err := c.StartAll(); err != nil {
 		fatalf("%v", err)
 	}
@@ -174,10 +180,11 @@ func main() {
 		fatalf("setup: %v", err)
 	}
 	defer b.sink.Close()
-	atExit = func() {
+	atExit.set(func() {
 		b.sink.Close()
 		c.Close()
-	}
+		bin.Remove()
+	})
 
 	rep := report{System: "scadad", Go: runtime.Version(), Mode: o.mode, Members: len(c.Nodes), NumCPU: runtime.NumCPU(), Write: []writeResult{}}
 	fmt.Printf("scadabench: scadad, %s, mode=%s, members=%d (witness=%v), fsync=on, cpus=%d, data=%s\n", rep.Go, o.mode, len(c.Nodes), o.witness, rep.NumCPU, c.Dir)
@@ -829,13 +836,48 @@ func (b *bench) failoverPhase() (*failoverResult, error) {
 	return res, nil
 }
 
-// atExit cleans up (kills the nodes) before fatalf exits.
-var atExit = func() {}
+// exitCleanup holds what must run (kill the nodes, stop the sink, remove
+// the data) before the process exits on a fatal error or a signal, either
+// of which skips main's defers.
+type exitCleanup struct {
+	mu sync.Mutex
+	fn func()
+}
+
+func (e *exitCleanup) set(fn func()) {
+	e.mu.Lock()
+	e.fn = fn
+	e.mu.Unlock()
+}
+
+// run runs the clean-up once; a second caller (a signal during a fatal
+// exit) waits for the first.
+func (e *exitCleanup) run() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fn != nil {
+		e.fn()
+		e.fn = nil
+	}
+}
+
+// atExit is main's; fatalf needs it from every phase.
+var atExit exitCleanup
 
 func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "scadabench: "+format+"\n", a...)
-	atExit()
+	atExit.run()
 	os.Exit(1)
+}
+
+// exitOnSignal cleans up and exits when the benchmark is interrupted or
+// terminated, so no node, sink or data folder outlives it.
+func exitOnSignal() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		fatalf("%v: stopping the cluster", <-sigs)
+	}()
 }
 
 // deployPhase pushes a generated 50 x 250-tag site config (about 5 MB) and

@@ -227,6 +227,7 @@ func (c *Cluster) Start(n *Node) error {
 		argv = c.wrap(n.ID, argv)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	dieWithParent(cmd)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -33,6 +33,7 @@ func StartSim(bin *Binaries, dir string, args ...string) (*Sim, error) {
 	}
 	s.cmd = exec.Command(bin.MxgwSim, append([]string{"-listen", s.Addr, "-admin", s.Admin}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	dieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start mxgw-sim: %w", err)

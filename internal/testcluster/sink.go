@@ -51,6 +51,7 @@ func StartSinkOn(bin *Binaries, dir, listen string, wrap func(argv []string) []s
 		argv = wrap(argv)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	dieWithParent(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
