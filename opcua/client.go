@@ -98,6 +98,31 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 	return c, nil
 }
 
+// Dial connects a client to endpoint with the options' security and
+// identity; extra options (a state channel, say) are added last. The
+// client does not reconnect by itself: its owner decides when to retry.
+func Dial(ctx context.Context, endpoint string, o ClientOptions, extra ...gopcua.Option) (*gopcua.Client, error) {
+	return o.dial(ctx, endpoint, extra...)
+}
+
+// LoadClientIdentity reads a client application certificate and its RSA
+// private key (PEM or DER files) for ClientOptions.
+func LoadClientIdentity(certFile, keyFile string) ([]byte, *rsa.PrivateKey, error) {
+	cert, err := readPEMOrDER(certFile, "CERTIFICATE")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read client certificate: %w", err)
+	}
+	der, err := readPEMOrDER(keyFile, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read client private key: %w", err)
+	}
+	key, err := parseRSAKey(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse client private key %s: %w", keyFile, err)
+	}
+	return cert, key, nil
+}
+
 var errNoLevel = errors.New("ServiceLevel read returned no value")
 
 func readLevel(ctx context.Context, c *gopcua.Client) (byte, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/role"
 )
 
@@ -411,7 +412,7 @@ func (w *worker) run() {
 		if err != nil {
 			readFailures++
 			w.log.Error().Err(err).Msg("read pending messages")
-			if !w.sleep(backoffDelay(w.cfg.BackoffFloor, w.cfg.BackoffMax, readFailures, w.d.opts.Jitter())) {
+			if !w.sleep(backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, readFailures, w.d.opts.Jitter())) {
 				return
 			}
 			continue
@@ -491,7 +492,7 @@ func (w *worker) deliver(m *Message) bool {
 		if failures >= w.cfg.MaxAttempts {
 			return w.park(m, failures, err)
 		}
-		if !w.sleep(backoffDelay(w.cfg.BackoffFloor, w.cfg.BackoffMax, failures, w.d.opts.Jitter())) {
+		if !w.sleep(backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, failures, w.d.opts.Jitter())) {
 			return false
 		}
 	}
@@ -529,7 +530,7 @@ func (w *worker) park(m *Message, attempts int, cause error) bool {
 			return true
 		}
 		w.log.Error().Err(err).Str("id", m.ID).Msg("park message")
-		if !w.sleep(backoffDelay(w.cfg.BackoffFloor, w.cfg.BackoffMax, try, w.d.opts.Jitter())) {
+		if !w.sleep(backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, try, w.d.opts.Jitter())) {
 			return false
 		}
 	}
@@ -683,7 +684,7 @@ func (r *remover) run() {
 			r.log.Error().Err(err).Int("ids", len(ids)).Msg("remove delivered messages")
 			r.putBack(ids)
 			select {
-			case <-r.d.opts.Clock.After(backoffDelay(100*time.Millisecond, 5*time.Second, failures, r.d.opts.Jitter())):
+			case <-r.d.opts.Clock.After(backoff.Delay(100*time.Millisecond, 5*time.Second, failures, r.d.opts.Jitter())):
 			case <-r.stop:
 				final = true
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/backoff"
 )
 
 // HistoryRule forwards values of selected attributes to a target through
@@ -284,7 +286,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		clock      = h.opts.Clock
 		retryAfter = func() {
 			failures++
-			retryAt = clock.Now().Add(backoffDelay(h.opts.RetryFloor, h.opts.RetryMax, failures, h.opts.Jitter()))
+			retryAt = clock.Now().Add(backoff.Delay(h.opts.RetryFloor, h.opts.RetryMax, failures, h.opts.Jitter()))
 		}
 	)
 	send := func(b readyBatch) bool {

@@ -182,11 +182,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return err
 	}
 	srv.SF = sf
-	tagWorkers, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
+	devices, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
 	if err != nil {
 		return err
 	}
-	if ua := startOPCUA(cfg, log, reg, acting, holder, gatewayWriter{tagWorkers}, fanout, fwd, goRun); ua != nil {
+	if ua := startOPCUA(cfg, log, reg, acting, holder, devices, fanout, fwd, goRun); ua != nil {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,10 +12,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/subscribe"
+	"github.com/scadad/scadad/uaclient"
 )
 
 // tagFanout hands every value from the subscribe workers to the parts that
@@ -52,18 +56,26 @@ func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
 	f.mu.Unlock()
 }
 
-// startTagWorkers runs the subscribe manager and the history forwarder and
-// keeps both on the deployed site config.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (*subscribe.Manager, *tagFanout, error) {
+// startTagWorkers runs the gateway subscribe workers, the OPC UA client
+// sessions and the history forwarder and keeps them on the deployed site
+// config. The writer it returns routes device writes to whichever of them
+// carries the attribute.
+func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, error) {
 	fan := &tagFanout{roles: roles}
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
 		Role: roles, Sink: fan, Registerer: reg, Logger: subLog,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("subscribe workers: %w", err)
+		return deviceWriter{}, nil, fmt.Errorf("subscribe workers: %w", err)
+	}
+	uaLog := log.With().Str("part", "opcua-client").Logger()
+	uam, err := uaclient.NewManager(uaclient.Options{Role: roles, Sink: fan, Logger: uaLog})
+	if err != nil {
+		return deviceWriter{}, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
 	goRun("subscribe", mgr.Run)
+	goRun("opcua-client", uam.Run)
 	goRun("site-config-workers", func(ctx context.Context) error {
 		var cancelHistory context.CancelFunc
 		defer func() {
@@ -72,8 +84,11 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
-			if err := mgr.Apply(subscribeConfig(u.Site, subLog)); err != nil {
+			if err := mgr.Apply(subscribeConfig(u.Site)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
+			}
+			if err := uam.Apply(uaClientConfig(u.Site, uaLog)); err != nil {
+				uaLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("opc ua client config of the new site config refused; keeping the previous one")
 			}
 			if !historyChanged(u.Changes) && cancelHistory != nil {
 				return
@@ -98,7 +113,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		})
 		return nil
 	})
-	return mgr, fan, nil
+	return deviceWriter{gateways: mgr, upstream: uam}, fan, nil
 }
 
 func historyChanged(c siteconfig.Changes) bool { return len(c.History) > 0 }
@@ -118,10 +133,10 @@ func followSite(ctx context.Context, holder *siteconfig.Holder, apply func(sitec
 	}
 }
 
-// subscribeConfig maps the site's MxAccess subscriptions onto the workers'
-// plain config. Subscribe workers speak to MxAccess gateways; attributes on
-// OPC UA client connections are not subscribed by this version (logged).
-func subscribeConfig(s *siteconfig.Site, log zerolog.Logger) subscribe.Config {
+// subscribeConfig maps the site's MxAccess subscriptions onto the gateway
+// workers' plain config; attributes on OPC UA client connections are
+// uaClientConfig's.
+func subscribeConfig(s *siteconfig.Site) subscribe.Config {
 	out := subscribe.Config{HotStandby: s.HotStandby}
 	kinds := map[string]siteconfig.ConnectionKind{}
 	for _, c := range s.Connections {
@@ -138,7 +153,6 @@ func subscribeConfig(s *siteconfig.Site, log zerolog.Logger) subscribe.Config {
 	// comes once per connection: a worker each.
 	for _, sub := range s.Subscriptions() {
 		if kinds[sub.Connection] != siteconfig.KindMxAccess {
-			log.Warn().Str("instance", sub.Instance).Str("connection", sub.Connection).Msg("attributes on an OPC UA client connection are not subscribed by this version")
 			continue
 		}
 		in := subscribe.InstanceConfig{Name: sub.Instance, Connection: sub.Connection}
@@ -146,6 +160,48 @@ func subscribeConfig(s *siteconfig.Site, log zerolog.Logger) subscribe.Config {
 			in.Attributes = append(in.Attributes, subscribe.Attribute{Name: a.Name, Tag: a.Tag})
 		}
 		out.Instances = append(out.Instances, in)
+	}
+	return out
+}
+
+// uaClientConfig maps the site's OPC UA client connections and the
+// attributes on them (each tag a NodeId) onto the client sessions' config.
+// A connection whose certificate, key or password file cannot be read is
+// left out with an error in the log: its attributes then never turn Good.
+func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
+	out := uaclient.Config{HotStandby: s.HotStandby}
+	items := map[string][]uaclient.Item{}
+	for _, sub := range s.Subscriptions() {
+		for _, a := range sub.Attributes {
+			items[sub.Connection] = append(items[sub.Connection], uaclient.Item{Instance: sub.Instance, Attribute: a.Name, NodeID: a.Tag})
+		}
+	}
+	for _, c := range s.Connections {
+		u := c.OPCUA
+		if c.Kind != siteconfig.KindOPCUA || u == nil || len(items[c.Name]) == 0 {
+			continue
+		}
+		opts := opcua.ClientOptions{SecurityPolicy: u.SecurityPolicy, SecurityMode: u.SecurityMode, Timeout: u.RequestTimeout}
+		var err error
+		if u.CertificateFile != "" {
+			opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(u.CertificateFile, u.PrivateKeyFile)
+		}
+		if err == nil && u.Identity.Type == siteconfig.IdentityUsername {
+			var pw []byte
+			if pw, err = os.ReadFile(u.Identity.PasswordFile); err != nil {
+				err = fmt.Errorf("password file: %w", err)
+			}
+			opts.Username, opts.Password = u.Identity.Username, strings.TrimRight(string(pw), "\r\n")
+		}
+		if err != nil {
+			log.Error().Err(err).Str("connection", c.Name).Msg("opc ua client connection left out; its attributes stay Bad")
+			continue
+		}
+		out.Connections = append(out.Connections, uaclient.Connection{
+			Name: c.Name, Endpoint: u.Endpoint, Client: opts,
+			PublishingInterval: u.PublishingInterval, BackoffFloor: u.BackoffFloor, BackoffMax: u.BackoffMax,
+			Items: items[c.Name],
+		})
 	}
 	return out
 }
@@ -165,12 +221,19 @@ func historyRules(s *siteconfig.Site) []storeforward.HistoryRule {
 	return out
 }
 
-// gatewayWriter routes an allowed device write to the gateway connection
-// that carries the attribute, stamped with the writer's fencing epoch.
-type gatewayWriter struct{ mgr *subscribe.Manager }
+// deviceWriter routes an allowed device write to the connection that
+// carries the attribute: an upstream OPC UA server, or a gateway (stamped
+// with the writer's fencing epoch, which the gateway checks).
+type deviceWriter struct {
+	gateways *subscribe.Manager
+	upstream *uaclient.Manager
+}
 
-func (w gatewayWriter) Write(ctx context.Context, instance, attribute string, value any, epoch role.Epoch) error {
-	tw, tag, err := w.mgr.Route(instance, attribute)
+func (w deviceWriter) Write(ctx context.Context, instance, attribute string, value any, epoch role.Epoch) error {
+	if w.upstream.Carries(instance, attribute) {
+		return w.upstream.Write(ctx, instance, attribute, value)
+	}
+	tw, tag, err := w.gateways.Route(instance, attribute)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 // which reach the node directly and are never cut.
 type Links struct {
 	mu      sync.Mutex
-	proxies []*linkProxy
+	proxies []*Proxy
 }
 
 // InsertLinks rewrites the node configs of c (before any node starts) so
@@ -28,13 +28,13 @@ func (c *Cluster) InsertLinks() (*Links, error) {
 	replace := map[string]string{}
 	for _, n := range c.Nodes {
 		for _, field := range []struct{ key, addr string }{{"raft_addr", n.RaftAddr}, {"api_addr", n.APIAddr}} {
-			p, err := newLinkProxy(field.addr)
+			p, err := NewProxy(field.addr)
 			if err != nil {
 				l.Close()
 				return nil, err
 			}
 			l.proxies = append(l.proxies, p)
-			replace[fmt.Sprintf("%s: %q", field.key, field.addr)] = fmt.Sprintf("%s: %q", field.key, p.addr())
+			replace[fmt.Sprintf("%s: %q", field.key, field.addr)] = fmt.Sprintf("%s: %q", field.key, p.Addr())
 		}
 	}
 	for _, n := range c.Nodes {
@@ -63,7 +63,7 @@ func (l *Links) Cut(cut bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range l.proxies {
-		p.setCut(cut)
+		p.Cut(cut)
 	}
 }
 
@@ -72,11 +72,15 @@ func (l *Links) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range l.proxies {
-		p.close()
+		p.Close()
 	}
 }
 
-type linkProxy struct {
+// Proxy is a loopback TCP proxy a test can cut: cutting closes every
+// connection through it at once (the peer sees the link drop, as when a
+// cable is pulled or the far process dies) and refuses new ones until it
+// is let through again.
+type Proxy struct {
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
@@ -84,19 +88,21 @@ type linkProxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-func newLinkProxy(target string) (*linkProxy, error) {
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("link proxy for %s: %w", target, err)
 	}
-	p := &linkProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	go p.loop()
 	return p, nil
 }
 
-func (p *linkProxy) addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's listening address.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *linkProxy) loop() {
+func (p *Proxy) loop() {
 	for {
 		in, err := p.ln.Accept()
 		if err != nil {
@@ -106,7 +112,7 @@ func (p *linkProxy) loop() {
 	}
 }
 
-func (p *linkProxy) track(cs ...net.Conn) bool {
+func (p *Proxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut {
@@ -118,7 +124,7 @@ func (p *linkProxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *linkProxy) serve(in net.Conn) {
+func (p *Proxy) serve(in net.Conn) {
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
 		in.Close()
@@ -146,7 +152,9 @@ func (p *linkProxy) serve(in net.Conn) {
 	p.mu.Unlock()
 }
 
-func (p *linkProxy) setCut(cut bool) {
+// Cut drops every connection and refuses new ones (cut = true), or lets
+// them through again.
+func (p *Proxy) Cut(cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = cut
@@ -158,7 +166,8 @@ func (p *linkProxy) setCut(cut bool) {
 	}
 }
 
-func (p *linkProxy) close() {
-	p.setCut(true)
+// Close stops the proxy and drops its connections.
+func (p *Proxy) Close() {
+	p.Cut(true)
 	p.ln.Close()
 }

@@ -1,11 +1,11 @@
-package storeforward
+package backoff
 
 import (
 	"testing"
 	"time"
 )
 
-func TestBackoffDelay(t *testing.T) {
+func TestDelay(t *testing.T) {
 	const floor, max = 100 * time.Millisecond, 5 * time.Second
 	cases := []struct {
 		failures int
@@ -23,9 +23,9 @@ func TestBackoffDelay(t *testing.T) {
 		{200, 0.5, 5 * time.Second},           // no overflow
 	}
 	for _, c := range cases {
-		got := backoffDelay(floor, max, c.failures, c.r)
+		got := Delay(floor, max, c.failures, c.r)
 		if diff := got - c.want; diff < -time.Millisecond || diff > time.Millisecond {
-			t.Errorf("backoffDelay(failures=%d, r=%v) = %v, want %v", c.failures, c.r, got, c.want)
+			t.Errorf("Delay(failures=%d, r=%v) = %v, want %v", c.failures, c.r, got, c.want)
 		}
 	}
 }

@@ -1,0 +1,330 @@
+//go:build unix
+
+package uaclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/role"
+)
+
+// upstream is a real OPC UA server (scadad's own, over TCP on loopback)
+// standing in for a third-party server the site reads as a client.
+type upstream struct {
+	srv    *opcua.Server
+	cancel context.CancelFunc
+	writes chan upstreamWrite
+}
+
+type upstreamWrite struct {
+	instance, attribute string
+	value               any
+}
+
+type recordingWriter chan upstreamWrite
+
+func (w recordingWriter) Write(_ context.Context, instance, attribute string, value any, _ role.Epoch) error {
+	w <- upstreamWrite{instance, attribute, value}
+	return nil
+}
+
+func upstreamModel() opcua.Model {
+	return opcua.Model{Instances: []opcua.Instance{{Name: "Boiler", Attributes: []opcua.Attribute{
+		{Name: "Temp", Type: opcua.TypeDouble, Writable: true},
+		{Name: "Burner", Type: opcua.TypeBoolean},
+	}}}}
+}
+
+// startUpstream serves upstreamModel on a free loopback port.
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		u := &upstream{writes: make(chan upstreamWrite, 16)}
+		srv, err := opcua.New(opcua.Config{Host: "127.0.0.1", Port: p, AllowAnonymous: true, ShutdownGrace: -1},
+			opcua.Deps{Logger: zerolog.Nop(), Roles: role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 1}}), Writer: recordingWriter(u.writes)})
+		if err != nil {
+			t.Fatalf("upstream server: %v", err)
+		}
+		if _, err := srv.ApplyModel(upstreamModel()); err != nil {
+			t.Fatalf("upstream model: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := srv.Start(ctx); err != nil {
+			cancel()
+			if attempt < 5 && strings.Contains(err.Error(), "address already in use") {
+				continue
+			}
+			t.Fatalf("start upstream: %v", err)
+		}
+		u.srv, u.cancel = srv, cancel
+		t.Cleanup(func() {
+			srv.Close()
+			cancel()
+		})
+		return u
+	}
+}
+
+type update struct {
+	instance, attribute string
+	value               gateway.Value
+	quality             gateway.Quality
+}
+
+// recorder is the Sink; it keeps the last update per attribute.
+type recorder struct {
+	mu   sync.Mutex
+	last map[string]update
+	all  int
+}
+
+func (r *recorder) TagUpdate(instance, attribute string, v gateway.Value, q gateway.Quality, _ time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]update{}
+	}
+	r.last[instance+"."+attribute] = update{instance, attribute, v, q}
+	r.all++
+}
+
+func (r *recorder) get(key string) (update, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.last[key]
+	return u, ok
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func connectionTo(u *upstream) Connection {
+	ns := u.srv.NodeID("Boiler", "Temp").Namespace()
+	return Connection{
+		Name: "plc", Endpoint: u.srv.Endpoint(), Client: opcua.ClientOptions{Timeout: 2 * time.Second},
+		PublishingInterval: 50 * time.Millisecond, BackoffFloor: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Items: []Item{
+			{Instance: "Line1", Attribute: "BoilerTemp", NodeID: fmt.Sprintf("ns=%d;s=Boiler.Temp", ns)},
+			// By namespace URI, resolved against the server's NamespaceArray.
+			{Instance: "Line1", Attribute: "Burner", NodeID: "nsu=urn:scadad:site;s=Boiler.Burner"},
+		},
+	}
+}
+
+func startManager(t *testing.T, roles *role.Broadcaster, sink Sink, cfg Config) *Manager {
+	t.Helper()
+	m, err := NewManager(Options{Role: roles, Sink: sink, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return m
+}
+
+func hasValue(r *recorder, key string, want gateway.Value) func() bool {
+	return func() bool {
+		u, ok := r.get(key)
+		return ok && u.quality.IsGood() && u.value == want
+	}
+}
+
+func TestValuesWritesAndReconnect(t *testing.T) {
+	up := startUpstream(t)
+	if err := up.srv.TagUpdate("Boiler", "Temp", 71.5, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// The client reaches the upstream through a link the test can cut.
+	link, err := testcluster.NewProxy(strings.TrimPrefix(up.srv.Endpoint(), "opc.tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	conn := connectionTo(up)
+	conn.Endpoint = "opc.tcp://" + link.Addr()
+	conn.Items = append(conn.Items, Item{Instance: "Line1", Attribute: "Ghost", NodeID: conn.Items[0].NodeID + "Ghost"})
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
+	rec := &recorder{}
+	m := startManager(t, roles, rec, Config{Connections: []Connection{conn}})
+
+	// The current value arrives, then each change.
+	waitFor(t, "initial BoilerTemp 71.5", hasValue(rec, "Line1.BoilerTemp", 71.5))
+	if err := up.srv.TagUpdate("Boiler", "Burner", true, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Burner true", hasValue(rec, "Line1.Burner", true))
+	// A node the upstream does not have stays Bad; the others are served.
+	if u, ok := rec.get("Line1.Ghost"); !ok || u.quality != gateway.QualityBadConfigError {
+		t.Errorf("Ghost = %+v (seen %v), want Bad config error", u, ok)
+	}
+	if err := up.srv.TagUpdate("Boiler", "Temp", 80.25, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "BoilerTemp 80.25", hasValue(rec, "Line1.BoilerTemp", 80.25))
+
+	// A write goes to the upstream node carrying the attribute.
+	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 65.0); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	select {
+	case w := <-up.writes:
+		if w.instance != "Boiler" || w.attribute != "Temp" || w.value != 65.0 {
+			t.Errorf("upstream got write %+v, want Boiler.Temp = 65", w)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream saw no write")
+	}
+	if err := m.Write(context.Background(), "Line1", "Nope", 1.0); err == nil || !strings.Contains(err.Error(), "Line1.Nope") {
+		t.Errorf("write of an unknown attribute: %v, want an error naming it", err)
+	}
+	// The upstream refuses a read-only node; the error says so.
+	if err := m.Write(context.Background(), "Line1", "Burner", false); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("write of a read-only upstream node: %v, want refused", err)
+	}
+
+	// The upstream goes away: the attributes turn Bad, the write fails
+	// with a clear error, and the session comes back with the server.
+	link.Cut(true)
+	waitFor(t, "BoilerTemp Bad after the link dropped", func() bool {
+		u, ok := rec.get("Line1.BoilerTemp")
+		return ok && !u.quality.IsGood() && u.value == nil
+	})
+	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 1.0); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Errorf("write while disconnected: %v, want not connected", err)
+	}
+	if err := up.srv.TagUpdate("Boiler", "Temp", 90.0, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	link.Cut(false)
+	waitFor(t, "BoilerTemp 90 once the link is back", hasValue(rec, "Line1.BoilerTemp", 90.0))
+	if st := m.Status(); len(st) != 1 || !st[0].Connected || st[0].Items != 3 {
+		t.Errorf("status %+v, want one connected connection with 3 items", st)
+	}
+}
+
+func TestSessionsFollowTheRole(t *testing.T) {
+	up := startUpstream(t)
+	if err := up.srv.TagUpdate("Boiler", "Temp", 10.0, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	roles := role.NewBroadcaster(role.State{Role: role.Standby})
+	rec := &recorder{}
+	m := startManager(t, roles, rec, Config{Connections: []Connection{connectionTo(up)}})
+
+	roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 4}})
+	waitFor(t, "a value once Active", hasValue(rec, "Line1.BoilerTemp", 10.0))
+	roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 5}})
+	waitFor(t, "no session and Bad values once Standby", func() bool {
+		u, _ := rec.get("Line1.BoilerTemp")
+		return len(m.Status()) == 0 && !u.quality.IsGood()
+	})
+	// In hot-standby mode the Standby reads too.
+	cfg := Config{HotStandby: true, Connections: []Connection{connectionTo(up)}}
+	if err := m.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a value on a hot Standby", hasValue(rec, "Line1.BoilerTemp", 10.0))
+	if !m.Carries("Line1", "Burner") || m.Carries("Line1", "Other") {
+		t.Error("Carries does not follow the configuration")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Connection{Name: "plc", Endpoint: "opc.tcp://127.0.0.1:4840", PublishingInterval: time.Second, BackoffFloor: time.Second, BackoffMax: time.Minute,
+		Items: []Item{{Instance: "A", Attribute: "x", NodeID: "ns=2;s=A.x"}}}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"bad node id", func(c *Config) { c.Connections[0].Items[0].NodeID = "ns=two;s=x" }, `node id "ns=two;s=x"`},
+		{"namespace uri", func(c *Config) { c.Connections[0].Items[0].NodeID = "nsu=urn:plant;s=A.x" }, ""},
+		{"bad id after a namespace uri", func(c *Config) { c.Connections[0].Items[0].NodeID = "nsu=urn:plant;i=x" }, `node id "nsu=urn:plant;i=x"`},
+		{"no endpoint", func(c *Config) { c.Connections[0].Endpoint = "" }, "endpoint required"},
+		{"backoff", func(c *Config) { c.Connections[0].BackoffMax = time.Millisecond }, "needs 0 < floor <= max"},
+		{"duplicate name", func(c *Config) { c.Connections = append(c.Connections, c.Connections[0]) }, "duplicate name"},
+		{"attribute on two connections", func(c *Config) {
+			other := c.Connections[0]
+			other.Name = "plc2"
+			c.Connections = append(c.Connections, other)
+		}, `attribute A.x already read on connection "plc"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{Connections: []Connection{good}}
+			c.Connections[0].Items = append([]Item(nil), good.Items...)
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestQualityAndValueMapping(t *testing.T) {
+	for _, tt := range []struct {
+		code uint32
+		want gateway.Quality
+	}{{0, gateway.QualityGood}, {0x40000000, gateway.QualityUncertain}, {0x80340000, gateway.QualityBad}} {
+		if got := quality(uaStatus(tt.code)); got != tt.want {
+			t.Errorf("quality(0x%08X) = %v, want %v", tt.code, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		in   any
+		want gateway.Value
+		ok   bool
+	}{{float32(1.5), 1.5, true}, {int16(-3), int64(-3), true}, {uint32(7), int64(7), true}, {"s", "s", true}, {[]byte("b"), nil, false}, {uint64(1 << 63), nil, false}} {
+		got, ok := plainValue(tt.in)
+		if ok != tt.ok || got != tt.want {
+			t.Errorf("plainValue(%T %v) = %v %v, want %v %v", tt.in, tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func uaStatus(c uint32) ua.StatusCode { return ua.StatusCode(c) }
