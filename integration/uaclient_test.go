@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+// TestOPCUAClientConnection deploys a site with attributes on an OPC UA
+// client connection and follows them through real processes: the Active's
+// client session reads the upstream server's nodes, the values appear in
+// the Active's own address space, and a device write goes upstream. The
+// upstream is another scadad (a one-node site serving a gateway
+// simulator's Pump1; no other OPC UA server implementation is available
+// here), so a value travels simulator → upstream scadad → OPC UA over TCP
+// → the site's Active, and a write the other way to the upstream's
+// simulator.
+func TestOPCUAClientConnection(t *testing.T) {
+	upSim := startSim(t, "-change", "100ms")
+	up := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, Witness: false, OPCUA: true, LogLevel: "info"})
+	start(t, up)
+	upNode := waitOneActive(t, up, 20*time.Second)
+	deploySite(t, up, testcluster.SiteConfigGateway("upstream", upSim.Addr, nil, 5))
+	waitFor(t, 20*time.Second, "the upstream's ServiceLevel 250", func() bool { return serviceLevel(upNode.OPCUA) == 250 })
+
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+
+	site := string(testcluster.SiteConfigGateway("uaclient", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	site = strings.Replace(site, "instances:\n", `  - name: upstream
+    kind: opcua
+    opcua:
+      endpoint: `+upNode.OPCUA+`
+      publishing_interval: 100ms
+      backoff_floor: 100ms
+      backoff_max: 1s
+instances:
+  - name: Mirror
+    connection: upstream
+    attributes:
+      - {name: Speed, type: double, tag: "nsu=urn:test:scadad;s=Pump1.Speed"}
+      - {name: SpeedSP, type: double, tag: "nsu=urn:test:scadad;s=Pump1.SpeedSP", writable: true}
+`, 1)
+	deploySite(t, c, []byte(site))
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+
+	ac := uaClient(t, active.OPCUA)
+	mirror := siteNode(t, ac, "Mirror.Speed")
+	var first any
+	waitFor(t, 30*time.Second, "a good, changing Mirror.Speed read through the client connection", func() bool {
+		dv, err := readValue(ac, mirror)
+		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
+			return false
+		}
+		if first == nil {
+			first = dv.Value.Value()
+			return false
+		}
+		return dv.Value.Value() != first
+	})
+
+	before, err := upSim.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := writeDouble(t, ac, siteNode(t, ac, "Mirror.SpeedSP"), 42); st != ua.StatusOK {
+		t.Fatalf("the Active refused a write to an attribute on the client connection: %v", st)
+	}
+	waitFor(t, 10*time.Second, "the write to Mirror.SpeedSP at the upstream's gateway as Pump1.SpeedSP", func() bool {
+		after, err := upSim.Stats()
+		return err == nil && after.Commands["Write"]+after.Commands["write"] > before.Commands["Write"]+before.Commands["write"]
+	})
+	// Mirror.Speed is read-only: the write gate refuses it before anything
+	// goes upstream.
+	if st := writeDouble(t, ac, mirror, 1); st == ua.StatusOK {
+		t.Fatal("a write to a read-only attribute was accepted")
+	}
+
+	// SIGKILL of the upstream: the attribute turns Bad on the Active, and
+	// comes back once the upstream is up again.
+	up.Kill(upNode)
+	waitFor(t, 15*time.Second, "Mirror.Speed Bad after the upstream was killed", func() bool {
+		dv, err := readValue(ac, mirror)
+		return err == nil && dv.Status != ua.StatusOK
+	})
+	start(t, up, upNode)
+	first = nil
+	waitFor(t, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted", func() bool {
+		dv, err := readValue(ac, mirror)
+		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
+			return false
+		}
+		if first == nil {
+			first = dv.Value.Value()
+			return false
+		}
+		return dv.Value.Value() != first
+	})
+}
