@@ -290,11 +290,25 @@ func (w *watcher) follow(ctx context.Context) error {
 			return fmt.Errorf("monitor %s: %w", w.node, r.StatusCode)
 		}
 	}
-	// Keep-alives arrive every Interval*MaxKeepAliveCount; silence for much
-	// longer means the session is gone even if no error surfaced.
-	const silence = 3 * time.Second
-	idle := time.NewTimer(silence)
-	defer idle.Stop()
+	// gopcua does not pass keep-alives on, so a quiet value says nothing
+	// about the session: read the ServiceLevel every second instead.
+	dead := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			rctx, rcancel := context.WithTimeout(ctx, w.opts.timeout())
+			_, err := readLevel(rctx, c)
+			rcancel()
+			if err != nil && ctx.Err() == nil {
+				dead <- fmt.Errorf("server not answering: %w", err)
+				return
+			}
+		}
+	}()
 	level := -1
 	for {
 		select {
@@ -304,10 +318,9 @@ func (w *watcher) follow(ctx context.Context) error {
 			if st == gopcua.Closed || st == gopcua.Disconnected {
 				return fmt.Errorf("session %v", st)
 			}
-		case <-idle.C:
-			return fmt.Errorf("no publish response for %v", silence)
+		case err := <-dead:
+			return err
 		case n := <-notes:
-			idle.Reset(silence)
 			if n.Error != nil {
 				return fmt.Errorf("subscription: %w", n.Error)
 			}

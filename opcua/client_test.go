@@ -151,6 +151,25 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// A value that does not change keeps the subscription quiet (gopcua does
+// not pass keep-alives on); watch must stay on a server that still
+// answers rather than report a failover every few seconds.
+func TestWatchStaysOnAQuietServer(t *testing.T) {
+	a := startServer(t, activeState(), nil)
+	if err := a.TagUpdate("Pump1", "Speed", 1.0, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 4500*time.Millisecond)
+	defer cancel()
+	if err := WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, ClientOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); strings.Contains(got, "leaving") || !strings.Contains(got, "Pump1.Speed = 1") {
+		t.Fatalf("watch of a quiet value, want the value once and no leaving:\n%s", got)
+	}
+}
+
 func TestWatchFollowsFailover(t *testing.T) {
 	grace := func(c *Config) { c.ShutdownGrace = 300 * time.Millisecond }
 	a := startServer(t, activeState(), grace)

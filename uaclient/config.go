@@ -62,6 +62,9 @@ func (c Config) Validate() error {
 		if conn.Endpoint == "" {
 			errs = append(errs, fmt.Errorf("%s: endpoint required", where))
 		}
+		if conn.Client.Timeout <= 0 {
+			errs = append(errs, fmt.Errorf("%s: request timeout %v is not positive", where, conn.Client.Timeout))
+		}
 		if conn.PublishingInterval <= 0 {
 			errs = append(errs, fmt.Errorf("%s: publishing interval %v is not positive", where, conn.PublishingInterval))
 		}

@@ -8,9 +8,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gopcua "github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 
@@ -223,6 +225,8 @@ type session struct {
 	client  *gopcua.Client     // nil while not subscribed
 	nodes   map[int]*ua.NodeID // item index → resolved node, while subscribed
 	lastErr string
+
+	stateReads atomic.Int64 // successful watchdog reads, for tests
 }
 
 func newSession(c Connection, opts Options, log zerolog.Logger) *session {
@@ -285,9 +289,44 @@ func (s *session) markAll(q gateway.Quality) {
 	}
 }
 
-// keepAlive is roughly how often the server must answer a publish even
-// with no change; silence for three of them means the session is gone.
+// keepAlive is how often the server is asked for its state and how often
+// it is asked to answer a publish even with no change.
 const keepAlive = 2 * time.Second
+
+// watchdog reads the server's state every keepAlive and reports the first
+// failure (no answer within the request timeout, or a state other than
+// Running) on dead.
+func (s *session) watchdog(ctx context.Context, c *gopcua.Client, dead chan<- error) {
+	state := &ua.ReadValueID{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.opts.Clock.After(keepAlive):
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.Client.Timeout)
+		resp, err := c.Read(rctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{state}})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			err = fmt.Errorf("server state of %s: %w", s.cfg.Endpoint, err)
+		case len(resp.Results) != 1 || resp.Results[0].Status != ua.StatusOK || resp.Results[0].Value == nil:
+			err = fmt.Errorf("server state of %s unreadable", s.cfg.Endpoint)
+		default:
+			if v, ok := resp.Results[0].Value.Value().(int32); ok && v != int32(ua.ServerStateRunning) {
+				err = fmt.Errorf("server %s is in state %d, not Running", s.cfg.Endpoint, v)
+			}
+		}
+		if err != nil {
+			dead <- err
+			return
+		}
+		s.stateReads.Add(1)
+	}
+}
 
 // once opens one session, subscribes every item and relays notifications
 // until the session fails or ctx ends. subscribed reports whether it got
@@ -376,8 +415,10 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 		}
 	}
 
-	silence := 3 * max(keepAlive, interval)
-	idle := s.opts.Clock.After(silence)
+	// gopcua swallows the server's keep-alives, so a quiet subscription
+	// says nothing about the session: read the server's state instead.
+	dead := make(chan error, 1)
+	go s.watchdog(ctx, c, dead)
 	for {
 		select {
 		case <-ctx.Done():
@@ -386,10 +427,9 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 			if st == gopcua.Closed || st == gopcua.Disconnected {
 				return true, fmt.Errorf("session to %s %v", s.cfg.Endpoint, st)
 			}
-		case <-idle:
-			return true, fmt.Errorf("no publish response from %s for %v", s.cfg.Endpoint, silence)
+		case err := <-dead:
+			return true, err
 		case n := <-notes:
-			idle = s.opts.Clock.After(silence)
 			if n.Error != nil {
 				return true, fmt.Errorf("subscription on %s: %w", s.cfg.Endpoint, n.Error)
 			}

@@ -93,7 +93,14 @@ type update struct {
 type recorder struct {
 	mu   sync.Mutex
 	last map[string]update
+	bad  map[string]int // Bad updates per attribute
 	all  int
+}
+
+func (r *recorder) badCount(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bad[key]
 }
 
 func (r *recorder) TagUpdate(instance, attribute string, v gateway.Value, q gateway.Quality, _ time.Time) {
@@ -104,6 +111,12 @@ func (r *recorder) TagUpdate(instance, attribute string, v gateway.Value, q gate
 	}
 	r.last[instance+"."+attribute] = update{instance, attribute, v, q}
 	r.all++
+	if !q.IsGood() {
+		if r.bad == nil {
+			r.bad = map[string]int{}
+		}
+		r.bad[instance+"."+attribute]++
+	}
 }
 
 func (r *recorder) get(key string) (update, bool) {
@@ -139,7 +152,12 @@ func connectionTo(u *upstream) Connection {
 
 func startManager(t *testing.T, roles *role.Broadcaster, sink Sink, cfg Config) *Manager {
 	t.Helper()
-	m, err := NewManager(Options{Role: roles, Sink: sink, Logger: zerolog.Nop()})
+	return startManagerWith(t, Options{Role: roles, Sink: sink, Logger: zerolog.Nop()}, cfg)
+}
+
+func startManagerWith(t *testing.T, opts Options, cfg Config) *Manager {
+	t.Helper()
+	m, err := NewManager(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +257,36 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	}
 }
 
+// fastClock runs waits a hundred times faster, so two seconds of
+// keep-alive cadence pass in twenty milliseconds.
+type fastClock struct{}
+
+func (fastClock) Now() time.Time                         { return time.Now() }
+func (fastClock) After(d time.Duration) <-chan time.Time { return time.After(d / 100) }
+
+// A subscription whose values do not change is quiet (gopcua does not pass
+// the server's keep-alives on); the session must stay open as long as the
+// server answers, not be reopened for the silence.
+func TestQuietUpstreamKeepsTheSession(t *testing.T) {
+	up := startUpstream(t)
+	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
+	rec := &recorder{}
+	conn := connectionTo(up)
+	conn.Items = conn.Items[:1]
+	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}}, Config{Connections: []Connection{conn}})
+	waitFor(t, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
+	m.mu.Lock()
+	s := m.sessions["plc"]
+	m.mu.Unlock()
+	waitFor(t, "30 answered server-state reads (a minute of keep-alives at 100x)", func() bool { return s.stateReads.Load() >= 30 })
+	if n := rec.badCount("Line1.BoilerTemp"); n != 0 {
+		t.Fatalf("the quiet session was dropped %d times", n)
+	}
+}
+
 func TestSessionsFollowTheRole(t *testing.T) {
 	up := startUpstream(t)
 	if err := up.srv.TagUpdate("Boiler", "Temp", 10.0, true, time.Now()); err != nil {
@@ -267,7 +315,7 @@ func TestSessionsFollowTheRole(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := Connection{Name: "plc", Endpoint: "opc.tcp://127.0.0.1:4840", PublishingInterval: time.Second, BackoffFloor: time.Second, BackoffMax: time.Minute,
+	good := Connection{Name: "plc", Endpoint: "opc.tcp://127.0.0.1:4840", Client: opcua.ClientOptions{Timeout: time.Second}, PublishingInterval: time.Second, BackoffFloor: time.Second, BackoffMax: time.Minute,
 		Items: []Item{{Instance: "A", Attribute: "x", NodeID: "ns=2;s=A.x"}}}
 	tests := []struct {
 		name   string
@@ -279,6 +327,7 @@ func TestConfigValidate(t *testing.T) {
 		{"namespace uri", func(c *Config) { c.Connections[0].Items[0].NodeID = "nsu=urn:plant;s=A.x" }, ""},
 		{"bad id after a namespace uri", func(c *Config) { c.Connections[0].Items[0].NodeID = "nsu=urn:plant;i=x" }, `node id "nsu=urn:plant;i=x"`},
 		{"no endpoint", func(c *Config) { c.Connections[0].Endpoint = "" }, "endpoint required"},
+		{"no request timeout", func(c *Config) { c.Connections[0].Client.Timeout = 0 }, "request timeout 0s is not positive"},
 		{"backoff", func(c *Config) { c.Connections[0].BackoffMax = time.Millisecond }, "needs 0 < floor <= max"},
 		{"duplicate name", func(c *Config) { c.Connections = append(c.Connections, c.Connections[0]) }, "duplicate name"},
 		{"attribute on two connections", func(c *Config) {
