@@ -44,6 +44,8 @@ type Item struct {
 
 type itemKey struct{ instance, attribute string }
 
+// equal reports whether o needs no new session: the same settings, key
+// and items (a key reloaded from the same file compares equal).
 func (c Connection) equal(o Connection) bool { return reflect.DeepEqual(c, o) }
 
 // Validate reports every problem, each naming its connection and item.

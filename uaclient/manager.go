@@ -14,6 +14,7 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
@@ -52,14 +53,17 @@ type Options struct {
 	Logger zerolog.Logger
 	Clock  Clock          // default: the wall clock
 	Rand   func() float64 // backoff jitter in [0,1); default math/rand
+	// Registerer receives the metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Manager keeps the configured upstream sessions open while the role
 // allows and forwards writes to them.
 type Manager struct {
-	opts Options
-	log  zerolog.Logger
-	kick chan struct{}
+	opts    Options
+	log     zerolog.Logger
+	kick    chan struct{}
+	metrics *metrics
 
 	mu       sync.Mutex
 	desired  Config
@@ -77,7 +81,15 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
-	return &Manager{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), sessions: map[string]*session{}}, nil
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	met, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), metrics: met, sessions: map[string]*session{}}, nil
 }
 
 // Apply makes cfg the desired configuration; connections that did not
@@ -142,7 +154,7 @@ func (m *Manager) reconcile(want Config) {
 	var starting []*session
 	for name, c := range wanted {
 		if _, ok := m.sessions[name]; !ok {
-			s := newSession(c, m.opts, m.log.With().Str("connection", name).Logger())
+			s := newSession(c, m.opts, m.metrics, m.log.With().Str("connection", name).Logger())
 			m.sessions[name] = s
 			starting = append(starting, s)
 		}
@@ -150,6 +162,7 @@ func (m *Manager) reconcile(want Config) {
 	m.mu.Unlock()
 	for _, s := range stopping {
 		s.stop()
+		m.metrics.connected.DeleteLabelValues(s.cfg.Name)
 	}
 	for _, s := range starting {
 		s.start()
@@ -215,11 +228,12 @@ func (m *Manager) Status() []ConnectionStatus {
 
 // session keeps one connection's client session and subscription open.
 type session struct {
-	cfg    Connection
-	opts   Options
-	log    zerolog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg     Connection
+	opts    Options
+	metrics *metrics
+	log     zerolog.Logger
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	mu      sync.Mutex
 	client  *gopcua.Client     // nil while not subscribed
@@ -229,8 +243,8 @@ type session struct {
 	stateReads atomic.Int64 // successful watchdog reads, for tests
 }
 
-func newSession(c Connection, opts Options, log zerolog.Logger) *session {
-	return &session{cfg: c, opts: opts, log: log, done: make(chan struct{})}
+func newSession(c Connection, opts Options, met *metrics, log zerolog.Logger) *session {
+	return &session{cfg: c, opts: opts, metrics: met, log: log, done: make(chan struct{})}
 }
 
 func (s *session) start() {
@@ -269,6 +283,7 @@ func (s *session) run(ctx context.Context) {
 			failures = 0
 		}
 		failures++
+		s.metrics.lost.WithLabelValues(s.cfg.Name).Inc()
 		wait := backoff.Delay(s.cfg.BackoffFloor, s.cfg.BackoffMax, failures, s.opts.Rand())
 		s.mu.Lock()
 		s.lastErr = err.Error()
@@ -393,10 +408,12 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	s.client, s.nodes = c, resolved
 	s.lastErr = ""
 	s.mu.Unlock()
+	s.metrics.connected.WithLabelValues(s.cfg.Name).Set(1)
 	defer func() {
 		s.mu.Lock()
 		s.client, s.nodes = nil, nil
 		s.mu.Unlock()
+		s.metrics.connected.WithLabelValues(s.cfg.Name).Set(0)
 	}()
 	s.log.Info().Str("endpoint", s.cfg.Endpoint).Int("items", len(reqs)).Msg("opc ua client session subscribed")
 

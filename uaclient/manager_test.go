@@ -4,6 +4,9 @@ package uaclient
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strings"
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
@@ -216,6 +221,9 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "BoilerTemp 80.25", hasValue(rec, "Line1.BoilerTemp", 80.25))
+	if v := metricValue(t, m.metrics.connected.WithLabelValues("plc")); v != 1 {
+		t.Errorf("scadad_opcua_client_connected = %v while subscribed, want 1", v)
+	}
 
 	// A write goes to the upstream node carrying the attribute.
 	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 65.0); err != nil {
@@ -246,6 +254,9 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	})
 	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 1.0); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Errorf("write while disconnected: %v, want not connected", err)
+	}
+	if v := metricValue(t, m.metrics.lost.WithLabelValues("plc")); v < 1 {
+		t.Errorf("scadad_opcua_client_sessions_lost_total = %v after the link dropped, want >= 1", v)
 	}
 	if err := up.srv.TagUpdate("Boiler", "Temp", 90.0, true, time.Now()); err != nil {
 		t.Fatal(err)
@@ -377,3 +388,47 @@ func TestQualityAndValueMapping(t *testing.T) {
 }
 
 func uaStatus(c uint32) ua.StatusCode { return ua.StatusCode(c) }
+
+func TestConnectionEqualComparesKeysByValue(t *testing.T) {
+	k1, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a redeploy reloads it from its file: the same key, a new object.
+	reloaded, err := x509.ParsePKCS1PrivateKey(x509.MarshalPKCS1PrivateKey(k1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: k1}}
+	for _, tt := range []struct {
+		name string
+		b    Connection
+		want bool
+	}{
+		{"same key, reloaded", Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: reloaded}}, true},
+		{"other key", Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: k2}}, false},
+		{"no key", Connection{Name: "plc"}, false},
+		{"other endpoint", Connection{Name: "plc", Endpoint: "opc.tcp://x:1", Client: opcua.ClientOptions{PrivateKey: k1}}, false},
+	} {
+		if got := a.equal(tt.b); got != tt.want {
+			t.Errorf("%s: equal = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// metricValue reads a gauge or counter.
+func metricValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if g := out.GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return out.GetCounter().GetValue()
+}

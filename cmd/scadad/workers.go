@@ -70,7 +70,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		return deviceWriter{}, nil, fmt.Errorf("subscribe workers: %w", err)
 	}
 	uaLog := log.With().Str("part", "opcua-client").Logger()
-	uam, err := uaclient.NewManager(uaclient.Options{Role: roles, Sink: fan, Logger: uaLog})
+	uam, err := uaclient.NewManager(uaclient.Options{Role: roles, Sink: fan, Logger: uaLog, Registerer: reg})
 	if err != nil {
 		return deviceWriter{}, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
