@@ -63,6 +63,24 @@ func serviceLevel(endpoint string) int {
 	return int(v)
 }
 
+// waitGoodChanging waits until node reads Good on c with a value different
+// from the first Good value it read: live values flowing.
+func waitGoodChanging(t *testing.T, c *gopcua.Client, node *ua.NodeID, timeout time.Duration, what string) {
+	t.Helper()
+	var first any
+	waitFor(t, timeout, what, func() bool {
+		dv, err := readValue(c, node)
+		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
+			return false
+		}
+		if first == nil {
+			first = dv.Value.Value()
+			return false
+		}
+		return dv.Value.Value() != first
+	})
+}
+
 func writeDouble(t *testing.T, c *gopcua.Client, node *ua.NodeID, v float64) ua.StatusCode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -116,18 +134,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	// Live values from the simulator through the Active's subscribe workers.
 	ac := uaClient(t, active.OPCUA)
 	speed := siteNode(t, ac, "Pump1.Speed")
-	var first any
-	waitFor(t, 20*time.Second, "a good, changing Pump1.Speed on the Active", func() bool {
-		dv, err := readValue(ac, speed)
-		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
-			return false
-		}
-		if first == nil {
-			first = dv.Value.Value()
-			return false
-		}
-		return dv.Value.Value() != first
-	})
+	waitGoodChanging(t, ac, speed, 20*time.Second, "a good, changing Pump1.Speed on the Active")
 
 	// The write gate: refused on the Standby, forwarded to the gateway on
 	// the Active.
@@ -156,18 +163,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
 	t.Logf("survivor advertised 250 %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	speed2 := siteNode(t, sc, "Pump1.Speed")
-	var seen any
-	waitFor(t, 20*time.Second, "changing values on the survivor", func() bool {
-		dv, err := readValue(sc, speed2)
-		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
-			return false
-		}
-		if seen == nil {
-			seen = dv.Value.Value()
-			return false
-		}
-		return dv.Value.Value() != seen
-	})
+	waitGoodChanging(t, sc, speed2, 20*time.Second, "changing values on the survivor")
 
 	// Boot window: a lone voter of a three-voter cluster has no quorum; its
 	// role is unknown and a write must be refused.

@@ -52,18 +52,7 @@ instances:
 
 	ac := uaClient(t, active.OPCUA)
 	mirror := siteNode(t, ac, "Mirror.Speed")
-	var first any
-	waitFor(t, 30*time.Second, "a good, changing Mirror.Speed read through the client connection", func() bool {
-		dv, err := readValue(ac, mirror)
-		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
-			return false
-		}
-		if first == nil {
-			first = dv.Value.Value()
-			return false
-		}
-		return dv.Value.Value() != first
-	})
+	waitGoodChanging(t, ac, mirror, 30*time.Second, "a good, changing Mirror.Speed read through the client connection")
 
 	before, err := upSim.Stats()
 	if err != nil {
@@ -90,16 +79,5 @@ instances:
 		return err == nil && dv.Status != ua.StatusOK
 	})
 	start(t, up, upNode)
-	first = nil
-	waitFor(t, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted", func() bool {
-		dv, err := readValue(ac, mirror)
-		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
-			return false
-		}
-		if first == nil {
-			first = dv.Value.Value()
-			return false
-		}
-		return dv.Value.Value() != first
-	})
+	waitGoodChanging(t, ac, mirror, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted")
 }
