@@ -87,6 +87,9 @@ type Server struct {
 	// OPCUA reports this node's ServiceLevel and its probe's verdicts on
 	// the peers; nil on a node without OPC UA.
 	OPCUA func() (uint32, []*controlpb.OPCUAVerdict)
+	// Connections reports the field data connections this node runs; nil
+	// leaves them out.
+	Connections func() []*controlpb.DataConnectionStatus
 }
 
 // leaderOr runs local on the leader, or returns the leader's client for the
@@ -155,6 +158,9 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 	}
 	if s.OPCUA != nil {
 		resp.ServiceLevel, resp.OpcuaVerdicts = s.OPCUA()
+	}
+	if s.Connections != nil {
+		resp.Connections = s.Connections()
 	}
 	if d, err := s.State.Deployment(deploy.DefaultTarget); err == nil {
 		resp.DeployRevision = d.Revision

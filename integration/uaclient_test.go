@@ -7,6 +7,7 @@ import (
 
 	"github.com/gopcua/opcua/ua"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 )
 
@@ -54,6 +55,11 @@ instances:
 	mirror := siteNode(t, ac, "Mirror.Speed")
 	waitGoodChanging(t, ac, mirror, 30*time.Second, "a good, changing Mirror.Speed read through the client connection")
 
+	// scadactl status lists both connections, up.
+	waitFor(t, 20*time.Second, "scadactl status: gw (mxaccess) and upstream (opcua) up", func() bool {
+		return connUp(status(t, c, active), "gw", "mxaccess") && connUp(status(t, c, active), "upstream", "opcua")
+	})
+
 	before, err := upSim.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +84,24 @@ instances:
 		dv, err := readValue(ac, mirror)
 		return err == nil && dv.Status != ua.StatusOK
 	})
+	waitFor(t, 15*time.Second, "scadactl status: upstream down, with the reason", func() bool {
+		for _, cs := range status(t, c, active).Connections {
+			if cs.Name == "upstream" {
+				return !cs.Up && cs.Detail != ""
+			}
+		}
+		return false
+	})
 	start(t, up, upNode)
 	waitGoodChanging(t, ac, mirror, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted")
+}
+
+// connUp reports whether st lists connection name of kind as up.
+func connUp(st *controlpb.StatusResponse, name, kind string) bool {
+	for _, cs := range st.Connections {
+		if cs.Name == name {
+			return cs.Kind == kind && cs.Up
+		}
+	}
+	return false
 }

@@ -82,6 +82,9 @@ type StatusResponse struct {
 	// What this node's probe last saw of each peer's OPC UA endpoint: the
 	// peer reads its own entry to learn whether it is reachable.
 	OpcuaVerdicts []*OPCUAVerdict `protobuf:"bytes,18,rep,name=opcua_verdicts,json=opcuaVerdicts,proto3" json:"opcua_verdicts,omitempty"`
+	// This node's field data connections (gateway and OPC UA client), while
+	// the role runs them; empty on a node that runs none.
+	Connections   []*DataConnectionStatus `protobuf:"bytes,19,rep,name=connections,proto3" json:"connections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +245,89 @@ func (x *StatusResponse) GetOpcuaVerdicts() []*OPCUAVerdict {
 	return nil
 }
 
+func (x *StatusResponse) GetConnections() []*DataConnectionStatus {
+	if x != nil {
+		return x.Connections
+	}
+	return nil
+}
+
+type DataConnectionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // mxaccess | opcua
+	Endpoint      string                 `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Up            bool                   `protobuf:"varint,4,opt,name=up,proto3" json:"up,omitempty"`        // every subscription on it confirmed / session subscribed
+	Detail        string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"` // e.g. "2/3 instances subscribed", the last error
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataConnectionStatus) Reset() {
+	*x = DataConnectionStatus{}
+	mi := &file_controlpb_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataConnectionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataConnectionStatus) ProtoMessage() {}
+
+func (x *DataConnectionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataConnectionStatus.ProtoReflect.Descriptor instead.
+func (*DataConnectionStatus) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DataConnectionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DataConnectionStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DataConnectionStatus) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *DataConnectionStatus) GetUp() bool {
+	if x != nil {
+		return x.Up
+	}
+	return false
+}
+
+func (x *DataConnectionStatus) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type OPCUAVerdict struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint      string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -255,7 +341,7 @@ type OPCUAVerdict struct {
 
 func (x *OPCUAVerdict) Reset() {
 	*x = OPCUAVerdict{}
-	mi := &file_controlpb_control_proto_msgTypes[2]
+	mi := &file_controlpb_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +353,7 @@ func (x *OPCUAVerdict) String() string {
 func (*OPCUAVerdict) ProtoMessage() {}
 
 func (x *OPCUAVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[2]
+	mi := &file_controlpb_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +366,7 @@ func (x *OPCUAVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OPCUAVerdict.ProtoReflect.Descriptor instead.
 func (*OPCUAVerdict) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{2}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OPCUAVerdict) GetEndpoint() string {
@@ -334,7 +420,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_controlpb_control_proto_msgTypes[3]
+	mi := &file_controlpb_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +432,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[3]
+	mi := &file_controlpb_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +445,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{3}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -426,7 +512,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[4]
+	mi := &file_controlpb_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +524,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[4]
+	mi := &file_controlpb_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +537,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{4}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{5}
 }
 
 type MembersResponse struct {
@@ -463,7 +549,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[5]
+	mi := &file_controlpb_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +561,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[5]
+	mi := &file_controlpb_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +574,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{5}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MembersResponse) GetMembers() []*MemberStatus {
@@ -509,7 +595,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[6]
+	mi := &file_controlpb_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +607,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[6]
+	mi := &file_controlpb_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +620,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{6}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -566,7 +652,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[7]
+	mi := &file_controlpb_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +664,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[7]
+	mi := &file_controlpb_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +677,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{7}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{8}
 }
 
 type RemoveMemberRequest struct {
@@ -603,7 +689,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[8]
+	mi := &file_controlpb_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +701,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[8]
+	mi := &file_controlpb_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +714,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{8}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -646,7 +732,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[9]
+	mi := &file_controlpb_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +744,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[9]
+	mi := &file_controlpb_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +757,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{9}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{10}
 }
 
 type FailoverRequest struct {
@@ -683,7 +769,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[10]
+	mi := &file_controlpb_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +781,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[10]
+	mi := &file_controlpb_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +794,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{10}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailoverRequest) GetTo() string {
@@ -728,7 +814,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[11]
+	mi := &file_controlpb_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +826,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[11]
+	mi := &file_controlpb_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +839,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{11}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FailoverResponse) GetOldLeader() string {
@@ -779,7 +865,7 @@ type OverrideRequest struct {
 
 func (x *OverrideRequest) Reset() {
 	*x = OverrideRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[12]
+	mi := &file_controlpb_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +877,7 @@ func (x *OverrideRequest) String() string {
 func (*OverrideRequest) ProtoMessage() {}
 
 func (x *OverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[12]
+	mi := &file_controlpb_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +890,7 @@ func (x *OverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideRequest.ProtoReflect.Descriptor instead.
 func (*OverrideRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{12}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OverrideRequest) GetForce() bool {
@@ -823,7 +909,7 @@ type OverrideResponse struct {
 
 func (x *OverrideResponse) Reset() {
 	*x = OverrideResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[13]
+	mi := &file_controlpb_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +921,7 @@ func (x *OverrideResponse) String() string {
 func (*OverrideResponse) ProtoMessage() {}
 
 func (x *OverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[13]
+	mi := &file_controlpb_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +934,7 @@ func (x *OverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideResponse.ProtoReflect.Descriptor instead.
 func (*OverrideResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{13}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OverrideResponse) GetClusterEpoch() uint64 {
@@ -867,7 +953,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[14]
+	mi := &file_controlpb_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +965,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[14]
+	mi := &file_controlpb_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +978,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{14}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -914,7 +1000,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[15]
+	mi := &file_controlpb_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1012,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[15]
+	mi := &file_controlpb_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1025,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{15}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplyResponse) GetError() string {
@@ -978,7 +1064,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[16]
+	mi := &file_controlpb_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1076,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[16]
+	mi := &file_controlpb_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1089,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{16}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{17}
 }
 
 type SnapshotChunk struct {
@@ -1016,7 +1102,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_controlpb_control_proto_msgTypes[17]
+	mi := &file_controlpb_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1114,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[17]
+	mi := &file_controlpb_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1127,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{17}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1068,7 +1154,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[18]
+	mi := &file_controlpb_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1166,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[18]
+	mi := &file_controlpb_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1179,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{18}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotRestoreResponse) GetAppliedIndex() uint64 {
@@ -1120,7 +1206,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[19]
+	mi := &file_controlpb_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1218,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[19]
+	mi := &file_controlpb_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1231,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{19}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AuditRequest) GetAfterSeq() uint64 {
@@ -1175,7 +1261,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_controlpb_control_proto_msgTypes[20]
+	mi := &file_controlpb_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1273,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[20]
+	mi := &file_controlpb_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1286,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{20}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AuditEntry) GetSeq() uint64 {
@@ -1247,7 +1333,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[21]
+	mi := &file_controlpb_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1345,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[21]
+	mi := &file_controlpb_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1358,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{21}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AuditResponse) GetEntries() []*AuditEntry {
@@ -1295,7 +1381,7 @@ type DeployPushRequest struct {
 
 func (x *DeployPushRequest) Reset() {
 	*x = DeployPushRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[22]
+	mi := &file_controlpb_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1393,7 @@ func (x *DeployPushRequest) String() string {
 func (*DeployPushRequest) ProtoMessage() {}
 
 func (x *DeployPushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[22]
+	mi := &file_controlpb_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1406,7 @@ func (x *DeployPushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployPushRequest.ProtoReflect.Descriptor instead.
 func (*DeployPushRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{22}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeployPushRequest) GetArtifact() []byte {
@@ -1370,7 +1456,7 @@ type DeployPushResponse struct {
 
 func (x *DeployPushResponse) Reset() {
 	*x = DeployPushResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[23]
+	mi := &file_controlpb_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1468,7 @@ func (x *DeployPushResponse) String() string {
 func (*DeployPushResponse) ProtoMessage() {}
 
 func (x *DeployPushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[23]
+	mi := &file_controlpb_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1481,7 @@ func (x *DeployPushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployPushResponse.ProtoReflect.Descriptor instead.
 func (*DeployPushResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{23}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeployPushResponse) GetRevision() uint64 {
@@ -1436,7 +1522,7 @@ type DeployRollbackRequest struct {
 
 func (x *DeployRollbackRequest) Reset() {
 	*x = DeployRollbackRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[24]
+	mi := &file_controlpb_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1534,7 @@ func (x *DeployRollbackRequest) String() string {
 func (*DeployRollbackRequest) ProtoMessage() {}
 
 func (x *DeployRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[24]
+	mi := &file_controlpb_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1547,7 @@ func (x *DeployRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRollbackRequest.ProtoReflect.Descriptor instead.
 func (*DeployRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{24}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeployRollbackRequest) GetToRevision() uint64 {
@@ -1487,7 +1573,7 @@ type DeployHistoryRequest struct {
 
 func (x *DeployHistoryRequest) Reset() {
 	*x = DeployHistoryRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[25]
+	mi := &file_controlpb_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1585,7 @@ func (x *DeployHistoryRequest) String() string {
 func (*DeployHistoryRequest) ProtoMessage() {}
 
 func (x *DeployHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[25]
+	mi := &file_controlpb_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1598,7 @@ func (x *DeployHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployHistoryRequest.ProtoReflect.Descriptor instead.
 func (*DeployHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{25}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeployHistoryRequest) GetTarget() string {
@@ -1536,7 +1622,7 @@ type DeployRevision struct {
 
 func (x *DeployRevision) Reset() {
 	*x = DeployRevision{}
-	mi := &file_controlpb_control_proto_msgTypes[26]
+	mi := &file_controlpb_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1634,7 @@ func (x *DeployRevision) String() string {
 func (*DeployRevision) ProtoMessage() {}
 
 func (x *DeployRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[26]
+	mi := &file_controlpb_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1647,7 @@ func (x *DeployRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRevision.ProtoReflect.Descriptor instead.
 func (*DeployRevision) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{26}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeployRevision) GetRevision() uint64 {
@@ -1616,7 +1702,7 @@ type DeployHistoryResponse struct {
 
 func (x *DeployHistoryResponse) Reset() {
 	*x = DeployHistoryResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[27]
+	mi := &file_controlpb_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1714,7 @@ func (x *DeployHistoryResponse) String() string {
 func (*DeployHistoryResponse) ProtoMessage() {}
 
 func (x *DeployHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[27]
+	mi := &file_controlpb_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1727,7 @@ func (x *DeployHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployHistoryResponse.ProtoReflect.Descriptor instead.
 func (*DeployHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{27}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeployHistoryResponse) GetCurrent() uint64 {
@@ -1667,7 +1753,7 @@ type DeployStatusRequest struct {
 
 func (x *DeployStatusRequest) Reset() {
 	*x = DeployStatusRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[28]
+	mi := &file_controlpb_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1765,7 @@ func (x *DeployStatusRequest) String() string {
 func (*DeployStatusRequest) ProtoMessage() {}
 
 func (x *DeployStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[28]
+	mi := &file_controlpb_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1778,7 @@ func (x *DeployStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployStatusRequest.ProtoReflect.Descriptor instead.
 func (*DeployStatusRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{28}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeployStatusRequest) GetTarget() string {
@@ -1715,7 +1801,7 @@ type DeployNodeStatus struct {
 
 func (x *DeployNodeStatus) Reset() {
 	*x = DeployNodeStatus{}
-	mi := &file_controlpb_control_proto_msgTypes[29]
+	mi := &file_controlpb_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1813,7 @@ func (x *DeployNodeStatus) String() string {
 func (*DeployNodeStatus) ProtoMessage() {}
 
 func (x *DeployNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[29]
+	mi := &file_controlpb_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1826,7 @@ func (x *DeployNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployNodeStatus.ProtoReflect.Descriptor instead.
 func (*DeployNodeStatus) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{29}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeployNodeStatus) GetNodeId() string {
@@ -1789,7 +1875,7 @@ type DeployStatusResponse struct {
 
 func (x *DeployStatusResponse) Reset() {
 	*x = DeployStatusResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[30]
+	mi := &file_controlpb_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1887,7 @@ func (x *DeployStatusResponse) String() string {
 func (*DeployStatusResponse) ProtoMessage() {}
 
 func (x *DeployStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[30]
+	mi := &file_controlpb_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1900,7 @@ func (x *DeployStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployStatusResponse.ProtoReflect.Descriptor instead.
 func (*DeployStatusResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{30}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeployStatusResponse) GetCurrent() uint64 {
@@ -1848,7 +1934,7 @@ type DeployGetRequest struct {
 
 func (x *DeployGetRequest) Reset() {
 	*x = DeployGetRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[31]
+	mi := &file_controlpb_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1946,7 @@ func (x *DeployGetRequest) String() string {
 func (*DeployGetRequest) ProtoMessage() {}
 
 func (x *DeployGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[31]
+	mi := &file_controlpb_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1959,7 @@ func (x *DeployGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployGetRequest.ProtoReflect.Descriptor instead.
 func (*DeployGetRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{31}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeployGetRequest) GetRevision() uint64 {
@@ -1901,7 +1987,7 @@ type DeployGetResponse struct {
 
 func (x *DeployGetResponse) Reset() {
 	*x = DeployGetResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[32]
+	mi := &file_controlpb_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1999,7 @@ func (x *DeployGetResponse) String() string {
 func (*DeployGetResponse) ProtoMessage() {}
 
 func (x *DeployGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[32]
+	mi := &file_controlpb_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2012,7 @@ func (x *DeployGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployGetResponse.ProtoReflect.Descriptor instead.
 func (*DeployGetResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{32}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeployGetResponse) GetRevision() uint64 {
@@ -1961,7 +2047,7 @@ type SFEnqueueRequest struct {
 
 func (x *SFEnqueueRequest) Reset() {
 	*x = SFEnqueueRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[33]
+	mi := &file_controlpb_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2059,7 @@ func (x *SFEnqueueRequest) String() string {
 func (*SFEnqueueRequest) ProtoMessage() {}
 
 func (x *SFEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[33]
+	mi := &file_controlpb_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2072,7 @@ func (x *SFEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*SFEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{33}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SFEnqueueRequest) GetTarget() string {
@@ -2020,7 +2106,7 @@ type SFEnqueueResponse struct {
 
 func (x *SFEnqueueResponse) Reset() {
 	*x = SFEnqueueResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[34]
+	mi := &file_controlpb_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2118,7 @@ func (x *SFEnqueueResponse) String() string {
 func (*SFEnqueueResponse) ProtoMessage() {}
 
 func (x *SFEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[34]
+	mi := &file_controlpb_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2131,7 @@ func (x *SFEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*SFEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{34}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SFEnqueueResponse) GetId() string {
@@ -2074,7 +2160,7 @@ type SFEnqueueStreamResponse struct {
 
 func (x *SFEnqueueStreamResponse) Reset() {
 	*x = SFEnqueueStreamResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2172,7 @@ func (x *SFEnqueueStreamResponse) String() string {
 func (*SFEnqueueStreamResponse) ProtoMessage() {}
 
 func (x *SFEnqueueStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[35]
+	mi := &file_controlpb_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2185,7 @@ func (x *SFEnqueueStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueueStreamResponse.ProtoReflect.Descriptor instead.
 func (*SFEnqueueStreamResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{35}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SFEnqueueStreamResponse) GetId() string {
@@ -2138,7 +2224,7 @@ type SFStatsRequest struct {
 
 func (x *SFStatsRequest) Reset() {
 	*x = SFStatsRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2236,7 @@ func (x *SFStatsRequest) String() string {
 func (*SFStatsRequest) ProtoMessage() {}
 
 func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[36]
+	mi := &file_controlpb_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2249,7 @@ func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsRequest.ProtoReflect.Descriptor instead.
 func (*SFStatsRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{36}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
 }
 
 type SFTargetStats struct {
@@ -2181,7 +2267,7 @@ type SFTargetStats struct {
 
 func (x *SFTargetStats) Reset() {
 	*x = SFTargetStats{}
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2279,7 @@ func (x *SFTargetStats) String() string {
 func (*SFTargetStats) ProtoMessage() {}
 
 func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[37]
+	mi := &file_controlpb_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2292,7 @@ func (x *SFTargetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFTargetStats.ProtoReflect.Descriptor instead.
 func (*SFTargetStats) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SFTargetStats) GetTarget() string {
@@ -2267,7 +2353,7 @@ type SFStatsResponse struct {
 
 func (x *SFStatsResponse) Reset() {
 	*x = SFStatsResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2365,7 @@ func (x *SFStatsResponse) String() string {
 func (*SFStatsResponse) ProtoMessage() {}
 
 func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[38]
+	mi := &file_controlpb_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2378,7 @@ func (x *SFStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFStatsResponse.ProtoReflect.Descriptor instead.
 func (*SFStatsResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{38}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SFStatsResponse) GetTargets() []*SFTargetStats {
@@ -2313,7 +2399,7 @@ type SFListRequest struct {
 
 func (x *SFListRequest) Reset() {
 	*x = SFListRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2411,7 @@ func (x *SFListRequest) String() string {
 func (*SFListRequest) ProtoMessage() {}
 
 func (x *SFListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[39]
+	mi := &file_controlpb_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2424,7 @@ func (x *SFListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListRequest.ProtoReflect.Descriptor instead.
 func (*SFListRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{39}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SFListRequest) GetTarget() string {
@@ -2377,7 +2463,7 @@ type SFMessage struct {
 
 func (x *SFMessage) Reset() {
 	*x = SFMessage{}
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2475,7 @@ func (x *SFMessage) String() string {
 func (*SFMessage) ProtoMessage() {}
 
 func (x *SFMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[40]
+	mi := &file_controlpb_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2488,7 @@ func (x *SFMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFMessage.ProtoReflect.Descriptor instead.
 func (*SFMessage) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{40}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SFMessage) GetId() string {
@@ -2463,7 +2549,7 @@ type SFListResponse struct {
 
 func (x *SFListResponse) Reset() {
 	*x = SFListResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2561,7 @@ func (x *SFListResponse) String() string {
 func (*SFListResponse) ProtoMessage() {}
 
 func (x *SFListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[41]
+	mi := &file_controlpb_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2574,7 @@ func (x *SFListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFListResponse.ProtoReflect.Descriptor instead.
 func (*SFListResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{41}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SFListResponse) GetMessages() []*SFMessage {
@@ -2508,7 +2594,7 @@ type SFSelectRequest struct {
 
 func (x *SFSelectRequest) Reset() {
 	*x = SFSelectRequest{}
-	mi := &file_controlpb_control_proto_msgTypes[42]
+	mi := &file_controlpb_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2606,7 @@ func (x *SFSelectRequest) String() string {
 func (*SFSelectRequest) ProtoMessage() {}
 
 func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[42]
+	mi := &file_controlpb_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2619,7 @@ func (x *SFSelectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectRequest.ProtoReflect.Descriptor instead.
 func (*SFSelectRequest) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{42}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SFSelectRequest) GetIds() []string {
@@ -2559,7 +2645,7 @@ type SFSelectResponse struct {
 
 func (x *SFSelectResponse) Reset() {
 	*x = SFSelectResponse{}
-	mi := &file_controlpb_control_proto_msgTypes[43]
+	mi := &file_controlpb_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2657,7 @@ func (x *SFSelectResponse) String() string {
 func (*SFSelectResponse) ProtoMessage() {}
 
 func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controlpb_control_proto_msgTypes[43]
+	mi := &file_controlpb_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2670,7 @@ func (x *SFSelectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFSelectResponse.ProtoReflect.Descriptor instead.
 func (*SFSelectResponse) Descriptor() ([]byte, []int) {
-	return file_controlpb_control_proto_rawDescGZIP(), []int{43}
+	return file_controlpb_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SFSelectResponse) GetAffected() int32 {
@@ -2599,7 +2685,7 @@ var File_controlpb_control_proto protoreflect.FileDescriptor
 const file_controlpb_control_proto_rawDesc = "" +
 	"\n" +
 	"\x17controlpb/control.proto\x12\x11scadad.control.v1\"\x0f\n" +
-	"\rStatusRequest\"\x88\x05\n" +
+	"\rStatusRequest\"\xd3\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -2620,7 +2706,14 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\amembers\x18\x0f \x03(\v2\x1f.scadad.control.v1.MemberStatusR\amembers\x12%\n" +
 	"\x0eoverride_state\x18\x10 \x01(\tR\roverrideState\x12#\n" +
 	"\rservice_level\x18\x11 \x01(\rR\fserviceLevel\x12F\n" +
-	"\x0eopcua_verdicts\x18\x12 \x03(\v2\x1f.scadad.control.v1.OPCUAVerdictR\ropcuaVerdicts\"\xa5\x01\n" +
+	"\x0eopcua_verdicts\x18\x12 \x03(\v2\x1f.scadad.control.v1.OPCUAVerdictR\ropcuaVerdicts\x12I\n" +
+	"\vconnections\x18\x13 \x03(\v2'.scadad.control.v1.DataConnectionStatusR\vconnections\"\x82\x01\n" +
+	"\x14DataConnectionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\x12\x0e\n" +
+	"\x02up\x18\x04 \x01(\bR\x02up\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xa5\x01\n" +
 	"\fOPCUAVerdict\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12#\n" +
@@ -2817,109 +2910,111 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
-	(*OPCUAVerdict)(nil),            // 2: scadad.control.v1.OPCUAVerdict
-	(*MemberStatus)(nil),            // 3: scadad.control.v1.MemberStatus
-	(*MembersRequest)(nil),          // 4: scadad.control.v1.MembersRequest
-	(*MembersResponse)(nil),         // 5: scadad.control.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 6: scadad.control.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 7: scadad.control.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 8: scadad.control.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 9: scadad.control.v1.RemoveMemberResponse
-	(*FailoverRequest)(nil),         // 10: scadad.control.v1.FailoverRequest
-	(*FailoverResponse)(nil),        // 11: scadad.control.v1.FailoverResponse
-	(*OverrideRequest)(nil),         // 12: scadad.control.v1.OverrideRequest
-	(*OverrideResponse)(nil),        // 13: scadad.control.v1.OverrideResponse
-	(*ApplyRequest)(nil),            // 14: scadad.control.v1.ApplyRequest
-	(*ApplyResponse)(nil),           // 15: scadad.control.v1.ApplyResponse
-	(*SnapshotSaveRequest)(nil),     // 16: scadad.control.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 17: scadad.control.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 18: scadad.control.v1.SnapshotRestoreResponse
-	(*AuditRequest)(nil),            // 19: scadad.control.v1.AuditRequest
-	(*AuditEntry)(nil),              // 20: scadad.control.v1.AuditEntry
-	(*AuditResponse)(nil),           // 21: scadad.control.v1.AuditResponse
-	(*DeployPushRequest)(nil),       // 22: scadad.control.v1.DeployPushRequest
-	(*DeployPushResponse)(nil),      // 23: scadad.control.v1.DeployPushResponse
-	(*DeployRollbackRequest)(nil),   // 24: scadad.control.v1.DeployRollbackRequest
-	(*DeployHistoryRequest)(nil),    // 25: scadad.control.v1.DeployHistoryRequest
-	(*DeployRevision)(nil),          // 26: scadad.control.v1.DeployRevision
-	(*DeployHistoryResponse)(nil),   // 27: scadad.control.v1.DeployHistoryResponse
-	(*DeployStatusRequest)(nil),     // 28: scadad.control.v1.DeployStatusRequest
-	(*DeployNodeStatus)(nil),        // 29: scadad.control.v1.DeployNodeStatus
-	(*DeployStatusResponse)(nil),    // 30: scadad.control.v1.DeployStatusResponse
-	(*DeployGetRequest)(nil),        // 31: scadad.control.v1.DeployGetRequest
-	(*DeployGetResponse)(nil),       // 32: scadad.control.v1.DeployGetResponse
-	(*SFEnqueueRequest)(nil),        // 33: scadad.control.v1.SFEnqueueRequest
-	(*SFEnqueueResponse)(nil),       // 34: scadad.control.v1.SFEnqueueResponse
-	(*SFEnqueueStreamResponse)(nil), // 35: scadad.control.v1.SFEnqueueStreamResponse
-	(*SFStatsRequest)(nil),          // 36: scadad.control.v1.SFStatsRequest
-	(*SFTargetStats)(nil),           // 37: scadad.control.v1.SFTargetStats
-	(*SFStatsResponse)(nil),         // 38: scadad.control.v1.SFStatsResponse
-	(*SFListRequest)(nil),           // 39: scadad.control.v1.SFListRequest
-	(*SFMessage)(nil),               // 40: scadad.control.v1.SFMessage
-	(*SFListResponse)(nil),          // 41: scadad.control.v1.SFListResponse
-	(*SFSelectRequest)(nil),         // 42: scadad.control.v1.SFSelectRequest
-	(*SFSelectResponse)(nil),        // 43: scadad.control.v1.SFSelectResponse
+	(*DataConnectionStatus)(nil),    // 2: scadad.control.v1.DataConnectionStatus
+	(*OPCUAVerdict)(nil),            // 3: scadad.control.v1.OPCUAVerdict
+	(*MemberStatus)(nil),            // 4: scadad.control.v1.MemberStatus
+	(*MembersRequest)(nil),          // 5: scadad.control.v1.MembersRequest
+	(*MembersResponse)(nil),         // 6: scadad.control.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 7: scadad.control.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 8: scadad.control.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 9: scadad.control.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 10: scadad.control.v1.RemoveMemberResponse
+	(*FailoverRequest)(nil),         // 11: scadad.control.v1.FailoverRequest
+	(*FailoverResponse)(nil),        // 12: scadad.control.v1.FailoverResponse
+	(*OverrideRequest)(nil),         // 13: scadad.control.v1.OverrideRequest
+	(*OverrideResponse)(nil),        // 14: scadad.control.v1.OverrideResponse
+	(*ApplyRequest)(nil),            // 15: scadad.control.v1.ApplyRequest
+	(*ApplyResponse)(nil),           // 16: scadad.control.v1.ApplyResponse
+	(*SnapshotSaveRequest)(nil),     // 17: scadad.control.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),           // 18: scadad.control.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil), // 19: scadad.control.v1.SnapshotRestoreResponse
+	(*AuditRequest)(nil),            // 20: scadad.control.v1.AuditRequest
+	(*AuditEntry)(nil),              // 21: scadad.control.v1.AuditEntry
+	(*AuditResponse)(nil),           // 22: scadad.control.v1.AuditResponse
+	(*DeployPushRequest)(nil),       // 23: scadad.control.v1.DeployPushRequest
+	(*DeployPushResponse)(nil),      // 24: scadad.control.v1.DeployPushResponse
+	(*DeployRollbackRequest)(nil),   // 25: scadad.control.v1.DeployRollbackRequest
+	(*DeployHistoryRequest)(nil),    // 26: scadad.control.v1.DeployHistoryRequest
+	(*DeployRevision)(nil),          // 27: scadad.control.v1.DeployRevision
+	(*DeployHistoryResponse)(nil),   // 28: scadad.control.v1.DeployHistoryResponse
+	(*DeployStatusRequest)(nil),     // 29: scadad.control.v1.DeployStatusRequest
+	(*DeployNodeStatus)(nil),        // 30: scadad.control.v1.DeployNodeStatus
+	(*DeployStatusResponse)(nil),    // 31: scadad.control.v1.DeployStatusResponse
+	(*DeployGetRequest)(nil),        // 32: scadad.control.v1.DeployGetRequest
+	(*DeployGetResponse)(nil),       // 33: scadad.control.v1.DeployGetResponse
+	(*SFEnqueueRequest)(nil),        // 34: scadad.control.v1.SFEnqueueRequest
+	(*SFEnqueueResponse)(nil),       // 35: scadad.control.v1.SFEnqueueResponse
+	(*SFEnqueueStreamResponse)(nil), // 36: scadad.control.v1.SFEnqueueStreamResponse
+	(*SFStatsRequest)(nil),          // 37: scadad.control.v1.SFStatsRequest
+	(*SFTargetStats)(nil),           // 38: scadad.control.v1.SFTargetStats
+	(*SFStatsResponse)(nil),         // 39: scadad.control.v1.SFStatsResponse
+	(*SFListRequest)(nil),           // 40: scadad.control.v1.SFListRequest
+	(*SFMessage)(nil),               // 41: scadad.control.v1.SFMessage
+	(*SFListResponse)(nil),          // 42: scadad.control.v1.SFListResponse
+	(*SFSelectRequest)(nil),         // 43: scadad.control.v1.SFSelectRequest
+	(*SFSelectResponse)(nil),        // 44: scadad.control.v1.SFSelectResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
-	3,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
-	2,  // 1: scadad.control.v1.StatusResponse.opcua_verdicts:type_name -> scadad.control.v1.OPCUAVerdict
-	3,  // 2: scadad.control.v1.MembersResponse.members:type_name -> scadad.control.v1.MemberStatus
-	20, // 3: scadad.control.v1.AuditResponse.entries:type_name -> scadad.control.v1.AuditEntry
-	26, // 4: scadad.control.v1.DeployHistoryResponse.revisions:type_name -> scadad.control.v1.DeployRevision
-	29, // 5: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
-	37, // 6: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
-	40, // 7: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
-	0,  // 8: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	4,  // 9: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	6,  // 10: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	8,  // 11: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	10, // 12: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	12, // 13: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	14, // 14: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	16, // 15: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	17, // 16: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	19, // 17: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	22, // 18: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	24, // 19: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	25, // 20: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	28, // 21: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	31, // 22: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	33, // 23: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	33, // 24: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	36, // 25: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	39, // 26: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	42, // 27: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	42, // 28: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	1,  // 29: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	5,  // 30: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	7,  // 31: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	9,  // 32: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	11, // 33: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	13, // 34: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	15, // 35: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	17, // 36: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	18, // 37: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	21, // 38: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	23, // 39: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	23, // 40: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	27, // 41: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	30, // 42: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	32, // 43: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	34, // 44: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	35, // 45: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	38, // 46: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	41, // 47: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	43, // 48: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	43, // 49: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	29, // [29:50] is the sub-list for method output_type
-	8,  // [8:29] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
+	3,  // 1: scadad.control.v1.StatusResponse.opcua_verdicts:type_name -> scadad.control.v1.OPCUAVerdict
+	2,  // 2: scadad.control.v1.StatusResponse.connections:type_name -> scadad.control.v1.DataConnectionStatus
+	4,  // 3: scadad.control.v1.MembersResponse.members:type_name -> scadad.control.v1.MemberStatus
+	21, // 4: scadad.control.v1.AuditResponse.entries:type_name -> scadad.control.v1.AuditEntry
+	27, // 5: scadad.control.v1.DeployHistoryResponse.revisions:type_name -> scadad.control.v1.DeployRevision
+	30, // 6: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
+	38, // 7: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
+	41, // 8: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
+	0,  // 9: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 10: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 11: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 12: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 13: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 14: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 15: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 16: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 17: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 18: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 19: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 20: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 21: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 22: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 23: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 24: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 25: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 26: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 27: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 28: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 29: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	1,  // 30: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 31: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 32: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 33: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 34: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 35: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 36: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 37: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 38: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 39: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 40: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 41: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 42: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 43: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 44: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 45: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 46: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 47: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 48: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 49: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 50: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	30, // [30:51] is the sub-list for method output_type
+	9,  // [9:30] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -2933,7 +3028,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

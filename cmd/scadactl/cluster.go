@@ -44,6 +44,12 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		for _, m := range st.Members {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness)
 		}
+		if len(st.Connections) > 0 {
+			fmt.Fprintf(w, "\nCONNECTION\tKIND\tENDPOINT\tUP\tDETAIL\n")
+			for _, c := range st.Connections {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", c.Name, c.Kind, orDash(c.Endpoint), c.Up, c.Detail)
+			}
+		}
 	})
 }
 

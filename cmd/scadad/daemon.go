@@ -182,10 +182,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return err
 	}
 	srv.SF = sf
-	devices, fanout, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
+	devices, fanout, conns, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
 	if err != nil {
 		return err
 	}
+	srv.Connections = conns.Status
 	if ua := startOPCUA(cfg, log, reg, acting, holder, devices, fanout, fwd, goRun); ua != nil {
 		srv.OPCUA = ua.status
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -60,20 +62,21 @@ func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
 // sessions and the history forwarder and keeps them on the deployed site
 // config. The writer it returns routes device writes to whichever of them
 // carries the attribute.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, error) {
+func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, *dataConnections, error) {
 	fan := &tagFanout{roles: roles}
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
 		Role: roles, Sink: fan, Registerer: reg, Logger: subLog,
 	})
 	if err != nil {
-		return deviceWriter{}, nil, fmt.Errorf("subscribe workers: %w", err)
+		return deviceWriter{}, nil, nil, fmt.Errorf("subscribe workers: %w", err)
 	}
 	uaLog := log.With().Str("part", "opcua-client").Logger()
 	uam, err := uaclient.NewManager(uaclient.Options{Role: roles, Sink: fan, Logger: uaLog, Registerer: reg})
 	if err != nil {
-		return deviceWriter{}, nil, fmt.Errorf("opc ua client sessions: %w", err)
+		return deviceWriter{}, nil, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
+	conns := &dataConnections{gateways: mgr, upstream: uam}
 	goRun("subscribe", mgr.Run)
 	goRun("opcua-client", uam.Run)
 	goRun("site-config-workers", func(ctx context.Context) error {
@@ -84,6 +87,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
+			conns.setSite(u.Site)
 			if err := mgr.Apply(subscribeConfig(u.Site)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
 			}
@@ -113,7 +117,70 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		})
 		return nil
 	})
-	return deviceWriter{gateways: mgr, upstream: uam}, fan, nil
+	return deviceWriter{gateways: mgr, upstream: uam}, fan, conns, nil
+}
+
+// dataConnections reports the field connections this node runs, for
+// scadactl status.
+type dataConnections struct {
+	gateways *subscribe.Manager
+	upstream *uaclient.Manager
+
+	mu        sync.Mutex
+	endpoints map[string]string // gateway connection name → endpoint
+}
+
+func (d *dataConnections) setSite(s *siteconfig.Site) {
+	eps := map[string]string{}
+	for _, c := range s.Connections {
+		if c.MxAccess != nil {
+			eps[c.Name] = c.MxAccess.Endpoint
+		}
+	}
+	d.mu.Lock()
+	d.endpoints = eps
+	d.mu.Unlock()
+}
+
+// Status lists the gateway connections with running workers (up when
+// every instance's subscription is confirmed) and the OPC UA client
+// connections with a session, by kind and name.
+func (d *dataConnections) Status() []*controlpb.DataConnectionStatus {
+	type tally struct{ workers, confirmed int }
+	byConn := map[string]*tally{}
+	var names []string
+	for _, w := range d.gateways.Status() {
+		t := byConn[w.Connection]
+		if t == nil {
+			t = &tally{}
+			byConn[w.Connection] = t
+			names = append(names, w.Connection)
+		}
+		t.workers++
+		if w.Confirmed {
+			t.confirmed++
+		}
+	}
+	sort.Strings(names)
+	d.mu.Lock()
+	eps := d.endpoints
+	d.mu.Unlock()
+	var out []*controlpb.DataConnectionStatus
+	for _, n := range names {
+		t := byConn[n]
+		out = append(out, &controlpb.DataConnectionStatus{
+			Name: n, Kind: string(siteconfig.KindMxAccess), Endpoint: eps[n], Up: t.confirmed == t.workers,
+			Detail: fmt.Sprintf("%d/%d instances subscribed", t.confirmed, t.workers),
+		})
+	}
+	for _, c := range d.upstream.Status() {
+		detail := fmt.Sprintf("%d attributes", c.Items)
+		if c.LastError != "" {
+			detail = c.LastError
+		}
+		out = append(out, &controlpb.DataConnectionStatus{Name: c.Name, Kind: string(siteconfig.KindOPCUA), Endpoint: c.Endpoint, Up: c.Connected, Detail: detail})
+	}
+	return out
 }
 
 func historyChanged(c siteconfig.Changes) bool { return len(c.History) > 0 }
