@@ -105,6 +105,19 @@ func (f *Forwarder) HealClient(id string) (controlpb.HealClient, error) {
 	return controlpb.NewHealClient(conn), nil
 }
 
+// Reset closes the connection to the node id, if any, so the next call
+// dials a new one. Calls in flight on it fail.
+func (f *Forwarder) Reset(id string) {
+	addr := f.apiAddr[id]
+	f.mu.Lock()
+	conn, ok := f.conns[addr]
+	delete(f.conns, addr)
+	f.mu.Unlock()
+	if ok {
+		_ = conn.Close()
+	}
+}
+
 func (f *Forwarder) client(id string) (controlpb.ControlClient, error) {
 	conn, err := f.conn(id)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
@@ -95,4 +96,27 @@ func TestForwarderReachesAReturningPeerSoon(t *testing.T) {
 	if took := waitUntil("peer back", 20*time.Second); took > 2500*time.Millisecond {
 		t.Fatalf("the returning peer was reached %v after it was back; reconnect attempts must stay about a second apart", took.Round(time.Millisecond))
 	}
+}
+
+// Reset drops the connection to a peer: calls then dial a new one, which
+// is how the heal gets past a connection stuck from before a partition.
+func TestForwarderResetDialsAfresh(t *testing.T) {
+	f := NewForwarder("a", map[string]string{"b": "127.0.0.1:1"}, nil, nil, nil)
+	defer f.Close()
+	old, err := f.conn("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Reset("b")
+	if st := old.GetState(); st != connectivity.Shutdown {
+		t.Errorf("old connection is %v after Reset, want Shutdown", st)
+	}
+	fresh, err := f.conn("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh == old {
+		t.Error("Reset kept the old connection")
+	}
+	f.Reset("nobody") // an unknown peer is a no-op
 }

@@ -50,15 +50,24 @@ type Config struct {
 	State     State
 	Auditor   Auditor
 	Dial      PeerDialer
+	// Redial, when set, drops the connection to the peer after a check
+	// could not reach it, so the next check dials afresh. A connection
+	// opened before a partition can sit in TCP retransmission backoff for
+	// seconds after the link returns (the netns fault suite saw a loser
+	// detect the split 6 s after the link was back), where a new one
+	// connects at once.
+	Redial func(id string)
 	// ResetFSM empties the FSM before the rejoin (applied index 0).
 	ResetFSM func(ctx context.Context) error
 	Metrics  *Metrics
 	Log      zerolog.Logger
-	// Interval is the period of the check (default 250 ms); RPCTimeout
-	// bounds one call to the peer (default 5 s); AbandonAfter is how long a
-	// fenced loser waits for an unreachable winner before it abandons the
-	// merge (default 30 s).
+	// Interval is the period of the check (default 250 ms); InfoTimeout
+	// bounds the check's call for the peer's facts (default 1 s);
+	// RPCTimeout bounds the merge's calls (default 5 s); AbandonAfter is
+	// how long a fenced loser waits for an unreachable winner before it
+	// abandons the merge (default 30 s).
 	Interval     time.Duration
+	InfoTimeout  time.Duration
 	RPCTimeout   time.Duration
 	AbandonAfter time.Duration
 	Now          func() time.Time
@@ -120,6 +129,9 @@ func NewManager(cfg Config) *Manager {
 	}
 	if cfg.RPCTimeout == 0 {
 		cfg.RPCTimeout = 5 * time.Second
+	}
+	if cfg.InfoTimeout == 0 {
+		cfg.InfoTimeout = time.Second
 	}
 	if cfg.AbandonAfter == 0 {
 		cfg.AbandonAfter = 30 * time.Second
@@ -268,11 +280,14 @@ func (m *Manager) detect(ctx context.Context) {
 		m.setStatus(Status{Phase: "split", Peer: m.cfg.Peer, Detail: "peer control API: " + err.Error()})
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.RPCTimeout)
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.InfoTimeout)
 	pf, err := cli.HealInfo(rctx, &controlpb.HealInfoRequest{})
 	cancel()
 	if err != nil {
 		m.setStatus(Status{Phase: "split", Peer: m.cfg.Peer, Detail: "peer heal info: " + err.Error()})
+		if m.cfg.Redial != nil && ctx.Err() == nil {
+			m.cfg.Redial(m.cfg.Peer)
+		}
 		return
 	}
 	peerFacts := factsFromProto(pf)

@@ -67,6 +67,7 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 		State:        state,
 		Auditor:      fwd,
 		Dial:         func(_ context.Context, id string) (controlpb.HealClient, error) { return fwd.HealClient(id) },
+		Redial:       fwd.Reset,
 		ResetFSM:     emptyFSM(state, cfg.DataDir),
 		Metrics:      heal.NewMetrics(reg),
 		Log:          hlog,
