@@ -165,7 +165,7 @@ func analyze(h *history, casTimeout time.Duration) *report {
 				o.A, o.B, o.EpochA, o.EpochB, d.LengthText, o.From.Format("15:04:05.000"), d.Why))
 		}
 		if d.OutlivedHeal {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("pair split %s/%s was still dual-active %s after the partition healed: the heal after dual-active did not finish", o.A, o.B, o.From.Add(o.Length).Sub(healedAt(h.Events)).Round(time.Millisecond)))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("pair split %s/%s stayed dual-active %s after the partition healed (a split that does not heal at all fails the round)", o.A, o.B, o.From.Add(o.Length).Sub(healedAt(h.Events)).Round(time.Millisecond)))
 		}
 	}
 
