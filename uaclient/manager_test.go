@@ -29,7 +29,6 @@ import (
 // standing in for a third-party server the site reads as a client.
 type upstream struct {
 	srv    *opcua.Server
-	cancel context.CancelFunc
 	writes chan upstreamWrite
 }
 
@@ -79,7 +78,7 @@ func startUpstream(t *testing.T) *upstream {
 			}
 			t.Fatalf("start upstream: %v", err)
 		}
-		u.srv, u.cancel = srv, cancel
+		u.srv = srv
 		t.Cleanup(func() {
 			srv.Close()
 			cancel()
@@ -99,7 +98,6 @@ type recorder struct {
 	mu   sync.Mutex
 	last map[string]update
 	bad  map[string]int // Bad updates per attribute
-	all  int
 }
 
 func (r *recorder) badCount(key string) int {
@@ -115,7 +113,6 @@ func (r *recorder) TagUpdate(instance, attribute string, v gateway.Value, q gate
 		r.last = map[string]update{}
 	}
 	r.last[instance+"."+attribute] = update{instance, attribute, v, q}
-	r.all++
 	if !q.IsGood() {
 		if r.bad == nil {
 			r.bad = map[string]int{}

@@ -114,11 +114,11 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})
 	}
 	for _, u := range site.OPCUA.Identities.Users {
-		pw, err := os.ReadFile(u.PasswordFile)
+		pw, err := readPasswordFile(u.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("opcua user %s: password file: %w", u.Username, err)
+			return nil, fmt.Errorf("opcua user %s: %w", u.Username, err)
 		}
-		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: strings.TrimRight(string(pw), "\r\n")})
+		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: pw})
 	}
 	for _, m := range s.peers {
 		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})
@@ -242,4 +242,15 @@ func opcuaType(t siteconfig.DataType) opcua.DataType {
 	default:
 		return opcua.TypeDouble
 	}
+}
+
+// readPasswordFile reads a password kept in a file on this node (so no
+// secret travels in the replicated site config), without the line end an
+// editor leaves.
+func readPasswordFile(path string) (string, error) {
+	pw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("password file: %w", err)
+	}
+	return strings.TrimRight(string(pw), "\r\n"), nil
 }

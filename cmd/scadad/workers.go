@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -254,11 +252,8 @@ func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
 			opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(u.CertificateFile, u.PrivateKeyFile)
 		}
 		if err == nil && u.Identity.Type == siteconfig.IdentityUsername {
-			var pw []byte
-			if pw, err = os.ReadFile(u.Identity.PasswordFile); err != nil {
-				err = fmt.Errorf("password file: %w", err)
-			}
-			opts.Username, opts.Password = u.Identity.Username, strings.TrimRight(string(pw), "\r\n")
+			opts.Username = u.Identity.Username
+			opts.Password, err = readPasswordFile(u.Identity.PasswordFile)
 		}
 		if err != nil {
 			log.Error().Err(err).Str("connection", c.Name).Msg("opc ua client connection left out; its attributes stay Bad")
