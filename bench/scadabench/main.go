@@ -167,10 +167,11 @@ func main() {
 			fmt.Println("kept", c.Dir)
 		}
 	}()
-	atExit.set(func() {
+	stopCluster := func() {
 		c.Close()
 		bin.Remove()
-	})
+	}
+	atExit.set(stopCluster)
 	exitOnSignal()
 	if err := c.StartAll(); err != nil {
 		fatalf("%v", err)
@@ -182,8 +183,7 @@ func main() {
 	defer b.sink.Close()
 	atExit.set(func() {
 		b.sink.Close()
-		c.Close()
-		bin.Remove()
+		stopCluster()
 	})
 
 	rep := report{System: "scadad", Go: runtime.Version(), Mode: o.mode, Members: len(c.Nodes), NumCPU: runtime.NumCPU(), Write: []writeResult{}}
