@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/numeric"
 )
 
 // DataType is the OPC UA built-in type of an attribute's value.
@@ -151,85 +153,23 @@ func coerce(t DataType, v any) (*ua.Variant, error) {
 			return ua.MustVariant(tm), nil
 		}
 	case TypeDouble:
-		if f, ok := asFloat(v); ok {
+		if f, ok := numeric.Float(v); ok {
 			return ua.MustVariant(f), nil
 		}
 	case TypeFloat:
-		if f, ok := asFloat(v); ok && (math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) <= math.MaxFloat32) {
+		if f, ok := numeric.Float(v); ok && (math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) <= math.MaxFloat32) {
 			return ua.MustVariant(float32(f)), nil
 		}
 	case TypeInt32:
-		if i, ok := asInt(v); ok && i >= math.MinInt32 && i <= math.MaxInt32 {
+		if i, ok := numeric.Int(v); ok && i >= math.MinInt32 && i <= math.MaxInt32 {
 			return ua.MustVariant(int32(i)), nil
 		}
 	case TypeInt64:
-		if i, ok := asInt(v); ok {
+		if i, ok := numeric.Int(v); ok {
 			return ua.MustVariant(i), nil
 		}
 	}
 	return nil, fmt.Errorf("value %v (%T) does not fit %s", v, v, t)
-}
-
-func asFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int8:
-		return float64(x), true
-	case int16:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case uint8:
-		return float64(x), true
-	case uint16:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	}
-	return 0, false
-}
-
-func asInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint64:
-		if x > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(x), true
-	case float64:
-		if x != math.Trunc(x) || x < math.MinInt64 || x >= math.MaxInt64 {
-			return 0, false
-		}
-		return int64(x), true
-	case float32:
-		return asInt(float64(x))
-	}
-	return 0, false
 }
 
 // writeTypeOK reports whether a client-written variant has exactly the

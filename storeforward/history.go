@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/numeric"
 )
 
 // HistoryRule forwards values of selected attributes to a target through
@@ -405,7 +406,7 @@ func (rs *ruleState) take(u TagUpdate, now time.Time) bool {
 
 // add appends u to the batch unless the deadband holds it back.
 func (rs *ruleState) add(u TagUpdate, key [2]string, now, sampledAt time.Time) bool {
-	num, numeric := asFloat(u.Value)
+	num, numeric := numeric.Float(u.Value)
 	if prev, ok := rs.last[key]; ok && rs.rule.Deadband > 0 && numeric && prev.numeric &&
 		prev.quality == u.Quality && math.Abs(num-prev.number) < rs.rule.Deadband {
 		return false
@@ -440,36 +441,6 @@ func (rs *ruleState) sample(now time.Time, active bool, flush func(*ruleState)) 
 		missed := now.Sub(rs.nextSample) / rs.rule.SampleInterval
 		rs.nextSample = rs.nextSample.Add((missed + 1) * rs.rule.SampleInterval)
 	}
-}
-
-func asFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int8:
-		return float64(x), true
-	case int16:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case uint:
-		return float64(x), true
-	case uint8:
-		return float64(x), true
-	case uint16:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 // jsonSafe turns the floats JSON cannot carry (NaN, ±Inf) into strings.
