@@ -570,30 +570,49 @@ func (s *Server) ownedItems(token *ua.NodeID, ids []uint32) (owned []uint32, whe
 	return owned, where, results
 }
 
-func (s *Server) setMonitoringMode(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-	req, ok := r.(*ua.SetMonitoringModeRequest)
-	if !ok {
-		return nil, ua.StatusBadRequestTypeInvalid
-	}
-	if err := s.checkCount(len(req.MonitoredItemIDs)); err != nil {
+// forwardOwnedItems answers a request on monitored items by id: the items
+// this session owns go to the library's service through call, which
+// returns the service's per-item results; the rest keep the error
+// ownedItems gave them.
+func (s *Server) forwardOwnedItems(token *ua.NodeID, ids []uint32, call func(owned []uint32) ([]ua.StatusCode, error)) ([]ua.StatusCode, error) {
+	if err := s.checkCount(len(ids)); err != nil {
 		return nil, err
 	}
 	if s.srv.MonitoredItemService == nil {
 		return nil, ua.StatusBadServerHalted
 	}
-	owned, where, results := s.ownedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs)
-	if len(owned) > 0 {
+	owned, where, results := s.ownedItems(token, ids)
+	if len(owned) == 0 {
+		return results, nil
+	}
+	got, err := call(owned)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) == len(owned) {
+		for j, i := range where {
+			results[i] = got[j]
+		}
+	}
+	return results, nil
+}
+
+func (s *Server) setMonitoringMode(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
+	req, ok := r.(*ua.SetMonitoringModeRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	results, err := s.forwardOwnedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs, func(owned []uint32) ([]ua.StatusCode, error) {
 		sub := *req
 		sub.MonitoredItemIDs = owned
 		resp, err := s.srv.MonitoredItemService.SetMonitoringMode(sc, &sub, reqID)
-		if err != nil {
-			return nil, err
+		if res, ok := resp.(*ua.SetMonitoringModeResponse); ok && err == nil {
+			return res.Results, nil
 		}
-		if res, ok := resp.(*ua.SetMonitoringModeResponse); ok && len(res.Results) == len(owned) {
-			for j, i := range where {
-				results[i] = res.Results[j]
-			}
-		}
+		return nil, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &ua.SetMonitoringModeResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
 }
@@ -603,25 +622,17 @@ func (s *Server) deleteMonitoredItems(sc *uasc.SecureChannel, r ua.Request, reqI
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if err := s.checkCount(len(req.MonitoredItemIDs)); err != nil {
-		return nil, err
-	}
-	if s.srv.MonitoredItemService == nil {
-		return nil, ua.StatusBadServerHalted
-	}
-	owned, where, results := s.ownedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs)
-	if len(owned) > 0 {
+	results, err := s.forwardOwnedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs, func(owned []uint32) ([]ua.StatusCode, error) {
 		sub := *req
 		sub.MonitoredItemIDs = owned
 		resp, err := s.srv.MonitoredItemService.DeleteMonitoredItems(sc, &sub, reqID)
-		if err != nil {
-			return nil, err
+		if res, ok := resp.(*ua.DeleteMonitoredItemsResponse); ok && err == nil {
+			return res.Results, nil
 		}
-		if res, ok := resp.(*ua.DeleteMonitoredItemsResponse); ok && len(res.Results) == len(owned) {
-			for j, i := range where {
-				results[i] = res.Results[j]
-			}
-		}
+		return nil, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &ua.DeleteMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
 }
