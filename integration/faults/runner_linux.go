@@ -594,12 +594,18 @@ func (r *runner) inject(f fault, ev *faultEvent) (func(), error) {
 		witness = standby
 	}
 	kill := func(ns ...*testcluster.Node) func() {
+		// A composed fault may kill a node the other half already
+		// killed; only the half that killed it starts it again.
+		var killed []*testcluster.Node
 		for _, n := range ns {
+			if n.Running() {
+				killed = append(killed, n)
+			}
 			r.c.Kill(n)
 			ev.Targets = append(ev.Targets, n.ID)
 		}
 		return func() {
-			for _, n := range ns {
+			for _, n := range killed {
 				if err := r.c.Start(n); err != nil {
 					r.logf("restart %s: %v", n.ID, err)
 				}
