@@ -2,7 +2,6 @@ package opcua
 
 import (
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -479,13 +478,4 @@ func refTypeMatches(want *ua.NodeID, subtypes bool, have uint32) bool {
 		}
 	}
 	return false
-}
-
-// splitVarKey splits "<instance>.<attribute>" at the last dot.
-func splitVarKey(key string) (instance, attr string, ok bool) {
-	i := strings.LastIndexByte(key, '.')
-	if i <= 0 || i == len(key)-1 {
-		return "", "", false
-	}
-	return key[:i], key[i+1:], true
 }

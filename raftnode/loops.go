@@ -312,10 +312,6 @@ func (n *Node) overrideInput(r *raft.Raft) overrideInput {
 // probePeers probes every configured member but this node concurrently and
 // returns the status of those that answered.
 func (n *Node) probePeers(ctx context.Context) map[string]peerStatus {
-	type answer struct {
-		id string
-		st peerStatus
-	}
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
