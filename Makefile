@@ -1,9 +1,15 @@
 # The README's commands. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: test build run-dev
+.PHONY: test build run-dev lint
 test:
 	$(GO) test -count=1 -timeout 15m ./...
+
+# staticcheck at a pinned version, fetched and run by `go run` (it is a
+# tool, not a dependency of the module).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 build:
 	$(GO) build -o bin/ ./cmd/...
