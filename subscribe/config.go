@@ -109,6 +109,6 @@ func (c Config) clone() Config {
 	return out
 }
 
-func (a InstanceConfig) equal(b InstanceConfig) bool {
-	return a.Name == b.Name && a.Connection == b.Connection && slices.Equal(a.Attributes, b.Attributes)
+func (in InstanceConfig) equal(other InstanceConfig) bool {
+	return in.Name == other.Name && in.Connection == other.Connection && slices.Equal(in.Attributes, other.Attributes)
 }
