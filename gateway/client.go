@@ -221,6 +221,11 @@ func (c *Client) current() *liveSession {
 // reopens it with backoff whenever it is lost, until ctx ends. It closes the
 // session on the way out.
 func (c *Client) Run(ctx context.Context) error {
+	if c.cfg.Metrics != nil {
+		// No session yet. Present from the start, so a gateway that never
+		// answers reads 0 (and can be alerted on) rather than being absent.
+		c.cfg.Metrics.connected.WithLabelValues(c.cfg.Name).Set(0)
+	}
 	delay := c.cfg.ReconnectFloor
 	for {
 		sess, err := c.open(ctx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -389,4 +390,56 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+func TestUnreachableGatewayReadsNotGood(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(gateway.Config{Name: "dead", Endpoint: dead, Handler: &recorder{}, Metrics: m,
+		Logger: zerolog.Nop(), ReconnectFloor: 10 * time.Millisecond, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done; _ = c.Close() }()
+	// A gateway that never answers must read 0, not be absent: an alert on
+	// connection_good == 0 would otherwise never fire for it.
+	waitFor(t, "connection_good 0 for the unreachable gateway", func() bool {
+		v, ok := gaugeValue(t, reg, "scadad_gateway_connection_good", "dead")
+		return ok && v == 0
+	})
+}
+
+// gaugeValue is the gauge name's value for the series with a label of
+// value label; ok is false when there is no such series.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label string) (v float64, ok bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
 }

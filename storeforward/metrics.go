@@ -71,6 +71,11 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode).",
 		}, []string{"reason"}),
 	}
+	// Every drop reason from zero, so that increase() sees the first drops
+	// (a counter series born at N shows no increase).
+	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode} {
+		m.historyDropped.WithLabelValues(reason)
+	}
 	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal,
 		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped}
 	if reader != nil {

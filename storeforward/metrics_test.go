@@ -111,3 +111,17 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float6
 	}
 	return -1
 }
+
+// Every drop reason is there from the start at 0: a counter series born at
+// its first drops shows no increase() to an alert rule.
+func TestHistoryDropReasonsStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{"buffer_full", "retry_overflow", "encode"} {
+		if got := gathered(t, reg, "scadad_history_values_dropped_total", reason); got != 0 {
+			t.Errorf("scadad_history_values_dropped_total{reason=%q} = %v before any drop, want 0 (-1: absent)", reason, got)
+		}
+	}
+}

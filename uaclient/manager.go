@@ -248,6 +248,9 @@ func newSession(c Connection, opts Options, met *metrics, log zerolog.Logger) *s
 }
 
 func (s *session) start() {
+	// Present from the start, so a connection that never comes up reads 0
+	// (and can be alerted on) rather than being absent.
+	s.metrics.connected.WithLabelValues(s.cfg.Name).Set(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {

@@ -429,3 +429,37 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return out.GetCounter().GetValue()
 }
+
+func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	reg := prometheus.NewRegistry()
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 1}})
+	conn := Connection{Name: "dead", Endpoint: "opc.tcp://" + dead, Client: opcua.ClientOptions{Timeout: time.Second},
+		PublishingInterval: 50 * time.Millisecond, BackoffFloor: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Items: []Item{{Instance: "Line1", Attribute: "BoilerTemp", NodeID: "ns=1;s=Boiler.Temp"}}}
+	startManagerWith(t, Options{Role: roles, Sink: &recorder{}, Logger: zerolog.Nop(), Registerer: reg}, Config{Connections: []Connection{conn}})
+	// A connection that never comes up must read 0, not be absent: an
+	// alert on connected == 0 would otherwise never fire for it.
+	waitFor(t, "connected 0 for the unreachable upstream", func() bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "scadad_opcua_client_connected" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "dead" && m.GetGauge().GetValue() == 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+}
