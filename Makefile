@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: test build run-dev lint
+.PHONY: test build run-dev lint alerts-test
 test:
 	$(GO) test -count=1 -timeout 15m ./...
 
@@ -10,6 +10,14 @@ test:
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	$(GO) run $(STATICCHECK) ./...
+
+# The shipped Prometheus alert rules: syntax, then their unit tests, with
+# promtool at a pinned version (also a tool, fetched by `go run`; the first
+# run builds it, a few minutes).
+PROMTOOL ?= github.com/prometheus/prometheus/cmd/promtool@v0.316.0
+alerts-test:
+	cd packaging/prometheus && $(GO) run $(PROMTOOL) check rules scadad-alerts.yml && \
+		$(GO) run $(PROMTOOL) test rules scadad-alerts_test.yml
 
 build:
 	$(GO) build -o bin/ ./cmd/...
