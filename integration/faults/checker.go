@@ -420,6 +420,17 @@ func failoverTime(samples []roleSample, before string, start, end time.Time) (ti
 	return best.Sub(start), true
 }
 
+// activeIn reports whether a node answered Active in epoch within
+// [from, end].
+func activeIn(samples []roleSample, epoch string, from, end time.Time) bool {
+	for _, s := range samples {
+		if s.OK && s.Role == "active" && s.Epoch == epoch && !s.Recv.Before(from) && !s.Recv.After(end) {
+			return true
+		}
+	}
+	return false
+}
+
 // durationStats summarises failover times.
 type durationStats struct {
 	N      int           `json:"n"`

@@ -196,6 +196,22 @@ func TestFailoverTimeAndSummary(t *testing.T) {
 	if _, ok := failoverTime(samples[1:], "1.3", at(50), at(5000)); ok {
 		t.Fatal("found a failover with no new epoch")
 	}
+	// The old Active carried on after the fault: no failover in a window
+	// that ends before b's later takeover, but the old epoch active again.
+	if _, ok := failoverTime(samples, "1.2", at(50), at(800)); ok {
+		t.Fatal("a takeover after the window's end counted as this fault's failover")
+	}
+	if !activeIn(samples, "1.2", at(50), at(800)) || activeIn(samples, "1.2", at(200), at(800)) {
+		t.Fatal("activeIn: want the old epoch's Active at 100ms and none after 200ms")
+	}
+	// Round 1's two faults start microseconds apart; round 2 starts at 1 s.
+	evs := []faultEvent{{Round: 1, Start: at(0)}, {Round: 1, Start: at(0).Add(20 * time.Microsecond)}, {Round: 3, Start: at(3000)}, {Round: 2, Start: at(1000)}}
+	if got := nextRoundStart(evs, 1); !got.Equal(at(1000)) {
+		t.Fatalf("nextRoundStart(1) = %v, want round 2's start", got)
+	}
+	if got := nextRoundStart(evs, 3); !got.IsZero() {
+		t.Fatalf("nextRoundStart after the last = %v, want zero", got)
+	}
 	st := summarize([]time.Duration{3, 1, 2, 100})
 	if st.Min != 1 || st.Median != 2 || st.P99 != 100 || st.Max != 100 || st.N != 4 {
 		t.Fatalf("summary = %+v", st)

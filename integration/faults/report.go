@@ -64,6 +64,7 @@ type report struct {
 	Failover        durationStats  `json:"failover"`
 	FailoverText    string         `json:"failover_text"`
 	FailoverMissing int            `json:"failover_missing"`
+	FailoverResumed int            `json:"failover_resumed"` // the old epoch's Active carried on first (a strict-mode pause)
 	Unrecovered     int            `json:"unrecovered_rounds"`
 	RoleSamples     int            `json:"role_samples"`
 	Problems        []string       `json:"problems"`
@@ -174,9 +175,19 @@ func analyze(h *history, casTimeout time.Duration) *report {
 		if !ev.NeedsFailover || ev.EpochBefore == "" {
 			continue
 		}
-		d, ok := failoverTime(h.Samples, ev.EpochBefore, ev.Start, ev.Start.Add(60*time.Second))
+		// A later round's failover is not this one's: look no further
+		// than the next round's start.
+		end := ev.Start.Add(60 * time.Second)
+		if next := nextRoundStart(h.Events, ev.Round); !next.IsZero() && next.Before(end) {
+			end = next
+		}
+		d, ok := failoverTime(h.Samples, ev.EpochBefore, ev.Start, end)
 		if !ok {
-			rep.FailoverMissing++
+			if activeIn(h.Samples, ev.EpochBefore, ev.Healed, end) {
+				rep.FailoverResumed++
+			} else {
+				rep.FailoverMissing++
+			}
 			continue
 		}
 		dd := d
@@ -186,6 +197,18 @@ func analyze(h *history, casTimeout time.Duration) *report {
 	rep.Failover = summarize(fos)
 	rep.FailoverText = rep.Failover.String()
 	return rep
+}
+
+// nextRoundStart is when the first fault of a round after round began,
+// zero if none did (the faults of one round start microseconds apart).
+func nextRoundStart(evs []faultEvent, round int) time.Time {
+	var next time.Time
+	for _, ev := range evs {
+		if ev.Round > round && (next.IsZero() || ev.Start.Before(next)) {
+			next = ev.Start
+		}
+	}
+	return next
 }
 
 func healedAt(evs []faultEvent) time.Time {
@@ -237,7 +260,7 @@ func (rep *report) summary() string {
 	for _, da := range rep.DualActive {
 		fmt.Fprintf(&b, "  %s+%s %s (%s)\n", da.A, da.B, da.LengthText, da.Why)
 	}
-	fmt.Fprintf(&b, "failover: %s; missing=%d; rounds without recovery=%d; role samples=%d\n", rep.FailoverText, rep.FailoverMissing, rep.Unrecovered, rep.RoleSamples)
+	fmt.Fprintf(&b, "failover: %s; missing=%d; resumed without failover=%d; rounds without recovery=%d; role samples=%d\n", rep.FailoverText, rep.FailoverMissing, rep.FailoverResumed, rep.Unrecovered, rep.RoleSamples)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
