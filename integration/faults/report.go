@@ -183,7 +183,7 @@ func analyze(h *history, casTimeout time.Duration) *report {
 		}
 		d, ok := failoverTime(h.Samples, ev.EpochBefore, ev.Start, end)
 		if !ok {
-			if activeIn(h.Samples, ev.EpochBefore, ev.Healed, end) {
+			if !ev.Healed.IsZero() && activeIn(h.Samples, ev.EpochBefore, ev.Healed, end) {
 				rep.FailoverResumed++
 			} else {
 				rep.FailoverMissing++
