@@ -358,8 +358,24 @@ func (s *Server) audit(ctx context.Context, kind, detail string) {
 	}
 }
 
-// SnapshotSave streams a consistent snapshot of this node's state.
-func (s *Server) SnapshotSave(_ *controlpb.SnapshotSaveRequest, stream controlpb.Control_SnapshotSaveServer) error {
+// SnapshotSave streams a consistent snapshot of the leader's state, which
+// holds every write acknowledged before the request (a follower's may lag
+// by the last few, so a follower forwards), or of this node's own state
+// when the request says local.
+func (s *Server) SnapshotSave(req *controlpb.SnapshotSaveRequest, stream controlpb.Control_SnapshotSaveServer) error {
+	if !req.Local {
+		c, fctx, err := s.leaderOr(stream.Context())
+		if err == nil && c != nil {
+			err = forwardSave(fctx, c, req, stream)
+			if err == nil {
+				return nil
+			}
+		}
+		if err != nil {
+			st := status.Convert(err)
+			return status.Errorf(st.Code(), "snapshot save: no backup from the leader, whose state holds every acknowledged write (%s); `snapshot save --local` saves this node's own state, which may lack the last of them", st.Message())
+		}
+	}
 	snap, err := s.State.Snapshot()
 	if err != nil {
 		return status.Errorf(codes.Internal, "snapshot: %v", err)
@@ -421,6 +437,26 @@ func (s *Server) SnapshotRestore(stream controlpb.Control_SnapshotRestoreServer)
 	}
 	s.audit(ctx, "snapshot-restore", fmt.Sprintf("restored a snapshot of %d bytes (applied index %d inside)", n, info.Meta.AppliedIndex))
 	return stream.SendAndClose(&controlpb.SnapshotRestoreResponse{AppliedIndex: s.State.Meta().AppliedIndex, Bytes: n})
+}
+
+// forwardSave relays the leader's snapshot stream to the caller.
+func forwardSave(ctx context.Context, c controlpb.ControlClient, req *controlpb.SnapshotSaveRequest, out controlpb.Control_SnapshotSaveServer) error {
+	in, err := c.SnapshotSave(ctx, req)
+	if err != nil {
+		return err
+	}
+	for {
+		chunk, err := in.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := out.Send(chunk); err != nil {
+			return err
+		}
+	}
 }
 
 func forwardRestore(ctx context.Context, c controlpb.ControlClient, r io.Reader, size int64, in controlpb.Control_SnapshotRestoreServer) error {

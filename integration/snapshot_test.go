@@ -15,18 +15,26 @@ import (
 
 func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 	src, _, active := sfSetupPending(t)
+	// The follower is down while the enqueues are acknowledged (the leader
+	// and the witness are a quorum), so its own state lacks them until
+	// the leader has caught it up after its restart.
+	lagging := follower(src, active)
+	src.Kill(lagging)
 	for i := 0; i < 50; i++ {
 		if !enqueue(active, "sink", fmt.Sprintf("snap-%d", i), []byte("payload")) {
 			t.Fatalf("enqueue %d not acknowledged", i)
 		}
 	}
+	start(t, src, lagging)
 	var srcHistory controlpb.DeployHistoryResponse
 	ctlJSON(t, src, nil, &srcHistory, "deploy", "history")
 
+	// Saved through the restarted follower at once: the backup still holds
+	// every acknowledged enqueue (the follower forwards to the leader).
 	file := filepath.Join(t.TempDir(), "site.snap")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, errs, code, err := src.Ctl(ctx, nil, "snapshot", "save", file); err != nil || code != 0 {
+	if _, errs, code, err := src.Ctl(ctx, []*testcluster.Node{lagging}, "snapshot", "save", file); err != nil || code != 0 {
 		t.Fatalf("snapshot save: exit %d: %s %v", code, errs, err)
 	}
 	out, errs, code, err := src.Ctl(ctx, nil, "snapshot", "inspect", file)
@@ -74,6 +82,51 @@ func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 	if dstHistory.Current != srcHistory.Current || len(dstHistory.Revisions) != len(srcHistory.Revisions) || dstHistory.Revisions[0].Sha256 != srcHistory.Revisions[0].Sha256 {
 		t.Fatalf("deploy history after restore = %+v, want %+v", &dstHistory, &srcHistory)
 	}
+}
+
+// TestSnapshotSaveWithoutALeader: with no leader a backup that is sure to
+// hold every acknowledged write cannot be taken, and the refusal says how
+// to save the node's own state instead; --local does.
+func TestSnapshotSaveWithoutALeader(t *testing.T) {
+	c, _, active := sfSetupPending(t)
+	for i := 0; i < 5; i++ {
+		if !enqueue(active, "sink", fmt.Sprintf("local-%d", i), []byte("payload")) {
+			t.Fatalf("enqueue %d not acknowledged", i)
+		}
+	}
+	lone := follower(c, active)
+	for _, n := range c.Nodes {
+		if n != lone {
+			c.Kill(n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "lone.snap")
+	_, errs, code, err := c.Ctl(ctx, []*testcluster.Node{lone}, "snapshot", "save", file)
+	if err != nil || code == 0 || !strings.Contains(errs, "no backup from the leader") || !strings.Contains(errs, "--local") {
+		t.Fatalf("snapshot save without a leader: exit %d, %q, %v; want a refusal naming --local", code, errs, err)
+	}
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("a refused save left %s (%v)", file, err)
+	}
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{lone}, "snapshot", "save", file, "--local"); err != nil || code != 0 {
+		t.Fatalf("snapshot save --local: exit %d: %s %v", code, errs, err)
+	}
+	out, errs, code, err := c.Ctl(ctx, nil, "snapshot", "inspect", file)
+	if err != nil || code != 0 || !strings.Contains(out, "SFTargets:1") {
+		t.Fatalf("snapshot inspect of the local save: exit %d, %q %s %v; want the node's state with its target", code, out, errs, err)
+	}
+}
+
+// follower is a running voter of c other than active.
+func follower(c *testcluster.Cluster, active *testcluster.Node) *testcluster.Node {
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness && n.Running() {
+			return n
+		}
+	}
+	return nil
 }
 
 func TestMembersAndManualOverrideGuard(t *testing.T) {

@@ -1057,7 +1057,11 @@ func (x *ApplyResponse) GetIndex() uint64 {
 }
 
 type SnapshotSaveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node's own state even when it is not the leader (or there
+	// is none). By default a follower forwards to the leader, whose state holds
+	// every acknowledged write; a follower's may lag by the last few.
+	Local         bool `protobuf:"varint,1,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1090,6 +1094,13 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
 	return file_controlpb_control_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SnapshotSaveRequest) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
 }
 
 type SnapshotChunk struct {
@@ -2762,8 +2773,9 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12\x1f\n" +
 	"\vresult_json\x18\x03 \x01(\fR\n" +
 	"resultJson\x12\x14\n" +
-	"\x05index\x18\x04 \x01(\x04R\x05index\"\x15\n" +
-	"\x13SnapshotSaveRequest\"B\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\"+\n" +
+	"\x13SnapshotSaveRequest\x12\x14\n" +
+	"\x05local\x18\x01 \x01(\bR\x05local\"B\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +

@@ -67,7 +67,7 @@ func commands() []command {
 		{"members", "members list | add ID RAFT_ADDR [--nonvoter] | remove ID", runMembers},
 		{"failover", "move the Active role: failover [--to NODE]", runFailover},
 		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},
-		{"snapshot", "snapshot save FILE | restore FILE | inspect FILE", runSnapshot},
+		{"snapshot", "snapshot save FILE [--local] | restore FILE | inspect FILE", runSnapshot},
 		{"deploy", "deploy push FILE [--expect-revision N] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
 		{"sf", "sf stats | list | retry | discard | enqueue (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,13 +18,22 @@ import (
 const snapshotChunkSize = 256 << 10
 
 func runSnapshot(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	local := fs.Bool("local", false, "save: the answering node's own state, even when it is not the leader (which may lack the last acknowledged writes)")
+	args, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
 	if len(args) != 2 {
-		return usagef("snapshot save FILE | restore FILE | inspect FILE")
+		return usagef("snapshot save FILE [--local] | restore FILE | inspect FILE")
 	}
 	sub, file := args[0], args[1]
+	if *local && sub != "save" {
+		return usagef("snapshot %s: --local is for save only", sub)
+	}
 	switch sub {
 	case "save":
-		return snapshotSave(ctx, g, file)
+		return snapshotSave(ctx, g, file, *local)
 	case "restore":
 		return snapshotRestore(ctx, g, file)
 	case "inspect":
@@ -76,7 +86,7 @@ func human(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func snapshotSave(ctx context.Context, g *globals, file string) error {
+func snapshotSave(ctx context.Context, g *globals, file string, local bool) error {
 	c, done, err := g.connect(ctx)
 	if err != nil {
 		return err
@@ -90,7 +100,7 @@ func snapshotSave(ctx context.Context, g *globals, file string) error {
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	stream, err := c.SnapshotSave(ctx, &controlpb.SnapshotSaveRequest{})
+	stream, err := c.SnapshotSave(ctx, &controlpb.SnapshotSaveRequest{Local: local})
 	if err != nil {
 		return rpcErr("snapshot save", err)
 	}
