@@ -34,12 +34,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"connection", "reason"}),
 		backoff: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "scadad", Subsystem: "subscribe", Name: "backoff_seconds",
-			Help: "Current retry interval, by connection and instance.",
-		}, []string{"connection", "instance"}),
+			Help: "Current retry interval, by connection and site instance.",
+		}, []string{"connection", "site_instance"}),
 		confirmed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "scadad", Subsystem: "subscribe", Name: "confirmed",
-			Help: "1 when the instance's subscription on the connection is confirmed.",
-		}, []string{"connection", "instance"}),
+			Help: "1 when the site instance's subscription on the connection is confirmed.",
+		}, []string{"connection", "site_instance"}),
 		gatewayCalls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "scadad", Subsystem: "subscribe", Name: "gateway_calls_in_flight",
 			Help: "Coalesced gateway subscribe calls outstanding, by connection (at most 1).",
