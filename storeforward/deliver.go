@@ -126,6 +126,7 @@ func newHTTPClient() *http.Client {
 // Messages of a removed target stay in the buffer.
 func (d *Deliverer) SetTargets(targets []Target) error {
 	next := make(map[string]Target, len(targets))
+	names := make([]string, 0, len(targets))
 	for _, t := range targets {
 		t = t.withDefaults()
 		if err := t.validate(); err != nil {
@@ -135,7 +136,9 @@ func (d *Deliverer) SetTargets(targets []Target) error {
 			return fmt.Errorf("set targets: target %s listed twice", t.Name)
 		}
 		next[t.Name] = t
+		names = append(names, t.Name)
 	}
+	d.opts.Metrics.knowTargets(names)
 	d.mu.Lock()
 	d.targets = next
 	d.mu.Unlock()

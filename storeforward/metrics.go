@@ -89,6 +89,22 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 	return m, nil
 }
 
+// knowTargets starts each configured target's counters at 0, so a
+// dashboard shows them before the first message and rate() and increase()
+// see the first events (a counter series born at 1 shows no increase).
+func (m *Metrics) knowTargets(names []string) {
+	if m == nil {
+		return
+	}
+	for _, name := range names {
+		m.enqueued.WithLabelValues(name)
+		m.duplicates.WithLabelValues(name)
+		m.delivered.WithLabelValues(name)
+		m.deliveryErrors.WithLabelValues(name)
+		m.parkedTotal.WithLabelValues(name)
+	}
+}
+
 func (m *Metrics) observeEnqueueBatch(n int) {
 	if m != nil {
 		m.enqueueBatch.Observe(float64(n))

@@ -36,6 +36,12 @@ func TestMetrics(t *testing.T) {
 	if err := d.SetTargets([]Target{fastTarget("up", s.srv.URL)}); err != nil {
 		t.Fatal(err)
 	}
+	// A configured target's counters are there at 0 before any message.
+	for _, name := range []string{"scadad_sf_enqueued_total", "scadad_sf_delivered_total", "scadad_sf_delivery_errors_total", "scadad_sf_parked_total"} {
+		if got := gathered(t, reg, name, "up"); got != 0 {
+			t.Errorf("%s{target=\"up\"} = %v before any message, want 0 (-1: absent)", name, got)
+		}
+	}
 	for _, id := range []string{"a", "b", "a"} {
 		if _, err := e.Enqueue(context.Background(), "up", []byte("x"), id, nil); err != nil {
 			t.Fatal(err)
