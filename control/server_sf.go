@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/role"
 )
 
 // SFEnqueue stores one message; it answers once the message is committed.
@@ -22,6 +24,10 @@ func (s *Server) SFEnqueue(ctx context.Context, req *controlpb.SFEnqueueRequest)
 	}
 	return &controlpb.SFEnqueueResponse{Id: id, Duplicate: dup}, nil
 }
+
+// readLeaderWait is how long a read that prefers the Active's answer waits
+// for one to be known (an election) before answering from this node.
+const readLeaderWait = time.Second
 
 // maxStreamInFlight bounds the messages of one SFEnqueueStream submitted
 // and not yet answered; a producer that sends faster waits.
@@ -78,13 +84,45 @@ func refusal(id string, err error) func(context.Context) (string, bool, error) {
 	return func(context.Context) (string, bool, error) { return id, false, err }
 }
 
-// SFStats reports per-target buffer figures.
-func (s *Server) SFStats(ctx context.Context, _ *controlpb.SFStatsRequest) (*controlpb.SFStatsResponse, error) {
+// SFStats reports per-target buffer figures. Only the Active delivers, so
+// only it knows the delivery rate and the last error: a Standby that
+// answered from its own replica would show a failing target as quiet, so it
+// asks the Active. Without an Active to ask (or when the request says
+// local) the answer is this node's replica, marked not live unless this
+// node is the Active.
+func (s *Server) SFStats(ctx context.Context, req *controlpb.SFStatsRequest) (*controlpb.SFStatsResponse, error) {
+	if !req.Local {
+		resp, err := s.activeSFStats(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		s.Log.Info().Err(err).Msg("sf stats: no Active to ask; answering from this node's replica")
+	}
+	return s.localSFStats(ctx)
+}
+
+// activeSFStats answers as the Active or asks it, waiting at most
+// readLeaderWait for one to be known.
+func (s *Server) activeSFStats(ctx context.Context, req *controlpb.SFStatsRequest) (*controlpb.SFStatsResponse, error) {
+	find, cancel := context.WithTimeout(ctx, readLeaderWait)
+	c, _, err := s.leaderOr(find)
+	cancel()
+	switch {
+	case err != nil:
+		return nil, err
+	case c == nil:
+		return s.localSFStats(ctx)
+	default:
+		return c.SFStats(forwardContext(ctx), req)
+	}
+}
+
+func (s *Server) localSFStats(ctx context.Context) (*controlpb.SFStatsResponse, error) {
 	t, err := s.SF.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &controlpb.SFStatsResponse{Targets: t}, nil
+	return &controlpb.SFStatsResponse{Targets: t, Node: s.NodeID, Live: s.Roles.Current().Role == role.Active}, nil
 }
 
 // SFList lists pending or parked messages.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,4 +295,42 @@ func TestSFFollowerDownForBurstThenAllNodesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDelivered(t, sink, acked, 60*time.Second)
+}
+
+// TestSFStatsThroughTheStandby: only the Active delivers, so `sf stats`
+// answered by the Standby must still show the failing target's last error
+// (the Standby asks the Active). With no Active left the Standby answers
+// from its replica and says so; --local asks for the replica on purpose.
+func TestSFStatsThroughTheStandby(t *testing.T) {
+	c, _, active := sfSetupPending(t)
+	if !enqueue(active, "sink", "stats-1", []byte("x")) {
+		t.Fatal("enqueue not acknowledged")
+	}
+	standby := follower(c, active)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitFor(t, 20*time.Second, "the Standby's sf stats showing the Active's last error", func() bool {
+		var stats []*controlpb.SFTargetStats
+		if err := c.CtlJSON(ctx, []*testcluster.Node{standby}, &stats, "sf", "stats"); err != nil {
+			return false
+		}
+		return len(stats) == 1 && stats[0].Pending == 1 && strings.Contains(stats[0].LastError, "503")
+	})
+	var local []*controlpb.SFTargetStats
+	if err := c.CtlJSON(ctx, []*testcluster.Node{standby}, &local, "sf", "stats", "--local"); err != nil {
+		t.Fatal(err)
+	}
+	if len(local) != 1 || local[0].Pending != 1 || local[0].LastError != "" {
+		t.Fatalf("sf stats --local on the Standby = %+v; want its replica's one pending message and no error (it does not deliver)", local)
+	}
+
+	for _, n := range c.Nodes {
+		if n != standby {
+			c.Kill(n)
+		}
+	}
+	out, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "sf", "stats")
+	if err != nil || code != 0 || !strings.Contains(out, "sink") || !strings.Contains(errs, "replica, not the Active's") {
+		t.Fatalf("sf stats with no Active: exit %d, %q, %q, %v; want the replica's figures, marked", code, out, errs, err)
+	}
 }

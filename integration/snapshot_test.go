@@ -71,7 +71,7 @@ func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 	for _, n := range dst.Nodes {
 		waitFor(t, 20*time.Second, n.ID+" has the restored state", func() bool {
 			var stats []*controlpb.SFTargetStats
-			if err := dst.CtlJSON(ctx, []*testcluster.Node{n}, &stats, "sf", "stats"); err != nil {
+			if err := dst.CtlJSON(ctx, []*testcluster.Node{n}, &stats, "sf", "stats", "--local"); err != nil {
 				return false
 			}
 			return len(stats) == 1 && stats[0].Target == "sink" && stats[0].Pending == 50

@@ -2228,7 +2228,10 @@ func (x *SFEnqueueStreamResponse) GetError() string {
 }
 
 type SFStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node's own replica, without asking the Active (no delivery
+	// rate or last error unless it is the Active).
+	Local         bool `protobuf:"varint,1,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2261,6 +2264,13 @@ func (x *SFStatsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SFStatsRequest.ProtoReflect.Descriptor instead.
 func (*SFStatsRequest) Descriptor() ([]byte, []int) {
 	return file_controlpb_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SFStatsRequest) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
 }
 
 type SFTargetStats struct {
@@ -2356,8 +2366,15 @@ func (x *SFTargetStats) GetDeliveredTotal() uint64 {
 }
 
 type SFStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Targets       []*SFTargetStats       `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Targets []*SFTargetStats       `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	// The node whose figures these are. A node that is not Active asks the
+	// Active, whose deliverer has the live figures.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// False when no Active could be asked: pending, parked and the totals come
+	// from the answering node's replica, and there is no delivery rate or last
+	// error.
+	Live          bool `protobuf:"varint,3,opt,name=live,proto3" json:"live,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2397,6 +2414,20 @@ func (x *SFStatsResponse) GetTargets() []*SFTargetStats {
 		return x.Targets
 	}
 	return nil
+}
+
+func (x *SFStatsResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SFStatsResponse) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
 }
 
 type SFListRequest struct {
@@ -2853,8 +2884,9 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x10\n" +
-	"\x0eSFStatsRequest\"\xf7\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"&\n" +
+	"\x0eSFStatsRequest\x12\x14\n" +
+	"\x05local\x18\x01 \x01(\bR\x05local\"\xf7\x01\n" +
 	"\rSFTargetStats\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x04R\apending\x12\x16\n" +
@@ -2863,9 +2895,11 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x11delivered_per_sec\x18\x05 \x01(\x01R\x0fdeliveredPerSec\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x06 \x01(\tR\tlastError\x12'\n" +
-	"\x0fdelivered_total\x18\a \x01(\x04R\x0edeliveredTotal\"M\n" +
+	"\x0fdelivered_total\x18\a \x01(\x04R\x0edeliveredTotal\"u\n" +
 	"\x0fSFStatsResponse\x12:\n" +
-	"\atargets\x18\x01 \x03(\v2 .scadad.control.v1.SFTargetStatsR\atargets\"U\n" +
+	"\atargets\x18\x01 \x03(\v2 .scadad.control.v1.SFTargetStatsR\atargets\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04live\x18\x03 \x01(\bR\x04live\"U\n" +
 	"\rSFListRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
 	"\x06parked\x18\x02 \x01(\bR\x06parked\x12\x14\n" +

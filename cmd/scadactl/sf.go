@@ -14,7 +14,7 @@ import (
 
 func runSF(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
-		return usagef("sf stats | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]")
+		return usagef("sf stats [--local] | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]")
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("sf "+sub, flag.ContinueOnError)
@@ -24,6 +24,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 	limit := fs.Int("limit", 100, "list at most this many messages")
 	id := fs.String("id", "", "enqueue: idempotency key (generated when empty)")
 	data := fs.String("data", "", "enqueue: payload (default: read standard input)")
+	local := fs.Bool("local", false, "stats: the answering node's own replica instead of the Active's figures")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -35,9 +36,12 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 	defer done()
 	switch sub {
 	case "stats":
-		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{})
+		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{Local: *local})
 		if err != nil {
 			return rpcErr("sf stats", err)
+		}
+		if !resp.Live && resp.Node != "" {
+			fmt.Fprintf(g.stderr, "scadactl: figures from %s's replica, not the Active's: delivery rate and last error unknown\n", resp.Node)
 		}
 		return g.printOut(resp.Targets, func(w *tabwriter.Writer) {
 			fmt.Fprintf(w, "TARGET\tPENDING\tPARKED\tOLDEST AGE\tDELIVERED/S\tDELIVERED\tLAST ERROR\n")
