@@ -19,6 +19,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/numeric"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 )
@@ -551,33 +552,15 @@ func plainValue(v any) (gateway.Value, bool) {
 	switch x := v.(type) {
 	case nil:
 		return nil, true
-	case bool:
-		return x, true
-	case string:
-		return x, true
-	case float64:
+	case bool, string, float64:
 		return x, true
 	case float32:
 		return float64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint64:
-		if x > 1<<63-1 {
-			return nil, false
-		}
-		return int64(x), true
 	}
-	return nil, false
+	// Integer kinds, within int64's range (floats were taken above).
+	i, ok := numeric.Int(v)
+	if !ok {
+		return nil, false
+	}
+	return i, true
 }

@@ -376,7 +376,8 @@ func TestQualityAndValueMapping(t *testing.T) {
 		in   any
 		want gateway.Value
 		ok   bool
-	}{{float32(1.5), 1.5, true}, {int16(-3), int64(-3), true}, {uint32(7), int64(7), true}, {"s", "s", true}, {[]byte("b"), nil, false}, {uint64(1 << 63), nil, false}} {
+	}{{float32(1.5), 1.5, true}, {int16(-3), int64(-3), true}, {uint32(7), int64(7), true}, {"s", "s", true}, {[]byte("b"), nil, false}, {uint64(1 << 63), nil, false},
+		{2.5, 2.5, true}, {true, true, true}, {nil, nil, true}, {int64(-1 << 63), int64(-1 << 63), true}, {time.Time{}, nil, false}} {
 		got, ok := plainValue(tt.in)
 		if ok != tt.ok || got != tt.want {
 			t.Errorf("plainValue(%T %v) = %v %v, want %v %v", tt.in, tt.in, got, ok, tt.want, tt.ok)
