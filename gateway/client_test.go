@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
+	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/role"
 )
 
@@ -416,30 +417,7 @@ func TestUnreachableGatewayReadsNotGood(t *testing.T) {
 	// A gateway that never answers must read 0, not be absent: an alert on
 	// connection_good == 0 would otherwise never fire for it.
 	waitFor(t, "connection_good 0 for the unreachable gateway", func() bool {
-		v, ok := gaugeValue(t, reg, "scadad_gateway_connection_good", "dead")
-		return ok && v == 0
+		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "dead")
+		return err == nil && ok && v == 0
 	})
-}
-
-// gaugeValue is the gauge name's value for the series with a label of
-// value label; ok is false when there is no such series.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label string) (v float64, ok bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
 }

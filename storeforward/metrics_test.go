@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/promtest"
 )
 
 func TestMetrics(t *testing.T) {
@@ -83,39 +85,17 @@ func TestMetrics(t *testing.T) {
 }
 
 // gathered returns the value of the metric name whose label (target,
-// rule or reason) has the value label (a counter or gauge value, or a
-// histogram's sample count); "" takes the first.
+// rule or reason) has the value label, -1 when there is no such series.
 func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, ok, err := promtest.Value(reg, name, label)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					match = true
-				}
-			}
-			if !match {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
+	if !ok {
+		return -1
 	}
-	return -1
+	return v
 }
 
 // Every drop reason is there from the start at 0: a counter series born at

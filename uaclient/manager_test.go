@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -447,20 +448,7 @@ func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
 	// A connection that never comes up must read 0, not be absent: an
 	// alert on connected == 0 would otherwise never fire for it.
 	waitFor(t, "connected 0 for the unreachable upstream", func() bool {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "scadad_opcua_client_connected" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "dead" && m.GetGauge().GetValue() == 0 {
-					return true
-				}
-			}
-		}
-		return false
+		v, ok, err := promtest.Value(reg, "scadad_opcua_client_connected", "dead")
+		return err == nil && ok && v == 0
 	})
 }
