@@ -299,3 +299,17 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 		t.Error("no apply was timed on the Active after a deploy")
 	}
 }
+
+// TestSoleVoterStopsWithoutAHandOver: a one-voter site (scadad --dev, a
+// strict single node) has no one to hand the Active role to on a planned
+// stop, and says so instead of warning that a hand-over failed.
+func TestSoleVoterStopsWithoutAHandOver(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, Witness: false, LogLevel: "info"})
+	start(t, c)
+	n := waitOneActive(t, c, 20*time.Second)
+	c.Stop(n)
+	logs := n.LogTail(50)
+	if !strings.Contains(logs, "sole voter: no other node to hand the Active role to") || strings.Contains(logs, "leadership transfer before shutdown failed") {
+		t.Fatalf("log of a sole voter's stop:\n%s\nwant the sole-voter line and no failed hand-over", logs)
+	}
+}

@@ -253,8 +253,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	log.Info().Msg("shutting down")
 	// A planned stop of the Active node hands the role over first, so the
-	// standby takes over at once instead of after an election timeout.
-	if roles.Current().Role == role.Active {
+	// standby takes over at once instead of after an election timeout. A
+	// sole voter has no one to hand it to.
+	if st := roles.Current(); st.Role == role.Active && st.Voters == 1 {
+		log.Info().Msg("sole voter: no other node to hand the Active role to")
+	} else if st.Role == role.Active {
 		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
 		if err := node.LeadershipTransfer(tctx, ""); err != nil {
 			log.Warn().Err(err).Msg("leadership transfer before shutdown failed; the peer will elect itself")
