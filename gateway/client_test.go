@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
 	"github.com/scadad/scadad/internal/promtest"
+	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/role"
 )
 
@@ -394,12 +394,10 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 func TestUnreachableGatewayReadsNotGood(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, err := testcluster.DeadAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.Addr().String()
-	l.Close()
 	reg := prometheus.NewRegistry()
 	m, err := gateway.NewMetrics(reg)
 	if err != nil {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -37,12 +36,10 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	noUpstream, err := testcluster.DeadAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	noUpstream := l.Addr().String()
-	l.Close()
 	site := string(testcluster.SiteConfigGateway("alerts", sim.Addr, map[string]string{"up": sink.URL, "down": "http://127.0.0.1:9/x"}, 1000))
 	site = strings.Replace(site, "instances:\n", `  - name: plc
     kind: opcua

@@ -433,12 +433,10 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 }
 
 func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, err := testcluster.DeadAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.Addr().String()
-	l.Close()
 	reg := prometheus.NewRegistry()
 	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 1}})
 	conn := Connection{Name: "dead", Endpoint: "opc.tcp://" + dead, Client: opcua.ClientOptions{Timeout: time.Second},

@@ -106,6 +106,17 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// DeadAddr is a loopback host:port nothing listens on, for a test of a peer
+// that never answers: a free port from below the ephemeral range (FreePorts),
+// so no outgoing connection takes it meanwhile.
+func DeadAddr() (string, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0]), nil
+}
+
 // ephemeralLow is the lowest port the kernel hands out for outgoing
 // connections (32768 when it cannot be read).
 func ephemeralLow() int {
