@@ -3,6 +3,8 @@ package subscribe
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +50,7 @@ func (f *fakeSub) call(i int) *fakeCall {
 }
 
 type workerRig struct {
+	reg   *prometheus.Registry
 	clock *fakeClock
 	sub   *fakeSub
 	w     *Worker
@@ -61,7 +64,7 @@ func startWorker(t *testing.T, p RetryPolicy) *workerRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &workerRig{clock: newFakeClock(), sub: &fakeSub{}}
+	r := &workerRig{reg: reg, clock: newFakeClock(), sub: &fakeSub{}}
 	r.w = NewWorker(r.sub, WorkerOptions{Connection: "conn-1", Instance: "Z28061", Policy: p,
 		Clock: r.clock, Rand: noJitter, Logger: zerolog.Nop(), Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -146,6 +149,11 @@ func TestWorkerFailureBacksOffAndSuccessStops(t *testing.T) {
 	if !st.Confirmed || st.Interval != fast.Floor {
 		t.Fatalf("after success %+v, want confirmed at the floor", st)
 	}
+	// The site instance is the label site_instance: "instance" is the
+	// scrape target's label in Prometheus (the alert rules rely on this).
+	if got := confirmedSeries(t, r.reg); got != "connection=conn-1,site_instance=Z28061 1" {
+		t.Fatalf("scadad_subscribe_confirmed = %q, want connection=conn-1,site_instance=Z28061 1", got)
+	}
 	if r.clock.pending() != 0 {
 		t.Fatalf("%d watchdogs armed after success", r.clock.pending())
 	}
@@ -188,4 +196,28 @@ func TestWorkerStopCancelsAttempt(t *testing.T) {
 	if r.sub.call(0).ctx.Err() == nil {
 		t.Fatal("attempt still live after the worker stopped")
 	}
+}
+
+// confirmedSeries renders the scadad_subscribe_confirmed series as
+// "name=value,... value", one per line.
+func confirmedSeries(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, mf := range mfs {
+		if mf.GetName() != "scadad_subscribe_confirmed" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			lines = append(lines, fmt.Sprintf("%s %g", strings.Join(labels, ","), m.GetGauge().GetValue()))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
