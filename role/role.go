@@ -21,6 +21,13 @@ const (
 	Active
 )
 
+// ReadsField reports whether a node in role r keeps its field sessions
+// open (gateway subscriptions, OPC UA client sessions): the Active always,
+// the Standby too in hot-standby mode so it takes over with live values.
+func (r Role) ReadsField(hotStandby bool) bool {
+	return r == Active || (hotStandby && r == Standby)
+}
+
 func (r Role) String() string {
 	switch r {
 	case Detached:

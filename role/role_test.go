@@ -42,3 +42,21 @@ func TestBroadcasterCoalescesToNewest(t *testing.T) {
 		t.Fatalf("Current = %v, want active", b.Current().Role)
 	}
 }
+
+func TestReadsField(t *testing.T) {
+	tests := []struct {
+		r    Role
+		hot  bool
+		want bool
+	}{
+		{Active, false, true}, {Active, true, true},
+		{Standby, false, false}, {Standby, true, true},
+		{Witness, false, false}, {Witness, true, false},
+		{Detached, false, false}, {Detached, true, false},
+	}
+	for _, tt := range tests {
+		if got := tt.r.ReadsField(tt.hot); got != tt.want {
+			t.Errorf("%v.ReadsField(hot standby %v) = %v, want %v", tt.r, tt.hot, got, tt.want)
+		}
+	}
+}

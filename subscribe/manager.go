@@ -203,7 +203,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// on as well as the manager's options.
 		hot := m.opts.HotStandby || want.HotStandby
 		was := allowed
-		allowed = last.Role == role.Active || (hot && last.Role == role.Standby)
+		allowed = last.Role.ReadsField(hot)
 		if was != allowed {
 			m.log.Info().Str("role", last.Role.String()).Str("epoch", last.Epoch.String()).Bool("hot_standby", hot).Bool("workers", allowed).Msg("subscribe workers follow the role")
 		}

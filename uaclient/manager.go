@@ -127,7 +127,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		want := m.desired
 		m.mu.Unlock()
 		was := allowed
-		allowed = last.Role == role.Active || (want.HotStandby && last.Role == role.Standby)
+		allowed = last.Role.ReadsField(want.HotStandby)
 		if was != allowed && len(want.Connections) > 0 {
 			m.log.Info().Str("role", last.Role.String()).Bool("hot_standby", want.HotStandby).Bool("sessions", allowed).Msg("opc ua client sessions follow the role")
 		}
