@@ -53,7 +53,8 @@ type Manager struct {
 	desired Config
 	kick    chan struct{}
 
-	// Owned by Run; connsMu guards conns for readers outside Run (Route).
+	// Owned by Run; connsMu guards conns for readers outside Run (Route,
+	// Status).
 	connsMu sync.RWMutex
 	conns   map[string]*connection
 	workers map[string]*workerHandle
@@ -167,11 +168,18 @@ func (m *Manager) Route(instance, attribute string) (TagWriter, string, error) {
 // and connection.
 func (m *Manager) Status() []WorkerStatus {
 	m.statusMu.Lock()
-	defer m.statusMu.Unlock()
 	out := make([]WorkerStatus, 0, len(m.status))
 	for _, w := range m.status {
 		out = append(out, w.Status())
 	}
+	m.statusMu.Unlock()
+	m.connsMu.RLock()
+	for i := range out {
+		if c := m.conns[out[i].Connection]; c != nil {
+			out[i].Endpoint = c.cfg.Endpoint
+		}
+	}
+	m.connsMu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Instance != out[j].Instance {
 			return out[i].Instance < out[j].Instance

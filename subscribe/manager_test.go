@@ -200,6 +200,9 @@ func TestManagerPartialSuccessKeepsGoodTags(t *testing.T) {
 		return ok && q == gateway.QualityBadConfigError
 	})
 	waitFor(t, "confirmed", func() bool { st := r.m.Status(); return len(st) == 1 && st[0].Confirmed })
+	if st := r.m.Status(); st[0].Endpoint != r.cfg.Connections[0].Endpoint {
+		t.Errorf("status endpoint = %q, want the connection's %q", st[0].Endpoint, r.cfg.Connections[0].Endpoint)
+	}
 	if n := r.sim.Stats().Commands[gateway.KindSubscribeBulk]; n != 1 {
 		t.Errorf("SubscribeBulk = %d, want 1 (a rejected tag is not retried)", n)
 	}

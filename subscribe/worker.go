@@ -33,6 +33,7 @@ type WorkerOptions struct {
 // WorkerStatus is a snapshot of a worker for status pages and tests.
 type WorkerStatus struct {
 	Connection string
+	Endpoint   string // the connection's gateway (filled in by Manager.Status)
 	Instance   string
 	Confirmed  bool
 	InFlight   bool

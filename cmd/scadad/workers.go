@@ -85,7 +85,6 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
-			conns.setSite(u.Site)
 			if err := mgr.Apply(subscribeConfig(u.Site)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
 			}
@@ -123,34 +122,22 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 type dataConnections struct {
 	gateways *subscribe.Manager
 	upstream *uaclient.Manager
-
-	mu        sync.Mutex
-	endpoints map[string]string // gateway connection name → endpoint
-}
-
-func (d *dataConnections) setSite(s *siteconfig.Site) {
-	eps := map[string]string{}
-	for _, c := range s.Connections {
-		if c.MxAccess != nil {
-			eps[c.Name] = c.MxAccess.Endpoint
-		}
-	}
-	d.mu.Lock()
-	d.endpoints = eps
-	d.mu.Unlock()
 }
 
 // Status lists the gateway connections with running workers (up when
 // every instance's subscription is confirmed) and the OPC UA client
 // connections with a session, by kind and name.
 func (d *dataConnections) Status() []*controlpb.DataConnectionStatus {
-	type tally struct{ workers, confirmed int }
+	type tally struct {
+		endpoint           string
+		workers, confirmed int
+	}
 	byConn := map[string]*tally{}
 	var names []string
 	for _, w := range d.gateways.Status() {
 		t := byConn[w.Connection]
 		if t == nil {
-			t = &tally{}
+			t = &tally{endpoint: w.Endpoint}
 			byConn[w.Connection] = t
 			names = append(names, w.Connection)
 		}
@@ -160,14 +147,11 @@ func (d *dataConnections) Status() []*controlpb.DataConnectionStatus {
 		}
 	}
 	sort.Strings(names)
-	d.mu.Lock()
-	eps := d.endpoints
-	d.mu.Unlock()
 	var out []*controlpb.DataConnectionStatus
 	for _, n := range names {
 		t := byConn[n]
 		out = append(out, &controlpb.DataConnectionStatus{
-			Name: n, Kind: string(siteconfig.KindMxAccess), Endpoint: eps[n], Up: t.confirmed == t.workers,
+			Name: n, Kind: string(siteconfig.KindMxAccess), Endpoint: t.endpoint, Up: t.confirmed == t.workers,
 			Detail: fmt.Sprintf("%d/%d instances subscribed", t.confirmed, t.workers),
 		})
 	}
