@@ -38,6 +38,17 @@ func (o ClientOptions) timeout() time.Duration {
 	return o.Timeout
 }
 
+// Close ends c's session and closes its connection within the options'
+// timeout. gopcua's Close sends CloseSession and then reports Closed on the
+// client's state channel, waiting on its context for room there; with a
+// context that never ends, a channel nobody drains any more would hold the
+// caller (and the reconnect loop behind it) for good.
+func (o ClientOptions) Close(c *gopcua.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
+	defer cancel()
+	_ = c.Close(ctx) // the connection is gone either way; there is nothing to do about an error
+}
+
 // dial connects a client to endpoint. Secure channels need the server's
 // certificate and the user-token policy, so those first ask GetEndpoints.
 func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {
@@ -92,7 +103,7 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 		return nil, fmt.Errorf("client for %s: %w", endpoint, err)
 	}
 	if err := c.Connect(ctx); err != nil {
-		c.Close(context.Background())
+		o.Close(c)
 		return nil, fmt.Errorf("connect %s: %w", endpoint, err)
 	}
 	return c, nil
@@ -151,7 +162,7 @@ func ReadServiceLevel(ctx context.Context, endpoint string, o ClientOptions) (by
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close(context.Background())
+	defer o.Close(c)
 	lvl, err := readLevel(ctx, c)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", endpoint, err)
@@ -273,7 +284,7 @@ func (w *watcher) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.Background())
+	defer w.opts.Close(c)
 	notes := make(chan *gopcua.PublishNotificationData, 16)
 	sub, err := c.Subscribe(ctx, &gopcua.SubscriptionParameters{Interval: 100 * time.Millisecond, MaxKeepAliveCount: 5, LifetimeCount: 50}, notes)
 	if err != nil {

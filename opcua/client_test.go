@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	gopcua "github.com/gopcua/opcua"
+
 	"github.com/scadad/scadad/role"
 )
 
@@ -242,4 +244,30 @@ func events(s string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// TestCloseIsBounded: gopcua reports Closed on the client's state channel
+// and waits on Close's context for room there; a channel its owner no
+// longer drains must not hold the closer for good.
+func TestCloseIsBounded(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	opts := ClientOptions{Timeout: 300 * time.Millisecond}
+	// Room for Connecting and Connected only: Closed finds it full.
+	states := make(chan gopcua.ConnState, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, ts.Endpoint(), opts, gopcua.StateChangedCh(states))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	closed := make(chan struct{})
+	go func() { opts.Close(c); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still blocked 10 s after a 300 ms bound")
+	}
+	if got := len(states); got != 2 {
+		t.Fatalf("state channel holds %d states, want the 2 of connecting", got)
+	}
 }

@@ -358,7 +358,7 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer c.Close(context.Background())
+	defer s.cfg.Client.Close(c)
 
 	interval := s.cfg.PublishingInterval
 	keepAliveCount := uint32(max(1, keepAlive/interval))
