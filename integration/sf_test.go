@@ -334,3 +334,61 @@ func TestSFStatsThroughTheStandby(t *testing.T) {
 		t.Fatalf("sf stats with no Active: exit %d, %q, %q, %v; want the replica's figures, marked", code, out, errs, err)
 	}
 }
+
+// TestSFOperatorWritesShowOnTheStandbyAtOnce: a discard or retry sent to
+// the Standby is committed by the Active; the Standby's own `sf list` right
+// after the answer must already show it (read your writes), not the parked
+// message the operator just removed.
+func TestSFOperatorWritesShowOnTheStandbyAtOnce(t *testing.T) {
+	c, sink := sfSetup(t, 1)
+	active := waitOneActive(t, c, 10*time.Second)
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	for i := 0; i < n; i++ {
+		if id := fmt.Sprintf("seen-%d", i); !enqueue(active, "sink", id, []byte(id)) {
+			t.Fatalf("enqueue %s not acknowledged", id)
+		}
+	}
+	standby := follower(c, active)
+	cli := nodeClient(t, c, "operator", standby)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	parked := func() map[string]bool {
+		resp, err := cli.SFList(ctx, &controlpb.SFListRequest{Target: "sink", Parked: true, Limit: 1000})
+		if err != nil {
+			t.Fatalf("sf list --parked on the Standby: %v", err)
+		}
+		ids := map[string]bool{}
+		for _, m := range resp.Messages {
+			ids[m.Id] = true
+		}
+		return ids
+	}
+	waitFor(t, 30*time.Second, "all messages parked after one attempt, on the Standby's replica", func() bool {
+		return len(parked()) == n
+	})
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("seen-%d", i)
+		sel := &controlpb.SFSelectRequest{Ids: []string{id}}
+		what := "discard"
+		var resp *controlpb.SFSelectResponse
+		var err error
+		if i%2 == 0 {
+			resp, err = cli.SFDiscard(ctx, sel)
+		} else {
+			what = "retry"
+			resp, err = cli.SFRetry(ctx, sel)
+		}
+		if err != nil || resp.Affected != 1 {
+			t.Fatalf("sf %s %s through the Standby: %v, %v", what, id, resp, err)
+		}
+		if parked()[id] {
+			t.Fatalf("the Standby still lists %s as parked right after it answered the %s", id, what)
+		}
+	}
+}

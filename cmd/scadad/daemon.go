@@ -139,7 +139,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	defer fwd.Close()
 
 	holder := siteconfig.NewHolder()
-	pusher := &deploy.Pusher{Proposer: fwd, State: state, Now: time.Now}
+	// An operator's write through the Standby shows in that node's own
+	// answers from the moment it is acknowledged.
+	seen := control.SeenLocally{Proposer: fwd, Applied: state}
+	pusher := &deploy.Pusher{Proposer: seen, State: state, Now: time.Now}
 	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger()}
 
 	srv := &control.Server{

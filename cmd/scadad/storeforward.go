@@ -73,7 +73,9 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 		enq.Close()
 		return nil
 	})
-	op, err := storeforward.NewOperator(storeforward.OperatorOptions{Reader: state, Proposer: fwd, Targets: deliverer, Live: deliverer, Actor: "operator@" + cfg.NodeID})
+	// Retry and discard through the Standby show in its `sf list` at once.
+	seen := control.SeenLocally{Proposer: fwd, Applied: state}
+	op, err := storeforward.NewOperator(storeforward.OperatorOptions{Reader: state, Proposer: seen, Targets: deliverer, Live: deliverer, Actor: "operator@" + cfg.NodeID})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward operator: %w", err)
 	}
