@@ -17,6 +17,9 @@ import (
 type WatchedState interface {
 	State
 	Changes() (<-chan uint64, func())
+	// Restores counts the snapshots that have replaced the state: after
+	// one, the deployed revision may stand below the one this node runs.
+	Restores() uint64
 }
 
 // Applier keeps one node's Holder on the deployed revision.
@@ -35,6 +38,9 @@ type Applier struct {
 	// lastFailure remembers the failure already reported for a revision so
 	// a stuck artifact is not re-acked on every FSM change.
 	lastFailure string
+	// restores is the State's restore count when the Holder last matched
+	// the deployed revision; a newer one allows going back.
+	restores uint64
 }
 
 // Run applies the current revision and every later one until ctx ends.
@@ -71,12 +77,17 @@ func (a *Applier) Step(ctx context.Context) {
 		a.Log.Error().Err(err).Str("target", a.Target).Msg("cannot read the deployment pointer; keeping the current configuration")
 		return
 	}
+	restores := a.State.Restores()
 	_, have := a.Holder.Current()
-	if uint64(have) == d.Revision {
+	if uint64(have) == d.Revision && restores == a.restores {
 		a.ack(ctx, d, true, "")
 		return
 	}
-	if err := a.load(d); err != nil {
+	// After a restore the deployment is the backup's, which may be older
+	// than (or other than, at the same number) the revision running here:
+	// the restored state is the one the operator asked for.
+	rewind := restores != a.restores
+	if err := a.load(d, rewind); err != nil {
 		reason := err.Error()
 		if reason != a.lastFailure {
 			_, kept := a.Holder.Current()
@@ -86,17 +97,24 @@ func (a *Applier) Step(ctx context.Context) {
 		a.ack(ctx, d, false, reason)
 		return
 	}
-	a.lastFailure = ""
+	a.lastFailure, a.restores = "", restores
+	if rewind && d.Revision <= uint64(have) {
+		a.Log.Warn().Uint64("revision", d.Revision).Uint64("was_revision", uint64(have)).Str("sha256", d.SHA256).Msg("site config of the restored state applied in place of the newer one running")
+	}
 	a.Log.Info().Uint64("revision", d.Revision).Str("sha256", d.SHA256).Msg("site config applied")
 	a.ack(ctx, d, true, "")
 }
 
-func (a *Applier) load(d fsm.Deployment) error {
+func (a *Applier) load(d fsm.Deployment, rewind bool) error {
 	artifact, err := a.State.Artifact(d.SHA256)
 	if err != nil {
 		return fmt.Errorf("read artifact %.12s of revision %d: %w", d.SHA256, d.Revision, err)
 	}
-	if err := a.Holder.SetArtifact(artifact, siteconfig.Revision(d.Revision)); err != nil {
+	set := a.Holder.SetArtifact
+	if rewind {
+		set = a.Holder.RewindArtifact
+	}
+	if err := set(artifact, siteconfig.Revision(d.Revision)); err != nil {
 		return fmt.Errorf("revision %d: %w", d.Revision, err)
 	}
 	return nil

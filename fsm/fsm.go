@@ -108,6 +108,8 @@ type FSM struct {
 
 	meta  atomic.Pointer[Meta]
 	fatal atomic.Pointer[error]
+	// restores counts the snapshots swapped in since Open (see Restores).
+	restores atomic.Uint64
 
 	subsMu sync.Mutex
 	subs   map[chan uint64]struct{}
@@ -276,6 +278,13 @@ func (f *FSM) Err() error {
 	}
 	return nil
 }
+
+// Restores is how many times a snapshot has replaced the state since Open.
+// A reader that keeps a position in the state (a delivery cursor over the
+// pending sequence) must start over when it changes: a restored state's
+// counters can stand below positions the reader has passed, and what is
+// enqueued after the restore reuses them.
+func (f *FSM) Restores() uint64 { return f.restores.Load() }
 
 // Changes returns a channel that receives the applied index after every
 // applied batch and restore, coalesced (a slow reader sees only the newest),

@@ -448,6 +448,7 @@ func (f *FSM) swapIn(tmp string) error {
 		// The old state was reopened; nothing changed.
 		return fmt.Errorf("replace state file: %w", renameErr)
 	}
+	f.restores.Add(1)
 	f.notify(f.Meta().AppliedIndex)
 	return nil
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // Revision is the deploy revision a site was applied at; revisions only
-// grow. 0 means nothing has been applied.
+// grow, but for a restore of the whole replicated state from a backup
+// (Holder.Rewind). 0 means nothing has been applied.
 type Revision uint64
 
 // Update is one configuration a watcher receives: the site, its revision,
@@ -66,6 +67,18 @@ func (h *Holder) Current() (*Site, Revision) {
 // ErrStaleRevision. A nil or invalid site is rejected (a *ValidationError
 // for an invalid one) and changes nothing.
 func (h *Holder) Set(site *Site, rev Revision) error {
+	return h.set(site, rev, false)
+}
+
+// Rewind is Set for a revision at or below the current one: the replicated
+// state was restored from a backup, and the deployment it holds is the one
+// to run, although an older or other revision than the current one. It
+// validates and offers the site to the watchers like Set.
+func (h *Holder) Rewind(site *Site, rev Revision) error {
+	return h.set(site, rev, true)
+}
+
+func (h *Holder) set(site *Site, rev Revision, rewind bool) error {
 	if site == nil {
 		return fmt.Errorf("set site config revision %d: no site", rev)
 	}
@@ -81,7 +94,7 @@ func (h *Holder) Set(site *Site, rev Revision) error {
 	switch {
 	case rev == h.rev && Equal(own, h.site):
 		return nil // a replayed apply of what is already current
-	case rev <= h.rev:
+	case rev <= h.rev && !rewind:
 		return fmt.Errorf("set site config revision %d (current %d): %w", rev, h.rev, ErrStaleRevision)
 	}
 	prev := h.site
@@ -111,6 +124,15 @@ func (h *Holder) SetArtifact(artifact []byte, rev Revision) error {
 		return fmt.Errorf("apply site config revision %d: %w", rev, err)
 	}
 	return h.Set(site, rev)
+}
+
+// RewindArtifact parses an artifact and rewinds to it at rev (Rewind).
+func (h *Holder) RewindArtifact(artifact []byte, rev Revision) error {
+	site, err := Parse(artifact)
+	if err != nil {
+		return fmt.Errorf("apply site config revision %d: %w", rev, err)
+	}
+	return h.Rewind(site, rev)
 }
 
 // Watch returns a channel that receives the current configuration at once

@@ -272,3 +272,48 @@ func TestHolderConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestHolderRewind: after a restore of the replicated state the deployed
+// revision can be older than, or other at the same number than, the one
+// running; Rewind applies it and tells the watchers what changed. It still
+// refuses what Set refuses for any other reason.
+func TestHolderRewind(t *testing.T) {
+	h := NewHolder()
+	if err := h.Set(withAttribute("A", "B"), 5); err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := h.Watch()
+	defer stop()
+	receive(t, ch)
+
+	if err := h.Rewind(withAttribute("A"), 3); err != nil {
+		t.Fatalf("rewind to an older revision: %v", err)
+	}
+	u := receive(t, ch)
+	if s, rev := h.Current(); rev != 3 || !Equal(s, withAttribute("A")) || u.Revision != 3 || u.Changes.Empty() {
+		t.Fatalf("after rewind: revision %d, update at %d with changes %+v", rev, u.Revision, u.Changes)
+	}
+	if err := h.Rewind(withAttribute("C"), 3); err != nil {
+		t.Fatalf("rewind to other content at the same revision: %v", err)
+	}
+	receive(t, ch)
+	if err := h.Rewind(withAttribute("C"), 3); err != nil {
+		t.Fatalf("rewind to what is current: %v", err)
+	}
+	noUpdate(t, ch)
+	invalid := validSite()
+	invalid.Instances[0].Attributes[0].Tag = ""
+	for name, err := range map[string]error{
+		"invalid site":  h.Rewind(invalid, 2),
+		"revision zero": h.Rewind(validSite(), 0),
+		"nil site":      h.Rewind(nil, 2),
+	} {
+		if err == nil {
+			t.Errorf("rewind with %s accepted", name)
+		}
+	}
+	if s, rev := h.Current(); rev != 3 || !Equal(s, withAttribute("C")) {
+		t.Fatalf("refused rewinds changed the current site to revision %d", rev)
+	}
+	noUpdate(t, ch)
+}

@@ -409,8 +409,17 @@ func (w *worker) run() {
 		senders.Wait() // before the remover's final flush
 	}()
 	var cursor uint64 // pending seq of the last message handed to a sender
+	restores := w.d.opts.Reader.Restores()
 	readFailures := 0
 	for w.ctx.Err() == nil {
+		if r := w.d.opts.Reader.Restores(); r != restores {
+			// A restored state numbers what is enqueued from now on from
+			// its own counter, below the cursor: read it all again. A
+			// message handed over before the restore may go out twice,
+			// with the same Idempotency-Key.
+			w.log.Warn().Uint64("cursor", cursor).Msg("s&f state restored from a snapshot; delivery reads the target's queue from its head again")
+			cursor, restores = 0, r
+		}
 		msgs, err := w.d.opts.Reader.SFPending(w.cfg.Name, cursor, w.d.opts.ReadBatch)
 		if err != nil {
 			readFailures++

@@ -34,6 +34,9 @@ type Reader interface {
 	// Changes delivers the applied index after every applied batch,
 	// coalesced; it carries the current index at once.
 	Changes() (<-chan uint64, func())
+	// Restores counts the snapshots that have replaced the state; a
+	// delivery cursor is void once it moves.
+	Restores() uint64
 }
 
 // RoleSource is the role stream; *role.Broadcaster satisfies it.
