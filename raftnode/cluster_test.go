@@ -173,6 +173,44 @@ func TestLeadershipTransferToNamedNode(t *testing.T) {
 	}
 }
 
+// TestLeadershipTransferWithoutATarget: a planned failover with no target
+// moves the Active role to the other voter, every time. raft's own pick may
+// be the witness, which hands leadership straight back to whichever voter
+// it heard from last, often the one that just gave it away.
+func TestLeadershipTransferWithoutATarget(t *testing.T) {
+	t.Parallel()
+	// The witness first in the configuration (sorted by id): raft's pick
+	// takes the first of the voters furthest along, and the witness keeps
+	// up as well as any.
+	const witness = "0-witness"
+	h := newHarness(t, ModeWitness, []string{witness, "a", "b"}, witness)
+	for _, id := range []string{witness, "a", "b"} {
+		h.start(id)
+	}
+	active := h.waitOneActive(15 * time.Second)
+	handoffs := strings.Count(h.logs[witness].String(), "witness won an election")
+	for i := 0; i < 6; i++ {
+		want := "a"
+		if active == "a" {
+			want = "b"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := h.node(active).LeadershipTransfer(ctx, "")
+		cancel()
+		if err != nil {
+			t.Fatalf("transfer %d from %s: %v", i+1, active, err)
+		}
+		waitFor(t, 10*time.Second, "the other voter Active", func() (bool, string) {
+			r := h.roles()
+			return r[want].Role == role.Active && r[active].Role == role.Standby, stateString(r)
+		})
+		if n := strings.Count(h.logs[witness].String(), "witness won an election"); n != handoffs {
+			t.Fatalf("transfer %d from %s went to the witness", i+1, active)
+		}
+		active = want
+	}
+}
+
 func TestPairOverrideThenPeerRejoins(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")

@@ -107,8 +107,8 @@ func (n *Node) Barrier(ctx context.Context) error {
 	return n.mapErr(r, "barrier", wait(ctx, r.Barrier(opTimeout(ctx))))
 }
 
-// LeadershipTransfer hands leadership to the member called to, or to the
-// most up-to-date voter when to is empty.
+// LeadershipTransfer hands leadership to the member called to or, when to
+// is empty, to the other voter heard from most recently, never the witness.
 func (n *Node) LeadershipTransfer(ctx context.Context, to string) error {
 	r, err := n.raftOrErr()
 	if err != nil {
@@ -118,7 +118,15 @@ func (n *Node) LeadershipTransfer(ctx context.Context, to string) error {
 		return fmt.Errorf("leadership transfer: %w", n.notLeader(r))
 	}
 	if to == "" {
-		return n.mapErr(r, "leadership transfer", wait(ctx, r.LeadershipTransfer()))
+		// raft's own pick goes by replication index alone and may choose
+		// the witness, which hands leadership straight back: the Active
+		// would not move. Take the voter heard from most recently.
+		targets := n.handoffTargets(r)
+		if len(targets) == 0 {
+			return fmt.Errorf("leadership transfer: no other voter (the witness never keeps the Active role)")
+		}
+		to := targets[0]
+		return n.mapErr(r, "leadership transfer to "+string(to.ID), wait(ctx, r.LeadershipTransferToServer(to.ID, to.Address)))
 	}
 	for _, s := range r.GetConfiguration().Configuration().Servers {
 		if string(s.ID) != to {
