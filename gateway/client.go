@@ -68,6 +68,10 @@ type Config struct {
 	WriteUserID int32
 	// AdviseParallelism bounds the legacy per-item AdviseSupervisory pipeline.
 	AdviseParallelism int
+	// LegacySubscribe keeps to AddItemBulk plus per-item AdviseSupervisory
+	// even when the gateway advertises bulk-subscribe-supervisory (the site
+	// config's prefer_bulk_supervisory: false).
+	LegacySubscribe bool
 	// ProbeInterval is how often a Ping checks that the session's apartment
 	// answers; negative disables probing.
 	ProbeInterval time.Duration
@@ -278,7 +282,7 @@ func (c *Client) open(ctx context.Context) (*liveSession, error) {
 	for _, cp := range rep.GetCapabilities() {
 		s.caps[cp] = true
 	}
-	s.bulkSupervisory = s.caps[CapBulkSubscribeSupervisory]
+	s.bulkSupervisory = s.caps[CapBulkSubscribeSupervisory] && !c.cfg.LegacySubscribe
 	echoed := rep.GetDefaultCommandTimeout().AsDuration()
 	ev := c.log.Info()
 	if c.cfg.CommandTimeout > 0 && echoed != c.cfg.CommandTimeout {

@@ -148,17 +148,20 @@ func TestSubscribeNegotiatesBulkSupervisory(t *testing.T) {
 	tests := []struct {
 		name         string
 		caps         []string
+		legacy       bool
 		wantCommands map[string]int64
 	}{
-		{"capability present: one SubscribeBulk", sim.NewCapabilities(),
+		{"capability present: one SubscribeBulk", sim.NewCapabilities(), false,
 			map[string]int64{gateway.KindSubscribeBulk: 1}},
-		{"capability absent: legacy AddItemBulk + per-item AdviseSupervisory", sim.OldCapabilities(),
+		{"capability absent: legacy AddItemBulk + per-item AdviseSupervisory", sim.OldCapabilities(), false,
+			map[string]int64{gateway.KindAddItemBulk: 1, gateway.KindAdviseSupervisory: 21}},
+		{"capability present, bulk not preferred: legacy", sim.NewCapabilities(), true,
 			map[string]int64{gateway.KindAddItemBulk: 1, gateway.KindAdviseSupervisory: 21}},
 	}
 	var results [][]gateway.ItemResult
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := startRig(t, sim.Config{Capabilities: tt.caps, BadTagPrefix: "bad."}, gateway.Config{})
+			r := startRig(t, sim.Config{Capabilities: tt.caps, BadTagPrefix: "bad."}, gateway.Config{LegacySubscribe: tt.legacy})
 			got, err := r.client.SubscribeTags(context.Background(), input)
 			if err != nil {
 				t.Fatal(err)
@@ -200,7 +203,7 @@ func TestSubscribeNegotiatesBulkSupervisory(t *testing.T) {
 		})
 	}
 	// Handle bookkeeping is identical across both paths.
-	if len(results) == 2 {
+	if len(results) == len(tests) {
 		for i := range results[0] {
 			a, b := results[0][i], results[1][i]
 			if a.Tag != b.Tag || a.Handle != b.Handle || (a.Err == nil) != (b.Err == nil) {

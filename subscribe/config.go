@@ -32,6 +32,11 @@ type ConnectionOptions struct {
 	WriteUserID   int32
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
+	// Policy is the subscribe retry of this connection's workers; zero
+	// fields take the manager's (ManagerOptions.Policy).
+	Policy RetryPolicy
+	// LegacySubscribe never uses the bulk supervisory subscribe.
+	LegacySubscribe bool
 }
 
 // InstanceConfig is the attributes of one equipment instance that come

@@ -71,6 +71,7 @@ func (d GatewayDialer) Dial(cfg ConnectionConfig, events gateway.Handler) (Conn,
 		Name: cfg.Name, Endpoint: cfg.Endpoint,
 		CommandTimeout: cfg.Options.CommandTimeout, WriteUserID: cfg.Options.WriteUserID,
 		ProbeInterval: cfg.Options.ProbeInterval, ProbeTimeout: cfg.Options.ProbeTimeout,
+		LegacySubscribe: cfg.Options.LegacySubscribe,
 		Handler: events, Metrics: d.Metrics, Logger: d.Logger,
 	})
 	if err != nil {

@@ -286,6 +286,22 @@ func (m *Manager) reconcile(want Config) {
 	}
 }
 
+// policy is the subscribe retry of connection cc: its own, with the
+// manager's filling in what it leaves zero.
+func (m *Manager) policy(cc ConnectionConfig) RetryPolicy {
+	p := cc.Options.Policy
+	if p.Floor == 0 {
+		p.Floor = m.opts.Policy.Floor
+	}
+	if p.Max == 0 {
+		p.Max = m.opts.Policy.Max
+	}
+	if p.InFlightCeiling == 0 {
+		p.InFlightCeiling = m.opts.Policy.InFlightCeiling
+	}
+	return p
+}
+
 func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
 	c := &connection{cfg: cc, sink: m.opts.Sink, routes: map[int32]target{}, early: map[int32]gateway.DataChange{}, workers: map[string]*workerHandle{},
 		log: m.log.With().Str("connection", cc.Name).Logger()}
@@ -294,7 +310,7 @@ func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
 		return nil, err
 	}
 	c.conn = conn
-	c.co = &coalescer{conn: conn, name: cc.Name, timeout: m.opts.Policy.InFlightCeiling, metrics: m.metrics, log: c.log}
+	c.co = &coalescer{conn: conn, name: cc.Name, timeout: m.policy(cc).InFlightCeiling, metrics: m.metrics, log: c.log}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.done = make(chan struct{})
@@ -310,7 +326,7 @@ func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
 func (m *Manager) startWorker(c *connection, in InstanceConfig) {
 	life, endLife := context.WithCancel(context.Background())
 	sub := &tagSubscription{conn: c, inst: in, life: life, endLife: endLife, handles: map[string]int32{}, settled: map[string]bool{}}
-	w := NewWorker(sub, WorkerOptions{Connection: in.Connection, Instance: in.Name, Policy: m.opts.Policy,
+	w := NewWorker(sub, WorkerOptions{Connection: in.Connection, Instance: in.Name, Policy: m.policy(c.cfg),
 		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &workerHandle{inst: in, w: w, sub: sub, cancel: cancel, done: make(chan struct{})}

@@ -195,7 +195,11 @@ func subscribeConfig(s *siteconfig.Site) subscribe.Config {
 		}
 		out.Connections = append(out.Connections, subscribe.ConnectionConfig{
 			Name: c.Name, Endpoint: c.MxAccess.Endpoint,
-			Options: subscribe.ConnectionOptions{CommandTimeout: c.MxAccess.CommandTimeout, WriteUserID: int32(c.MxAccess.WriteUserID)},
+			Options: subscribe.ConnectionOptions{
+				CommandTimeout: c.MxAccess.CommandTimeout, WriteUserID: int32(c.MxAccess.WriteUserID),
+				Policy:          subscribe.RetryPolicy{Floor: c.MxAccess.BackoffFloor, Max: c.MxAccess.BackoffMax, InFlightCeiling: c.MxAccess.InFlightCeiling},
+				LegacySubscribe: !c.MxAccess.BulkSupervisory(),
+			},
 		})
 	}
 	// An instance whose attributes sit on several gateway connections
