@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -117,7 +118,16 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 			standby = n
 		}
 	}
-	deploySite(t, c, testcluster.SiteConfigGateway("ua", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	// A subscribe backoff floor far beyond every wait below: a worker that
+	// starts before its gateway session is open (each time a node becomes
+	// Active) must subscribe as soon as the session is good, not wait out
+	// the floor.
+	site := testcluster.SiteConfigGateway("ua", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	site = bytes.Replace(site, []byte("      endpoint: "+sim.Addr+"\n"), []byte("      endpoint: "+sim.Addr+"\n      backoff_floor: 60s\n      backoff_max: 120s\n"), 1)
+	if !bytes.Contains(site, []byte("backoff_floor: 60s")) {
+		t.Fatal("site config template changed: no mxaccess endpoint line to add the backoff to")
+	}
+	deploySite(t, c, site)
 
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240

@@ -127,20 +127,23 @@ func (g *Guard) Reply(now time.Time, id uint64, failed bool) Decision {
 	return Decision{Event: EventFailed, Age: age}
 }
 
-// ConnectionGood resets the backoff to the floor; an unconfirmed
-// subscription retries one floor interval from now instead of waiting out a
-// stretched interval.
+// ConnectionGood resets the backoff to the floor. An unconfirmed
+// subscription with no attempt in flight subscribes at once: its last
+// attempt most likely failed for want of the connection (a node that has
+// just become Active starts its workers before the gateway session is
+// open), and waiting out even the floor would leave the field data Bad for
+// seconds after a failover. An attempt in flight keeps the guard: the
+// in-flight rule alone stops a storm from stacking.
 func (g *Guard) ConnectionGood(now time.Time) Decision {
 	g.interval = g.policy.Floor
-	if g.confirmed {
+	switch {
+	case g.confirmed:
+		return Decision{Event: EventReset}
+	case g.inFlight != 0:
+		g.armInFlight(now)
 		return Decision{Event: EventReset}
 	}
-	if g.inFlight != 0 {
-		g.armInFlight(now)
-	} else {
-		g.due = now.Add(g.interval)
-	}
-	return Decision{Event: EventReset}
+	return g.send(now, Decision{Event: EventReset})
 }
 
 // Invalidate is called when the subscription is known to be gone (the

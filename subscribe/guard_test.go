@@ -188,12 +188,18 @@ func TestGuardConnectionGoodResets(t *testing.T) {
 	if g.Due().Sub(now) != 60*time.Second {
 		t.Fatalf("due in %v, want 60s", g.Due().Sub(now))
 	}
-	g.ConnectionGood(now)
-	if g.Due().Sub(now) != 5*time.Second {
-		t.Fatalf("after Good due in %v, want the 5s floor", g.Due().Sub(now))
+	good := g.ConnectionGood(now)
+	if good.Send == 0 || good.Event != EventReset {
+		t.Fatalf("Good after failures decided %+v; want a new attempt at once", good)
 	}
-	if r := g.Tick(g.Due()); r.Send == 0 {
-		t.Fatal("no retry at the floor after Good")
+	if g.Interval() != 5*time.Second {
+		t.Fatalf("after Good the interval is %v, want the 5s floor", g.Interval())
+	}
+	// The new attempt fails too: the next waits the floor, not 60 s.
+	now = now.Add(time.Second)
+	g.Reply(now, good.Send, true)
+	if want := now.Add(NextInterval(5*time.Second, 5*time.Second, 60*time.Second, noJitter())); !g.Due().Equal(want) {
+		t.Fatalf("after a failure following Good due at %v, want %v", g.Due().Sub(now), want.Sub(now))
 	}
 }
 

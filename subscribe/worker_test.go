@@ -175,9 +175,11 @@ func TestWorkerConnectionGoodResetsBackoff(t *testing.T) {
 	steps := r.w.Status().Steps
 	r.w.ConnectionGood()
 	waitFor(t, "reset", func() bool { return r.w.Status().Steps > steps })
-	r.idle(t)
-	r.step(t, 200*time.Millisecond)
-	waitFor(t, "prompt retry after Good", func() bool { return r.sub.n() == 6 })
+	// No clock step: the retry goes out at once.
+	waitFor(t, "retry at once after Good", func() bool { return r.sub.n() == 6 })
+	if iv := r.w.Status().Interval; iv != 200*time.Millisecond {
+		t.Fatalf("interval after Good = %v, want the 200ms floor", iv)
+	}
 }
 
 func TestWorkerInvalidateResubscribes(t *testing.T) {
