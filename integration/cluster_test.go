@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"io"
 	"net/http"
 	"os"
@@ -311,5 +314,65 @@ func TestSoleVoterStopsWithoutAHandOver(t *testing.T) {
 	logs := n.LogTail(50)
 	if !strings.Contains(logs, "sole voter: no other node to hand the Active role to") || strings.Contains(logs, "leadership transfer before shutdown failed") {
 		t.Fatalf("log of a sole voter's stop:\n%s\nwant the sole-voter line and no failed hand-over", logs)
+	}
+}
+
+// TestScadactlHelpAndFlagsAfterTheCommand: every command and subcommand
+// answers -h with its flags (exit 0); global flags such as --yes and
+// --output work after the command as before it; certs issue adds a
+// certificate the running cluster trusts.
+func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sf", "discard", "-h"}, "--all"},
+		{[]string{"sf", "enqueue", "--help"}, "--data"},
+		{[]string{"deploy", "push", "-h"}, "--expect-revision"},
+		{[]string{"sf", "-h"}, "retry ID...|--all --target T"},
+		{[]string{"status", "-h"}, "show the answering node"},
+		{[]string{"certs", "issue", "-h"}, "--overwrite"},
+	} {
+		out, errs, code, err := c.Ctl(ctx, nil, tc.args...)
+		if err != nil || code != 0 || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("scadactl %s: exit %d, %q %q, %v; want exit 0 showing %q", strings.Join(tc.args, " "), code, out, errs, err, tc.want)
+		}
+	}
+
+	var st controlpb.StatusResponse
+	out, errs, code, err := c.Ctl(ctx, nil, "status", "--output", "json")
+	if err != nil || code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.NodeId == "" {
+		t.Fatalf("status --output json: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	// --yes after the command answers the question; the id is unknown.
+	_, errs, code, err = c.Ctl(ctx, nil, "sf", "discard", "no-such-id", "--yes")
+	if err != nil || strings.Contains(errs, "not defined") || strings.Contains(errs, "not confirmed") {
+		t.Fatalf("sf discard ID --yes: exit %d, %q, %v; want the flag taken", code, errs, err)
+	}
+
+	out, errs, code, err = c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client")
+	if err != nil || code != 0 {
+		t.Fatalf("certs issue: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	conf, err := pki.LoadClientTLS(filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, "ops2.crt"), filepath.Join(c.Certs, "ops2.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(c.Nodes[0].APIAddr, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := controlpb.NewControlClient(conn).Status(ctx, &controlpb.StatusRequest{}); err != nil {
+		t.Fatalf("the running cluster refused the issued client certificate: %v", err)
+	}
+	if _, errs, code, _ := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client"); code == 0 || !strings.Contains(errs, "--overwrite") {
+		t.Fatalf("certs issue over an existing name: exit %d, %q; want a refusal naming --overwrite", code, errs)
 	}
 }

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto/ecdsa"
 	"errors"
 	"fmt"
 	"os"
@@ -52,7 +53,7 @@ func Init(dir string, site string, nodes []string, clients []string, validity ti
 	}
 	caCert := filepath.Join(dir, "ca.crt")
 	if _, err := os.Stat(caCert); err == nil && !o.overwrite {
-		return fmt.Errorf("init PKI in %s: %w (%s); pass overwrite to replace it", dir, ErrCAExists, caCert)
+		return fmt.Errorf("init PKI in %s: %w (%s); replacing it cuts every issued certificate off the site: pass --overwrite (WithOverwrite) if that is meant, or certs issue to add a certificate", dir, ErrCAExists, caCert)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("init PKI in %s: check %s: %w", dir, caCert, err)
 	}
@@ -136,4 +137,52 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// ErrLeafExists is returned by Issue when dir already holds a certificate
+// of that name and overwrite was not asked for.
+var ErrLeafExists = errors.New("certificate already exists")
+
+// Issue signs one more certificate with the site CA kept in dir (ca.crt and
+// ca.key, as Init writes them) and writes <name>.crt/<name>.key beside it:
+// a replacement node, a new operator. Its validity ends no later than the
+// CA's. An existing certificate of that name is replaced only with
+// overwrite.
+func Issue(dir, name string, usage Usage, validity time.Duration, overwrite bool, extraSANs ...string) error {
+	if validity <= 0 {
+		return fmt.Errorf("issue %q in %s: %w: validity %s must be positive", name, dir, ErrInvalidInput, validity)
+	}
+	if err := checkNames([]string{name}); err != nil {
+		return fmt.Errorf("issue %q in %s: %w", name, dir, err)
+	}
+	certPath := filepath.Join(dir, name+".crt")
+	if _, err := os.Stat(certPath); err == nil && !overwrite {
+		return fmt.Errorf("issue %q in %s: %w (%s); pass --overwrite to replace it", name, dir, ErrLeafExists, certPath)
+	}
+	caCert, err := readCert(filepath.Join(dir, "ca.crt"), "site CA certificate")
+	if err != nil {
+		return fmt.Errorf("issue %q: %w", name, err)
+	}
+	signer, err := readKey(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return fmt.Errorf("issue %q with the site CA: %w", name, err)
+	}
+	key, ok := signer.(*ecdsa.PrivateKey)
+	if !ok || !publicKeysEqual(key.Public(), caCert.PublicKey) {
+		return fmt.Errorf("issue %q: %w: ca.key in %s is not the key of ca.crt", name, ErrInvalidInput, dir)
+	}
+	now := time.Now()
+	if now.After(caCert.NotAfter) {
+		return fmt.Errorf("issue %q: %w: the site CA in %s expired %s", name, ErrInvalidInput, dir, caCert.NotAfter.Format(time.RFC3339))
+	}
+	notAfter := now.Add(validity)
+	if notAfter.After(caCert.NotAfter) {
+		notAfter = caCert.NotAfter
+	}
+	ca := &CA{Cert: caCert, Key: key}
+	leaf, err := ca.Issue(LeafSpec{Name: name, Usage: usage, NotAfter: notAfter, ExtraSANs: extraSANs})
+	if err != nil {
+		return fmt.Errorf("issue %q in %s: %w", name, dir, err)
+	}
+	return writePair(dir, name, leaf.CertPEM, leaf.KeyPEM)
 }

@@ -310,3 +310,72 @@ func handshake(t *testing.T, srv, cli *tls.Config, serverName string) (string, e
 	}
 	return r.name, r.err
 }
+
+// TestIssueFromTheSiteCA: a replacement node or a new operator gets a
+// certificate from the CA Init wrote, which the existing certificates
+// trust; an existing name is replaced only when asked, and a CA key that
+// does not match the certificate is refused.
+func TestIssueFromTheSiteCA(t *testing.T) {
+	dir := t.TempDir()
+	if err := Init(dir, "plant1", []string{"node-a"}, []string{"operator"}, 48*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(dir, "ca.crt")
+	if err := Issue(dir, "node-c", NodeUsage, 365*24*time.Hour, false, "10.0.0.7"); err != nil {
+		t.Fatalf("issue node-c: %v", err)
+	}
+	srv, err := LoadServerTLS(ca, filepath.Join(dir, "node-c.crt"), filepath.Join(dir, "node-c.key"))
+	if err != nil {
+		t.Fatalf("load node-c: %v", err)
+	}
+	leaf := srv.Certificates[0].Leaf
+	if err := leaf.VerifyHostname("10.0.0.7"); err != nil {
+		t.Errorf("extra SAN: %v", err)
+	}
+	caCert, err := readCert(ca, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.NotAfter.After(caCert.NotAfter) {
+		t.Errorf("node-c valid until %v, after its CA (%v)", leaf.NotAfter, caCert.NotAfter)
+	}
+	cli, err := LoadClientTLS(ca, filepath.Join(dir, "operator.crt"), filepath.Join(dir, "operator.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := handshake(t, srv, cli, "node-c"); err != nil || name != "operator" {
+		t.Fatalf("the existing operator with the new node: %q, %v", name, err)
+	}
+	if err := Issue(dir, "ops2", ClientUsage, time.Hour, false); err != nil {
+		t.Fatalf("issue client: %v", err)
+	}
+	if _, err := LoadClientTLS(ca, filepath.Join(dir, "ops2.crt"), filepath.Join(dir, "ops2.key")); err != nil {
+		t.Fatalf("load ops2: %v", err)
+	}
+
+	before, _ := os.ReadFile(filepath.Join(dir, "node-a.crt"))
+	if err := Issue(dir, "node-a", NodeUsage, time.Hour, false); !errors.Is(err, ErrLeafExists) || !strings.Contains(err.Error(), "--overwrite") {
+		t.Fatalf("issue over node-a: err = %v, want ErrLeafExists naming --overwrite", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "node-a.crt")); string(after) != string(before) {
+		t.Fatal("a refused issue changed node-a.crt")
+	}
+	if err := Issue(dir, "node-a", NodeUsage, time.Hour, true); err != nil {
+		t.Fatalf("issue over node-a with overwrite: %v", err)
+	}
+
+	other := t.TempDir()
+	if err := Init(other, "plant2", []string{"x"}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	foreignKey, _ := os.ReadFile(filepath.Join(other, "ca.key"))
+	if err := os.WriteFile(filepath.Join(dir, "ca.key"), foreignKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Issue(dir, "node-d", NodeUsage, time.Hour, false); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("issue with a CA key of another site: err = %v, want ErrInvalidInput", err)
+	}
+	if err := Issue(t.TempDir(), "node-d", NodeUsage, time.Hour, false); !errors.Is(err, ErrMissing) {
+		t.Fatalf("issue without a CA: err = %v, want ErrMissing", err)
+	}
+}

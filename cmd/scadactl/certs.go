@@ -11,27 +11,51 @@ import (
 )
 
 func runCerts(_ context.Context, g *globals, args []string) error {
-	if len(args) == 0 || args[0] != "init" {
-		return usagef("certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N]")
+	const usage = "certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--overwrite] | certs issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]"
+	if len(args) == 0 || (args[0] != "init" && args[0] != "issue") {
+		return usagef("%s", usage)
 	}
-	fs := flag.NewFlagSet("certs init", flag.ContinueOnError)
-	dir := fs.String("dir", "", "folder to write the CA and certificates into")
-	site := fs.String("site", "scadad", "site name, used in the CA's subject")
-	nodes := fs.String("nodes", "", "comma-separated node ids")
-	clients := fs.String("clients", "operator", "comma-separated client names")
-	days := fs.Int("days", 825, "validity in days")
-	pos, err := parseFlags(fs, args[1:])
+	fs := flag.NewFlagSet("certs "+args[0], flag.ContinueOnError)
+	dir := fs.String("dir", "", "folder of the site CA and certificates")
+	site := fs.String("site", "scadad", "init: site name, used in the CA's subject")
+	nodes := fs.String("nodes", "", "init: comma-separated node ids")
+	clients := fs.String("clients", "operator", "init: comma-separated client names")
+	name := fs.String("name", "", "issue: the node id or client name to certify")
+	client := fs.Bool("client", false, "issue: a client (operator tool) certificate instead of a node's")
+	sans := fs.String("san", "", "issue: comma-separated extra host names or IP addresses (a node's peers dial it by)")
+	days := fs.Int("days", 825, "validity in days (issue: no later than the CA's end)")
+	overwrite := fs.Bool("overwrite", false, "replace what is there (init: the CA, which cuts every issued certificate off the site)")
+	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 || *dir == "" || *nodes == "" {
-		return usagef("certs init --dir DIR --nodes node-a,node-b,witness [--clients operator]")
 	}
 	if *days < 1 {
 		return usagef("--days must be at least 1")
 	}
+	validity := time.Duration(*days) * 24 * time.Hour
+	if args[0] == "issue" {
+		if len(pos) != 0 || *dir == "" || *name == "" {
+			return usagef("certs issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]")
+		}
+		usage, kind := pki.NodeUsage, "node"
+		if *client {
+			usage, kind = pki.ClientUsage, "client"
+		}
+		if err := pki.Issue(*dir, *name, usage, validity, *overwrite, splitList(*sans)...); err != nil {
+			return fmt.Errorf("certs issue: %w", err)
+		}
+		fmt.Fprintf(g.stdout, "wrote a %s certificate for %s signed by the site CA in %s\n", kind, *name, *dir)
+		return nil
+	}
+	if len(pos) != 0 || *dir == "" || *nodes == "" {
+		return usagef("certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--overwrite]")
+	}
+	var opts []pki.InitOption
+	if *overwrite {
+		opts = append(opts, pki.WithOverwrite())
+	}
 	nodeList, clientList := splitList(*nodes), splitList(*clients)
-	if err := pki.Init(*dir, *site, nodeList, clientList, time.Duration(*days)*24*time.Hour); err != nil {
+	if err := pki.Init(*dir, *site, nodeList, clientList, validity, opts...); err != nil {
 		return fmt.Errorf("certs init: %w", err)
 	}
 	fmt.Fprintf(g.stdout, "wrote a site CA and certificates for nodes %s and clients %s to %s\n", strings.Join(nodeList, ", "), strings.Join(clientList, ", "), *dir)

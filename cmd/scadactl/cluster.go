@@ -11,7 +11,12 @@ import (
 )
 
 func runStatus(ctx context.Context, g *globals, args []string) error {
-	if len(args) != 0 {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	pos, err := g.parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
 		return usagef("status takes no arguments")
 	}
 	c, done, err := g.connect(ctx)
@@ -60,7 +65,7 @@ func runMembers(ctx context.Context, g *globals, args []string) error {
 	sub := args[0]
 	fs := flag.NewFlagSet("members "+sub, flag.ContinueOnError)
 	nonvoter := fs.Bool("nonvoter", false, "add as a non-voting member")
-	pos, err := parseFlags(fs, args[1:])
+	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
 	}
@@ -107,7 +112,7 @@ func runMembers(ctx context.Context, g *globals, args []string) error {
 func runFailover(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
 	to := fs.String("to", "", "node to hand the Active role to (default: any voter)")
-	pos, err := parseFlags(fs, args)
+	pos, err := g.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -131,7 +136,7 @@ func runFailover(ctx context.Context, g *globals, args []string) error {
 func runOverride(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("override", flag.ContinueOnError)
 	force := fs.Bool("force", false, "override even though the peer seems to answer (risks two Active nodes)")
-	pos, err := parseFlags(fs, args)
+	pos, err := g.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -167,7 +172,7 @@ func runAudit(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	after := fs.Uint64("after", 0, "show entries after this sequence number")
 	limit := fs.Int("limit", 100, "at most this many entries")
-	if _, err := parseFlags(fs, args); err != nil {
+	if _, err := g.parseFlags(fs, args); err != nil {
 		return err
 	}
 	c, done, err := g.connect(ctx)

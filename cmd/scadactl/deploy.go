@@ -23,7 +23,7 @@ func runDeploy(ctx context.Context, g *globals, args []string) error {
 	msg := fs.String("m", "", "a message recorded with the revision")
 	to := fs.Uint64("to", 0, "rollback: the revision to return to (default: the previous one)")
 	target := fs.String("target", "site", "deployment target")
-	pos, err := parseFlags(fs, args[1:])
+	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
 	}

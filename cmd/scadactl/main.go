@@ -34,6 +34,16 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// helpShown is returned once a command's help is printed: exit 0.
+type helpShown struct{}
+
+func (helpShown) Error() string { return "help shown" }
+
+// isHelp reports whether args ask for a command's help and nothing else.
+func isHelp(args []string) bool {
+	return len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help")
+}
+
 // refusedError marks an operation the operator declined or a precondition
 // that did not hold locally.
 type refusedError struct{ msg string }
@@ -69,9 +79,9 @@ func commands() []command {
 		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},
 		{"snapshot", "snapshot save FILE [--local] | restore FILE | inspect FILE", runSnapshot},
 		{"deploy", "deploy push FILE [--expect-revision N] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
-		{"sf", "sf stats | list | retry | discard | enqueue (store-and-forward buffer)", runSF},
+		{"sf", "sf stats [--local] | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT] (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},
-		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator]", runCerts},
+		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator] [--site NAME] [--days N] [--overwrite] | issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]", runCerts},
 		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel)", runOPCUA},
 	}
 }
@@ -109,6 +119,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	for _, c := range commands() {
 		if c.name == name {
+			if isHelp(rest) {
+				fmt.Fprintf(stderr, "usage: scadactl [global flags] %s\n  %s\n", c.name, c.summary)
+				if strings.Contains(c.summary, "|") {
+					fmt.Fprintf(stderr, "scadactl %s SUBCOMMAND -h lists a subcommand's flags.\n", c.name)
+				}
+				fmt.Fprintf(stderr, "Global flags may also follow the command; scadactl -h lists them.\n")
+				return exitOK
+			}
 			return report(stderr, c.run(ctx, g, rest))
 		}
 	}
@@ -136,7 +154,7 @@ func envOr(key, def string) string {
 
 // report prints err and maps it to an exit code.
 func report(stderr io.Writer, err error) int {
-	if err == nil {
+	if err == nil || errors.Is(err, helpShown{}) {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "scadactl: %v\n", err)
@@ -199,13 +217,31 @@ func (g *globals) printOut(v any, table func(w *tabwriter.Writer)) error {
 }
 
 // parseFlags parses a subcommand's own flags; positional arguments may come
-// before or after them.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+// before or after them, and so may the global flags (`sf discard ID --yes`
+// works as `--yes sf discard ID` does). -h prints the subcommand's flags.
+func (g *globals) parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	own := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
+	// Registering writes each flag's default into g: put back what the
+	// flags before the command set, which a flag given again here replaces.
+	given := *g
+	global := flag.NewFlagSet("", flag.ContinueOnError)
+	g.register(global)
+	*g = given
+	global.VisitAll(func(f *flag.Flag) {
+		if !own[f.Name] {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, usagef("%s: %v", fs.Name(), err)
+			if errors.Is(err, flag.ErrHelp) {
+				g.subcommandHelp(fs, own)
+				return nil, helpShown{}
+			}
+			return nil, usagef("%s: %v (scadactl %s -h lists its flags)", fs.Name(), err, fs.Name())
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -215,4 +251,28 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = args[1:]
 	}
 	return positional, nil
+}
+
+// subcommandHelp prints a subcommand's own flags (own), then notes the
+// global ones.
+func (g *globals) subcommandHelp(fs *flag.FlagSet, own map[string]bool) {
+	fmt.Fprintf(g.stderr, "usage: scadactl %s [flags] [args]\n", fs.Name())
+	for _, c := range commands() {
+		if strings.HasPrefix(fs.Name(), c.name) {
+			fmt.Fprintf(g.stderr, "  %s\n", c.summary)
+		}
+	}
+	fmt.Fprintf(g.stderr, "\nflags:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		if !own[f.Name] {
+			return
+		}
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(g.stderr, "  --%s %s\n    \t%s", f.Name, name, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(g.stderr, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(g.stderr)
+	})
+	fmt.Fprintf(g.stderr, "\nglobal flags (--endpoints, --certs, --output, --timeout, --yes, ...) may come before or after the command; scadactl -h lists them\n")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -10,6 +11,14 @@ import (
 )
 
 func runOPCUA(ctx context.Context, g *globals, args []string) error {
+	if len(args) > 0 {
+		fs := flag.NewFlagSet("opcua "+args[0], flag.ContinueOnError)
+		pos, err := g.parseFlags(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		args = append(args[:1:1], pos...)
+	}
 	if len(args) < 2 {
 		return usagef("opcua pick URL,URL | opcua watch URL,URL NODEID")
 	}

@@ -25,7 +25,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 	id := fs.String("id", "", "enqueue: idempotency key (generated when empty)")
 	data := fs.String("data", "", "enqueue: payload (default: read standard input)")
 	local := fs.Bool("local", false, "stats: the answering node's own replica instead of the Active's figures")
-	pos, err := parseFlags(fs, args[1:])
+	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ const snapshotChunkSize = 256 << 10
 func runSnapshot(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	local := fs.Bool("local", false, "save: the answering node's own state, even when it is not the leader (which may lack the last acknowledged writes)")
-	args, err := parseFlags(fs, args)
+	args, err := g.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
