@@ -70,8 +70,7 @@ func (d GatewayDialer) Dial(cfg ConnectionConfig, events gateway.Handler) (Conn,
 	c, err := gateway.New(gateway.Config{
 		Name: cfg.Name, Endpoint: cfg.Endpoint,
 		CommandTimeout: cfg.Options.CommandTimeout, WriteUserID: cfg.Options.WriteUserID,
-		ProbeInterval: cfg.Options.ProbeInterval, ProbeTimeout: cfg.Options.ProbeTimeout,
-		LegacySubscribe: cfg.Options.LegacySubscribe,
+		ProbeInterval: cfg.Options.ProbeInterval, ProbeTimeout: cfg.Options.ProbeTimeout, LegacySubscribe: cfg.Options.LegacySubscribe,
 		Handler: events, Metrics: d.Metrics, Logger: d.Logger,
 	})
 	if err != nil {
