@@ -161,9 +161,19 @@ func peerConnectParams() grpc.ConnectParams {
 	}
 }
 
+// onBehalfKey names, on a request a follower forwards, who sent it to the
+// follower: the leader records that person, not the follower's node
+// certificate, as the author of a deploy.
+const onBehalfKey = "x-scadad-on-behalf-of"
+
 // forwardContext marks ctx as forwarded for the leader.
 func forwardContext(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// forwardContextFor is forwardContext for a request caller sent.
+func forwardContextFor(ctx context.Context, caller string) context.Context {
+	return metadata.AppendToOutgoingContext(forwardContext(ctx), onBehalfKey, caller)
 }
 
 // wasForwarded reports whether an incoming request came from a follower.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
@@ -108,7 +109,23 @@ func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context
 	if err != nil {
 		return nil, ctx, err
 	}
-	return c, forwardContext(ctx), nil
+	return c, forwardContextFor(ctx, actor(ctx)), nil
+}
+
+// author is who sent a request: the caller's certificate name, or, for a
+// request a cluster member forwarded, the name that member says sent it to
+// it ("operator via node-a"). Only members may speak for someone else.
+func (s *Server) author(ctx context.Context) string {
+	caller := actor(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, behalf := range md.Get(onBehalfKey) {
+		for _, m := range s.Configured {
+			if m.ID == caller && behalf != "" {
+				return behalf + " via " + caller
+			}
+		}
+	}
+	return caller
 }
 
 // appliedIndex is the index to show beside the commit index: raft's, which

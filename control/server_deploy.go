@@ -50,7 +50,7 @@ func (s *Server) DeployPush(ctx context.Context, req *controlpb.DeployPushReques
 		}
 		return c.DeployPush(fctx, req)
 	}
-	pr := deploy.PushRequest{Target: req.Target, Artifact: req.Artifact, Message: req.Message, Actor: actor(ctx)}
+	pr := deploy.PushRequest{Target: req.Target, Artifact: req.Artifact, Message: req.Message, Actor: s.author(ctx)}
 	if req.HasExpectRevision {
 		pr.Expect = &req.ExpectRevision
 	}
@@ -73,7 +73,7 @@ func (s *Server) DeployRollback(ctx context.Context, req *controlpb.DeployRollba
 		}
 		return c.DeployRollback(fctx, req)
 	}
-	res, err := s.Pusher.Rollback(ctx, req.Target, req.ToRevision, actor(ctx))
+	res, err := s.Pusher.Rollback(ctx, req.Target, req.ToRevision, s.author(ctx))
 	if err != nil {
 		return nil, deployStatus("deploy rollback", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
@@ -287,5 +288,41 @@ func TestDeployRollbackRestoresBehaviour(t *testing.T) {
 	last := hist.Revisions[len(hist.Revisions)-1]
 	if last.RollbackOf != 1 || last.Sha256 != hist.Revisions[0].Sha256 {
 		t.Fatalf("history's last revision = %+v, want a rollback to revision 1's artifact", last)
+	}
+}
+
+// TestDeployThroughTheStandbyNamesTheOperator: a push sent to the Standby
+// is forwarded to the leader with the Standby's node certificate; the
+// history must still name the operator who sent it (and the node it came
+// through). An operator's own certificate cannot claim to speak for
+// someone else.
+func TestDeployThroughTheStandbyNamesTheOperator(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	standby := follower(c, active)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	file := writeSite(t, testcluster.SiteConfig("author", map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file); err != nil || code != 0 {
+		t.Fatalf("deploy push through the Standby: exit %d, %q, %v", code, errs, err)
+	}
+	opCli := nodeClient(t, c, "operator", active)
+	spoofed := metadata.AppendToOutgoingContext(ctx, "x-scadad-on-behalf-of", "somebody-else")
+	second := testcluster.SiteConfig("author", map[string]string{"sink": "http://127.0.0.1:9/y"}, 5)
+	if _, err := opCli.DeployPush(spoofed, &controlpb.DeployPushRequest{Artifact: second}); err != nil {
+		t.Fatalf("deploy push to the Active: %v", err)
+	}
+	var hist controlpb.DeployHistoryResponse
+	ctlJSON(t, c, nil, &hist, "deploy", "history")
+	actors := map[uint64]string{}
+	for _, r := range hist.Revisions {
+		actors[r.Revision] = r.Actor
+	}
+	if want := "operator via " + standby.ID; actors[1] != want {
+		t.Errorf("revision 1, pushed through %s, is by %q; want %q", standby.ID, actors[1], want)
+	}
+	if actors[2] != "operator" {
+		t.Errorf("revision 2, pushed to the Active by an operator claiming to speak for another, is by %q; want operator", actors[2])
 	}
 }
