@@ -89,9 +89,9 @@ func target(t string) string {
 
 // DeployHistory lists a target's revisions from this node's replica.
 func (s *Server) DeployHistory(ctx context.Context, req *controlpb.DeployHistoryRequest) (*controlpb.DeployHistoryResponse, error) {
-	d, err := s.State.Deployment(target(req.Target))
+	d, err := s.deployment("deploy history", req.Target)
 	if err != nil {
-		return nil, deployStatus("deploy history", err)
+		return nil, err
 	}
 	resp := &controlpb.DeployHistoryResponse{Current: d.Revision}
 	for _, r := range d.History {
@@ -104,9 +104,9 @@ func (s *Server) DeployHistory(ctx context.Context, req *controlpb.DeployHistory
 
 // DeployStatus reports each node's applied revision and result.
 func (s *Server) DeployStatus(ctx context.Context, req *controlpb.DeployStatusRequest) (*controlpb.DeployStatusResponse, error) {
-	d, err := s.State.Deployment(target(req.Target))
+	d, err := s.deployment("deploy status", req.Target)
 	if err != nil {
-		return nil, deployStatus("deploy status", err)
+		return nil, err
 	}
 	resp := &controlpb.DeployStatusResponse{Current: d.Revision, Sha256: d.SHA256}
 	for _, a := range d.Acks {
@@ -117,9 +117,9 @@ func (s *Server) DeployStatus(ctx context.Context, req *controlpb.DeployStatusRe
 
 // DeployGet returns the artifact of a revision.
 func (s *Server) DeployGet(ctx context.Context, req *controlpb.DeployGetRequest) (*controlpb.DeployGetResponse, error) {
-	d, err := s.State.Deployment(target(req.Target))
+	d, err := s.deployment("deploy get", req.Target)
 	if err != nil {
-		return nil, deployStatus("deploy get", err)
+		return nil, err
 	}
 	rev := req.Revision
 	if rev == 0 {
@@ -135,4 +135,17 @@ func (s *Server) DeployGet(ctx context.Context, req *controlpb.DeployGetRequest)
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "deploy get: no revision %d", rev)
+}
+
+// deployment reads target's deployment pointer; before the first push it
+// says so instead of passing on the store's "not found".
+func (s *Server) deployment(what, name string) (fsm.Deployment, error) {
+	d, err := s.State.Deployment(target(name))
+	switch {
+	case errors.Is(err, fsm.ErrNotFound) || (err == nil && d.Revision == 0):
+		return fsm.Deployment{}, status.Errorf(codes.NotFound, "%s: nothing has been deployed to %q yet (scadactl deploy push FILE)", what, target(name))
+	case err != nil:
+		return fsm.Deployment{}, deployStatus(what, err)
+	}
+	return d, nil
 }

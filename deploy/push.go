@@ -94,12 +94,12 @@ func (p *Pusher) Rollback(ctx context.Context, target string, to uint64, actor s
 	if target == "" {
 		target = DefaultTarget
 	}
-	d, err := p.State.Deployment(target)
+	d, err := p.current(target)
 	if err != nil {
 		return PushResult{}, fmt.Errorf("rollback %s: %w", target, err)
 	}
 	if d.Revision == 0 {
-		return PushResult{}, fmt.Errorf("rollback %s: nothing deployed: %w", target, fsm.ErrNotFound)
+		return PushResult{}, fmt.Errorf("rollback %s: nothing has been deployed yet: %w", target, fsm.ErrNotFound)
 	}
 	if to == 0 {
 		if d.Revision < 2 {

@@ -318,7 +318,8 @@ func TestSoleVoterStopsWithoutAHandOver(t *testing.T) {
 }
 
 // TestScadactlHelpAndFlagsAfterTheCommand: every command and subcommand
-// answers -h with its flags (exit 0); global flags such as --yes and
+// answers -h with its flags (exit 0); the deploy commands before the first
+// deploy say that nothing is deployed; global flags such as --yes and
 // --output work after the command as before it; certs issue adds a
 // certificate the running cluster trusts.
 func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
@@ -342,6 +343,13 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 		out, errs, code, err := c.Ctl(ctx, nil, tc.args...)
 		if err != nil || code != 0 || !strings.Contains(out+errs, tc.want) {
 			t.Errorf("scadactl %s: exit %d, %q %q, %v; want exit 0 showing %q", strings.Join(tc.args, " "), code, out, errs, err, tc.want)
+		}
+	}
+
+	// Before the first deploy the deploy commands say so.
+	for _, args := range [][]string{{"deploy", "status"}, {"deploy", "history"}, {"deploy", "rollback"}} {
+		if _, errs, code, _ := c.Ctl(ctx, nil, args...); code != 5 || !strings.Contains(errs, "nothing has been deployed") {
+			t.Errorf("scadactl %s before any deploy: exit %d, %q; want exit 5 saying nothing has been deployed", strings.Join(args, " "), code, errs)
 		}
 	}
 
