@@ -81,7 +81,7 @@ func TestParseNamesTheBadField(t *testing.T) {
 }
 
 func TestShippedConfigsLoad(t *testing.T) {
-	for _, f := range []string{"node-a.yaml", "node-b.yaml", "witness.yaml", "dev.yaml", "pair-a.yaml"} {
+	for _, f := range []string{"node-a.yaml", "node-b.yaml", "witness.yaml", "dev.yaml", "pair-a.yaml", "pair-b.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			if _, err := Load("../configs/" + f); err != nil {
 				t.Fatalf("shipped config does not load: %v", err)
