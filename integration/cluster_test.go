@@ -346,6 +346,11 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 		}
 	}
 
+	// An enqueue with neither --data nor anything piped in is a mistake,
+	// not an empty message.
+	if _, errs, code, _ := c.Ctl(ctx, nil, "sf", "enqueue", "sink"); code != 2 || !strings.Contains(errs, "no payload") {
+		t.Errorf("sf enqueue without a payload: exit %d, %q; want exit 2 saying there is no payload", code, errs)
+	}
 	// Before the first deploy the deploy commands say so.
 	for _, args := range [][]string{{"deploy", "status"}, {"deploy", "history"}, {"deploy", "rollback"}} {
 		if _, errs, code, _ := c.Ctl(ctx, nil, args...); code != 5 || !strings.Contains(errs, "nothing has been deployed") {

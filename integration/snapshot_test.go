@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 		t.Fatalf("snapshot save: exit %d: %s %v", code, errs, err)
 	}
 	out, errs, code, err := src.Ctl(ctx, nil, "snapshot", "inspect", file)
-	if err != nil || code != 0 || !strings.Contains(out, "Pending:50") {
+	if err != nil || code != 0 || !regexp.MustCompile(`pending messages\s+50\n`).MatchString(out) {
 		t.Fatalf("snapshot inspect: exit %d, %q %s %v; want 50 pending", code, out, errs, err)
 	}
 

@@ -276,3 +276,10 @@ func (g *globals) subcommandHelp(fs *flag.FlagSet, own map[string]bool) {
 	})
 	fmt.Fprintf(g.stderr, "\nglobal flags (--endpoints, --certs, --output, --timeout, --yes, ...) may come before or after the command; scadactl -h lists them\n")
 }
+
+// flagGiven reports whether the flag called name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}

@@ -99,9 +99,12 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 			return usagef("sf enqueue TARGET [--id ID] [--data TEXT]")
 		}
 		payload := []byte(*data)
-		if *data == "" {
+		if !flagGiven(fs, "data") {
 			if payload, err = io.ReadAll(io.LimitReader(g.stdin, 64<<20)); err != nil {
 				return fmt.Errorf("sf enqueue: read payload: %w", err)
+			}
+			if len(payload) == 0 {
+				return usagef("sf enqueue: no payload on standard input (pipe it in, or pass --data TEXT; --data '' sends an empty message)")
 			}
 		}
 		resp, err := c.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(*id)})

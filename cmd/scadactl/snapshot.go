@@ -218,6 +218,19 @@ func snapshotInspect(g *globals, file string) error {
 		return fmt.Errorf("snapshot inspect: %s: %w", file, err)
 	}
 	return g.printOut(info, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "%+v\n", info)
+		m := info.Meta
+		fmt.Fprintf(w, "file\t%s (verified: framing and body sha256 %.16s…)\n", file, info.BodySHA256)
+		fmt.Fprintf(w, "format\t%d, state schema %d\n", info.FormatVersion, m.SchemaVersion)
+		fmt.Fprintf(w, "size\t%s of state, %s compressed\n", human(info.StateBytes), human(int64(info.BodyBytes)))
+		fmt.Fprintf(w, "applied index\t%d (term %d)\n", m.AppliedIndex, m.AppliedTerm)
+		fmt.Fprintf(w, "cluster epoch\t%d\n", m.ClusterEpoch)
+		fmt.Fprintf(w, "state digest\t%s\n", info.Digest)
+		fmt.Fprintf(w, "artifacts\t%d (%d committed)\n", info.Artifacts, info.CommittedArtifacts)
+		fmt.Fprintf(w, "deploy targets\t%d\n", info.DeployTargets)
+		fmt.Fprintf(w, "s&f targets\t%d\n", info.SFTargets)
+		fmt.Fprintf(w, "pending messages\t%d\n", info.Pending)
+		fmt.Fprintf(w, "parked messages\t%d\n", info.Parked)
+		fmt.Fprintf(w, "delivered ids kept\t%d (an id enqueued again is a duplicate)\n", info.DeliveredTombstones)
+		fmt.Fprintf(w, "audit entries\t%d\n", info.AuditEntries)
 	})
 }
