@@ -364,10 +364,16 @@ func (c *Config) Validate() error {
 	if c.TLS.Key == "" {
 		bad("tls.key", "required")
 	}
-	if c.API.Listen == "" {
+	switch {
+	case c.API.Listen == "" && c.NodeID != "" && !seen[c.NodeID]:
+		// Without a member entry of its own the missing listener follows
+		// from the error above; saying it again only misleads.
+	case c.API.Listen == "":
 		bad("api.listen", "required (or set api_addr on this node's member entry)")
-	} else if err := checkHostPort(c.API.Listen); err != nil {
-		bad("api.listen", "%v", err)
+	default:
+		if err := checkHostPort(c.API.Listen); err != nil {
+			bad("api.listen", "%v", err)
+		}
 	}
 	if c.HTTP.Listen != "" {
 		if err := checkHostPort(c.HTTP.Listen); err != nil {

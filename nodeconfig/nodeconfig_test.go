@@ -89,3 +89,16 @@ func TestShippedConfigsLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeNotAMemberIsOneError: a node_id no member entry names is the one
+// mistake; the listeners it would have taken from that entry are not
+// reported missing as well.
+func TestNodeNotAMemberIsOneError(t *testing.T) {
+	_, err := Parse([]byte(strings.Replace(valid, "node_id: node-a", "node_id: node-z", 1)))
+	if err == nil || !strings.Contains(err.Error(), `no member has id "node-z"`) {
+		t.Fatalf("err = %v, want it to name the missing member", err)
+	}
+	if strings.Contains(err.Error(), "api.listen") {
+		t.Fatalf("err = %v; also reports api.listen, which only follows from the missing member", err)
+	}
+}
