@@ -37,7 +37,7 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(w, "role\t%s\n", st.Role)
 		fmt.Fprintf(w, "mode\t%s\n", st.Mode)
 		fmt.Fprintf(w, "leader\t%s\n", orDash(st.LeaderId))
-		fmt.Fprintf(w, "epoch\t%d.%d (cluster.term)\n", st.ClusterEpoch, st.Term)
+		fmt.Fprintf(w, "epoch\t%d.%d (cluster epoch %d: raised by an override or a heal; raft term %d: raised by every election)\n", st.ClusterEpoch, st.Term, st.ClusterEpoch, st.Term)
 		fmt.Fprintf(w, "voters\t%d\n", st.Voters)
 		fmt.Fprintf(w, "commit/applied\t%d/%d\n", st.CommitIndex, st.AppliedIndex)
 		fmt.Fprintf(w, "last contact\t%s\n", contact)
