@@ -116,7 +116,7 @@ func TestSnapshotSaveWithoutALeader(t *testing.T) {
 		t.Fatalf("snapshot save --local: exit %d: %s %v", code, errs, err)
 	}
 	out, errs, code, err := c.Ctl(ctx, nil, "snapshot", "inspect", file)
-	if err != nil || code != 0 || !strings.Contains(out, "SFTargets:1") {
+	if err != nil || code != 0 || !regexp.MustCompile(`s&f targets\s+1\n`).MatchString(out) {
 		t.Fatalf("snapshot inspect of the local save: exit %d, %q %s %v; want the node's state with its target", code, out, errs, err)
 	}
 }

@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -132,6 +133,13 @@ type serviceLevelResult struct {
 	MinMs    float64   `json:"min_ms"`
 	MedianMs float64   `json:"median_ms"`
 	MaxMs    float64   `json:"max_ms"`
+	// Field data: until the survivor serves a Good value of a gateway tag
+	// with a source timestamp after the kill.
+	DataRunsMs   []float64 `json:"data_runs_ms"`
+	DataFailed   int       `json:"data_failed"`
+	DataMinMs    float64   `json:"data_min_ms"`
+	DataMedianMs float64   `json:"data_median_ms"`
+	DataMaxMs    float64   `json:"data_max_ms"`
 }
 
 type report struct {
@@ -234,6 +242,7 @@ func main() {
 		}
 		rep.ServiceLevel = r
 		fmt.Printf("servicelevel (%d runs, %d failed): SIGKILL of the Active -> survivor's ServiceLevel 250 read by a client: min=%.0fms median=%.0fms max=%.0fms\n", len(r.RunsMs), r.Failed, r.MinMs, r.MedianMs, r.MaxMs)
+		fmt.Printf("field data (%d runs, %d failed): SIGKILL of the Active -> a Good gateway value newer than the kill read from the survivor: min=%.0fms median=%.0fms max=%.0fms\n", len(r.DataRunsMs), r.DataFailed, r.DataMinMs, r.DataMedianMs, r.DataMaxMs)
 	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
@@ -1105,11 +1114,29 @@ func mappedFiles(n *testcluster.Node) map[string]int {
 }
 
 // serviceLevelPhase: K times, wait for a healthy cluster whose Active
-// advertises 250, SIGKILL it, and time until a client reads 250 from the
-// survivor (a fresh connect-and-read every -probe-interval).
+// advertises 250 and serves live field data, SIGKILL it, and time until a
+// client reads 250 from the survivor (a fresh connect-and-read every
+// -probe-interval), and until it reads a Good value of a gateway tag
+// (changing every 100 ms in the simulator) stamped after the kill.
 func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
-	res := &serviceLevelResult{RunsMs: []float64{}}
+	res := &serviceLevelResult{RunsMs: []float64{}, DataRunsMs: []float64{}}
 	opts := opcua.ClientOptions{Timeout: b.o.probeTimeout}
+	sim, err := testcluster.StartSim(b.c.Bin, b.c.Dir, "-change", "100ms")
+	if err != nil {
+		return res, err
+	}
+	defer sim.Close()
+	site := testcluster.SiteConfigGateway("bench", sim.Addr, map[string]string{"bench": b.sink.URL}, 0)
+	file := filepath.Join(b.c.Dir, "site-gateway.yaml")
+	if err := os.WriteFile(file, site, 0o644); err != nil {
+		return res, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	_, errs, code, err := b.c.Ctl(ctx, nil, "deploy", "push", file)
+	cancel()
+	if err != nil || code != 0 {
+		return res, fmt.Errorf("deploy a site config with a gateway: exit %d: %s %v", code, errs, err)
+	}
 	for run := 1; run <= b.o.failovers; run++ {
 		lead, err := b.leader()
 		if err != nil {
@@ -1132,6 +1159,12 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("the pair never reached 250/240 before the kill")
 		}
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		err = testcluster.Poll(ctx, func() bool { return freshGoodValue(ctx, lead.OPCUA, opts, time.Now().Add(-time.Second)) })
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("the Active %s never served live field data before the kill", lead.ID)
+		}
 		time.Sleep(b.o.settle)
 		t0 := time.Now()
 		b.c.Kill(lead)
@@ -1144,12 +1177,26 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 			}
 			time.Sleep(b.o.probeEvery)
 		}
+		var data time.Duration
+		for ctx.Err() == nil {
+			if freshGoodValue(ctx, survivor.OPCUA, opts, t0) {
+				data = time.Since(t0)
+				break
+			}
+			time.Sleep(b.o.probeEvery)
+		}
 		cancel()
 		if took > 0 {
 			res.RunsMs = append(res.RunsMs, float64(took.Microseconds())/1000)
 			fmt.Printf("servicelevel %d/%d: killed %s, %s advertised 250 after %.0fms\n", run, b.o.failovers, lead.ID, survivor.ID, float64(took.Microseconds())/1000)
 		} else {
 			res.Failed++
+		}
+		if data > 0 {
+			res.DataRunsMs = append(res.DataRunsMs, float64(data.Microseconds())/1000)
+			fmt.Printf("field data %d/%d: %s served a Good value stamped after the kill %.0fms after it\n", run, b.o.failovers, survivor.ID, float64(data.Microseconds())/1000)
+		} else {
+			res.DataFailed++
 		}
 		if err := b.c.Start(lead); err != nil {
 			return res, err
@@ -1159,5 +1206,31 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 		res.MinMs, res.MaxMs = r[0], r[len(r)-1]
 		res.MedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
 	}
+	if r := slices.Sorted(slices.Values(res.DataRunsMs)); len(r) > 0 {
+		res.DataMinMs, res.DataMaxMs = r[0], r[len(r)-1]
+		res.DataMedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
+	}
 	return res, nil
+}
+
+// freshGoodValue reports whether the OPC UA server at url serves the
+// site's Pump1.Speed with Good quality and a source timestamp after since.
+func freshGoodValue(ctx context.Context, url string, opts opcua.ClientOptions, since time.Time) bool {
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	c, err := opcua.Dial(ctx, url, opts)
+	if err != nil {
+		return false
+	}
+	defer opts.Close(c)
+	ns, err := c.FindNamespace(ctx, "urn:test:scadad")
+	if err != nil {
+		return false
+	}
+	resp, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: ua.NewStringNodeID(ns, "Pump1.Speed"), AttributeID: ua.AttributeIDValue}}, TimestampsToReturn: ua.TimestampsToReturnBoth})
+	if err != nil || len(resp.Results) != 1 {
+		return false
+	}
+	dv := resp.Results[0]
+	return dv.Status == ua.StatusOK && dv.Value != nil && dv.SourceTimestamp.After(since)
 }
