@@ -74,21 +74,42 @@ func deploySite(t *testing.T, c *testcluster.Cluster, site []byte) uint64 {
 	var push controlpb.DeployPushResponse
 	ctlJSON(t, c, nil, &push, "deploy", "push", file)
 	waitFor(t, 20*time.Second, fmt.Sprintf("every node applied revision %d", push.Revision), func() bool {
-		var st controlpb.DeployStatusResponse
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := c.CtlJSON(ctx, nil, &st, "deploy", "status"); err != nil {
-			return false
-		}
-		ok := 0
-		for _, n := range st.Nodes {
-			if n.Revision == push.Revision && n.Ok {
-				ok++
-			}
-		}
-		return ok == len(c.Nodes)
+		return everyNodeApplied(c, push.Revision)
 	})
 	return push.Revision
+}
+
+// everyNodeApplied reports whether the deployment is at rev and every node
+// has reported rev applied.
+func everyNodeApplied(c *testcluster.Cluster, rev uint64) bool {
+	var st controlpb.DeployStatusResponse
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.CtlJSON(ctx, nil, &st, "deploy", "status"); err != nil || st.Current != rev {
+		return false
+	}
+	ok := 0
+	for _, n := range st.Nodes {
+		if n.Revision == rev && n.Ok {
+			ok++
+		}
+	}
+	return ok == len(c.Nodes)
+}
+
+// enqueueNumbered enqueues count messages prefix-0… through n's HTTP endpoint
+// to the target "sink" and returns their ids; each must be acknowledged.
+func enqueueNumbered(t *testing.T, n *testcluster.Node, prefix string, count int) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for i := 0; i < count; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if !enqueue(n, "sink", id, []byte(id)) {
+			t.Fatalf("enqueue %s not acknowledged", id)
+		}
+		ids[id] = true
+	}
+	return ids
 }
 
 var enqueueClient = &http.Client{Timeout: 5 * time.Second}
@@ -346,11 +367,7 @@ func TestSFOperatorWritesShowOnTheStandbyAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 12
-	for i := 0; i < n; i++ {
-		if id := fmt.Sprintf("seen-%d", i); !enqueue(active, "sink", id, []byte(id)) {
-			t.Fatalf("enqueue %s not acknowledged", id)
-		}
-	}
+	enqueueNumbered(t, active, "seen", n)
 	standby := follower(c, active)
 	cli := nodeClient(t, c, "operator", standby)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -190,32 +190,14 @@ func TestSnapshotRestoreIntoTheRunningCluster(t *testing.T) {
 	}
 
 	active := waitOneActive(t, c, 10*time.Second)
-	delivered := map[string]bool{}
-	for i := 0; i < 20; i++ {
-		id := fmt.Sprintf("before-%d", i)
-		if !enqueue(active, "sink", id, []byte(id)) {
-			t.Fatalf("enqueue %s not acknowledged", id)
-		}
-		delivered[id] = true
-	}
-	waitDelivered(t, sink, delivered, 30*time.Second)
+	waitDelivered(t, sink, enqueueNumbered(t, active, "before", 20), 30*time.Second)
 	newer := deploySite(t, c, testcluster.SiteConfig("sf-test", map[string]string{"sink": sink.URL, "other": sink.URL}, 1000))
 
 	if _, errs, code, err := c.Ctl(ctx, nil, "--yes", "snapshot", "restore", file); err != nil || code != 0 {
 		t.Fatalf("snapshot restore: exit %d: %s %v", code, errs, err)
 	}
 	waitFor(t, 30*time.Second, fmt.Sprintf("every node running and reporting revision %d again (not %d)", before.Current, newer), func() bool {
-		var st controlpb.DeployStatusResponse
-		if err := c.CtlJSON(ctx, nil, &st, "deploy", "status"); err != nil || st.Current != before.Current {
-			return false
-		}
-		ok := 0
-		for _, n := range st.Nodes {
-			if n.Revision == before.Current && n.Ok {
-				ok++
-			}
-		}
-		return ok == len(c.Nodes)
+		return everyNodeApplied(c, before.Current)
 	})
 	for _, n := range c.Nodes {
 		if n.Witness {
@@ -232,13 +214,5 @@ func TestSnapshotRestoreIntoTheRunningCluster(t *testing.T) {
 	}
 
 	active = waitOneActive(t, c, 10*time.Second)
-	after := map[string]bool{}
-	for i := 0; i < 5; i++ {
-		id := fmt.Sprintf("after-%d", i)
-		if !enqueue(active, "sink", id, []byte(id)) {
-			t.Fatalf("enqueue %s not acknowledged", id)
-		}
-		after[id] = true
-	}
-	waitDelivered(t, sink, after, 20*time.Second)
+	waitDelivered(t, sink, enqueueNumbered(t, active, "after", 5), 20*time.Second)
 }
