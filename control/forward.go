@@ -73,22 +73,58 @@ var errNoLeader = errors.New("no leader known (the cluster has no quorum or is e
 // leader returns a client for the current leader, or nil when this node is
 // the leader. It waits for a leader up to ctx's deadline.
 func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, error) {
+	c, _, err := f.leaderID(ctx)
+	return c, err
+}
+
+// leaderID is leader that also names the leader it returns a client for.
+func (f *Forwarder) leaderID(ctx context.Context) (controlpb.ControlClient, string, error) {
 	watch, stop := f.roles.Watch()
 	defer stop()
 	for {
 		st := f.roles.Current()
 		switch {
 		case st.Role == role.Active:
-			return nil, nil
+			return nil, "", nil
 		case st.Leader != "" && st.Leader != f.self:
-			return f.client(st.Leader)
+			c, err := f.client(st.Leader)
+			return c, st.Leader, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, status.Errorf(codes.Unavailable, "%v: %v", errNoLeader, ctx.Err())
+			return nil, "", status.Errorf(codes.Unavailable, "%v: %v", errNoLeader, ctx.Err())
 		case <-watch:
 		}
 	}
+}
+
+// errLeaderMoved ends a call forwarded to a leader that is no longer the
+// leader this node knows.
+var errLeaderMoved = errors.New("the leader changed while the call was in flight")
+
+// whileLeads returns a context that ends, besides with ctx, once this node
+// no longer takes id for the leader: it became the leader itself, or
+// another node did. A call forwarded to a leader that froze (a paused VM)
+// then gives way at the failover, about a second, instead of waiting out
+// its whole deadline for a node that cannot commit any more.
+func (f *Forwarder) whileLeads(ctx context.Context, id string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	watch, stop := f.roles.Watch()
+	go func() {
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-watch:
+				if st := f.roles.Current(); st.Role == role.Active || (st.Leader != "" && st.Leader != id) {
+					cancel(errLeaderMoved)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // Client returns a control API client for the node id, authenticated with
@@ -210,7 +246,7 @@ func (f *Forwarder) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Resul
 }
 
 func (f *Forwarder) proposeOnce(ctx context.Context, data []byte) (*fsm.Result, error) {
-	leader, err := f.leader(ctx)
+	leader, id, err := f.leaderID(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +261,15 @@ func (f *Forwarder) proposeOnce(ctx context.Context, data []byte) (*fsm.Result, 
 		}
 		return res, nil
 	}
-	resp, err := leader.Apply(forwardContext(ctx), &controlpb.ApplyRequest{Command: data})
+	actx, done := f.whileLeads(ctx, id)
+	defer done()
+	resp, err := leader.Apply(forwardContext(actx), &controlpb.ApplyRequest{Command: data})
 	if err != nil {
+		if cause := context.Cause(actx); errors.Is(cause, errLeaderMoved) && ctx.Err() == nil {
+			// Retried against the new leader: enqueues and acks are
+			// idempotent, and a deploy's compare-and-set fails cleanly.
+			return nil, status.Errorf(codes.Unavailable, "forwarded to %s: %v", id, cause)
+		}
 		return nil, err
 	}
 	return decodeResult(resp)

@@ -409,3 +409,38 @@ func TestSFOperatorWritesShowOnTheStandbyAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSFEnqueueThroughTheStandbyRidesOutAFrozenActive: a write the Standby
+// forwarded to an Active that then froze (SIGSTOP, a paused VM) completes
+// once the Standby has taken over, not when the frozen node's deadline runs
+// out (10 s, then a false "no leader" refusal) or when it resumes.
+func TestSFEnqueueThroughTheStandbyRidesOutAFrozenActive(t *testing.T) {
+	c, _ := sfSetup(t, 1000)
+	active := waitOneActive(t, c, 10*time.Second)
+	standby := follower(c, active)
+	c.Pause(active)
+	paused := true
+	defer func() {
+		if paused {
+			c.Resume(active)
+		}
+	}()
+	result := make(chan bool, 1)
+	go func() { result <- enqueue(standby, "sink", "frozen-1", []byte("x")) }()
+	waitFor(t, 15*time.Second, standby.ID+" Active", func() bool {
+		h, ok := standby.Health()
+		return ok && h.Role == "active"
+	})
+	took := time.Now()
+	select {
+	case ok := <-result:
+		if !ok {
+			t.Fatal("the enqueue through the Standby was refused")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the enqueue through %s was still waiting 5 s after it became Active, with %s frozen", standby.ID, active.ID)
+	}
+	t.Logf("acknowledged %s after %s became Active", time.Since(took).Round(time.Millisecond), standby.ID)
+	c.Resume(active)
+	paused = false
+}
