@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 )
 
@@ -188,5 +190,47 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	}
 	if lvl := serviceLevel(active.OPCUA); lvl != 0 {
 		t.Fatalf("a node without quorum advertises ServiceLevel %d, want 0", lvl)
+	}
+}
+
+// TestGatewayOutageShowsOnTheActive: with the gateway gone the Active's
+// status must not go on saying its instances are subscribed (an operator
+// and the subscription alert read it), and its OPC UA values turn Bad; when
+// the gateway is back, so is the data.
+func TestGatewayOutageShowsOnTheActive(t *testing.T) {
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, testcluster.SiteConfigGateway("ua", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	gateway := func() *controlpb.DataConnectionStatus {
+		var st controlpb.StatusResponse
+		if err := c.CtlJSON(ctx, []*testcluster.Node{active}, &st, "status"); err != nil {
+			return nil
+		}
+		for _, dc := range st.Connections {
+			if dc.Name == "gw" {
+				return dc
+			}
+		}
+		return nil
+	}
+	waitFor(t, 20*time.Second, "the gateway connection up on the Active", func() bool {
+		dc := gateway()
+		return dc != nil && dc.Up && strings.HasPrefix(dc.Detail, "1/1")
+	})
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+	ac := uaClient(t, active.OPCUA)
+	speed := siteNode(t, ac, "Pump1.Speed")
+	waitGoodChanging(t, ac, speed, 20*time.Second, "a good, changing Pump1.Speed on the Active")
+	sim.Close()
+	waitFor(t, 20*time.Second, "the Active's status showing the gateway connection down", func() bool {
+		dc := gateway()
+		return dc != nil && !dc.Up && strings.HasPrefix(dc.Detail, "0/1")
+	})
+	if dv, err := readValue(ac, speed); err != nil || dv.Status == ua.StatusOK {
+		t.Fatalf("Pump1.Speed with the gateway gone: %v, %v; want a Bad quality", dv, err)
 	}
 }

@@ -28,11 +28,14 @@ const (
 	// EventInvalidated: the subscription is gone (new gateway session); any
 	// outstanding attempt is superseded and a new one sent at once.
 	EventInvalidated
+	// EventLost: the connection went bad; the subscription serves nothing
+	// until it is back, so it no longer counts as confirmed.
+	EventLost
 )
 
 func (e Event) String() string {
 	return [...]string{"none", "subscribe", "still in flight", "presumed lost", "confirmed",
-		"failed", "superseded reply ignored", "reset", "invalidated"}[e]
+		"failed", "superseded reply ignored", "reset", "invalidated", "connection lost"}[e]
 }
 
 // Decision is what a Guard step asks its driver to do.
@@ -144,6 +147,15 @@ func (g *Guard) ConnectionGood(now time.Time) Decision {
 		return Decision{Event: EventReset}
 	}
 	return g.send(now, Decision{Event: EventReset})
+}
+
+// ConnectionLost is called when the connection goes bad: a confirmed
+// subscription no longer delivers anything, so it stops counting as
+// confirmed (status, metrics and alerts then say so). Nothing is sent: the
+// connection coming back (Good, or a new session) resubscribes.
+func (g *Guard) ConnectionLost(now time.Time) Decision {
+	g.confirmed = false
+	return Decision{Event: EventLost}
 }
 
 // Invalidate is called when the subscription is known to be gone (the

@@ -225,3 +225,25 @@ func TestGuardInvalidateResubscribesAtOnce(t *testing.T) {
 		t.Fatalf("invalidate with an attempt outstanding must cancel it: %+v", inflight)
 	}
 }
+
+// TestGuardConnectionLost: a confirmed subscription stops counting as
+// confirmed when its connection goes bad, sends nothing while it is down,
+// and resubscribes at once when it is good again.
+func TestGuardConnectionLost(t *testing.T) {
+	g := NewGuard(testPolicy(), noJitter)
+	d := g.Start(t0)
+	g.Reply(t0.Add(time.Second), d.Send, false)
+	if !g.Confirmed() {
+		t.Fatal("not confirmed after a successful reply")
+	}
+	lost := g.ConnectionLost(t0.Add(2 * time.Second))
+	if lost.Event != EventLost || lost.Send != 0 || g.Confirmed() {
+		t.Fatalf("connection lost decided %+v, confirmed %v; want no send and not confirmed", lost, g.Confirmed())
+	}
+	if n := sends(drive(g, t0.Add(10*time.Minute))); n != 0 {
+		t.Fatalf("%d attempts while the connection was down", n)
+	}
+	if good := g.ConnectionGood(t0.Add(11 * time.Minute)); good.Send == 0 {
+		t.Fatalf("connection good after a loss decided %+v; want a new attempt at once", good)
+	}
+}

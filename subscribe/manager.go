@@ -443,6 +443,7 @@ func (c *connection) ConnectionState(st gateway.State) {
 	case !st.Good && wasGood:
 		now := time.Now()
 		for _, h := range workers {
+			h.w.ConnectionLost()
 			for _, a := range h.inst.Attributes {
 				c.sink.TagUpdate(h.inst.Name, a.Name, nil, gateway.QualityBadCommFailure, now)
 			}

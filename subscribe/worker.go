@@ -56,6 +56,7 @@ type Worker struct {
 	mu     sync.Mutex
 	good   bool
 	inval  bool
+	lost   bool
 	status WorkerStatus
 }
 
@@ -87,6 +88,15 @@ func NewWorker(sub Subscription, opts WorkerOptions) *Worker {
 func (w *Worker) ConnectionGood() {
 	w.mu.Lock()
 	w.good = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+// ConnectionLost tells the worker its connection went bad: its
+// subscription stops counting as confirmed until the connection is back.
+func (w *Worker) ConnectionLost() {
+	w.mu.Lock()
+	w.lost, w.good = true, false
 	w.mu.Unlock()
 	w.poke()
 }
@@ -177,9 +187,12 @@ func (w *Worker) Run(ctx context.Context) {
 			act(g.Reply(w.opts.Clock.Now(), r.id, r.err != nil), r.err)
 		case <-w.signal:
 			w.mu.Lock()
-			good, inval := w.good, w.inval
-			w.good, w.inval = false, false
+			lost, good, inval := w.lost, w.good, w.inval
+			w.lost, w.good, w.inval = false, false, false
 			w.mu.Unlock()
+			if lost {
+				act(g.ConnectionLost(w.opts.Clock.Now()), nil)
+			}
 			if inval {
 				act(g.Invalidate(w.opts.Clock.Now()), nil)
 			}
@@ -211,6 +224,8 @@ func (w *Worker) observe(g *Guard, d Decision, err error) {
 		w.log.Debug().Err(err).Msg("reply to a superseded subscribe ignored")
 	case EventReset:
 		w.log.Info().Dur("next_retry_in", iv).Bool("confirmed", g.Confirmed()).Msg("connection good; subscribe backoff reset")
+	case EventLost:
+		w.log.Debug().Msg("connection lost; subscription no longer confirmed")
 	case EventInvalidated:
 		w.log.Info().Uint64("attempt", d.Send).Msg("subscription lost with the gateway session; resubscribing")
 	}
