@@ -303,12 +303,19 @@ type liveStats struct {
 	counts       [rateWindow]uint64
 	lastErr      string
 	lastErrAt    time.Time
+	failingSince time.Time // first failure since the last delivery
 	headAttempts int
 }
 
-func (ls *liveStats) delivery(now time.Time) {
+// delivery counts a delivered message. It returns the error the target
+// had been failing with, if it had, which a delivery clears: the target
+// works again, and a last error shown after that would read as a current
+// fault.
+func (ls *liveStats) delivery(now time.Time) (recovered string, since time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	recovered, since = ls.lastErr, ls.failingSince
+	ls.lastErr, ls.failingSince = "", time.Time{}
 	ls.delivered++
 	ls.headAttempts = 0
 	sec := now.Unix()
@@ -317,11 +324,15 @@ func (ls *liveStats) delivery(now time.Time) {
 		ls.secs[i], ls.counts[i] = sec, 0
 	}
 	ls.counts[i]++
+	return recovered, since
 }
 
 func (ls *liveStats) failure(now time.Time, err error, attempts int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	if ls.lastErr == "" {
+		ls.failingSince = now
+	}
 	ls.lastErr, ls.lastErrAt, ls.headAttempts = err.Error(), now, attempts
 }
 
@@ -490,7 +501,9 @@ func (w *worker) deliver(m *Message) bool {
 			// reader of Live that sees it delivered also finds it
 			// waiting for removal.
 			w.rem.add(m.ID)
-			w.live.delivery(now)
+			if lastErr, since := w.live.delivery(now); lastErr != "" {
+				w.log.Info().Str("id", m.ID).Dur("failing_for", now.Sub(since)).Str("last_error", lastErr).Msg("delivery resumed")
+			}
 			return true
 		}
 		if w.ctx.Err() != nil {

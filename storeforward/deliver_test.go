@@ -218,6 +218,10 @@ func TestDeliveryFailureThenRecovery(t *testing.T) {
 	if st := h.stats(t, "up"); st.Parked != 0 || st.Delivered != 20 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The target works again: its last error no longer shows.
+	if st, err := h.op.Stats(); err != nil || len(st) != 1 || st[0].LastError != "" {
+		t.Fatalf("stats after recovery: %+v %v; want no last error", st, err)
+	}
 }
 
 func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
