@@ -41,6 +41,11 @@ func checkUnsynced(path, bootID string) error {
 		return fmt.Errorf("read %s: %w", path+unsyncedSuffix, err)
 	}
 	written := strings.TrimSpace(string(marker))
+	if written == "" {
+		// The marker's write never completed (a full disk): commits go
+		// unsynced only once it is on disk, so none were made.
+		return nil
+	}
 	if bootID != "" && written == bootID {
 		return nil
 	}
@@ -69,6 +74,9 @@ func markUnsynced(path, bootID string) error {
 		err = syncDir(filepath.Dir(path))
 	}
 	if err != nil {
+		// No commit has gone unsynced yet; a marker half written must not
+		// make the next start distrust the state.
+		_ = os.Remove(marker)
 		return fmt.Errorf("write %s: %w", marker, err)
 	}
 	return nil

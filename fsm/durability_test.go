@@ -157,3 +157,31 @@ func TestReleasePagesFollowsThePagesCommitsWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyMarkerIsNoMarker: a start that could not finish writing the
+// unsynced marker (its disk was full) leaves it empty; commits go unsynced
+// only once the marker is on disk, so the next start trusts the state
+// instead of discarding it as if the OS had restarted.
+func TestEmptyMarkerIsNoMarker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	opts := Options{Logger: zerolog.Nop(), BootID: func() string { return "" }}
+	f, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLogWriter(t)
+	mustOK(t, f, w.cmd(enqueue(msg("m0", "sink", "payload"))))
+	mustClose(t, f)
+	if err := os.WriteFile(path+unsyncedSuffix, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.DeferSync, opts.BootID = true, func() string { return "boot-b" }
+	g, err := Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open with an empty marker = %v, want the state trusted", err)
+	}
+	defer g.Close()
+	if g.Meta().AppliedIndex != 1 {
+		t.Fatalf("reopened at index %d, want 1", g.Meta().AppliedIndex)
+	}
+}
