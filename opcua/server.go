@@ -482,12 +482,26 @@ type libraryLogger struct{ l zerolog.Logger }
 
 func (g libraryLogger) Debug(msg string, args ...any) { g.l.Trace().Msgf(msg, args...) }
 func (g libraryLogger) Info(msg string, args ...any)  { g.l.Debug().Msgf(msg, args...) }
-func (g libraryLogger) Warn(msg string, args ...any)  { g.l.Warn().Msgf(msg, args...) }
+func (g libraryLogger) Warn(msg string, args ...any) {
+	// A client that hangs up (the peer's probe does every 2 s) and a
+	// server that stops are warnings to gopcua, routine to an operator.
+	if strings.HasPrefix(msg, "Secure Channel %d closed") || strings.HasPrefix(msg, "Context done, closing Secure Channel") {
+		g.l.Debug().Msgf(msg, args...)
+		return
+	}
+	g.l.Warn().Msgf(msg, args...)
+}
 func (g libraryLogger) Error(msg string, args ...any) {
 	// The built-in nodeset import reports its own duplicates as errors on
 	// every New; they are not ours to act on.
 	if strings.HasPrefix(msg, "Duplicate reference type") {
 		g.l.Trace().Msgf(msg, args...)
+		return
+	}
+	// A connection closed under a read (a client gone, or this server
+	// stopping) is not an error anyone can act on.
+	if line := fmt.Sprintf(msg, args...); strings.Contains(line, "use of closed network connection") || strings.HasPrefix(msg, "socket closed") {
+		g.l.Debug().Msg(line)
 		return
 	}
 	g.l.Error().Msgf(msg, args...)

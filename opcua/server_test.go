@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/role"
 )
@@ -585,4 +587,32 @@ func nextValue(t *testing.T, ch <-chan *ua.DataValue) *ua.DataValue {
 func nextByte(t *testing.T, ch <-chan *ua.DataValue) byte {
 	t.Helper()
 	return levelOf(t, nextValue(t, ch))
+}
+
+// TestLibraryLogLevels: what gopcua reports as a warning or an error but is
+// routine for a running site (a client hanging up, a stop) goes to debug;
+// the rest keeps its level.
+func TestLibraryLogLevels(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		log   func(libraryLogger)
+		level string
+	}{
+		{"client hung up", func(l libraryLogger) { l.Warn("Secure Channel %d closed", 7) }, "debug"},
+		{"server stopping", func(l libraryLogger) { l.Warn("Context done, closing Secure Channel %d", 7) }, "debug"},
+		{"read on a closed connection", func(l libraryLogger) {
+			l.Error("failed to decode incoming command: %s", errors.New("read tcp 127.0.0.1:4842: use of closed network connection"))
+		}, "debug"},
+		{"listener closed", func(l libraryLogger) { l.Error("socket closed: %s", errors.New("accept tcp")) }, "debug"},
+		{"other warning", func(l libraryLogger) { l.Warn("certificate %s rejected", "x") }, "warn"},
+		{"other error", func(l libraryLogger) { l.Error("Secure Channel %d error: %s", 7, "bad nonce") }, "error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tc.log(libraryLogger{zerolog.New(&buf).Level(zerolog.TraceLevel)})
+			if !strings.Contains(buf.String(), `"level":"`+tc.level+`"`) {
+				t.Fatalf("logged %q, want level %s", buf.String(), tc.level)
+			}
+		})
+	}
 }
