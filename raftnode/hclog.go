@@ -6,7 +6,9 @@ import (
 	"io"
 	"log"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/rs/zerolog"
@@ -19,6 +21,65 @@ type hclogAdapter struct {
 	name    string
 	implied []interface{}
 	level   *atomic.Int32 // shared by the adapter and the loggers derived from it
+	repeats *repeats      // shared likewise
+}
+
+// repeatEvery is how often one of raft's per-attempt complaints about one
+// peer is logged while it goes on.
+const repeatEvery = 10 * time.Second
+
+// repeated are raft's complaints it makes on every attempt while a peer is
+// down: 4 heartbeats a second and every append and vote. The first is
+// logged; the same one about the same peer again only once repeatEvery
+// has passed, with how many were left out meanwhile.
+var repeated = []string{
+	"failed to heartbeat to",
+	"failed to appendEntries to",
+	"failed to make requestVote RPC",
+	"failed to contact",
+	"failed to send snapshot to",
+}
+
+// repeats remembers, per complaint and peer, when it was last logged and
+// how many have been left out since.
+type repeats struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+// admit reports whether a complaint with key may be logged now, and how
+// many of it were held back since it last was.
+func (r *repeats) admit(key string) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if last, ok := r.last[key]; ok && now.Sub(last) < repeatEvery {
+		r.held[key]++
+		return false, 0
+	}
+	held := r.held[key]
+	r.last[key], r.held[key] = now, 0
+	return true, held
+}
+
+// repeatKey is the complaint and peer a message is about, or "" when it is
+// not one of raft's per-attempt complaints.
+func repeatKey(msg string, args []interface{}) string {
+	for _, r := range repeated {
+		if !strings.HasPrefix(msg, r) {
+			continue
+		}
+		key := r
+		for i := 0; i+1 < len(args); i += 2 {
+			if k := fmt.Sprint(args[i]); k == "peer" || k == "target" || k == "id" {
+				key += " " + fmt.Sprint(args[i+1])
+			}
+		}
+		return key
+	}
+	return ""
 }
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
@@ -26,7 +87,8 @@ var _ hclog.Logger = (*hclogAdapter)(nil)
 func newHclogAdapter(zl zerolog.Logger, name string) *hclogAdapter {
 	lvl := &atomic.Int32{}
 	lvl.Store(int32(hclogLevel(zl.GetLevel())))
-	return &hclogAdapter{zl: zl, name: name, level: lvl}
+	return &hclogAdapter{zl: zl, name: name, level: lvl,
+		repeats: &repeats{now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}}
 }
 
 func hclogLevel(l zerolog.Level) hclog.Level {
@@ -68,9 +130,19 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
 	if level == hclog.Off || level < hclog.Level(a.level.Load()) {
 		return
 	}
+	held := 0
+	if key := repeatKey(msg, args); key != "" && a.repeats != nil {
+		var ok bool
+		if ok, held = a.repeats.admit(key); !ok {
+			return
+		}
+	}
 	ev := a.zl.WithLevel(zerologLevel(level))
 	if ev == nil {
 		return
+	}
+	if held > 0 {
+		ev = ev.Int("same_since_last_logged", held)
 	}
 	if a.name != "" {
 		ev = ev.Str("logger", a.name)

@@ -228,3 +228,47 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 		t.Errorf("OverrideAfter default = %s", c.OverrideAfter)
 	}
 }
+
+// TestHclogAdapterHoldsBackRepeatedComplaints: raft's complaint about a
+// peer that is down, made on every heartbeat, is logged once and then once
+// every repeatEvery with how many were left out; other peers and other
+// messages are not held back.
+func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
+	var buf bytes.Buffer
+	a := newHclogAdapter(zerolog.New(&buf), "")
+	now := time.Unix(1000, 0)
+	a.repeats.now = func() time.Time { return now }
+	down := errors.New("connection refused")
+	for i := 0; i < 40; i++ { // 10 s of heartbeats at 4 a second
+		a.Named("transport").Error("failed to heartbeat to", "peer", "127.0.0.1:7102", "error", down)
+		now = now.Add(250 * time.Millisecond)
+	}
+	a.Error("failed to heartbeat to", "peer", "127.0.0.1:7103", "error", down)
+	a.Error("failed to heartbeat to", "peer", "127.0.0.1:7102", "error", down)
+	a.Error("failed to append to log")
+	a.Error("failed to append to log")
+
+	var lines []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 5 {
+		t.Fatalf("%d lines, want 5 (first, other peer, first after 10 s, two others):\n%s", len(lines), buf.String())
+	}
+	if lines[0]["peer"] != "127.0.0.1:7102" || lines[0]["same_since_last_logged"] != nil {
+		t.Errorf("first line %v", lines[0])
+	}
+	if lines[1]["peer"] != "127.0.0.1:7103" {
+		t.Errorf("another peer's complaint held back: %v", lines[1])
+	}
+	if lines[2]["peer"] != "127.0.0.1:7102" || lines[2]["same_since_last_logged"] != float64(39) {
+		t.Errorf("line after 10 s = %v, want the 39 left out counted", lines[2])
+	}
+	if lines[3]["message"] != "failed to append to log" || lines[4]["message"] != "failed to append to log" {
+		t.Errorf("other messages held back: %v %v", lines[3], lines[4])
+	}
+}
