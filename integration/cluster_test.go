@@ -133,6 +133,10 @@ func TestPairSurvivorOverridesAfterWindow(t *testing.T) {
 	if st.ClusterEpoch <= before.ClusterEpoch || st.Voters != 1 {
 		t.Fatalf("after the override: epoch %d (before %d), voters %d; want a higher epoch and 1 voter", st.ClusterEpoch, before.ClusterEpoch, st.Voters)
 	}
+	// The operator was told it was coming, and when.
+	if log := survivor.LogTail(400); !strings.Contains(log, "will become the sole voter and Active at override_at") {
+		t.Errorf("%s never announced the coming override; its log:\n%s", survivor.ID, log)
+	}
 	var audit []*controlpb.AuditEntry
 	ctlJSON(t, c, []*testcluster.Node{survivor}, &audit, "audit")
 	found := false
@@ -346,6 +350,19 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 		}
 	}
 
+	// A node that is down, listed first, costs next to nothing: its
+	// refused connection moves on to the next endpoint at once.
+	dead, err := testcluster.DeadAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{{APIAddr: dead}, c.Nodes[0]}, "status"); err != nil || code != 0 {
+		t.Fatalf("status with a dead first endpoint: exit %d, %q, %v", code, errs, err)
+	}
+	if took := time.Since(began); took > 1500*time.Millisecond {
+		t.Errorf("status with a dead first endpoint took %s; a refused connection should not wait out its share of --timeout (2.5 s of 5 s with two endpoints)", took)
+	}
 	// An enqueue with neither --data nor anything piped in is a mistake,
 	// not an empty message.
 	if _, errs, code, _ := c.Ctl(ctx, nil, "sf", "enqueue", "sink"); code != 2 || !strings.Contains(errs, "no payload") {

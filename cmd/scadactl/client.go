@@ -42,41 +42,60 @@ func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(),
 	if err != nil {
 		return nil, nil, fmt.Errorf("load client certificate: %w", err)
 	}
-	var failures []string
 	deadline, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	endpoints := strings.Split(g.endpoints, ",")
-	for i, ep := range endpoints {
-		ep = strings.TrimSpace(ep)
-		if ep == "" {
-			continue
+	var endpoints []string
+	for _, ep := range strings.Split(g.endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			endpoints = append(endpoints, ep)
 		}
-		// Give every remaining endpoint a fair share of what is left.
-		left := len(endpoints) - i
-		perCtx, perCancel := context.WithCancel(deadline)
-		if dl, ok := deadline.Deadline(); ok {
-			perCtx, perCancel = context.WithDeadline(deadline, time.Now().Add(time.Until(dl)/time.Duration(left)))
-		}
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
-		if err != nil {
-			perCancel()
-			failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		client := controlpb.NewControlClient(conn)
-		_, err = client.Status(perCtx, &controlpb.StatusRequest{}, grpc.WaitForReady(true))
-		perCancel()
-		if err != nil {
-			conn.Close()
-			failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		return client, func() { conn.Close() }, nil
 	}
-	if len(failures) == 0 {
+	if len(endpoints) == 0 {
 		return nil, nil, usagef("--endpoints is empty")
 	}
-	return nil, nil, unreachableError{fmt.Sprintf("no node reachable within %s: %s", g.timeout, strings.Join(failures, "; "))}
+	conns := make([]*grpc.ClientConn, len(endpoints))
+	closeAll := func(keep int) {
+		for i, c := range conns {
+			if c != nil && i != keep {
+				c.Close()
+			}
+		}
+	}
+	// Rounds over the endpoints in their order until one answers or the
+	// timeout ends. A refused connection fails at once (not waiting for
+	// it to become ready), so a node that is down costs nothing; one that
+	// does not answer at all costs its share of the timeout; and a node
+	// still starting is tried again in the next round.
+	failures := make([]string, len(endpoints))
+	for {
+		for i, ep := range endpoints {
+			if conns[i] == nil {
+				conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
+				if err != nil {
+					failures[i] = fmt.Sprintf("%s: %v", ep, err)
+					continue
+				}
+				conns[i] = conn
+			}
+			share := g.timeout / time.Duration(len(endpoints))
+			perCtx, perCancel := context.WithTimeout(deadline, share)
+			client := controlpb.NewControlClient(conns[i])
+			_, err := client.Status(perCtx, &controlpb.StatusRequest{})
+			perCancel()
+			if err == nil {
+				closeAll(i)
+				conn := conns[i]
+				return client, func() { conn.Close() }, nil
+			}
+			failures[i] = fmt.Sprintf("%s: %v", ep, err)
+		}
+		select {
+		case <-deadline.Done():
+			closeAll(-1)
+			return nil, nil, unreachableError{fmt.Sprintf("no node reachable within %s: %s", g.timeout, strings.Join(failures, "; "))}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // rpcError keeps a gRPC status (for the exit code) but prints only what
