@@ -104,3 +104,28 @@ func overrideDue(in overrideInput) (bool, string) {
 	}
 	return true, fmt.Sprintf("no contact with %v for %s", in.otherVoters, in.after)
 }
+
+// overrideNoticeAfter is how long every other voter must have been silent
+// before a pair-mode node says when it will override: longer than a missed
+// heartbeat or two, well inside any sensible override_after.
+const overrideNoticeAfter = time.Second
+
+// overrideCountdown tells when the automatic override will happen if no
+// other voter is heard from before then: ok once every other voter has
+// been silent for overrideNoticeAfter and the override is otherwise
+// possible. It is pure, like overrideDue.
+func overrideCountdown(in overrideInput) (at time.Time, ok bool) {
+	if in.mode != ModePair || in.recovering || in.isLeader || !in.selfVoter || len(in.otherVoters) == 0 {
+		return time.Time{}, false
+	}
+	var last time.Time
+	for _, id := range in.otherVoters {
+		if t := in.lastContact(id); t.After(last) {
+			last = t
+		}
+	}
+	if in.now.Sub(last) < overrideNoticeAfter {
+		return time.Time{}, false
+	}
+	return last.Add(in.after), true
+}

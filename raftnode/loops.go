@@ -272,7 +272,20 @@ func (n *Node) guardTick(ctx context.Context) {
 	if n.epochPending.Load() && r.State() == raft.Leader {
 		n.bumpEpoch(ctx, r)
 	}
-	due, reason := overrideDue(n.overrideInput(r))
+	in := n.overrideInput(r)
+	due, reason := overrideDue(in)
+	at, counting := overrideCountdown(in)
+	switch {
+	case counting && !due && !n.overrideNoticed:
+		n.overrideNoticed = true
+		n.log.Warn().Strs("peers", in.otherVoters).Time("override_at", at).Dur("override_after", in.after).
+			Msg("no contact with the peer: this node will become the sole voter and Active at override_at unless the peer is heard from first")
+	case !counting && n.overrideNoticed:
+		n.overrideNoticed = false
+		if !due {
+			n.log.Info().Msg("peer heard from again: no override")
+		}
+	}
 	if due {
 		n.log.Warn().Str("reason", reason).Msg("availability override due")
 		if err := n.override(ctx, "automatic: "+reason, false); err != nil {

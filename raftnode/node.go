@@ -62,6 +62,9 @@ type Node struct {
 	barrierTerm  atomic.Uint64
 	barrierBusy  atomic.Bool
 	handoffBusy  atomic.Bool
+	// overrideNoticed: the coming override has been announced for the
+	// current silence (guard loop only).
+	overrideNoticed bool
 	// fenced is set while a heal keeps raft stopped (see rejoin.go).
 	fenced atomic.Bool
 	// leaderVerifiedAt is when a quorum last confirmed this node's

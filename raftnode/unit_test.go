@@ -272,3 +272,43 @@ func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
 		t.Errorf("other messages held back: %v %v", lines[3], lines[4])
 	}
 }
+
+func TestOverrideCountdown(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	after := 10 * time.Second
+	heard := func(ago time.Duration) func(string) time.Time {
+		return func(string) time.Time { return t0.Add(-ago) }
+	}
+	base := overrideInput{now: t0, mode: ModePair, after: after, selfVoter: true, otherVoters: []string{"b"}}
+	cases := []struct {
+		name   string
+		change func(*overrideInput)
+		wantOK bool
+		wantAt time.Time
+	}{
+		{"silent 3 s: override in 7 s", func(in *overrideInput) { in.lastContact = heard(3 * time.Second) }, true, t0.Add(7 * time.Second)},
+		{"heard a moment ago", func(in *overrideInput) { in.lastContact = heard(500 * time.Millisecond) }, false, time.Time{}},
+		{"witness mode", func(in *overrideInput) { in.mode = ModeWitness; in.lastContact = heard(time.Hour) }, false, time.Time{}},
+		{"leader", func(in *overrideInput) { in.isLeader = true; in.lastContact = heard(time.Hour) }, false, time.Time{}},
+		{"sole voter", func(in *overrideInput) { in.otherVoters = nil; in.lastContact = heard(time.Hour) }, false, time.Time{}},
+		{"one of two peers heard", func(in *overrideInput) {
+			in.otherVoters = []string{"b", "c"}
+			in.lastContact = func(id string) time.Time {
+				if id == "c" {
+					return t0
+				}
+				return t0.Add(-time.Hour)
+			}
+		}, false, time.Time{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base
+			tc.change(&in)
+			at, ok := overrideCountdown(in)
+			if ok != tc.wantOK || !at.Equal(tc.wantAt) {
+				t.Fatalf("overrideCountdown = %v, %v; want %v, %v", at, ok, tc.wantAt, tc.wantOK)
+			}
+		})
+	}
+}
