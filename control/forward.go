@@ -102,6 +102,40 @@ func (f *Forwarder) leaderID(ctx context.Context) (controlpb.ControlClient, stri
 // leader this node knows.
 var errLeaderMoved = errors.New("the leader changed while the call was in flight")
 
+// leaderMoved turns the end of a forwarded call cut short by whileLeads
+// into what it is: the leader changed, try again (Unavailable, which
+// scadactl and the proposers treat as worth a retry), not "canceled".
+func leaderMoved(ctx context.Context, method string, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errLeaderMoved) {
+		return status.Errorf(codes.Unavailable, "%s: %v; retry, the new leader answers", method, errLeaderMoved)
+	}
+	return err
+}
+
+func leaderMovedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return leaderMoved(ctx, method, invoker(ctx, method, req, reply, cc, opts...))
+}
+
+func leaderMovedStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, leaderMoved(ctx, method, err)
+	}
+	return leaderMovedClientStream{ClientStream: s, ctx: ctx, method: method}, nil
+}
+
+// leaderMovedClientStream maps a forwarded stream's receive error like
+// leaderMovedUnary does a call's.
+type leaderMovedClientStream struct {
+	grpc.ClientStream
+	ctx    context.Context
+	method string
+}
+
+func (s leaderMovedClientStream) RecvMsg(m any) error {
+	return leaderMoved(s.ctx, s.method, s.ClientStream.RecvMsg(m))
+}
+
 // whileLeads returns a context that ends, besides with ctx, once this node
 // no longer takes id for the leader: it became the leader itself, or
 // another node did. A call forwarded to a leader that froze (a paused VM)
@@ -176,7 +210,8 @@ func (f *Forwarder) conn(id string) (*grpc.ClientConn, error) {
 		var err error
 		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-			grpc.WithConnectParams(peerConnectParams()))
+			grpc.WithConnectParams(peerConnectParams()),
+			grpc.WithUnaryInterceptor(leaderMovedUnary), grpc.WithStreamInterceptor(leaderMovedStream))
 		if err != nil {
 			return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
 		}
@@ -263,13 +298,11 @@ func (f *Forwarder) proposeOnce(ctx context.Context, data []byte) (*fsm.Result, 
 	}
 	actx, done := f.whileLeads(ctx, id)
 	defer done()
+	// A leader that changes meanwhile ends the call Unavailable, and
+	// Propose retries against the new one: enqueues and acks are
+	// idempotent, and a deploy's compare-and-set fails cleanly.
 	resp, err := leader.Apply(forwardContext(actx), &controlpb.ApplyRequest{Command: data})
 	if err != nil {
-		if cause := context.Cause(actx); errors.Is(cause, errLeaderMoved) && ctx.Err() == nil {
-			// Retried against the new leader: enqueues and acks are
-			// idempotent, and a deploy's compare-and-set fails cleanly.
-			return nil, status.Errorf(codes.Unavailable, "forwarded to %s: %v", id, cause)
-		}
 		return nil, err
 	}
 	return decodeResult(resp)

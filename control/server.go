@@ -105,11 +105,14 @@ func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context
 	}
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := s.Forward.leader(wait)
-	if err != nil {
-		return nil, ctx, err
+	c, id, err := s.Forward.leaderID(wait)
+	if err != nil || c == nil {
+		return c, ctx, err
 	}
-	return c, forwardContextFor(ctx, actor(ctx)), nil
+	// The forwarded call gives way if the leader changes meanwhile (it may
+	// have frozen); its goroutine ends with the incoming call.
+	fctx, _ := s.Forward.whileLeads(forwardContextFor(ctx, actor(ctx)), id)
+	return c, fctx, nil
 }
 
 // author is who sent a request: the caller's certificate name, or, for a

@@ -326,3 +326,50 @@ func TestDeployThroughTheStandbyNamesTheOperator(t *testing.T) {
 		t.Errorf("revision 2, pushed to the Active by an operator claiming to speak for another, is by %q; want operator", actors[2])
 	}
 }
+
+// TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes: a push the
+// Standby forwarded to an Active that then froze does not hang until that
+// node resumes: once the Standby has taken over, the push ends saying the
+// leader changed (exit 3, retry), and the retry lands.
+func TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	standby := follower(c, active)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A first push through the Standby: its connection to the Active is
+	// open when the Active freezes, as it is on a site in use.
+	first := writeSite(t, testcluster.SiteConfig("frozen", map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", first); err != nil || code != 0 {
+		t.Fatalf("first deploy push through the Standby: exit %d, %q, %v", code, errs, err)
+	}
+	file := writeSite(t, testcluster.SiteConfig("frozen", map[string]string{"sink": "http://127.0.0.1:9/y"}, 5))
+	c.Pause(active)
+	defer c.Resume(active)
+	type outcome struct {
+		errs string
+		code int
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		_, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file)
+		done <- outcome{errs, code, err}
+	}()
+	waitFor(t, 15*time.Second, standby.ID+" Active", func() bool {
+		h, ok := standby.Health()
+		return ok && h.Role == "active"
+	})
+	select {
+	case o := <-done:
+		if o.err != nil || (o.code != 0 && (o.code != 3 || !strings.Contains(o.errs, "leader changed"))) {
+			t.Fatalf("deploy push through the Standby: exit %d, %q, %v; want success, or exit 3 saying the leader changed", o.code, o.errs, o.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("deploy push through %s still waiting 10 s after it became Active, with %s frozen", standby.ID, active.ID)
+	}
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file); err != nil || code != 0 {
+		t.Fatalf("deploy push retried on the new Active: exit %d, %q, %v", code, errs, err)
+	}
+}
