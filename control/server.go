@@ -97,6 +97,14 @@ type Server struct {
 // caller to forward to. A request that was already forwarded once is not
 // forwarded again.
 func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context.Context, error) {
+	return s.forwardOr(ctx, true)
+}
+
+// forwardOr is leaderOr; giveWay says whether the forwarded call ends when
+// the leader changes meanwhile. A failover, or removing the leader from
+// the cluster, changes the leader: that is its success, not a reason to
+// give up on it.
+func (s *Server) forwardOr(ctx context.Context, giveWay bool) (controlpb.ControlClient, context.Context, error) {
 	if s.Roles.Current().Role == role.Active {
 		return nil, ctx, nil
 	}
@@ -109,9 +117,12 @@ func (s *Server) leaderOr(ctx context.Context) (controlpb.ControlClient, context
 	if err != nil || c == nil {
 		return c, ctx, err
 	}
-	// The forwarded call gives way if the leader changes meanwhile (it may
-	// have frozen); its goroutine ends with the incoming call.
-	fctx, _ := s.Forward.whileLeads(forwardContextFor(ctx, actor(ctx)), id)
+	fctx := forwardContextFor(ctx, actor(ctx))
+	if giveWay {
+		// The forwarded call gives way if the leader changes meanwhile (it
+		// may have frozen); its goroutine ends with the incoming call.
+		fctx, _ = s.Forward.whileLeads(fctx, id)
+	}
 	return c, fctx, nil
 }
 
@@ -248,7 +259,7 @@ func (s *Server) RemoveMember(ctx context.Context, req *controlpb.RemoveMemberRe
 	if req.Id == "" {
 		return nil, status.Error(codes.InvalidArgument, "remove member: id is required")
 	}
-	if c, fctx, err := s.leaderOr(ctx); err != nil || c != nil {
+	if c, fctx, err := s.forwardOr(ctx, false); err != nil || c != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -274,7 +285,7 @@ func (s *Server) RemoveMember(ctx context.Context, req *controlpb.RemoveMemberRe
 
 // Failover moves leadership away from the leader.
 func (s *Server) Failover(ctx context.Context, req *controlpb.FailoverRequest) (*controlpb.FailoverResponse, error) {
-	if c, fctx, err := s.leaderOr(ctx); err != nil || c != nil {
+	if c, fctx, err := s.forwardOr(ctx, false); err != nil || c != nil {
 		if err != nil {
 			return nil, err
 		}
