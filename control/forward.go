@@ -105,35 +105,34 @@ var errLeaderMoved = errors.New("the leader changed while the call was in flight
 // leaderMoved turns the end of a forwarded call cut short by whileLeads
 // into what it is: the leader changed, try again (Unavailable, which
 // scadactl and the proposers treat as worth a retry), not "canceled".
-func leaderMoved(ctx context.Context, method string, err error) error {
+func leaderMoved(ctx context.Context, err error) error {
 	if err != nil && errors.Is(context.Cause(ctx), errLeaderMoved) {
-		return status.Errorf(codes.Unavailable, "%s: %v; retry, the new leader answers", method, errLeaderMoved)
+		return status.Errorf(codes.Unavailable, "%v; retry: the new leader answers", errLeaderMoved)
 	}
 	return err
 }
 
 func leaderMovedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return leaderMoved(ctx, method, invoker(ctx, method, req, reply, cc, opts...))
+	return leaderMoved(ctx, invoker(ctx, method, req, reply, cc, opts...))
 }
 
 func leaderMovedStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		return nil, leaderMoved(ctx, method, err)
+		return nil, leaderMoved(ctx, err)
 	}
-	return leaderMovedClientStream{ClientStream: s, ctx: ctx, method: method}, nil
+	return leaderMovedClientStream{ClientStream: s, ctx: ctx}, nil
 }
 
 // leaderMovedClientStream maps a forwarded stream's receive error like
 // leaderMovedUnary does a call's.
 type leaderMovedClientStream struct {
 	grpc.ClientStream
-	ctx    context.Context
-	method string
+	ctx context.Context
 }
 
 func (s leaderMovedClientStream) RecvMsg(m any) error {
-	return leaderMoved(s.ctx, s.method, s.ClientStream.RecvMsg(m))
+	return leaderMoved(s.ctx, s.ClientStream.RecvMsg(m))
 }
 
 // whileLeads returns a context that ends, besides with ctx, once this node
