@@ -70,15 +70,9 @@ func (f *Forwarder) Close() {
 // errNoLeader is returned while no leader is known.
 var errNoLeader = errors.New("no leader known (the cluster has no quorum or is electing)")
 
-// leader returns a client for the current leader, or nil when this node is
-// the leader. It waits for a leader up to ctx's deadline.
-func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, error) {
-	c, _, err := f.leaderID(ctx)
-	return c, err
-}
-
-// leaderID is leader that also names the leader it returns a client for.
-func (f *Forwarder) leaderID(ctx context.Context) (controlpb.ControlClient, string, error) {
+// leader returns a client for the current leader and its id, or nil when
+// this node is the leader. It waits for a leader up to ctx's deadline.
+func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, string, error) {
 	watch, stop := f.roles.Watch()
 	defer stop()
 	for {
@@ -280,7 +274,7 @@ func (f *Forwarder) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Resul
 }
 
 func (f *Forwarder) proposeOnce(ctx context.Context, data []byte) (*fsm.Result, error) {
-	leader, id, err := f.leaderID(ctx)
+	leader, id, err := f.leader(ctx)
 	if err != nil {
 		return nil, err
 	}

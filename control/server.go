@@ -113,7 +113,7 @@ func (s *Server) forwardOr(ctx context.Context, giveWay bool) (controlpb.Control
 	}
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, id, err := s.Forward.leaderID(wait)
+	c, id, err := s.Forward.leader(wait)
 	if err != nil || c == nil {
 		return c, ctx, err
 	}

@@ -291,22 +291,30 @@ func TestDeployRollbackRestoresBehaviour(t *testing.T) {
 	}
 }
 
+// pushedThroughTheStandby starts a two-voter cluster with a witness and
+// deploys a first site config (named name) through the Standby.
+func pushedThroughTheStandby(ctx context.Context, t *testing.T, name string) (c *testcluster.Cluster, active, standby *testcluster.Node) {
+	t.Helper()
+	c = newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
+	start(t, c)
+	active = waitOneActive(t, c, 20*time.Second)
+	standby = follower(c, active)
+	file := writeSite(t, testcluster.SiteConfig(name, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file); err != nil || code != 0 {
+		t.Fatalf("deploy push through the Standby: exit %d, %q, %v", code, errs, err)
+	}
+	return c, active, standby
+}
+
 // TestDeployThroughTheStandbyNamesTheOperator: a push sent to the Standby
 // is forwarded to the leader with the Standby's node certificate; the
 // history must still name the operator who sent it (and the node it came
 // through). An operator's own certificate cannot claim to speak for
 // someone else.
 func TestDeployThroughTheStandbyNamesTheOperator(t *testing.T) {
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
-	standby := follower(c, active)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	file := writeSite(t, testcluster.SiteConfig("author", map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
-	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file); err != nil || code != 0 {
-		t.Fatalf("deploy push through the Standby: exit %d, %q, %v", code, errs, err)
-	}
+	c, active, standby := pushedThroughTheStandby(ctx, t, "author")
 	opCli := nodeClient(t, c, "operator", active)
 	spoofed := metadata.AppendToOutgoingContext(ctx, "x-scadad-on-behalf-of", "somebody-else")
 	second := testcluster.SiteConfig("author", map[string]string{"sink": "http://127.0.0.1:9/y"}, 5)
@@ -332,18 +340,11 @@ func TestDeployThroughTheStandbyNamesTheOperator(t *testing.T) {
 // node resumes: once the Standby has taken over, the push ends saying the
 // leader changed (exit 3, retry), and the retry lands.
 func TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes(t *testing.T) {
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
-	standby := follower(c, active)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// A first push through the Standby: its connection to the Active is
-	// open when the Active freezes, as it is on a site in use.
-	first := writeSite(t, testcluster.SiteConfig("frozen", map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
-	if _, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", first); err != nil || code != 0 {
-		t.Fatalf("first deploy push through the Standby: exit %d, %q, %v", code, errs, err)
-	}
+	// The first push leaves the Standby's connection to the Active open
+	// when the Active freezes, as it is on a site in use.
+	c, active, standby := pushedThroughTheStandby(ctx, t, "frozen")
 	file := writeSite(t, testcluster.SiteConfig("frozen", map[string]string{"sink": "http://127.0.0.1:9/y"}, 5))
 	c.Pause(active)
 	defer c.Resume(active)

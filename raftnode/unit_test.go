@@ -31,13 +31,19 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func TestOverrideDue(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	after := 10 * time.Second
-	heard := func(ago time.Duration) func(string) time.Time {
+// overrideFixture is a pair-mode voter at t0 with one peer, b, and an
+// override window of 10 s; heard(ago) says b was last heard ago.
+func overrideFixture() (t0 time.Time, heard func(ago time.Duration) func(string) time.Time, base overrideInput) {
+	t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	heard = func(ago time.Duration) func(string) time.Time {
 		return func(string) time.Time { return t0.Add(-ago) }
 	}
-	base := overrideInput{now: t0, mode: ModePair, after: after, selfVoter: true, otherVoters: []string{"b"}}
+	return t0, heard, overrideInput{now: t0, mode: ModePair, after: 10 * time.Second, selfVoter: true, otherVoters: []string{"b"}}
+}
+
+func TestOverrideDue(t *testing.T) {
+	t0, heard, base := overrideFixture()
+	after := base.after
 	cases := []struct {
 		name   string
 		change func(*overrideInput)
@@ -274,12 +280,7 @@ func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
 }
 
 func TestOverrideCountdown(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	after := 10 * time.Second
-	heard := func(ago time.Duration) func(string) time.Time {
-		return func(string) time.Time { return t0.Add(-ago) }
-	}
-	base := overrideInput{now: t0, mode: ModePair, after: after, selfVoter: true, otherVoters: []string{"b"}}
+	t0, heard, base := overrideFixture()
 	cases := []struct {
 		name   string
 		change func(*overrideInput)
