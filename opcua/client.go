@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -375,9 +376,15 @@ func (w *watcher) follow(ctx context.Context) error {
 	}
 }
 
+// statusName is an OPC UA status code as an operator reads it: "Good", or
+// the code's name without its "Status" prefix and its number
+// ("BadWaitingForInitialData 0x80320000").
 func statusName(c ua.StatusCode) string {
 	if c == ua.StatusOK {
 		return "Good"
+	}
+	if d, ok := ua.StatusCodes[c]; ok {
+		return fmt.Sprintf("%s 0x%08X", strings.TrimPrefix(d.Name, "Status"), uint32(c))
 	}
 	return fmt.Sprintf("0x%08X", uint32(c))
 }

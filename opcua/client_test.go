@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gopcua "github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/role"
 )
@@ -269,5 +270,21 @@ func TestCloseIsBounded(t *testing.T) {
 	}
 	if got := len(states); got != 2 {
 		t.Fatalf("state channel holds %d states, want the 2 of connecting", got)
+	}
+}
+
+func TestStatusName(t *testing.T) {
+	for _, tc := range []struct {
+		code ua.StatusCode
+		want string
+	}{
+		{ua.StatusOK, "Good"},
+		{ua.StatusBadWaitingForInitialData, "BadWaitingForInitialData 0x80320000"},
+		{ua.StatusBad, "Bad 0x80000000"},
+		{ua.StatusCode(0x80FF0000), "0x80FF0000"},
+	} {
+		if got := statusName(tc.code); got != tc.want {
+			t.Errorf("statusName(%#x) = %q, want %q", uint32(tc.code), got, tc.want)
+		}
 	}
 }
