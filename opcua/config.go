@@ -70,6 +70,12 @@ type Config struct {
 	// PeerVerdictTTL is how long a peer's verdict about this node counts
 	// (default 30 s).
 	PeerVerdictTTL time.Duration
+	// PeerStartGrace is how long after Start a peer's verdict that it
+	// cannot reach this node does not count (default 5 s): the peer probes
+	// every 2 s, and what it found while this node was down is not about
+	// the server just started (it held a restarted node at 200 for a
+	// probe interval, and clients hopped away).
+	PeerStartGrace time.Duration
 	// RecheckInterval is how often the ServiceLevel is recomputed without a
 	// trigger, so expiring verdicts take effect (default 1 s).
 	RecheckInterval time.Duration
@@ -168,6 +174,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.PeerVerdictTTL <= 0 {
 		out.PeerVerdictTTL = 30 * time.Second
+	}
+	if out.PeerStartGrace <= 0 {
+		out.PeerStartGrace = 5 * time.Second
 	}
 	if out.RecheckInterval <= 0 {
 		out.RecheckInterval = time.Second

@@ -54,6 +54,7 @@ type Server struct {
 	peerKnown    bool
 	peerOK       bool
 	peerAt       time.Time
+	startedAt    time.Time // when Start began serving (PeerStartGrace)
 	shuttingDown bool
 	levelAt      time.Time
 
@@ -182,6 +183,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
 	}
 	s.cancel = cancel
+	s.mu.Lock()
+	s.startedAt = s.clock.Now()
+	s.mu.Unlock()
 	s.started.Store(true)
 	s.wg.Add(2)
 	go func() {
@@ -338,11 +342,15 @@ func (s *Server) health() Health {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	reach := EffectivePeerReach(s.peerOK, s.peerKnown, s.peerAt, now, s.cfg.PeerVerdictTTL)
+	if reach == ReachFailed && now.Sub(s.startedAt) < s.cfg.PeerStartGrace {
+		reach = ReachUnknown
+	}
 	return Health{
 		Role:          s.state.Role,
 		QuorumContact: s.state.Leader != "",
 		DataFresh:     s.dataFresh,
-		PeerReachesMe: EffectivePeerReach(s.peerOK, s.peerKnown, s.peerAt, now, s.cfg.PeerVerdictTTL),
+		PeerReachesMe: reach,
 		ShuttingDown:  s.shuttingDown,
 	}
 }

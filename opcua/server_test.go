@@ -93,6 +93,14 @@ func TestServiceLevelFollowsHealthInputs(t *testing.T) {
 func TestPeerVerdictExpires(t *testing.T) {
 	clock := newFakeClock()
 	ts := startServerWithClock(t, activeState(), clock)
+	// Right after the start a failed verdict is the peer's view of the
+	// node that was down, not of this server: it does not count.
+	ts.SetPeerVerdict(false, clock.Now())
+	clock.Advance(time.Second)
+	if h := ts.health(); h.PeerReachesMe != ReachUnknown || ComputeServiceLevel(h) != LevelActive {
+		t.Fatalf("a failed verdict inside the start grace counts: %+v", h)
+	}
+	clock.Advance(5 * time.Second)
 	ts.SetPeerVerdict(false, clock.Now())
 	eventually(t, 5*time.Second, "peer verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
 	clock.Advance(10 * time.Second)
