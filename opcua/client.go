@@ -253,12 +253,24 @@ func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer,
 		}
 		w.url = url
 		reason := w.follow(ctx)
+		if errors.Is(reason, errUnknownNode) {
+			// The server does not have it: no other server will either,
+			// and trying again at once only loads the servers.
+			return reason
+		}
 		if ctx.Err() == nil {
 			fmt.Fprintf(out, "%s leaving %s: %v\n", stamp(time.Now()), url, reason)
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
 		}
 	}
 	return nil
 }
+
+// errUnknownNode is a watched node id the server does not know.
+var errUnknownNode = errors.New("the server has no such node")
 
 func stamp(t time.Time) string { return t.Format("15:04:05.000") }
 
@@ -291,6 +303,14 @@ func (w *watcher) follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
+	// Deleted on leaving, not left on the server to time out: gopcua
+	// v0.8.0's server can deadlock when a subscription times out while
+	// another client creates monitored items (WORKAROUNDS.md).
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), w.opts.timeout())
+		defer dcancel()
+		_ = sub.Cancel(dctx)
+	}()
 	res, err := sub.Monitor(ctx, ua.TimestampsToReturnBoth,
 		gopcua.NewMonitoredItemCreateRequestWithDefaults(w.node, ua.AttributeIDValue, handleValue),
 		gopcua.NewMonitoredItemCreateRequestWithDefaults(ua.NewNumericNodeID(0, id.Server_ServiceLevel), ua.AttributeIDValue, handleLevel))
@@ -298,7 +318,11 @@ func (w *watcher) follow(ctx context.Context) error {
 		return fmt.Errorf("monitor: %w", err)
 	}
 	for _, r := range res.Results {
-		if r.StatusCode != ua.StatusOK {
+		switch r.StatusCode {
+		case ua.StatusOK:
+		case ua.StatusBadNodeIDUnknown, ua.StatusBadNodeIDInvalid:
+			return fmt.Errorf("watch %s on %s: %w (%s); node ids look like \"ns=1;s=Pump1.Speed\"", w.node, w.url, errUnknownNode, statusName(r.StatusCode))
+		default:
 			return fmt.Errorf("monitor %s: %w", w.node, r.StatusCode)
 		}
 	}

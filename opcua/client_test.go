@@ -288,3 +288,20 @@ func TestStatusName(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchOfAnUnknownNodeStops: a node id the server does not have ends
+// the watch with an error that says so, instead of reconnecting in a
+// tight loop (which left a subscription behind on every pass).
+func TestWatchOfAnUnknownNodeStops(t *testing.T) {
+	a := startServer(t, activeState(), nil)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=1;s=Pump1.Nope", out, ClientOptions{})
+	if !errors.Is(err, errUnknownNode) || ctx.Err() != nil {
+		t.Fatalf("watch of an unknown node = %v (context %v); want errUnknownNode before the deadline\n%s", err, ctx.Err(), out.String())
+	}
+	if n := strings.Count(out.String(), "leaving"); n != 0 {
+		t.Fatalf("watch left the server %d times before giving up:\n%s", n, out.String())
+	}
+}
