@@ -368,6 +368,10 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 	if _, errs, code, _ := c.Ctl(ctx, nil, "sf", "enqueue", "sink"); code != 2 || !strings.Contains(errs, "no payload") {
 		t.Errorf("sf enqueue without a payload: exit %d, %q; want exit 2 saying there is no payload", code, errs)
 	}
+	// A flag that would be ignored is refused.
+	if _, errs, code, _ := c.Ctl(ctx, nil, "deploy", "rollback", "--expect-revision", "1"); code != 2 || !strings.Contains(errs, "takes no --expect-revision") {
+		t.Errorf("deploy rollback --expect-revision: exit %d, %q; want exit 2 refusing the flag", code, errs)
+	}
 	// Before the first deploy the deploy commands say so.
 	for _, args := range [][]string{{"deploy", "status"}, {"deploy", "history"}, {"deploy", "rollback"}} {
 		if _, errs, code, _ := c.Ctl(ctx, nil, args...); code != 5 || !strings.Contains(errs, "nothing has been deployed") {

@@ -502,7 +502,7 @@ func (w *worker) deliver(m *Message) bool {
 			// waiting for removal.
 			w.rem.add(m.ID)
 			if lastErr, since := w.live.delivery(now); lastErr != "" {
-				w.log.Info().Str("id", m.ID).Dur("failing_for", now.Sub(since)).Str("last_error", lastErr).Msg("delivery resumed")
+				w.log.Info().Str("id", m.ID).Str("failing_for", now.Sub(since).Round(time.Millisecond).String()).Str("last_error", lastErr).Msg("delivery resumed")
 			}
 			return true
 		}

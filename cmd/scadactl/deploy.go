@@ -37,6 +37,12 @@ func runDeploy(ctx context.Context, g *globals, args []string) error {
 		if len(pos) != 0 {
 			return usagef("deploy rollback [--to REV]")
 		}
+		// A flag that is accepted must do something: these belong to push.
+		for _, name := range []string{"expect-revision", "m"} {
+			if flagGiven(fs, name) {
+				return usagef("deploy rollback takes no --%s (it is push's); rollback [--to REV] records \"rollback to revision N\"", name)
+			}
+		}
 		c, done, err := g.connect(ctx)
 		if err != nil {
 			return err
