@@ -106,7 +106,12 @@ type rpcError struct {
 }
 
 func (e rpcError) Error() string {
-	return fmt.Sprintf("%s: %s (%s)", e.what, e.st.Message(), e.st.Code())
+	msg := e.st.Message()
+	// The server often names the operation itself ("deploy rollback: …").
+	if strings.HasPrefix(msg, e.what+": ") {
+		return fmt.Sprintf("%s (%s)", msg, e.st.Code())
+	}
+	return fmt.Sprintf("%s: %s (%s)", e.what, msg, e.st.Code())
 }
 
 // GRPCStatus lets status.FromError see through the wrapper.
