@@ -39,6 +39,10 @@ func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 	if _, errs, code, err := src.Ctl(ctx, []*testcluster.Node{lagging}, "snapshot", "save", file); err != nil || code != 0 {
 		t.Fatalf("snapshot save: exit %d: %s %v", code, errs, err)
 	}
+	// Saving over an existing backup asks first; --yes answers.
+	if _, errs, code, _ := src.Ctl(ctx, nil, "snapshot", "save", file); code != 4 || !strings.Contains(errs, "--yes") {
+		t.Fatalf("snapshot save over an existing file: exit %d, %q; want a refusal asking for --yes", code, errs)
+	}
 	out, errs, code, err := src.Ctl(ctx, nil, "snapshot", "inspect", file)
 	if err != nil || code != 0 || !regexp.MustCompile(`pending messages\s+50\n`).MatchString(out) {
 		t.Fatalf("snapshot inspect: exit %d, %q %s %v; want 50 pending", code, out, errs, err)

@@ -87,6 +87,12 @@ func human(n int64) string {
 }
 
 func snapshotSave(ctx context.Context, g *globals, file string, local bool) error {
+	if _, err := os.Stat(file); err == nil {
+		// An older backup is worth a question before it is replaced.
+		if err := g.confirm(fmt.Sprintf("%s exists. Replace it with a new backup?", file)); err != nil {
+			return err
+		}
+	}
 	c, done, err := g.connect(ctx)
 	if err != nil {
 		return err
