@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -44,6 +45,11 @@ const (
 // version and every validation problem (a *ValidationError) are errors.
 func Parse(data []byte) (*Site, error) {
 	site, err := Decode(data)
+	if unknown := unknownFields(err); unknown != nil {
+		// Unknown fields stop strict decoding; list them together with
+		// what the validator finds in the rest, as every problem is.
+		return nil, withValidation(unknown, data)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -177,4 +183,41 @@ func setString(s *string, def string) {
 	if *s == "" {
 		*s = def
 	}
+}
+
+// unknownFields returns the problems of a decode that failed only on
+// fields the schema does not have, nil for any other outcome.
+func unknownFields(err error) []Problem {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return nil
+	}
+	var out []Problem
+	for _, e := range te.Errors {
+		// "line 29: field retries not found in type siteconfig.Target"
+		line, rest, ok := strings.Cut(e, ": ")
+		if !ok || !strings.HasPrefix(rest, "field ") || !strings.Contains(rest, " not found in type ") {
+			return nil
+		}
+		field, typ, _ := strings.Cut(strings.TrimPrefix(rest, "field "), " not found in type ")
+		out = append(out, Problem{Path: line, Msg: fmt.Sprintf("unknown field %q (in a %s)", field, strings.TrimPrefix(typ, "siteconfig."))})
+	}
+	return out
+}
+
+// withValidation adds to the unknown-field problems what validation finds
+// in the document decoded without them.
+func withValidation(unknown []Problem, data []byte) error {
+	verr := &ValidationError{Problems: unknown}
+	site := new(Site)
+	if yaml.Unmarshal(data, site) != nil {
+		return verr
+	}
+	site.ApplyDefaults()
+	var more *ValidationError
+	if errors.As(site.Validate(), &more) {
+		verr.Problems = append(verr.Problems, more.Problems...)
+		verr.Truncated = more.Truncated
+	}
+	return verr
 }

@@ -108,9 +108,11 @@ func TestParseRejects(t *testing.T) {
 		{"newer version with new fields", strings.Replace(minimalYAML, "version: 1", "version: 2\nfeature_x: on", 1),
 			[]string{"version: unsupported 2"}},
 		{"unknown top-level field", strings.Replace(minimalYAML, "name: mini", "name: mini\nhot_stanby: true", 1),
-			[]string{"line 3", "field hot_stanby not found"}},
+			[]string{"line 3", `unknown field "hot_stanby"`}},
 		{"unknown nested field", strings.Replace(minimalYAML, "endpoint: gw.local:5001", "endpoint: gw.local:5001\n      command_timout: 5s", 1),
-			[]string{"line 8", "field command_timout not found"}},
+			[]string{"line 8", `unknown field "command_timout" (in a MxAccessConnection)`}},
+		{"unknown field and invalid content, both listed", strings.Replace(strings.Replace(minimalYAML, "name: mini", "name: mini\nhot_stanby: true", 1), "tag: Pump1.Speed", "tag: ''", 1),
+			[]string{`line 3: unknown field "hot_stanby"`, "instances[0].attributes[0].tag: empty"}},
 		{"syntax error", strings.Replace(minimalYAML, "  - name: Pump1", "  - name: [Pump1", 1),
 			[]string{"line"}},
 		// libyaml reports a tab at the line before it; the line is still named.
