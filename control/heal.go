@@ -30,10 +30,8 @@ type HealServer struct {
 // configured node certificate.
 func (h *HealServer) caller(ctx context.Context, what string) (string, error) {
 	c := actor(ctx)
-	for _, m := range h.Configured {
-		if m.ID == c && !m.Witness {
-			return c, nil
-		}
+	if m, ok := memberNamed(h.Configured, c); ok && !m.Witness {
+		return c, nil
 	}
 	return "", status.Errorf(codes.PermissionDenied, "%s: %q is not a cluster node; heal RPCs are between the pair's nodes", what, c)
 }

@@ -68,6 +68,17 @@ type Member struct {
 	Witness  bool
 }
 
+// memberNamed finds the configured member called id: a caller whose
+// certificate names one is a cluster node, not an operator.
+func memberNamed(members []Member, id string) (Member, bool) {
+	for _, m := range members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
 // Server implements controlpb.ControlServer.
 type Server struct {
 	controlpb.UnimplementedControlServer
@@ -131,12 +142,13 @@ func (s *Server) forwardOr(ctx context.Context, giveWay bool) (controlpb.Control
 // it ("operator via node-a"). Only members may speak for someone else.
 func (s *Server) author(ctx context.Context) string {
 	caller := actor(ctx)
+	if _, member := memberNamed(s.Configured, caller); !member {
+		return caller
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, behalf := range md.Get(onBehalfKey) {
-		for _, m := range s.Configured {
-			if m.ID == caller && behalf != "" {
-				return behalf + " via " + caller
-			}
+		if behalf != "" {
+			return behalf + " via " + caller
 		}
 	}
 	return caller
@@ -343,11 +355,7 @@ func (s *Server) Apply(ctx context.Context, req *controlpb.ApplyRequest) (*contr
 	// Raw commands bypass every validation the typed RPCs do, so only the
 	// cluster's own nodes may send them, never an operator certificate.
 	caller := actor(ctx)
-	member := false
-	for _, m := range s.Configured {
-		member = member || m.ID == caller
-	}
-	if !member {
+	if _, member := memberNamed(s.Configured, caller); !member {
 		return nil, status.Errorf(codes.PermissionDenied, "apply: %q is not a cluster member; raw commands are for forwarding between nodes", caller)
 	}
 	if s.Roles.Current().Role != role.Active {
