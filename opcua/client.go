@@ -110,6 +110,16 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 	return c, nil
 }
 
+// Cancel deletes a subscription on its server within the options' timeout,
+// rather than leaving it there to time out: gopcua v0.8.0's server can
+// deadlock when a subscription times out while another client creates
+// monitored items (WORKAROUNDS.md).
+func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
+	defer cancel()
+	_ = sub.Cancel(ctx) // the session is ending either way
+}
+
 // Dial connects a client to endpoint with the options' security and
 // identity; extra options (a state channel, say) are added last. The
 // client does not reconnect by itself: its owner decides when to retry.
@@ -303,14 +313,7 @@ func (w *watcher) follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
-	// Deleted on leaving, not left on the server to time out: gopcua
-	// v0.8.0's server can deadlock when a subscription times out while
-	// another client creates monitored items (WORKAROUNDS.md).
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), w.opts.timeout())
-		defer dcancel()
-		_ = sub.Cancel(dctx)
-	}()
+	defer w.opts.Cancel(sub)
 	res, err := sub.Monitor(ctx, ua.TimestampsToReturnBoth,
 		gopcua.NewMonitoredItemCreateRequestWithDefaults(w.node, ua.AttributeIDValue, handleValue),
 		gopcua.NewMonitoredItemCreateRequestWithDefaults(ua.NewNumericNodeID(0, id.Server_ServiceLevel), ua.AttributeIDValue, handleLevel))

@@ -367,14 +367,7 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("subscribe on %s: %w", s.cfg.Endpoint, err)
 	}
-	// Deleted when the session ends, not left to time out on the server
-	// (a gopcua v0.8.0 server can deadlock on a timing-out subscription;
-	// opcua/WORKAROUNDS.md).
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), s.cfg.Client.Timeout)
-		defer dcancel()
-		_ = sub.Cancel(dctx)
-	}()
+	defer s.cfg.Client.Cancel(sub) // deleted, not left to time out on the server
 	// Items named by namespace URI need the server's NamespaceArray; an
 	// item that does not resolve stays Bad and the others go on.
 	var namespaces []string
