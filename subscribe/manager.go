@@ -289,17 +289,7 @@ func (m *Manager) reconcile(want Config) {
 // policy is the subscribe retry of connection cc: its own, with the
 // manager's filling in what it leaves zero.
 func (m *Manager) policy(cc ConnectionConfig) RetryPolicy {
-	p := cc.Options.Policy
-	if p.Floor == 0 {
-		p.Floor = m.opts.Policy.Floor
-	}
-	if p.Max == 0 {
-		p.Max = m.opts.Policy.Max
-	}
-	if p.InFlightCeiling == 0 {
-		p.InFlightCeiling = m.opts.Policy.InFlightCeiling
-	}
-	return p
+	return cc.Options.Policy.filledFrom(m.opts.Policy)
 }
 
 func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {

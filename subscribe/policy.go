@@ -24,8 +24,11 @@ func DefaultRetryPolicy() RetryPolicy {
 }
 
 // withDefaults fills zero fields from DefaultRetryPolicy.
-func (p RetryPolicy) withDefaults() RetryPolicy {
-	d := DefaultRetryPolicy()
+func (p RetryPolicy) withDefaults() RetryPolicy { return p.filledFrom(DefaultRetryPolicy()) }
+
+// filledFrom fills p's zero fields from d (a zero max never below the
+// floor).
+func (p RetryPolicy) filledFrom(d RetryPolicy) RetryPolicy {
 	if p.Floor == 0 {
 		p.Floor = d.Floor
 	}
