@@ -132,14 +132,7 @@ func TestHclogAdapterKeepsLevelsAndFields(t *testing.T) {
 	a.Named("transport").Error("err")
 	a.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}).Print("[WARN] from std log")
 
-	var got []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("bad line %q: %v", line, err)
-		}
-		got = append(got, m)
-	}
+	got := jsonLines(t, buf.String())
 	want := []struct{ level, msg, key, val string }{
 		{"debug", "dbg", "k", "1"},
 		{"info", "inf", "servers", "3 servers"},
@@ -254,14 +247,7 @@ func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
 	a.Error("failed to append to log")
 	a.Error("failed to append to log")
 
-	var lines []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("bad line %q: %v", line, err)
-		}
-		lines = append(lines, m)
-	}
+	lines := jsonLines(t, buf.String())
 	if len(lines) != 5 {
 		t.Fatalf("%d lines, want 5 (first, other peer, first after 10 s, two others):\n%s", len(lines), buf.String())
 	}
@@ -312,4 +298,18 @@ func TestOverrideCountdown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonLines decodes a zerolog output, one JSON object a line.
+func jsonLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		lines = append(lines, m)
+	}
+	return lines
 }
