@@ -508,9 +508,10 @@ func (g libraryLogger) Error(msg string, args ...any) {
 	}
 	// A connection closed under a read (a client gone, or this server
 	// stopping) is not an error anyone can act on.
-	if line := fmt.Sprintf(msg, args...); strings.Contains(line, "use of closed network connection") || strings.HasPrefix(msg, "socket closed") {
+	line := fmt.Sprintf(msg, args...)
+	if strings.Contains(line, "use of closed network connection") || strings.HasPrefix(msg, "socket closed") {
 		g.l.Debug().Msg(line)
 		return
 	}
-	g.l.Error().Msgf(msg, args...)
+	g.l.Error().Msg(line)
 }
