@@ -13,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/internal/tty"
 )
 
 const snapshotChunkSize = 256 << 10
@@ -43,18 +44,25 @@ func runSnapshot(ctx context.Context, g *globals, args []string) error {
 	}
 }
 
-// progress prints a running byte count to stderr at most every 200 ms.
+// progress prints a running byte count to stderr at most every 200 ms
+// when stderr is a terminal, and only the final count otherwise: a line
+// rewritten with carriage returns is noise in a log file or a pipe.
 type progress struct {
 	w     io.Writer
+	live  bool // w is a terminal
 	verb  string
 	total int64
 	done  int64
 	last  time.Time
 }
 
+func newProgress(w io.Writer, verb string, total int64) *progress {
+	return &progress{w: w, live: tty.Is(w), verb: verb, total: total}
+}
+
 func (p *progress) add(n int) {
 	p.done += int64(n)
-	if time.Since(p.last) < 200*time.Millisecond {
+	if !p.live || time.Since(p.last) < 200*time.Millisecond {
 		return
 	}
 	p.last = time.Now()
@@ -70,7 +78,11 @@ func (p *progress) print(prefix string) {
 }
 
 func (p *progress) finish() {
-	p.print("\r")
+	prefix := ""
+	if p.live {
+		prefix = "\r"
+	}
+	p.print(prefix)
 	fmt.Fprintln(p.w)
 }
 
@@ -110,7 +122,7 @@ func snapshotSave(ctx context.Context, g *globals, file string, local bool) erro
 	if err != nil {
 		return rpcErr("snapshot save", err)
 	}
-	p := &progress{w: g.stderr, verb: "saved"}
+	p := newProgress(g.stderr, "saved", 0)
 	for {
 		chunk, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -179,7 +191,7 @@ func snapshotRestore(ctx context.Context, g *globals, file string) error {
 	if err != nil {
 		return rpcErr("snapshot restore", err)
 	}
-	p := &progress{w: g.stderr, verb: "sent", total: st.Size()}
+	p := newProgress(g.stderr, "sent", st.Size())
 	buf := make([]byte, snapshotChunkSize)
 	first := true
 	for {

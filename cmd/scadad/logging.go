@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/tty"
 )
 
 // newLogger builds the process logger from the node config's log section.
@@ -16,7 +18,9 @@ func newLogger(w io.Writer, level, format, nodeID string) (zerolog.Logger, error
 		return zerolog.Nop(), fmt.Errorf("log.level: %w", err)
 	}
 	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339Nano}
+		// Colour codes only where a person reads them; in a file or a
+		// journal they are noise around every field.
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339Nano, NoColor: !tty.Is(w)}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("node", nodeID).Logger(), nil
 }
