@@ -79,7 +79,7 @@ func commands() []command {
 		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},
 		{"snapshot", "snapshot save FILE [--local] | restore FILE | inspect FILE", runSnapshot},
 		{"deploy", "deploy push FILE [--expect-revision N] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
-		{"sf", "sf stats [--local] | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT] (store-and-forward buffer)", runSF},
+		{"sf", sfUsage + " (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},
 		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator] [--site NAME] [--days N] [--overwrite] | issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]", runCerts},
 		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel)", runOPCUA},

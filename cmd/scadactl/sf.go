@@ -12,19 +12,37 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 )
 
+const sfUsage = "sf stats [--local] | list [--target T] [--parked] [--limit N] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]"
+
 func runSF(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
-		return usagef("sf stats [--local] | list [--target T] [--parked] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]")
+		return usagef("%s", sfUsage)
 	}
 	sub := args[0]
+	// Each subcommand registers only its own flags, so its -h lists what
+	// it takes and a flag meant for another (sf stats --parked) is refused.
+	var (
+		target, id, data   string
+		parked, all, local bool
+		limit              int
+	)
 	fs := flag.NewFlagSet("sf "+sub, flag.ContinueOnError)
-	target := fs.String("target", "", "store-and-forward target")
-	parked := fs.Bool("parked", false, "list parked messages instead of pending ones")
-	all := fs.Bool("all", false, "retry/discard every parked message of --target")
-	limit := fs.Int("limit", 100, "list at most this many messages")
-	id := fs.String("id", "", "enqueue: idempotency key (generated when empty)")
-	data := fs.String("data", "", "enqueue: payload (default: read standard input)")
-	local := fs.Bool("local", false, "stats: the answering node's own replica instead of the Active's figures")
+	switch sub {
+	case "stats":
+		fs.BoolVar(&local, "local", false, "the answering node's own replica instead of the Active's figures")
+	case "list":
+		fs.StringVar(&target, "target", "", "only this target's messages (default: every target)")
+		fs.BoolVar(&parked, "parked", false, "list parked messages instead of pending ones")
+		fs.IntVar(&limit, "limit", 100, "list at most this many messages")
+	case "retry", "discard":
+		fs.StringVar(&target, "target", "", "with --all: the target whose parked messages to "+sub)
+		fs.BoolVar(&all, "all", false, "every parked message of --target")
+	case "enqueue":
+		fs.StringVar(&id, "id", "", "idempotency key (generated when empty)")
+		fs.StringVar(&data, "data", "", "payload (default: read standard input)")
+	default:
+		return usagef("sf: unknown subcommand %q (stats, list, retry, discard, enqueue)", sub)
+	}
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -36,7 +54,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 	defer done()
 	switch sub {
 	case "stats":
-		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{Local: *local})
+		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{Local: local})
 		if err != nil {
 			return rpcErr("sf stats", err)
 		}
@@ -54,7 +72,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 			}
 		})
 	case "list":
-		resp, err := c.SFList(ctx, &controlpb.SFListRequest{Target: *target, Parked: *parked, Limit: int32(*limit)})
+		resp, err := c.SFList(ctx, &controlpb.SFListRequest{Target: target, Parked: parked, Limit: int32(limit)})
 		if err != nil {
 			return rpcErr("sf list", err)
 		}
@@ -66,18 +84,18 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 		})
 	case "retry", "discard":
 		req := &controlpb.SFSelectRequest{Ids: pos}
-		if *all {
-			if *target == "" || len(pos) > 0 {
+		if all {
+			if target == "" || len(pos) > 0 {
 				return usagef("sf %s --all needs --target and no ids", sub)
 			}
-			req.AllOfTarget = *target
+			req.AllOfTarget = target
 		} else if len(pos) == 0 {
 			return usagef("sf %s ID... | --all --target T", sub)
 		}
 		if sub == "discard" {
 			what := fmt.Sprintf("%d parked message(s)", len(pos))
-			if *all {
-				what = "every parked message of " + *target
+			if all {
+				what = "every parked message of " + target
 			}
 			if err := g.confirm("Discard " + what + "? They will never be delivered."); err != nil {
 				return err
@@ -98,7 +116,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 		if len(pos) != 1 {
 			return usagef("sf enqueue TARGET [--id ID] [--data TEXT]")
 		}
-		payload := []byte(*data)
+		payload := []byte(data)
 		if !flagGiven(fs, "data") {
 			if payload, err = io.ReadAll(io.LimitReader(g.stdin, 64<<20)); err != nil {
 				return fmt.Errorf("sf enqueue: read payload: %w", err)
@@ -107,7 +125,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 				return usagef("sf enqueue: no payload on standard input (pipe it in, or pass --data TEXT; --data '' sends an empty message)")
 			}
 		}
-		resp, err := c.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(*id)})
+		resp, err := c.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(id)})
 		if err != nil {
 			return rpcErr("sf enqueue", err)
 		}
@@ -118,7 +136,6 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 			}
 			fmt.Fprintf(w, "enqueued %s\n", resp.Id)
 		})
-	default:
-		return usagef("sf: unknown subcommand %q (stats, list, retry, discard, enqueue)", sub)
 	}
+	return nil
 }
