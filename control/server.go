@@ -154,26 +154,11 @@ func (s *Server) author(ctx context.Context) string {
 	return caller
 }
 
-// shownIndexes are the commit and applied indexes status reports. Applied
-// is raft's, which counts the entries that never reach the state machine
-// (a new leader's no-op, configuration changes), so an idle node shows
-// commit = applied instead of an apparent lag; right after a start raft's
-// is still behind the state machine's (entries already applied are
-// skipped, not replayed), hence the larger of the two. Commit is raft's
-// unless that is lower: a restarted follower learns the commit index only
-// from the leader's next append, and until then raft reports 0, while
-// everything it has applied was committed.
-func shownIndexes(raftCommit, raftApplied, fsmApplied uint64) (commit, applied uint64) {
-	applied = max(raftApplied, fsmApplied)
-	return max(raftCommit, applied), applied
-}
-
 // Status reports this node and what it knows of the cluster.
 func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*controlpb.StatusResponse, error) {
 	st := s.Roles.Current()
 	rs := s.Raft.Stats()
 	meta := s.State.Meta()
-	commit, applied := shownIndexes(rs.CommitIndex, rs.AppliedIndex, meta.AppliedIndex)
 	override := ""
 	if rs.OverridePending {
 		override = "override done, cluster epoch bump pending"
@@ -184,8 +169,8 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		Term:          rs.Term,
 		ClusterEpoch:  meta.ClusterEpoch,
 		LeaderId:      st.Leader,
-		CommitIndex:   commit,
-		AppliedIndex:  applied,
+		CommitIndex:   rs.CommitIndex,
+		AppliedIndex:  rs.AppliedIndex,
 		Mode:          s.Mode,
 		Voters:        int32(st.Voters),
 		LastContactMs: -1,

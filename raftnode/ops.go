@@ -258,6 +258,20 @@ type Stats struct {
 	OverridePending bool
 }
 
+// shownIndexes are the commit and applied indexes Stats reports. Applied
+// is raft's, which counts the entries that never reach the state machine
+// (a new leader's no-op, configuration changes), so an idle node shows
+// commit = applied instead of an apparent lag; right after a start raft's
+// is still behind a persistent state machine's (entries already applied
+// are skipped, not replayed), hence the larger of the two. Commit is
+// raft's unless that is lower: a restarted follower learns the commit
+// index only from the leader's next append, and until then raft reports
+// 0, while everything it has applied was committed.
+func shownIndexes(raftCommit, raftApplied, fsmApplied uint64) (commit, applied uint64) {
+	applied = max(raftApplied, fsmApplied)
+	return max(raftCommit, applied), applied
+}
+
 // Stats reports term, indexes, last leader contact and state.
 func (n *Node) Stats() Stats {
 	st := Stats{State: "Shutdown", ClusterEpoch: n.cfg.FSM.ClusterEpoch(), OverridePending: n.epochPending.Load()}
@@ -270,8 +284,11 @@ func (n *Node) Stats() Stats {
 	}
 	st.State = r.State().String()
 	st.Term = r.CurrentTerm()
-	st.CommitIndex = r.CommitIndex()
-	st.AppliedIndex = r.AppliedIndex()
+	var fsmApplied uint64
+	if n.cfg.AppliedIndex != nil {
+		fsmApplied = n.cfg.AppliedIndex()
+	}
+	st.CommitIndex, st.AppliedIndex = shownIndexes(r.CommitIndex(), r.AppliedIndex(), fsmApplied)
 	st.LastIndex = r.LastIndex()
 	st.LastContact = r.LastContact()
 	_, leader := r.LeaderWithID()

@@ -215,10 +215,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			case !s.LastContact.IsZero():
 				contact = time.Since(s.LastContact)
 			}
-			applied := state.Meta().AppliedIndex
-			// Everything applied was committed; a restarted follower's
-			// raft says 0 until the leader's next append.
-			return st, statsSample{term: s.Term, commit: max(s.CommitIndex, applied), applied: applied, lastContact: contact}
+			return st, statsSample{term: s.Term, commit: s.CommitIndex, applied: state.Meta().AppliedIndex, lastContact: contact}
 		})
 		return nil
 	})
