@@ -2,6 +2,7 @@ package tty
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,7 +27,7 @@ func TestIs(t *testing.T) {
 	closed.Close()
 	for _, tc := range []struct {
 		name string
-		w    any
+		w    io.Writer
 		want bool
 	}{
 		{"buffer", &bytes.Buffer{}, false},
@@ -34,7 +35,7 @@ func TestIs(t *testing.T) {
 		{"pipe", w, false},
 		{"closed file", closed, false},
 	} {
-		if got := Is(tc.w.(interface{ Write([]byte) (int, error) })); got != tc.want {
+		if got := Is(tc.w); got != tc.want {
 			t.Errorf("%s: Is = %v, want %v", tc.name, got, tc.want)
 		}
 	}
