@@ -229,6 +229,10 @@ func (c *Client) Run(ctx context.Context) error {
 		// No session yet. Present from the start, so a gateway that never
 		// answers reads 0 (and can be alerted on) rather than being absent.
 		c.cfg.Metrics.connected.WithLabelValues(c.cfg.Name).Set(0)
+		// Gone once the client stops (its connection removed or renamed by
+		// a deploy, or the node no longer Active): a 0 left behind would
+		// read as a gateway that is down until the process restarts.
+		defer c.cfg.Metrics.connected.DeleteLabelValues(c.cfg.Name)
 	}
 	delay := c.cfg.ReconnectFloor
 	for {

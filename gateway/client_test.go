@@ -422,3 +422,40 @@ func TestUnreachableGatewayReadsNotGood(t *testing.T) {
 		return err == nil && ok && v == 0
 	})
 }
+
+// TestStoppedClientLeavesNoConnectionGauge: a client that stops (its
+// connection removed or renamed by a deploy, or the node no longer Active)
+// takes its connection_good series with it. A 0 left behind made the
+// Active's ScadadGatewayDown fire, and keep firing until a restart, for a
+// connection the site no longer has.
+func TestStoppedClientLeavesNoConnectionGauge(t *testing.T) {
+	s := sim.New(sim.Config{})
+	addr, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	reg := prometheus.NewRegistry()
+	m, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(gateway.Config{Name: "old", Endpoint: addr, Handler: &recorder{}, Metrics: m,
+		Logger: zerolog.Nop(), ReconnectFloor: 10 * time.Millisecond, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	waitFor(t, "connection_good 1 for the running client", func() bool {
+		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old")
+		return err == nil && ok && v == 1
+	})
+	cancel()
+	<-done
+	if v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old"); err != nil || ok {
+		t.Fatalf("connection_good{connection=\"old\"} = %v (present %v, err %v) after the client stopped; want no series", v, ok, err)
+	}
+}
