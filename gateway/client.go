@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -176,10 +177,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	opts := cfg.DialOptions
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	// Redial a gateway that is down about a second apart (the caller's
+	// options may say otherwise). grpc's default backoff grows to two
+	// minutes, and while it waits every OpenSession fails at once with the
+	// last dial error: a gateway back after a few minutes' outage waited up
+	// to two minutes for its session, whatever ReconnectMax says.
+	opts := []grpc.DialOption{grpc.WithConnectParams(redialParams)}
+	if len(cfg.DialOptions) == 0 {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
+	opts = append(opts, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Endpoint, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway client %s: dial %s: %w", cfg.Name, cfg.Endpoint, err)
@@ -190,6 +197,13 @@ func New(cfg Config) (*Client, error) {
 		conn: conn,
 		api:  pb.NewMxAccessGatewayClient(conn),
 	}, nil
+}
+
+// redialParams keep grpc's dial attempts to a gateway that is down about
+// a second apart (1 s ± 20 % at most); Run's own backoff paces sessions.
+var redialParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // Close releases the transport. Call it after Run has returned.
@@ -229,6 +243,10 @@ func (c *Client) Run(ctx context.Context) error {
 		// No session yet. Present from the start, so a gateway that never
 		// answers reads 0 (and can be alerted on) rather than being absent.
 		c.cfg.Metrics.connected.WithLabelValues(c.cfg.Name).Set(0)
+		// Gone once the client stops (its connection removed or renamed by
+		// a deploy, or the node no longer Active): a 0 left behind would
+		// read as a gateway that is down until the process restarts.
+		defer c.cfg.Metrics.connected.DeleteLabelValues(c.cfg.Name)
 	}
 	delay := c.cfg.ReconnectFloor
 	for {

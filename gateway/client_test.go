@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -421,4 +422,100 @@ func TestUnreachableGatewayReadsNotGood(t *testing.T) {
 		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "dead")
 		return err == nil && ok && v == 0
 	})
+}
+
+// TestStoppedClientLeavesNoConnectionGauge: a client that stops (its
+// connection removed or renamed by a deploy, or the node no longer Active)
+// takes its connection_good series with it. A 0 left behind made the
+// Active's ScadadGatewayDown fire, and keep firing until a restart, for a
+// connection the site no longer has.
+func TestStoppedClientLeavesNoConnectionGauge(t *testing.T) {
+	s := sim.New(sim.Config{})
+	addr, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	reg := prometheus.NewRegistry()
+	m, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gateway.New(gateway.Config{Name: "old", Endpoint: addr, Handler: &recorder{}, Metrics: m,
+		Logger: zerolog.Nop(), ReconnectFloor: 10 * time.Millisecond, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	waitFor(t, "connection_good 1 for the running client", func() bool {
+		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old")
+		return err == nil && ok && v == 1
+	})
+	cancel()
+	<-done
+	if v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old"); err != nil || ok {
+		t.Fatalf("connection_good{connection=\"old\"} = %v (present %v, err %v) after the client stopped; want no series", v, ok, err)
+	}
+}
+
+// TestGatewayDownIsRedialledAboutEverySecond: while a gateway is down the
+// client keeps dialling it about a second apart, so a gateway that comes
+// back is in session within a couple of seconds. grpc's own reconnect
+// backoff grows to two minutes, and while it waits every OpenSession fails
+// at once with the last dial error: a gateway down for five minutes was
+// back in session two minutes after it returned (a 30 s ReconnectMax
+// notwithstanding), its values Bad and ScadadGatewayDown firing meanwhile.
+// Here the "gateway" accepts TCP connections and closes them, so every
+// dial fails and each one is seen.
+func TestGatewayDownIsRedialledAboutEverySecond(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var dials []time.Time
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			dials = append(dials, time.Now())
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	c, err := gateway.New(gateway.Config{Name: "down", Endpoint: ln.Addr().String(), Handler: &recorder{},
+		Logger: zerolog.Nop(), ReconnectFloor: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done; _ = c.Close() }()
+	// grpc's default backoff (1 s × 1.6ⁿ, ±20 %) leaves a gap of at least
+	// 3.2 s within the first 10 s; one that stays near a second never does.
+	start := time.Now()
+	time.Sleep(10 * time.Second)
+	end := time.Now()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dials) == 0 {
+		t.Fatal("the client never dialled the gateway")
+	}
+	prev, widest := start, time.Duration(0)
+	for _, d := range append(dials, end) {
+		widest = max(widest, d.Sub(prev))
+		prev = d
+	}
+	t.Logf("%d dials in 10 s, widest gap %v", len(dials), widest.Round(time.Millisecond))
+	if widest > 2500*time.Millisecond {
+		t.Fatalf("%d dials in 10 s, widest gap %v: a gateway back now would wait that long for its session", len(dials), widest.Round(time.Millisecond))
+	}
 }

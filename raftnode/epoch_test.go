@@ -1,6 +1,9 @@
 package raftnode
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestNextEpochIsAboveAndDistinctPerNode(t *testing.T) {
 	pair := []Member{{ID: "node-b"}, {ID: "node-a"}}
@@ -33,5 +36,22 @@ func TestNextEpochIsAboveAndDistinctPerNode(t *testing.T) {
 	}
 	if got := nextEpoch(5, []Member{{ID: "solo"}}, "solo"); got != 6 {
 		t.Fatalf("single member: %d, want 6", got)
+	}
+}
+
+// TestRestartedNodePublishesItsEpochFromTheStart: a node whose state holds
+// cluster epoch 4 publishes 4 from its very first state, not 0 until the
+// role loop's first evaluation. The daemon's scadad_cluster_epoch read 0
+// for the first second after every restart of a site that had overridden,
+// and ScadadEpochRaised (changes() over 15 minutes) fired for a restart.
+func TestRestartedNodePublishesItsEpochFromTheStart(t *testing.T) {
+	h := newHarness(t, ModePair, []string{"a", "b"}, "")
+	h.fsms["a"].epoch = 4
+	// No periodic re-evaluation during the check: only raft's own
+	// observations could publish before it.
+	h.tweak = func(c *Config) { c.RoleInterval = time.Hour }
+	n := h.start("a")
+	if got := n.Role().Current(); got.Epoch.Cluster != 4 {
+		t.Fatalf("first published state %+v: cluster epoch %d, want 4 (the state's)", got, got.Epoch.Cluster)
 	}
 }

@@ -90,12 +90,17 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	log := cfg.Logger.With().Str("component", "raftnode").Str("node", cfg.NodeID).Logger()
+	// The first state published carries the epoch this node's state already
+	// holds: consumers never see it go backwards, and a restart does not
+	// show as an epoch raised from 0 (scadad_cluster_epoch, the
+	// ScadadEpochRaised alert).
+	initial := role.State{Role: role.Detached, NodeID: cfg.NodeID, Epoch: role.Epoch{Cluster: cfg.FSM.ClusterEpoch()}}
 	n := &Node{
 		cfg:        cfg,
 		log:        log,
 		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Str("node", cfg.NodeID).Logger(), ""),
 		contact:    newContacts(cfg.Clock),
-		bc:         role.NewBroadcaster(role.State{Role: role.Detached, NodeID: cfg.NodeID}),
+		bc:         role.NewBroadcaster(initial),
 		obsCh:      make(chan raft.Observation, 64),
 		removed:    make(map[string]bool),
 		reachable:  make(map[string]peerStatus),
