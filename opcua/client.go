@@ -111,9 +111,9 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 }
 
 // Cancel deletes a subscription on its server within the options' timeout,
-// rather than leaving it there to time out: gopcua v0.8.0's server can
-// deadlock when a subscription times out while another client creates
-// monitored items (WORKAROUNDS.md).
+// rather than leaving it there with its monitored items until its lifetime
+// runs out (seconds to minutes; for servers other than scadad's, possibly
+// for good).
 func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
 	defer cancel()
