@@ -14,11 +14,14 @@ import (
 // items are usable only from the session that created the subscription:
 // another session's ids are as unknown as ids never issued.
 
+// checkCount is Server.checkCount for the engine: MaxNodesPerRequest
+// bounds the ids or items of one request.
 func (m *subscriptions) checkCount(n int) error {
 	if n == 0 {
 		return ua.StatusBadNothingToDo
 	}
 	if n > m.limits.maxPerRequest {
+		m.metrics.rejected.WithLabelValues("too-many-operations").Inc()
 		return ua.StatusBadTooManyOperations
 	}
 	return nil

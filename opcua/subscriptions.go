@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -250,8 +251,9 @@ func (m *subscriptions) nextDueLocked() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// tick ends every publishing interval due at now, answers Publish requests
-// whose timeout passed and forgets status notes nobody came for.
+// tick ends every publishing interval due at now, then answers Publish
+// requests whose timeout passed (an interval due at the same moment uses
+// them first) and forgets status notes nobody came for.
 func (m *subscriptions) tick(now time.Time) {
 	defer func() {
 		// Nothing here should panic; if it does, the publishing
@@ -266,6 +268,23 @@ func (m *subscriptions) tick(now time.Time) {
 	if m.closed {
 		return
 	}
+	var due []*subscription
+	for _, sub := range m.subs {
+		if !sub.nextTick.After(now) {
+			due = append(due, sub)
+		}
+	}
+	slices.SortFunc(due, func(a, b *subscription) int { return cmp.Compare(a.id, b.id) })
+	for _, sub := range due {
+		sub.nextTick = sub.nextTick.Add(sub.interval)
+		if !sub.nextTick.After(now) {
+			// The server fell behind (a stall, a clock jump): start a
+			// fresh interval rather than count the missed ones against
+			// the client's lifetime.
+			sub.nextTick = now.Add(sub.interval)
+		}
+		m.intervalLocked(sub, now)
+	}
 	for _, sess := range m.sessions {
 		kept := sess.queue[:0]
 		for _, p := range sess.queue {
@@ -278,25 +297,6 @@ func (m *subscriptions) tick(now time.Time) {
 		clear(sess.queue[len(kept):])
 		sess.queue = kept
 		sess.notes = slices.DeleteFunc(sess.notes, func(n statusNote) bool { return !n.forgetAt.After(now) })
-	}
-	var due []*subscription
-	for _, sub := range m.subs {
-		if !sub.nextTick.After(now) {
-			due = append(due, sub)
-		}
-	}
-	slices.SortFunc(due, func(a, b *subscription) int { return int(a.id) - int(b.id) })
-	for _, sub := range due {
-		sub.nextTick = sub.nextTick.Add(sub.interval)
-		if !sub.nextTick.After(now) {
-			// The server fell behind (a stall, a clock jump): start a
-			// fresh interval rather than count the missed ones against
-			// the client's lifetime.
-			sub.nextTick = now.Add(sub.interval)
-		}
-		m.intervalLocked(sub, now)
-	}
-	for _, sess := range m.sessions {
 		m.settleLocked(sess)
 	}
 }

@@ -160,8 +160,16 @@ func (f *subFixture) monitor(session, sub uint32, nodes ...*ua.NodeID) []uint32 
 // returned, otherwise the request waits and is answered through send.
 func (f *subFixture) publish(session uint32) (uint32, ua.Response) {
 	f.t.Helper()
+	return f.publishHint(session, 0)
+}
+
+// publishHint is publish with the request's TimeoutHint in milliseconds.
+func (f *subFixture) publishHint(session, hintMS uint32) (uint32, ua.Response) {
+	f.t.Helper()
 	f.reqID++
-	resp, err := f.m.publish(nil, &ua.PublishRequest{RequestHeader: header(session)}, f.reqID)
+	h := header(session)
+	h.TimeoutHint = hintMS
+	resp, err := f.m.publish(nil, &ua.PublishRequest{RequestHeader: h}, f.reqID)
 	if err != nil {
 		f.t.Fatalf("publish: %v", err)
 	}
@@ -334,6 +342,38 @@ func TestPublishRequestsKeepSubscriptionAlive(t *testing.T) {
 	}
 	if !f.m.owns(tokenKey(ua.NewNumericNodeID(0, 1)), sub) {
 		t.Fatal("a subscription with Publish requests every other interval expired")
+	}
+}
+
+// A Publish request waits at most its TimeoutHint (then BadTimeout); a
+// keep-alive due at the same moment uses it first.
+func TestPublishTimeoutHint(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		keepAlive uint32
+		hintMS    uint32
+		steps     int
+		want      ua.StatusCode // of the answer; OK: a keep-alive
+	}{
+		{"times out", 100, 1000, 10, ua.StatusBadTimeout},
+		{"keep-alive first", 5, 500, 5, ua.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newSubFixture(t)
+			f.createSub(1, 100, tt.keepAlive, 10*tt.keepAlive)
+			first, _ := f.publish(1)
+			f.step(interval)
+			f.answer(first)
+			id, _ := f.publishHint(1, tt.hintMS)
+			for range tt.steps - 1 {
+				f.step(interval)
+			}
+			f.unanswered(id)
+			f.step(interval)
+			if got := faultOf(f.answer(id)); got != tt.want {
+				t.Fatalf("answer %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
