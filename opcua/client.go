@@ -112,8 +112,7 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 
 // Cancel deletes a subscription on its server within the options' timeout,
 // rather than leaving it there with its monitored items until its lifetime
-// runs out (seconds to minutes; for servers other than scadad's, possibly
-// for good).
+// runs out (on servers other than scadad's, possibly never).
 func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
 	defer cancel()
