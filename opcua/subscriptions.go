@@ -40,8 +40,9 @@ import (
 // network send or a channel send that can block: Publish responses are
 // queued per session and written by a sender goroutine outside the lock.
 // While holding mu the engine reads node values (read, exists), which take
-// the site namespace's lock or Server.mu; no code holding either of those
-// ever takes mu.
+// the site namespace's lock, or the library's namespace-0 lock and then
+// Server.mu (the ServiceLevel's value); no code holding any of those ever
+// takes mu.
 type subscriptions struct {
 	clock   Clock
 	log     zerolog.Logger
@@ -59,7 +60,7 @@ type subscriptions struct {
 
 	mu       sync.Mutex
 	closed   bool
-	lastSub  uint32 // ids are never reused while the server lives
+	lastSub  uint32 // ids only grow (past 2^32 they wrap, skipping ids in use)
 	lastItem uint32
 	subs     map[uint32]*subscription
 	items    map[uint32]*monitoredItem
