@@ -267,17 +267,21 @@ func TestSubscriptionChurnKeepsServing(t *testing.T) {
 		wedged(t, ts, fmt.Sprintf("a fresh client cannot read ServiceLevel: %v", err))
 	}
 	notes := make(chan *gopcua.PublishNotificationData, 64)
-	sub, err := c.Subscribe(fresh, &gopcua.SubscriptionParameters{Interval: 50 * time.Millisecond}, notes)
-	if err != nil {
-		wedged(t, ts, fmt.Sprintf("a fresh client cannot subscribe: %v", err))
-	}
-	if _, err := sub.Monitor(fresh, ua.TimestampsToReturnBoth,
-		gopcua.NewMonitoredItemCreateRequestWithDefaults(serviceLevelID, ua.AttributeIDValue, 1),
-		gopcua.NewMonitoredItemCreateRequestWithDefaults(hot, ua.AttributeIDValue, 2)); err != nil {
-		wedged(t, ts, fmt.Sprintf("a fresh client cannot monitor: %v", err))
+	monitor := func() {
+		sub, err := c.Subscribe(fresh, &gopcua.SubscriptionParameters{Interval: 50 * time.Millisecond}, notes)
+		if err != nil {
+			wedged(t, ts, fmt.Sprintf("a fresh client cannot subscribe: %v", err))
+		}
+		if _, err := sub.Monitor(fresh, ua.TimestampsToReturnBoth,
+			gopcua.NewMonitoredItemCreateRequestWithDefaults(serviceLevelID, ua.AttributeIDValue, 1),
+			gopcua.NewMonitoredItemCreateRequestWithDefaults(hot, ua.AttributeIDValue, 2)); err != nil {
+			wedged(t, ts, fmt.Sprintf("a fresh client cannot monitor: %v", err))
+		}
 	}
 	seen := map[uint32]any{}
-	waitFor := func(what string, want func() bool) {
+	// waitFor reads notifications until want holds; it fails at the
+	// deadline, and says whether it held before the retry moment.
+	waitFor := func(what string, retry <-chan time.Time, want func() bool) bool {
 		t.Helper()
 		for !want() {
 			select {
@@ -289,17 +293,28 @@ func TestSubscriptionChurnKeepsServing(t *testing.T) {
 						}
 					}
 				}
+			case <-retry:
+				return false
 			case <-fresh.Done():
 				wedged(t, ts, "a fresh client got no "+what)
 			}
 		}
+		return true
 	}
-	waitFor("initial values", func() bool { return seen[1] != nil && seen[2] != nil })
+	// gopcua's client can leave its publish loop paused after its first
+	// Subscribe (see subscribe in server_test.go); a second Subscribe
+	// resumes it.
+	monitor()
+	if !waitFor("initial values", time.After(5*time.Second), func() bool { return seen[1] != nil && seen[2] != nil }) {
+		t.Log("no initial values within 5 s; subscribing again (gopcua client publish loop)")
+		monitor()
+		waitFor("initial values", nil, func() bool { return seen[1] != nil && seen[2] != nil })
+	}
 	if err := ts.TagUpdate("Pump1", "Speed", -1.5, true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	ts.roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 7}, NodeID: "a", Leader: "b", Voters: 2})
-	waitFor("data change", func() bool { return seen[2] == -1.5 && seen[1] == LevelStandby })
+	waitFor("data change", nil, func() bool { return seen[2] == -1.5 && seen[1] == LevelStandby })
 }
 
 // wedged fails the test with the server's stuck goroutines, and closes the
