@@ -111,9 +111,8 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 }
 
 // Cancel deletes a subscription on its server within the options' timeout,
-// rather than leaving it there to time out: gopcua v0.8.0's server can
-// deadlock when a subscription times out while another client creates
-// monitored items (WORKAROUNDS.md).
+// rather than leaving it there with its monitored items until its lifetime
+// runs out (on servers other than scadad's, possibly never).
 func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
 	defer cancel()
@@ -296,6 +295,10 @@ type watcher struct {
 const (
 	handleValue = 1
 	handleLevel = 2
+
+	// initialValuesWait bounds the wait for a new subscription's first
+	// data change.
+	initialValuesWait = 5 * time.Second
 )
 
 // follow subscribes on w.url and returns why it stopped.
@@ -348,11 +351,21 @@ func (w *watcher) follow(ctx context.Context) error {
 			}
 		}
 	}()
+	// The initial values follow Monitor within a publishing interval. None
+	// at all means nothing is being published to us: gopcua v0.8.0's
+	// client can leave its publish loop paused for good when Subscribe
+	// races the loop's start (see subscribe in server_test.go), and a quiet
+	// subscription then looks like a quiet value. Leave and subscribe anew.
+	initial := time.NewTimer(initialValuesWait)
+	defer initial.Stop()
+	waitInitial := initial.C
 	level := -1
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-waitInitial:
+			return fmt.Errorf("no initial values within %v", initialValuesWait)
 		case st := <-states:
 			if st == gopcua.Closed || st == gopcua.Disconnected {
 				return fmt.Errorf("session %v", st)
@@ -367,6 +380,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			if !ok {
 				continue
 			}
+			waitInitial = nil
 			for _, item := range dcn.MonitoredItems {
 				if item == nil || item.Value == nil {
 					continue

@@ -12,6 +12,7 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
+	"github.com/gopcua/opcua/uasc"
 
 	"github.com/scadad/scadad/role"
 )
@@ -163,7 +164,8 @@ func TestWatchStaysOnAQuietServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := &syncBuffer{}
-	ctx, cancel := context.WithTimeout(context.Background(), 4500*time.Millisecond)
+	// Longer than initialValuesWait: the initial values end that wait.
+	ctx, cancel := context.WithTimeout(context.Background(), initialValuesWait+1500*time.Millisecond)
 	defer cancel()
 	if err := WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, ClientOptions{}); err != nil {
 		t.Fatal(err)
@@ -304,4 +306,32 @@ func TestWatchOfAnUnknownNodeStops(t *testing.T) {
 	if n := strings.Count(out.String(), "leaving"); n != 0 {
 		t.Fatalf("watch left the server %d times before giving up:\n%s", n, out.String())
 	}
+}
+
+// TestWatchLeavesASilentSubscription: a subscription that never delivers
+// its initial values (gopcua's client can leave its publish loop paused;
+// here the server drops every Publish response) is left and made again,
+// rather than watched in silence for good.
+func TestWatchLeavesASilentSubscription(t *testing.T) {
+	a := startServer(t, activeState(), nil)
+	a.subs.mu.Lock()
+	a.subs.send = func(*uasc.SecureChannel, uint32, ua.Response) error { return nil }
+	a.subs.mu.Unlock()
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, ClientOptions{})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Watch did not return after cancel")
+		}
+	}()
+	eventually(t, 3*initialValuesWait, "watch to leave the silent subscription", func() bool {
+		return strings.Contains(out.String(), "leaving "+a.Endpoint()+": no initial values")
+	})
 }

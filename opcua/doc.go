@@ -12,6 +12,9 @@
 //     write gate (WriteGate);
 //   - the address space (one folder per instance, one variable per attribute),
 //     kept in step with deploys by difference (ApplyModel);
+//   - the OPC UA Subscription and MonitoredItem services (subscriptions.go),
+//     which serve clients' subscriptions to ServiceLevel and the site's tags
+//     in place of gopcua's, which can deadlock;
 //   - every defence against gopcua v0.8.0's server defects (see
 //     WORKAROUNDS.md): hostile or malformed client requests get Bad statuses,
 //     never a crash.

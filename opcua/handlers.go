@@ -64,24 +64,6 @@ func (s *Server) registerHandlers() error {
 	if err != nil {
 		return err
 	}
-	// The subscription services exist only after Start; look them up per call.
-	sub := func(f func(*server.SubscriptionService) server.Handler) server.Handler {
-		return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-			if s.srv.SubscriptionService == nil {
-				return nil, ua.StatusBadServerHalted
-			}
-			return f(s.srv.SubscriptionService)(sc, r, reqID)
-		}
-	}
-	item := func(f func(*server.MonitoredItemService) server.Handler) server.Handler {
-		return func(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-			if s.srv.MonitoredItemService == nil {
-				return nil, ua.StatusBadServerHalted
-			}
-			return f(s.srv.MonitoredItemService)(sc, r, reqID)
-		}
-	}
-
 	const open, needSession = false, true
 	handlers := []struct {
 		typeID  uint16
@@ -121,19 +103,21 @@ func (s *Server) registerHandlers() error {
 
 		{id.CallRequest_Encoding_DefaultBinary, "Call", needSession, method.Call},
 
-		{id.CreateSubscriptionRequest_Encoding_DefaultBinary, "CreateSubscription", needSession, s.createSubscription},
-		{id.ModifySubscriptionRequest_Encoding_DefaultBinary, "ModifySubscription", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.ModifySubscription })},
-		{id.SetPublishingModeRequest_Encoding_DefaultBinary, "SetPublishingMode", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.SetPublishingMode })},
-		{id.PublishRequest_Encoding_DefaultBinary, "Publish", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.Publish })},
-		{id.RepublishRequest_Encoding_DefaultBinary, "Republish", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.Republish })},
-		{id.TransferSubscriptionsRequest_Encoding_DefaultBinary, "TransferSubscriptions", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.TransferSubscriptions })},
-		{id.DeleteSubscriptionsRequest_Encoding_DefaultBinary, "DeleteSubscriptions", needSession, sub(func(x *server.SubscriptionService) server.Handler { return x.DeleteSubscriptions })},
+		// Subscriptions and monitored items are ours entirely
+		// (subscriptions.go): the library's can deadlock.
+		{id.CreateSubscriptionRequest_Encoding_DefaultBinary, "CreateSubscription", needSession, s.subs.createSubscription},
+		{id.ModifySubscriptionRequest_Encoding_DefaultBinary, "ModifySubscription", needSession, s.subs.modifySubscription},
+		{id.SetPublishingModeRequest_Encoding_DefaultBinary, "SetPublishingMode", needSession, s.subs.setPublishingMode},
+		{id.PublishRequest_Encoding_DefaultBinary, "Publish", needSession, s.subs.publish},
+		{id.RepublishRequest_Encoding_DefaultBinary, "Republish", needSession, s.subs.republish},
+		{id.TransferSubscriptionsRequest_Encoding_DefaultBinary, "TransferSubscriptions", needSession, s.subs.transferSubscriptions},
+		{id.DeleteSubscriptionsRequest_Encoding_DefaultBinary, "DeleteSubscriptions", needSession, s.subs.deleteSubscriptions},
 
-		{id.CreateMonitoredItemsRequest_Encoding_DefaultBinary, "CreateMonitoredItems", needSession, s.createMonitoredItems},
-		{id.ModifyMonitoredItemsRequest_Encoding_DefaultBinary, "ModifyMonitoredItems", needSession, item(func(x *server.MonitoredItemService) server.Handler { return x.ModifyMonitoredItems })},
-		{id.SetMonitoringModeRequest_Encoding_DefaultBinary, "SetMonitoringMode", needSession, s.setMonitoringMode},
-		{id.SetTriggeringRequest_Encoding_DefaultBinary, "SetTriggering", needSession, item(func(x *server.MonitoredItemService) server.Handler { return x.SetTriggering })},
-		{id.DeleteMonitoredItemsRequest_Encoding_DefaultBinary, "DeleteMonitoredItems", needSession, s.deleteMonitoredItems},
+		{id.CreateMonitoredItemsRequest_Encoding_DefaultBinary, "CreateMonitoredItems", needSession, s.subs.createMonitoredItems},
+		{id.ModifyMonitoredItemsRequest_Encoding_DefaultBinary, "ModifyMonitoredItems", needSession, s.subs.modifyMonitoredItems},
+		{id.SetMonitoringModeRequest_Encoding_DefaultBinary, "SetMonitoringMode", needSession, s.subs.setMonitoringMode},
+		{id.SetTriggeringRequest_Encoding_DefaultBinary, "SetTriggering", needSession, s.subs.setTriggering},
+		{id.DeleteMonitoredItemsRequest_Encoding_DefaultBinary, "DeleteMonitoredItems", needSession, s.subs.deleteMonitoredItems},
 	}
 	for _, h := range handlers {
 		s.srv.RegisterHandler(h.typeID, s.guard(h.name, h.session, h.h))
@@ -461,28 +445,6 @@ func clampFloat(v, lo, hi float64) float64 {
 	return v
 }
 
-// createSubscription revises the requested parameters before the library
-// sees them: it builds a ticker straight from the publishing interval (0
-// panics in a goroutine, killing the process) and kills a subscription
-// whose lifetime count is 0 on its first idle tick.
-func (s *Server) createSubscription(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-	req, ok := r.(*ua.CreateSubscriptionRequest)
-	if !ok {
-		return nil, ua.StatusBadRequestTypeInvalid
-	}
-	if s.srv.SubscriptionService == nil {
-		return nil, ua.StatusBadServerHalted
-	}
-	req.RequestedPublishingInterval = clampFloat(req.RequestedPublishingInterval,
-		float64(s.cfg.MinPublishingInterval/time.Millisecond), float64(s.cfg.MaxPublishingInterval/time.Millisecond))
-	if req.RequestedMaxKeepAliveCount == 0 {
-		req.RequestedMaxKeepAliveCount = 10
-	}
-	req.RequestedMaxKeepAliveCount = min(req.RequestedMaxKeepAliveCount, 1000)
-	req.RequestedLifetimeCount = max(req.RequestedLifetimeCount, 3*req.RequestedMaxKeepAliveCount)
-	return s.srv.SubscriptionService.CreateSubscription(sc, req, reqID)
-}
-
 // nodeExists reports whether a monitored item may watch nid.
 func (s *Server) nodeExists(nid *ua.NodeID) bool {
 	switch nid.Namespace() {
@@ -496,143 +458,4 @@ func (s *Server) nodeExists(nid *ua.NodeID) bool {
 	default:
 		return false
 	}
-}
-
-// createMonitoredItems passes the library only items on existing nodes of
-// an existing subscription; it would otherwise accept anything and fail later.
-func (s *Server) createMonitoredItems(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-	req, ok := r.(*ua.CreateMonitoredItemsRequest)
-	if !ok {
-		return nil, ua.StatusBadRequestTypeInvalid
-	}
-	if err := s.checkCount(len(req.ItemsToCreate)); err != nil {
-		return nil, err
-	}
-	subs := s.srv.SubscriptionService
-	items := s.srv.MonitoredItemService
-	if subs == nil || items == nil {
-		return nil, ua.StatusBadServerHalted
-	}
-	subs.Mu.Lock()
-	sub, ok := subs.Subs[req.SubscriptionID]
-	subs.Mu.Unlock()
-	if !ok || sub == nil || sub.Session == nil || tokenKey(sub.Session.AuthTokenID) != tokenKey(req.RequestHeader.AuthenticationToken) {
-		return nil, ua.StatusBadSubscriptionIDInvalid
-	}
-	results := make([]*ua.MonitoredItemCreateResult, len(req.ItemsToCreate))
-	var pass []*ua.MonitoredItemCreateRequest
-	var where []int
-	for i, it := range req.ItemsToCreate {
-		switch {
-		case it == nil || it.ItemToMonitor == nil || it.ItemToMonitor.NodeID == nil || it.RequestedParameters == nil:
-			results[i] = &ua.MonitoredItemCreateResult{StatusCode: ua.StatusBadNodeIDInvalid, FilterResult: ua.NewExtensionObject(nil)}
-		case !s.nodeExists(it.ItemToMonitor.NodeID):
-			results[i] = &ua.MonitoredItemCreateResult{StatusCode: ua.StatusBadNodeIDUnknown, FilterResult: ua.NewExtensionObject(nil)}
-		default:
-			pass = append(pass, it)
-			where = append(where, i)
-		}
-	}
-	if len(pass) > 0 {
-		sub := *req
-		sub.ItemsToCreate = pass
-		resp, err := items.CreateMonitoredItems(sc, &sub, reqID)
-		if err != nil {
-			return nil, err
-		}
-		res, ok := resp.(*ua.CreateMonitoredItemsResponse)
-		if !ok || len(res.Results) != len(pass) {
-			return resp, nil
-		}
-		for j, i := range where {
-			results[i] = res.Results[j]
-		}
-	}
-	return &ua.CreateMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
-}
-
-// ownedItems splits monitored item ids into those this session owns and
-// the result slots of the rest, which the library would dereference as nil.
-func (s *Server) ownedItems(token *ua.NodeID, ids []uint32) (owned []uint32, where []int, results []ua.StatusCode) {
-	items := s.srv.MonitoredItemService
-	results = make([]ua.StatusCode, len(ids))
-	items.Mu.Lock()
-	defer items.Mu.Unlock()
-	for i, mid := range ids {
-		it, ok := items.Items[mid]
-		if !ok || it == nil || it.Sub == nil || it.Sub.Session == nil || tokenKey(it.Sub.Session.AuthTokenID) != tokenKey(token) {
-			results[i] = ua.StatusBadMonitoredItemIDInvalid
-			continue
-		}
-		owned = append(owned, mid)
-		where = append(where, i)
-	}
-	return owned, where, results
-}
-
-// forwardOwnedItems answers a request on monitored items by id: the items
-// this session owns go to the library's service through call, which
-// returns the service's per-item results; the rest keep the error
-// ownedItems gave them.
-func (s *Server) forwardOwnedItems(token *ua.NodeID, ids []uint32, call func(owned []uint32) ([]ua.StatusCode, error)) ([]ua.StatusCode, error) {
-	if err := s.checkCount(len(ids)); err != nil {
-		return nil, err
-	}
-	if s.srv.MonitoredItemService == nil {
-		return nil, ua.StatusBadServerHalted
-	}
-	owned, where, results := s.ownedItems(token, ids)
-	if len(owned) == 0 {
-		return results, nil
-	}
-	got, err := call(owned)
-	if err != nil {
-		return nil, err
-	}
-	if len(got) == len(owned) {
-		for j, i := range where {
-			results[i] = got[j]
-		}
-	}
-	return results, nil
-}
-
-func (s *Server) setMonitoringMode(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-	req, ok := r.(*ua.SetMonitoringModeRequest)
-	if !ok {
-		return nil, ua.StatusBadRequestTypeInvalid
-	}
-	results, err := s.forwardOwnedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs, func(owned []uint32) ([]ua.StatusCode, error) {
-		sub := *req
-		sub.MonitoredItemIDs = owned
-		resp, err := s.srv.MonitoredItemService.SetMonitoringMode(sc, &sub, reqID)
-		if res, ok := resp.(*ua.SetMonitoringModeResponse); ok && err == nil {
-			return res.Results, nil
-		}
-		return nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &ua.SetMonitoringModeResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
-}
-
-func (s *Server) deleteMonitoredItems(sc *uasc.SecureChannel, r ua.Request, reqID uint32) (ua.Response, error) {
-	req, ok := r.(*ua.DeleteMonitoredItemsRequest)
-	if !ok {
-		return nil, ua.StatusBadRequestTypeInvalid
-	}
-	results, err := s.forwardOwnedItems(req.RequestHeader.AuthenticationToken, req.MonitoredItemIDs, func(owned []uint32) ([]ua.StatusCode, error) {
-		sub := *req
-		sub.MonitoredItemIDs = owned
-		resp, err := s.srv.MonitoredItemService.DeleteMonitoredItems(sc, &sub, reqID)
-		if res, ok := resp.(*ua.DeleteMonitoredItemsResponse); ok && err == nil {
-			return res.Results, nil
-		}
-		return nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &ua.DeleteMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
 }

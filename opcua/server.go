@@ -45,6 +45,7 @@ type Server struct {
 
 	sessions *sessionTable
 	notify   *notifier
+	subs     *subscriptions
 
 	level atomic.Uint32 // the published ServiceLevel
 
@@ -148,7 +149,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		srv:       server.New(opts...),
 		metrics:   m,
 		key:       key,
-		sessions:  newSessionTable(),
 		notify:    newNotifier(),
 		state:     deps.Roles.Current(),
 		dataFresh: true,
@@ -156,6 +156,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.appURI = applicationURIOf(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
+	s.subs = newSubscriptions(clock, s.log, m,
+		subLimits{minInterval: c.MinPublishingInterval, maxInterval: c.MaxPublishingInterval, maxPerRequest: c.MaxNodesPerRequest},
+		func(nid *ua.NodeID) *ua.DataValue {
+			return s.readOne(&ua.ReadValueID{NodeID: nid, AttributeID: ua.AttributeIDValue}, s.clock.Now())
+		},
+		s.nodeExists, sendOn)
+	// A session that ends takes its subscriptions with it.
+	s.sessions = newSessionTable(s.subs.dropSession)
 	s.srv.AddNamespace(s.ns)
 	if err := s.linkSiteFolder(); err != nil {
 		return nil, err
@@ -187,10 +195,14 @@ func (s *Server) Start(ctx context.Context) error {
 	s.startedAt = s.clock.Now()
 	s.mu.Unlock()
 	s.started.Store(true)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
 		s.notify.run(runCtx, s.changeNotification)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.subs.run(runCtx)
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -227,6 +239,7 @@ func (s *Server) Close() error {
 	err := s.srv.Close()
 	s.cancel()
 	s.wg.Wait()
+	s.subs.close()
 	if err != nil {
 		return fmt.Errorf("close opcua server: %w", err)
 	}
@@ -375,25 +388,23 @@ func (s *Server) recompute() {
 	s.notify.add(ua.NewNumericNodeID(0, id.Server_ServiceLevel))
 }
 
-// changeNotification pushes a node's current value to its monitored items.
-// The library dereferences its monitored-item service, which exists only
-// after Start, so nothing is pushed before.
+// changeNotification hands a node's current value to the monitored items
+// watching it (subscriptions.go; the library's ChangeNotification is never
+// called, see WORKAROUNDS.md).
 func (s *Server) changeNotification(nid *ua.NodeID) {
-	if !s.started.Load() || s.srv.MonitoredItemService == nil {
-		return
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.panics.WithLabelValues("change-notification").Inc()
 			s.log.Error().Interface("panic", r).Stringer("node", nid).Msg("opcua change notification failed")
 		}
 	}()
-	s.srv.ChangeNotification(nid)
+	s.subs.changed(nid)
 }
 
-// notifier decouples value updates from the library's ChangeNotification,
-// which sends on unbuffered-when-full subscription channels while holding a
-// lock: a feed must never block on a slow or dead subscriber.
+// notifier keeps the feeds (TagUpdate, ApplyModel, ServiceLevel changes)
+// off the subscriptions' lock: they only mark node ids dirty, and one
+// goroutine hands each dirty node to the subscriptions once, however often
+// it changed meanwhile.
 type notifier struct {
 	mu      sync.Mutex
 	pending map[string]*ua.NodeID
@@ -443,6 +454,11 @@ type metrics struct {
 	levelChanges   *prometheus.CounterVec
 	panics         *prometheus.CounterVec
 	rejected       *prometheus.CounterVec
+	subscriptions  prometheus.Gauge
+	monitoredItems prometheus.Gauge
+	coalesced      prometheus.Counter
+	subsExpired    prometheus.Counter
+	publishFailed  prometheus.Counter
 	levelPublished atomic.Bool
 }
 
@@ -472,8 +488,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_requests_rejected_total",
 			Help: "Requests refused before reaching the library, by reason.",
 		}, []string{"reason"}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_opcua_subscriptions",
+			Help: "OPC UA subscriptions the server holds.",
+		}),
+		monitoredItems: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_opcua_monitored_items",
+			Help: "OPC UA monitored items the server holds.",
+		}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_notifications_coalesced_total",
+			Help: "Values of a monitored item replaced by a newer one before a Publish response carried them (queue size 1).",
+		}),
+		subsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_subscriptions_expired_total",
+			Help: "Subscriptions deleted because their client sent no Publish request for their lifetime.",
+		}),
+		publishFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_publish_send_failures_total",
+			Help: "Publish responses that could not be written to the client's channel.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected} {
+	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
+		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -514,13 +514,17 @@ func browseNames(t *testing.T, c *gopcua.Client, nid *ua.NodeID) []string {
 	return names
 }
 
-// subscribe monitors one node's value and returns its notifications.
 // subscribe monitors nid's value and returns the notifications after the
-// initial one, and that initial one. gopcua v0.8.0 has been seen, on a CI
-// machine loaded with every package's tests, to lose the first
-// notification of a new subscription (none within 20 s); the initial value
-// is what a subscription promises, so a try that does not deliver it is
-// abandoned and the subscription made again, at most three times.
+// initial one, and that initial one. A try that does not deliver the
+// initial value within 5 s is abandoned and the subscription made again,
+// at most three times: gopcua v0.8.0's client can leave its publish loop
+// paused for good. NewClient queues a pause for the loop that Connect
+// starts in a goroutine; when Subscribe's resume is queued before that
+// goroutine's first select, the select may take the resume first (ignored,
+// "not paused") and then the pause, and the client never sends a Publish
+// request (seen on a loaded machine: the server held the subscription with
+// its initial values ready and no Publish request ever came). Another
+// Subscribe queues another resume.
 func subscribe(t *testing.T, c *gopcua.Client, nid *ua.NodeID) (<-chan *ua.DataValue, *ua.DataValue) {
 	t.Helper()
 	const tries, perTry = 3, 5 * time.Second
@@ -576,9 +580,8 @@ func subscribeOnce(t *testing.T, c *gopcua.Client, nid *ua.NodeID) (<-chan *ua.D
 }
 
 // notifyDeadline bounds the wait for a notification on a subscription
-// that has delivered its initial one. Generous: under a loaded CI machine
-// (every package's tests at once on 2 cores) the library's publish loop
-// has been seen to take seconds.
+// that has delivered its initial one. Generous: a CI machine runs every
+// package's tests at once on 2 cores.
 const notifyDeadline = 20 * time.Second
 
 func nextValue(t *testing.T, ch <-chan *ua.DataValue) *ua.DataValue {

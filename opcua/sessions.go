@@ -21,13 +21,17 @@ const maxPendingSessions = 4096
 // The library serves reads, writes and browses to any authentication token,
 // activated or not, and never checks the identity token at all.
 type sessionTable struct {
+	// dropped is told (outside mu) the key of every session the table
+	// forgets, so what the session owned can go with it.
+	dropped func(key string)
+
 	mu     sync.Mutex
 	nonces map[string][]byte // auth token -> last server nonce
 	active map[string]string // auth token -> identity ("anonymous" or user name)
 }
 
-func newSessionTable() *sessionTable {
-	return &sessionTable{nonces: make(map[string][]byte), active: make(map[string]string)}
+func newSessionTable(dropped func(key string)) *sessionTable {
+	return &sessionTable{dropped: dropped, nonces: make(map[string][]byte), active: make(map[string]string)}
 }
 
 func tokenKey(t *ua.NodeID) string {
@@ -38,16 +42,21 @@ func tokenKey(t *ua.NodeID) string {
 }
 
 func (t *sessionTable) created(token *ua.NodeID, nonce []byte) {
+	var evicted []string
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if len(t.nonces) >= maxPendingSessions {
 		for k := range t.nonces {
 			if _, ok := t.active[k]; !ok {
 				delete(t.nonces, k)
+				evicted = append(evicted, k)
 			}
 		}
 	}
 	t.nonces[tokenKey(token)] = nonce
+	t.mu.Unlock()
+	for _, k := range evicted {
+		t.dropped(k)
+	}
 }
 
 func (t *sessionTable) nonce(token *ua.NodeID) ([]byte, bool) {
@@ -74,11 +83,15 @@ func (t *sessionTable) identity(token *ua.NodeID) (string, bool) {
 	return id, ok
 }
 
+// closed forgets a session. Its subscriptions go too, whatever the
+// CloseSession request's DeleteSubscriptions says: without
+// TransferSubscriptions no other session could ever use them.
 func (t *sessionTable) closed(token *ua.NodeID) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	delete(t.active, tokenKey(token))
 	delete(t.nonces, tokenKey(token))
+	t.mu.Unlock()
+	t.dropped(tokenKey(token))
 }
 
 // checkIdentity validates an ActivateSession identity token against the
