@@ -1,6 +1,7 @@
 package storeforward
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -130,6 +131,8 @@ const (
 	dropBufferFull    = "buffer_full"    // Offer found the intake full
 	dropRetryOverflow = "retry_overflow" // batches waiting for a retry exceeded Buffer
 	dropEncode        = "encode"         // a batch could not be encoded
+	dropTooLarge      = "too_large"      // one value alone is over the target's payload limit
+	dropInvalid       = "invalid"        // the buffer refused a batch as malformed
 )
 
 // dropLogEvery bounds how often dropped values are logged; every drop is
@@ -215,7 +218,10 @@ func (h *HistoryForwarder) Offer(u TagUpdate) bool {
 // drop counts n dropped values and logs, at most every dropLogEvery, how
 // many were dropped since the last log. It must not block: Offer calls it
 // on the subscribe workers' path.
-func (h *HistoryForwarder) drop(n int, reason string) {
+func (h *HistoryForwarder) drop(n int, reason string) { h.dropFor(n, reason, nil) }
+
+// dropFor is drop with the error behind the drop, if any, for the log.
+func (h *HistoryForwarder) dropFor(n int, reason string, cause error) {
 	total := h.dropped.Add(uint64(n))
 	h.opts.Metrics.observeHistoryDropped(reason, n)
 	now := h.opts.Clock.Now().UnixNano()
@@ -224,7 +230,7 @@ func (h *HistoryForwarder) drop(n int, reason string) {
 		return
 	}
 	since := total - h.loggedDrops.Swap(total)
-	h.opts.Logger.Warn().Uint64("dropped", since).Uint64("dropped_total", total).Str("reason", reason).
+	h.opts.Logger.Warn().Err(cause).Uint64("dropped", since).Uint64("dropped_total", total).Str("reason", reason).
 		Msg("tag history values dropped: the forwarder cannot keep up or the buffer refuses enqueues; see scadad_history_values_dropped_total")
 }
 
@@ -278,29 +284,76 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		}
 	}
 	var (
-		retry      []readyBatch
-		retryVals  int
-		failures   int
-		retryAt    time.Time
-		timer      <-chan time.Time
-		timerAt    time.Time
-		clock      = h.opts.Clock
-		retryAfter = func() {
-			failures++
-			retryAt = clock.Now().Add(backoff.Delay(h.opts.RetryFloor, h.opts.RetryMax, failures, h.opts.Jitter()))
-		}
+		// queue holds batches in order, waiting to be enqueued: more
+		// than one only while the head waits for a retry.
+		queue    []readyBatch
+		failures int
+		retryAt  time.Time
+		timer    <-chan time.Time
+		timerAt  time.Time
+		clock    = h.opts.Clock
 	)
-	send := func(b readyBatch) bool {
+	// queuedValues counts the values in queue; the gauge follows it.
+	queuedValues := 0
+	queued := func(n int) {
+		queuedValues += n
+		h.opts.Metrics.observeHistoryWaiting(n)
+	}
+	defer func() { queued(-queuedValues) }()
+	// attempt enqueues the batch at the head of queue. A refusal that no
+	// retry can change does not hold the batches behind it: a batch over
+	// the target's payload limit is split in two (down to single values,
+	// which are dropped), a malformed one dropped; both are counted and
+	// logged. Anything else (no quorum, a full disk) waits for a retry.
+	attempt := func() bool {
+		b := queue[0]
 		_, err := h.opts.Enqueuer.Enqueue(ctx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})
-		if err != nil {
+		var tooLarge *PayloadTooLargeError
+		switch {
+		case err == nil:
+			h.sent.Add(1)
+			h.opts.Metrics.observeHistorySent(b.rule.Name, b.values)
+			queue = queue[1:]
+		case errors.As(err, &tooLarge) && b.values > 1:
+			halves, serr := splitHistory(b)
+			if serr != nil {
+				h.opts.Logger.Error().Err(serr).Str("rule", b.rule.Name).Msg("split tag history batch; dropped")
+				h.drop(b.values, dropEncode)
+				queue = queue[1:]
+				break
+			}
+			h.opts.Logger.Debug().Str("rule", b.rule.Name).Int("values", b.values).Int("limit", tooLarge.Limit).
+				Msg("tag history batch over the target's payload limit; sending it in two halves")
+			queue = append(halves[:], queue[1:]...)
+			return true
+		case errors.As(err, &tooLarge):
+			// One value alone over the limit: raise the target's
+			// max_payload_bytes to keep such values.
+			h.dropFor(b.values, dropTooLarge, fmt.Errorf("rule %s: one value: %w", b.rule.Name, err))
+			queue = queue[1:]
+		case errors.Is(err, ErrInvalid):
+			h.dropFor(b.values, dropInvalid, fmt.Errorf("rule %s: %w", b.rule.Name, err))
+			queue = queue[1:]
+		default:
 			if ctx.Err() == nil {
 				h.opts.Logger.Warn().Err(err).Str("rule", b.rule.Name).Int("values", b.values).Msg("forward tag history; will retry")
 			}
 			return false
 		}
-		h.sent.Add(1)
-		h.opts.Metrics.observeHistorySent(b.rule.Name, b.values)
+		queued(-b.values)
 		return true
+	}
+	// drain enqueues the queue in order until it is empty or an attempt
+	// fails; then the head waits for a retry.
+	drain := func() {
+		for len(queue) > 0 {
+			if !attempt() {
+				failures++
+				retryAt = clock.Now().Add(backoff.Delay(h.opts.RetryFloor, h.opts.RetryMax, failures, h.opts.Jitter()))
+				return
+			}
+		}
+		failures = 0
 	}
 	flush := func(rs *ruleState) {
 		if len(rs.values) == 0 {
@@ -313,27 +366,24 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			h.drop(b.values, dropEncode)
 			return
 		}
-		if len(retry) == 0 && send(b) {
-			failures = 0
-			return
-		}
 		// Keep order: once a batch waits for a retry, later ones queue
 		// behind it.
-		if len(retry) == 0 {
-			retryAfter()
+		waitingBefore := len(queue) > 0
+		queue = append(queue, b)
+		queued(b.values)
+		if !waitingBefore {
+			drain()
 		}
-		retry = append(retry, b)
-		retryVals += b.values
-		for retryVals > h.opts.Buffer && len(retry) > 1 {
-			h.drop(retry[0].values, dropRetryOverflow)
-			retryVals -= retry[0].values
-			retry = retry[1:]
+		for queuedValues > h.opts.Buffer && len(queue) > 1 {
+			h.drop(queue[0].values, dropRetryOverflow)
+			queued(-queue[0].values)
+			queue = queue[1:]
 		}
 	}
 	for {
 		// Arm one timer for the earliest deadline (batch, sample or retry).
 		next := retryAt
-		if len(retry) == 0 {
+		if len(queue) == 0 {
 			next = time.Time{}
 		}
 		for _, rs := range rules {
@@ -362,16 +412,8 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		case <-timer:
 			timer = nil
 			now := clock.Now()
-			if len(retry) > 0 && !now.Before(retryAt) {
-				for len(retry) > 0 && send(retry[0]) {
-					retryVals -= retry[0].values
-					retry = retry[1:]
-				}
-				if len(retry) > 0 {
-					retryAfter()
-				} else {
-					failures = 0
-				}
+			if len(queue) > 0 && !now.Before(retryAt) {
+				drain()
 			}
 			for _, rs := range rules {
 				if !rs.nextSample.IsZero() && !now.Before(rs.nextSample) {
@@ -452,6 +494,28 @@ func jsonSafe(v any) any {
 		return strconv.FormatFloat(float64(f), 'g', -1, 32)
 	}
 	return v
+}
+
+// splitHistory re-encodes a batch as two batches of half its values each,
+// in order. The payload is decoded with numbers kept as written, so a
+// value reads the same in a half as it did in the whole.
+func splitHistory(b readyBatch) ([2]readyBatch, error) {
+	dec := json.NewDecoder(bytes.NewReader(b.payload))
+	dec.UseNumber()
+	var p HistoryPayload
+	if err := dec.Decode(&p); err != nil {
+		return [2]readyBatch{}, fmt.Errorf("decode batch of %d values: %w", b.values, err)
+	}
+	mid := len(p.Values) / 2
+	first, err := encodeHistory(b.rule, p.Values[:mid])
+	if err != nil {
+		return [2]readyBatch{}, err
+	}
+	second, err := encodeHistory(b.rule, p.Values[mid:])
+	if err != nil {
+		return [2]readyBatch{}, err
+	}
+	return [2]readyBatch{first, second}, nil
 }
 
 // encodeHistory makes a batch's message; its id is a digest of the content

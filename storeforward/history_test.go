@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,13 +159,21 @@ func TestHistorySelectionAndDeadband(t *testing.T) {
 }
 
 func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := &recordingEnqueuer{fail: true}
 	clock := newFakeClock()
-	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Jitter: func() float64 { return 0.5 },
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Jitter: func() float64 { return 0.5 }, Metrics: metrics,
 		Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 2}}})
 	fwd.Offer(TagUpdate{Instance: "a", Attribute: "x", Value: 1, Timestamp: t0})
 	fwd.Offer(TagUpdate{Instance: "a", Attribute: "x", Value: 2, Timestamp: t0})
 	waitFor(t, "first attempt", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
+	waitFor(t, "the waiting gauge", 5*time.Second, func() bool {
+		return gathered(t, reg, "scadad_history_values_waiting", "") == 2
+	})
 	rec.mu.Lock()
 	rec.fail = false
 	rec.mu.Unlock()
@@ -184,6 +194,75 @@ func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
 	}
 	if fwd.Sent() != 1 {
 		t.Fatalf("sent = %d", fwd.Sent())
+	}
+	if got := gathered(t, reg, "scadad_history_values_waiting", ""); got != 0 {
+		t.Fatalf("scadad_history_values_waiting = %v after the retry went through, want 0", got)
+	}
+}
+
+// A batch over the target's payload limit goes in halves, down to single
+// values; a value over the limit on its own is dropped and counted. Neither
+// holds up what follows (the batch used to be retried every 10 s for ever,
+// with nothing counted, while every later value queued behind it).
+func TestHistorySplitsBatchesOverThePayloadLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFSM(t, true)
+	// About 115 bytes a value: four fit in 600, eight do not.
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: &applyProposer{f: f},
+		Targets: StaticTargets{"historian": {Name: "historian", URL: "http://x", MaxPayloadBytes: 600}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fwd := startHistory(t, HistoryOptions{Enqueuer: e, Metrics: metrics, Clock: newFakeClock(),
+		Rules: []HistoryRule{{Name: "r", Target: "historian", MaxBatch: 8, MaxBatchDelay: time.Hour}}})
+	const base = int64(1) << 60 // not exact as a float64: the halves must keep it as written
+	var want []string
+	for i := range int64(16) {
+		u := TagUpdate{Instance: "Pump1", Attribute: "Speed", Value: base + i, Quality: "good", Timestamp: t0}
+		if i == 10 {
+			u.Value = strings.Repeat("x", 700) // alone over the limit
+		} else {
+			want = append(want, strconv.FormatInt(base+i, 10))
+		}
+		offerAll(t, fwd, u)
+	}
+	waitFor(t, "the oversized value dropped", 5*time.Second, func() bool { return fwd.Dropped() == 1 })
+	var got []string
+	waitFor(t, "every other value stored", 5*time.Second, func() bool {
+		msgs, err := f.SFPending("historian", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, m := range msgs {
+			dec := json.NewDecoder(bytes.NewReader(m.Payload))
+			dec.UseNumber()
+			var p HistoryPayload
+			if err := dec.Decode(&p); err != nil {
+				t.Fatalf("stored payload %q: %v", m.Payload, err)
+			}
+			if len(m.Payload) > 600 {
+				t.Fatalf("stored a %d-byte payload over the 600-byte limit", len(m.Payload))
+			}
+			for _, v := range p.Values {
+				got = append(got, fmt.Sprint(v.Value))
+			}
+		}
+		return len(got) >= len(want)
+	})
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("stored values\n%v\nwant (in order, exactly as offered)\n%v", got, want)
+	}
+	if got := gathered(t, reg, "scadad_history_values_dropped_total", dropTooLarge); got != 1 {
+		t.Fatalf("scadad_history_values_dropped_total{reason=too_large} = %v, want 1", got)
+	}
+	if got := gathered(t, reg, "scadad_history_values_waiting", ""); got != 0 {
+		t.Fatalf("scadad_history_values_waiting = %v, want 0", got)
 	}
 }
 

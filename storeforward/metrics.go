@@ -23,6 +23,7 @@ type Metrics struct {
 	historySent    *prometheus.CounterVec
 	historyValues  *prometheus.CounterVec
 	historyDropped *prometheus.CounterVec
+	historyWaiting prometheus.Gauge
 }
 
 // NewMetrics registers the instruments on reg (never the global registry
@@ -68,16 +69,19 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_history_values_total", Help: "Tag values in the history messages enqueued by this node, by rule.",
 		}, []string{"rule"}),
 		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode).",
+			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode, too_large, invalid).",
 		}, []string{"reason"}),
+		historyWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_history_values_waiting", Help: "Tag values in history batches waiting for the buffer to take them (an enqueue failed and is retried).",
+		}),
 	}
 	// Every drop reason from zero, so that increase() sees the first drops
 	// (a counter series born at N shows no increase).
-	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode} {
+	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode, dropTooLarge, dropInvalid} {
 		m.historyDropped.WithLabelValues(reason)
 	}
 	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal,
-		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped}
+		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped, m.historyWaiting}
 	if reader != nil {
 		cs = append(cs, &bufferCollector{reader: reader})
 	}
@@ -151,6 +155,15 @@ func (m *Metrics) observeHistorySent(rule string, values int) {
 func (m *Metrics) observeHistoryDropped(reason string, values int) {
 	if m != nil {
 		m.historyDropped.WithLabelValues(reason).Add(float64(values))
+	}
+}
+
+// observeHistoryWaiting moves the waiting gauge by delta; forwarders
+// replaced by a deploy each take back what they added, so overlapping ones
+// add up.
+func (m *Metrics) observeHistoryWaiting(delta int) {
+	if m != nil && delta != 0 {
+		m.historyWaiting.Add(float64(delta))
 	}
 }
 
