@@ -236,7 +236,7 @@ func (s *Server) Close() error {
 		grace := time.NewTimer(s.cfg.ShutdownGrace)
 		<-grace.C
 	}
-	err := s.srv.Close()
+	err := s.closeLibrary()
 	s.cancel()
 	s.wg.Wait()
 	s.subs.close()
@@ -244,6 +244,31 @@ func (s *Server) Close() error {
 		return fmt.Errorf("close opcua server: %w", err)
 	}
 	return nil
+}
+
+// closeLibraryWait bounds how long Close waits for the library's server to
+// close. gopcua v0.8.0 waits up to 10 s for every client connection to end,
+// and a client that keeps its session open (a redundancy-aware client keeps
+// one to each node) never ends it: a node stopping would take 10 s more.
+const closeLibraryWait = 2 * time.Second
+
+// closeLibrary closes the library's server (listener first, so no new
+// connection is taken) and waits for it at most closeLibraryWait. After that
+// the connections still open are left to their clients or to the process
+// exit; their channels were sent CloseSecureChannel and the context that
+// serves them is cancelled next.
+func (s *Server) closeLibrary() error {
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Close() }()
+	wait := time.NewTimer(closeLibraryWait)
+	defer wait.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-wait.C:
+		s.log.Info().Dur("waited", closeLibraryWait).Msg("opcua server closed with client connections still open; the clients hang up on their own")
+		return nil
+	}
 }
 
 // Endpoint is the URL clients connect to.
