@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/opcua"
 )
 
 // uaClient connects an anonymous, unsecured gopcua client to endpoint.
@@ -191,6 +193,78 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	if lvl := serviceLevel(active.OPCUA); lvl != 0 {
 		t.Fatalf("a node without quorum advertises ServiceLevel %d, want 0", lvl)
 	}
+}
+
+// TestPlannedStopTellsOPCUAClientsFirst: a node stopped on purpose
+// (SIGTERM: a patch, a VM move) publishes ServiceLevel 0 to its subscribed
+// clients before it goes, so they move to the other node at once instead of
+// finding out from a dead connection; and a client that stays connected
+// does not hold the stop up (the OPC UA library waits 10 s for it).
+func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			standby = n
+		}
+	}
+	deploySite(t, c, testcluster.SiteConfigGateway("stop", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
+		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+
+	out := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() {
+		watched <- opcua.Watch(ctx, []string{active.OPCUA, standby.OPCUA}, "ns=1;s=Pump1.Speed", out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-watched
+		if t.Failed() {
+			t.Logf("watch output:\n%s", out.String())
+		}
+	})
+	waitFor(t, 20*time.Second, "the watch on the Active, its value changing", func() bool {
+		got := out.String()
+		return strings.Contains(got, active.OPCUA+" ServiceLevel 250") && strings.Count(got, active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+	})
+
+	stopped := time.Now()
+	c.Stop(active)
+	took := time.Since(stopped)
+	t.Logf("the Active stopped in %v with an OPC UA client subscribed", took.Round(time.Millisecond))
+	if took > 8*time.Second {
+		t.Errorf("stopping the Active took %v with an OPC UA client connected", took.Round(time.Millisecond))
+	}
+	waitFor(t, 20*time.Second, "the watch to leave the stopped node", func() bool {
+		return strings.Contains(out.String(), "leaving "+active.OPCUA)
+	})
+	if got := out.String(); !strings.Contains(got, "leaving "+active.OPCUA+": ServiceLevel dropped 250 -> 0") {
+		t.Fatalf("the client did not hear ServiceLevel 0 before the node went:\n%s", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestGatewayOutageShowsOnTheActive: with the gateway gone the Active's

@@ -127,7 +127,11 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	if err != nil {
 		return nil, fmt.Errorf("opcua server: %w", err)
 	}
-	if err := srv.Start(ctx); err != nil {
+	// Not ended by ctx: on shutdown ctx ends first, and a server stopped by
+	// it could not publish ServiceLevel 0 to its clients in Close (the
+	// deferred close); clients would learn of the stop from a dead
+	// connection, seconds later. close stops it.
+	if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("opcua server: %w", err)
 	}
 	s.mu.Lock()
