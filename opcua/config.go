@@ -82,6 +82,9 @@ type Config struct {
 	// MaxNodesPerRequest caps nodes per Read/Write/Browse/monitored-item
 	// request (default 1000).
 	MaxNodesPerRequest int
+	// HelloTimeout bounds how long a new TCP connection may take to send
+	// its Hello before it is closed (default 10 s); see front.go.
+	HelloTimeout time.Duration
 	// ShutdownGrace is how long Close keeps serving after publishing
 	// ServiceLevel 0, so subscribed clients see it and move (default 300 ms;
 	// negative disables).
@@ -183,6 +186,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxNodesPerRequest <= 0 {
 		out.MaxNodesPerRequest = 1000
+	}
+	if out.HelloTimeout <= 0 {
+		out.HelloTimeout = defaultHelloTimeout
 	}
 	if out.ShutdownGrace == 0 {
 		out.ShutdownGrace = 300 * time.Millisecond

@@ -15,6 +15,9 @@
 //   - the OPC UA Subscription and MonitoredItem services (subscriptions.go),
 //     which serve clients' subscriptions to ServiceLevel and the site's tags
 //     in place of gopcua's, which can deadlock;
+//   - the public TCP port (front.go): a connection reaches the library,
+//     which listens on loopback, only with its whole Hello, so port scans
+//     and silent connections cannot stop the server accepting;
 //   - every defence against gopcua v0.8.0's server defects (see
 //     WORKAROUNDS.md): hostile or malformed client requests get Bad statuses,
 //     never a crash.

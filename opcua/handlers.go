@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -71,9 +72,9 @@ func (s *Server) registerHandlers() error {
 		session bool
 		h       server.Handler
 	}{
-		{id.FindServersRequest_Encoding_DefaultBinary, "FindServers", open, discovery.FindServers},
+		{id.FindServersRequest_Encoding_DefaultBinary, "FindServers", open, s.findServers},
 		{id.FindServersOnNetworkRequest_Encoding_DefaultBinary, "FindServersOnNetwork", open, discovery.FindServersOnNetwork},
-		{id.GetEndpointsRequest_Encoding_DefaultBinary, "GetEndpoints", open, discovery.GetEndpoints},
+		{id.GetEndpointsRequest_Encoding_DefaultBinary, "GetEndpoints", open, s.getEndpoints},
 		{id.RegisterServerRequest_Encoding_DefaultBinary, "RegisterServer", open, discovery.RegisterServer},
 		{id.RegisterServer2Request_Encoding_DefaultBinary, "RegisterServer2", open, discovery.RegisterServer2},
 
@@ -185,6 +186,9 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 		}
 		if res, ok := resp.(*ua.CreateSessionResponse); ok {
 			s.sessions.created(res.AuthenticationToken, res.ServerNonce)
+			// The library lists the endpoints whose URL is the request's,
+			// and its own are on loopback (front.go).
+			res.ServerEndpoints = s.publicEndpoints()
 			if res.RevisedSessionTimeout <= 0 {
 				// Clients size their keep-alives from this; 0 makes some
 				// of them spin or give up.
@@ -193,6 +197,61 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 		}
 		return resp, nil
 	}
+}
+
+// publicEndpoints are the library's endpoint descriptions with the URL
+// clients connect to: the library listens on loopback behind the front
+// (front.go) and would advertise that address.
+func (s *Server) publicEndpoints() []*ua.EndpointDescription {
+	url := s.cfg.endpointURL()
+	lib := s.srv.Endpoints()
+	out := make([]*ua.EndpointDescription, 0, len(lib))
+	for _, ep := range lib {
+		e := *ep
+		e.EndpointURL = url
+		if ep.Server != nil {
+			app := *ep.Server
+			app.DiscoveryURLs = []string{url}
+			e.Server = &app
+		}
+		out = append(out, &e)
+	}
+	return out
+}
+
+// getEndpoints answers GetEndpoints with every endpoint (Part 4, 5.4.4),
+// whatever host name the client used to reach us: the library answered
+// only a request whose URL matched its own exactly, which a client that
+// used an IP address, another name or a different case never got.
+func (s *Server) getEndpoints(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
+	req, ok := r.(*ua.GetEndpointsRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	eps := s.publicEndpoints()
+	if len(req.ProfileURIs) > 0 {
+		eps = slices.DeleteFunc(eps, func(ep *ua.EndpointDescription) bool {
+			return !slices.Contains(req.ProfileURIs, ep.TransportProfileURI)
+		})
+	}
+	return &ua.GetEndpointsResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Endpoints: eps}, nil
+}
+
+// findServers answers FindServers with this server's description (Part 4,
+// 5.4.2), unless the request names other servers only.
+func (s *Server) findServers(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
+	req, ok := r.(*ua.FindServersRequest)
+	if !ok {
+		return nil, ua.StatusBadRequestTypeInvalid
+	}
+	servers := []*ua.ApplicationDescription{}
+	if eps := s.publicEndpoints(); len(eps) > 0 && eps[0].Server != nil {
+		app := eps[0].Server
+		if len(req.ServerURIs) == 0 || slices.Contains(req.ServerURIs, app.ApplicationURI) {
+			servers = append(servers, app)
+		}
+	}
+	return &ua.FindServersResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Servers: servers}, nil
 }
 
 func (s *Server) activateSession(lib server.Handler) server.Handler {

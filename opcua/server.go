@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,8 @@ type Server struct {
 	clock  Clock
 
 	srv     *server.Server
+	front   *front // set by Start: the public port, in front of srv's loopback one
+	backend string // srv's listen address on loopback
 	ns      *siteNamespace
 	metrics *metrics
 	appURI  string
@@ -121,8 +125,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("opcua metrics: %w", err)
 	}
 
+	// The library listens on loopback; the public port is ours (front.go).
+	backendPort, err := loopbackPort(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	opts := []server.Option{
-		server.EndPoint(c.Host, c.Port),
+		server.EndPoint("127.0.0.1", backendPort),
 		server.ServerName(c.ApplicationName),
 		server.ProductName("scadad"),
 		server.ManufacturerName("scadad"),
@@ -147,6 +156,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		writer:    deps.Writer,
 		clock:     clock,
 		srv:       server.New(opts...),
+		backend:   net.JoinHostPort("127.0.0.1", strconv.Itoa(backendPort)),
 		metrics:   m,
 		key:       key,
 		notify:    newNotifier(),
@@ -185,17 +195,28 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("start opcua server: already closed")
 	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	if err := s.srv.Start(runCtx); err != nil {
 		cancel()
-		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
+		ln.Close()
+		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), s.backend, err)
 	}
 	s.cancel = cancel
+	s.front = newFront(ln, s.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting}, s.log, s.metrics)
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
 	s.mu.Unlock()
 	s.started.Store(true)
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go func() {
+		defer s.wg.Done()
+		s.front.run()
+	}()
 	go func() {
 		defer s.wg.Done()
 		s.notify.run(runCtx, s.changeNotification)
@@ -236,6 +257,9 @@ func (s *Server) Close() error {
 		grace := time.NewTimer(s.cfg.ShutdownGrace)
 		<-grace.C
 	}
+	// Connections first: the library then finds its channels ended instead
+	// of waiting for their clients (see closeLibrary).
+	s.front.close(closeWait)
 	err := s.closeLibrary()
 	s.cancel()
 	s.wg.Wait()
@@ -484,6 +508,8 @@ type metrics struct {
 	coalesced      prometheus.Counter
 	subsExpired    prometheus.Counter
 	publishFailed  prometheus.Counter
+	refused        *prometheus.CounterVec
+	connections    prometheus.Gauge
 	levelPublished atomic.Bool
 }
 
@@ -533,15 +559,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_publish_send_failures_total",
 			Help: "Publish responses that could not be written to the client's channel.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_connections_refused_total",
+			Help: "TCP connections closed before the OPC UA server saw them, by reason (no_hello: closed, reset or silent before a whole Hello; not_hello; busy: too many waiting for their Hello; backend).",
+		}, []string{"reason"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_opcua_connections",
+			Help: "Client connections open to the OPC UA server.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
-		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed} {
+		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
+	}
+	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend} {
+		m.refused.WithLabelValues(r)
 	}
 	return m, nil
 }
