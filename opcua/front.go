@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -48,6 +49,10 @@ type frontLimits struct {
 	// maxWaiting bounds the connections waiting for their Hello; more are
 	// closed at once (a scan or a flood must not pile up goroutines).
 	maxWaiting int
+	// stalled bounds a write to the client: a client that stops reading
+	// is disconnected after it instead of holding up the library, whose
+	// one goroutine writes every response and would wait on it for good.
+	stalled time.Duration
 }
 
 // Why the front closed a connection before the library saw it (label
@@ -72,6 +77,7 @@ const (
 	defaultHelloTimeout = 10 * time.Second
 	defaultFrontDial    = 2 * time.Second
 	defaultMaxWaiting   = 256
+	defaultStalled      = 10 * time.Second
 )
 
 func newFront(ln net.Listener, backend string, limits frontLimits, log zerolog.Logger, m *metrics) *front {
@@ -180,7 +186,11 @@ func (g *front) serve(c net.Conn) {
 	}
 	g.metrics.connections.Inc()
 	defer g.metrics.connections.Dec()
-	splice(c, b)
+	if err := splice(c, b, g.limits.stalled); errors.Is(err, os.ErrDeadlineExceeded) {
+		g.metrics.stalled.Inc()
+		g.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("stalled", g.limits.stalled).
+			Msg("opcua client disconnected: it stopped reading what the server sent")
+	}
 }
 
 // readHello reads c's first message with a deadline and returns it whole
@@ -210,21 +220,45 @@ func readHello(c net.Conn, timeout time.Duration) ([]byte, string, error) {
 	return msg, "", nil
 }
 
-// splice copies both ways until either direction ends, then closes both:
-// OPC UA has no half-open state worth keeping, and a client that vanished
-// must not hold the library's side open (nor the other way round).
-func splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
+// splice copies between the client and the library both ways until either
+// direction ends, then closes both: OPC UA has no half-open state worth
+// keeping, and a client that vanished must not hold the library's side
+// open (nor the other way round). A write to the client that takes longer
+// than stalled ends it too; the error says why it ended.
+func splice(client, library net.Conn, stalled time.Duration) error {
+	done := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(library, client)
+		done <- err
+	}()
+	go func() { done <- copyWithDeadline(client, library, stalled) }()
+	err := <-done
+	client.Close()
+	library.Close()
+	<-done
+	return err
+}
+
+// copyWithDeadline is io.Copy with each write to dst bounded by d.
+func copyWithDeadline(dst, src net.Conn, d time.Duration) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if err := dst.SetWriteDeadline(time.Now().Add(d)); err != nil {
+				return err
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
 	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	a.Close()
-	b.Close()
-	<-done
 }
 
 // close stops accepting, closes every connection the front holds and waits

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,76 @@ func TestGetEndpointsAnswersAnyHostName(t *testing.T) {
 	c := connect(t, "opc.tcp://localhost:"+port)
 	if got := levelOf(t, readValue(t, c, serviceLevelID, ua.AttributeIDValue)); got != ts.ServiceLevel() {
 		t.Fatalf("client by host name localhost read ServiceLevel %d, want %d", got, ts.ServiceLevel())
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed, accepted
+}
+
+// A client that stops reading is cut off once a write to it stalls, so the
+// library's one goroutine is not held up for good; a client that reads
+// gets every byte.
+func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reads   bool
+		wantErr error
+	}{
+		{"reading client", true, nil},
+		{"client that stopped reading", false, os.ErrDeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, frontClient := tcpPair(t)
+			frontLibrary, library := tcpPair(t)
+			const total = 16 << 20 // far beyond what socket buffers hold
+			go func() {
+				chunk := make([]byte, 64<<10)
+				for sent := 0; sent < total; sent += len(chunk) {
+					if _, err := library.Write(chunk); err != nil {
+						return
+					}
+				}
+				library.Close()
+			}()
+			received := make(chan int64, 1)
+			if tc.reads {
+				go func() {
+					n, _ := io.Copy(io.Discard, client)
+					received <- n
+				}()
+			}
+			done := make(chan error, 1)
+			go func() { done <- splice(frontClient, frontLibrary, 200*time.Millisecond) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+					t.Fatalf("splice ended with %v, want %v", err, tc.wantErr)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("splice still copying after 20 s")
+			}
+			if tc.reads {
+				if n := <-received; n != total {
+					t.Fatalf("client received %d bytes, want %d", n, total)
+				}
+			}
+		})
 	}
 }

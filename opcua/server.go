@@ -207,7 +207,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), s.backend, err)
 	}
 	s.cancel = cancel
-	s.front = newFront(ln, s.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting}, s.log, s.metrics)
+	s.front = newFront(ln, s.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled}, s.log, s.metrics)
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
 	s.mu.Unlock()
@@ -510,6 +510,7 @@ type metrics struct {
 	publishFailed  prometheus.Counter
 	refused        *prometheus.CounterVec
 	connections    prometheus.Gauge
+	stalled        prometheus.Counter
 	levelPublished atomic.Bool
 }
 
@@ -567,9 +568,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_connections",
 			Help: "Client connections open to the OPC UA server.",
 		}),
+		stalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_clients_stalled_total",
+			Help: "Client connections closed because the client stopped reading what the server sent (see front.go).",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
-		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections} {
+		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections, m.stalled} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
