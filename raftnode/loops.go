@@ -155,6 +155,11 @@ func (n *Node) startHandoff(r *raft.Raft) {
 		defer n.wg.Done()
 		defer n.handoffBusy.Store(false)
 		n.awaitAppendOutcomes(r, since)
+		// Attempts come a few times a second while no voter can take over
+		// (one down, the other behind): the first is logged, then a
+		// failure at most every repeatEvery with how many went unlogged.
+		var lastLogged time.Time
+		unlogged := 0
 		for attempt := 0; r.State() == raft.Leader && n.ctx.Err() == nil; attempt++ {
 			targets := n.handoffTargets(r)
 			if len(targets) == 0 {
@@ -162,7 +167,11 @@ func (n *Node) startHandoff(r *raft.Raft) {
 				return
 			}
 			target := targets[attempt%len(targets)]
-			n.log.Info().Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness won an election; transferring leadership to a voter")
+			ev := n.log.Debug()
+			if attempt == 0 {
+				ev = n.log.Info()
+			}
+			ev.Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness won an election; transferring leadership to a voter")
 			err := r.LeadershipTransferToServer(target.ID, target.Address).Error()
 			if err == nil {
 				continue
@@ -170,7 +179,13 @@ func (n *Node) startHandoff(r *raft.Raft) {
 			if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrNotLeader) {
 				return
 			}
-			n.log.Warn().Err(err).Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness leadership transfer failed; retrying")
+			if now := n.cfg.Clock.Now(); lastLogged.IsZero() || now.Sub(lastLogged) >= repeatEvery {
+				n.log.Warn().Err(err).Int("attempt", attempt+1).Int("unlogged_failures", unlogged).Str("to", string(target.ID)).
+					Msg("witness leadership transfer failed; retrying")
+				lastLogged, unlogged = now, 0
+			} else {
+				unlogged++
+			}
 			select {
 			case <-n.ctx.Done():
 				return
