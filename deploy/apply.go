@@ -34,6 +34,8 @@ type Applier struct {
 	// again when nothing else changes.
 	RetryEvery time.Duration
 	Log        zerolog.Logger
+	// Metrics, when set, follows every Step's outcome.
+	Metrics *Metrics
 
 	// lastFailure remembers the failure already reported for a revision so
 	// a stuck artifact is not re-acked on every FSM change.
@@ -71,6 +73,8 @@ func (a *Applier) Step(ctx context.Context) {
 	}
 	d, err := a.State.Deployment(a.Target)
 	if errors.Is(err, fsm.ErrNotFound) || (err == nil && d.Revision == 0) {
+		_, have := a.Holder.Current()
+		a.Metrics.observe(uint64(have), 0, false)
 		return
 	}
 	if err != nil {
@@ -80,6 +84,7 @@ func (a *Applier) Step(ctx context.Context) {
 	restores := a.State.Restores()
 	_, have := a.Holder.Current()
 	if uint64(have) == d.Revision && restores == a.restores {
+		a.Metrics.observe(d.Revision, d.Revision, false)
 		a.ack(ctx, d, true, "")
 		return
 	}
@@ -89,8 +94,9 @@ func (a *Applier) Step(ctx context.Context) {
 	rewind := restores != a.restores
 	if err := a.load(d, rewind); err != nil {
 		reason := err.Error()
+		_, kept := a.Holder.Current()
+		a.Metrics.observe(uint64(kept), d.Revision, true)
 		if reason != a.lastFailure {
-			_, kept := a.Holder.Current()
 			a.Log.Error().Err(err).Uint64("revision", d.Revision).Uint64("kept_revision", uint64(kept)).Msg("cannot apply the deployed site config; keeping the last good one and retrying")
 			a.lastFailure = reason
 		}
@@ -102,6 +108,7 @@ func (a *Applier) Step(ctx context.Context) {
 		a.Log.Warn().Uint64("revision", d.Revision).Uint64("was_revision", uint64(have)).Str("sha256", d.SHA256).Msg("site config of the restored state applied in place of the newer one running")
 	}
 	a.Log.Info().Uint64("revision", d.Revision).Str("sha256", d.SHA256).Msg("site config applied")
+	a.Metrics.observe(d.Revision, d.Revision, false)
 	a.ack(ctx, d, true, "")
 }
 

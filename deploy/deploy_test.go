@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/siteconfig"
 )
 
@@ -129,12 +131,34 @@ func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
 	f, prop, pusher := setup(t)
 	ctx := context.Background()
 	holder := siteconfig.NewHolder()
-	a := &Applier{NodeID: "node-a", Target: DefaultTarget, State: f, Proposer: prop, Holder: holder, Now: time.Now, Log: zerolog.Nop()}
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Applier{NodeID: "node-a", Target: DefaultTarget, State: f, Proposer: prop, Holder: holder, Now: time.Now, Log: zerolog.Nop(), Metrics: metrics}
+	// The gauges: running revision, deployed revision, apply failing.
+	gauges := func(step string, running, deployed uint64, failing float64) {
+		t.Helper()
+		for _, g := range []struct {
+			name string
+			want float64
+		}{
+			{"scadad_site_config_revision", float64(running)},
+			{"scadad_site_config_deployed_revision", float64(deployed)},
+			{"scadad_site_config_apply_failing", failing},
+		} {
+			if got, ok, err := promtest.Value(reg, g.name, ""); err != nil || !ok || got != g.want {
+				t.Fatalf("%s: %s = %v (present %v, %v), want %v", step, g.name, got, ok, err, g.want)
+			}
+		}
+	}
 
 	a.Step(ctx) // nothing deployed: nothing happens
 	if s, _ := holder.Current(); s != nil {
 		t.Fatal("holder has a site before anything was deployed")
 	}
+	gauges("nothing deployed", 0, 0, 0)
 
 	good, err := pusher.Push(ctx, PushRequest{Artifact: example(t), Actor: "op"})
 	if err != nil {
@@ -145,6 +169,7 @@ func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
 		t.Fatalf("holder at revision %d, want %d", rev, good.Revision)
 	}
 	assertAck(t, f, "node-a", good.Revision, true, "")
+	gauges("applied", good.Revision, good.Revision, 0)
 
 	// A committed artifact that is not a valid site config: the pusher
 	// would refuse it, so commit it below the pusher's validation.
@@ -168,6 +193,7 @@ func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
 	if ack.OK || ack.Revision != d.Revision || !strings.Contains(ack.Reason, "kind") {
 		t.Fatalf("ack after a bad deploy = %+v, want failed at revision %d naming the problem", ack, d.Revision)
 	}
+	gauges("bad deploy", good.Revision, d.Revision, 1)
 
 	// Rolling back brings the good one back as a new revision.
 	back, err := pusher.Rollback(ctx, "", good.Revision, "op")
@@ -179,6 +205,7 @@ func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
 		t.Fatalf("holder at %d after rollback, want %d", rev, back.Revision)
 	}
 	assertAck(t, f, "node-a", back.Revision, true, "")
+	gauges("rolled back", back.Revision, back.Revision, 0)
 }
 
 func TestApplierRetriesAckWithoutQuorum(t *testing.T) {

@@ -143,7 +143,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// answers from the moment it is acknowledged.
 	seen := control.SeenLocally{Proposer: fwd, Applied: state}
 	pusher := &deploy.Pusher{Proposer: seen, State: state, Now: time.Now}
-	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger()}
+	deployMetrics, err := deploy.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger(), Metrics: deployMetrics}
 
 	srv := &control.Server{
 		NodeID:     cfg.NodeID,
