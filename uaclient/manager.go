@@ -56,6 +56,10 @@ type Options struct {
 	Rand   func() float64 // backoff jitter in [0,1); default math/rand
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// InitialValuesWait is the least time a new subscription is given to
+	// deliver its first notification before it is opened again (at least
+	// three of its publishing intervals); default 5 s.
+	InitialValuesWait time.Duration
 }
 
 // Manager keeps the configured upstream sessions open while the role
@@ -78,6 +82,9 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
+	}
+	if opts.InitialValuesWait <= 0 {
+		opts.InitialValuesWait = defaultInitialValuesWait
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
@@ -279,10 +286,17 @@ func (s *session) run(ctx context.Context) {
 	failures := 0
 	for {
 		subscribed, err := s.once(ctx)
-		s.markAll(gateway.QualityBadNotConnected)
 		if ctx.Err() != nil {
+			s.markAll(gateway.QualityBadNotConnected)
 			return
 		}
+		if errors.Is(err, errSilentSubscription) {
+			// The values read when subscribing stand (they are the
+			// latest known); subscribe again at once.
+			s.log.Warn().Err(err).Str("endpoint", s.cfg.Endpoint).Msg("opc ua client subscription delivered nothing; subscribing again")
+			continue
+		}
+		s.markAll(gateway.QualityBadNotConnected)
 		if subscribed {
 			failures = 0
 		}
@@ -311,6 +325,12 @@ func (s *session) markAll(q gateway.Quality) {
 // keepAlive is how often the server is asked for its state and how often
 // it is asked to answer a publish even with no change.
 const keepAlive = 2 * time.Second
+
+// errSilentSubscription: a new subscription delivered no notification.
+var errSilentSubscription = errors.New("subscription delivered no notification")
+
+// defaultInitialValuesWait is Options.InitialValuesWait's default.
+const defaultInitialValuesWait = 5 * time.Second
 
 // watchdog reads the server's state every keepAlive and reports the first
 // failure (no answer within the request timeout, or a state other than
@@ -441,10 +461,30 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	// says nothing about the session: read the server's state instead.
 	dead := make(chan error, 1)
 	go s.watchdog(ctx, c, dead)
+	// The first data change (every accepted item's current value) comes
+	// within a publishing interval or so. None at all means nothing is
+	// being published to us: gopcua v0.8.0's client can leave its publish
+	// loop paused for good when Subscribe races the loop's start
+	// (opcua/WORKAROUNDS.md), and the values read above would then stand
+	// as Good for ever while the source moves on. Subscribe again.
+	var firstNote <-chan time.Time
+	accepted := 0
+	for _, r := range res.Results {
+		if r.StatusCode == ua.StatusOK {
+			accepted++
+		}
+	}
+	wait := max(s.opts.InitialValuesWait, 3*sub.RevisedPublishingInterval)
+	if accepted > 0 {
+		firstNote = s.opts.Clock.After(wait)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return true, ctx.Err()
+		case <-firstNote:
+			s.metrics.resubscribed.WithLabelValues(s.cfg.Name).Inc()
+			return true, fmt.Errorf("%w: none from %s within %v of subscribing %d items", errSilentSubscription, s.cfg.Endpoint, wait, accepted)
 		case st := <-states:
 			if st == gopcua.Closed || st == gopcua.Disconnected {
 				return true, fmt.Errorf("session to %s %v", s.cfg.Endpoint, st)
@@ -459,6 +499,7 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 			if !ok {
 				continue
 			}
+			firstNote = nil
 			for _, item := range dcn.MonitoredItems {
 				if item != nil && item.ClientHandle >= 1 && int(item.ClientHandle) <= len(latest) {
 					s.relay(int(item.ClientHandle)-1, item.Value, latest)

@@ -55,6 +55,13 @@ func upstreamModel() opcua.Model {
 // startUpstream serves upstreamModel on a free loopback port.
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
+	return startUpstreamWith(t, nil)
+}
+
+// startUpstreamWith is startUpstream with the server's config changed by
+// mutate.
+func startUpstreamWith(t *testing.T, mutate func(*opcua.Config)) *upstream {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -63,7 +70,11 @@ func startUpstream(t *testing.T) *upstream {
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		u := &upstream{writes: make(chan upstreamWrite, 16)}
-		srv, err := opcua.New(opcua.Config{Host: "127.0.0.1", Port: p, AllowAnonymous: true, ShutdownGrace: -1},
+		cfg := opcua.Config{Host: "127.0.0.1", Port: p, AllowAnonymous: true, ShutdownGrace: -1}
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		srv, err := opcua.New(cfg,
 			opcua.Deps{Logger: zerolog.Nop(), Roles: role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 1}}), Writer: recordingWriter(u.writes)})
 		if err != nil {
 			t.Fatalf("upstream server: %v", err)
@@ -285,7 +296,10 @@ func TestQuietUpstreamKeepsTheSession(t *testing.T) {
 	rec := &recorder{}
 	conn := connectionTo(up)
 	conn.Items = conn.Items[:1]
-	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}}, Config{Connections: []Connection{conn}})
+	reg := prometheus.NewRegistry()
+	// The first notification gets a second of real time (100 s at 100x).
+	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg, InitialValuesWait: 100 * time.Second},
+		Config{Connections: []Connection{conn}})
 	waitFor(t, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
 	m.mu.Lock()
 	s := m.sessions["plc"]
@@ -293,6 +307,39 @@ func TestQuietUpstreamKeepsTheSession(t *testing.T) {
 	waitFor(t, "30 answered server-state reads (a minute of keep-alives at 100x)", func() bool { return s.stateReads.Load() >= 30 })
 	if n := rec.badCount("Line1.BoilerTemp"); n != 0 {
 		t.Fatalf("the quiet session was dropped %d times", n)
+	}
+	if n, _, _ := promtest.Value(reg, "scadad_opcua_client_resubscribed_total", "plc"); n != 0 {
+		t.Fatalf("the quiet subscription was opened again %v times: its first notification came", n)
+	}
+}
+
+// A subscription that delivers nothing at all (gopcua's client can leave
+// its publish loop paused for good) is opened again instead of leaving the
+// values read at subscribe time standing as Good for ever; the values stay
+// Good meanwhile. Simulated with an upstream whose first publishing cycle
+// ends after 10 s while the client's wait (three intervals) passes 100
+// times faster.
+func TestSilentSubscriptionIsOpenedAgain(t *testing.T) {
+	up := startUpstreamWith(t, func(c *opcua.Config) {
+		c.MinPublishingInterval = 10 * time.Second
+		c.MaxPublishingInterval = 10 * time.Second
+	})
+	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
+	rec := &recorder{}
+	conn := connectionTo(up)
+	conn.Items = conn.Items[:1]
+	reg := prometheus.NewRegistry()
+	startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg}, Config{Connections: []Connection{conn}})
+	waitFor(t, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
+	waitFor(t, "the silent subscription opened again twice", func() bool {
+		n, _, _ := promtest.Value(reg, "scadad_opcua_client_resubscribed_total", "plc")
+		return n >= 2
+	})
+	if n := rec.badCount("Line1.BoilerTemp"); n != 0 {
+		t.Fatalf("BoilerTemp went Bad %d times while the subscription was opened again", n)
 	}
 }
 

@@ -10,6 +10,9 @@ import (
 type metrics struct {
 	connected *prometheus.GaugeVec
 	lost      *prometheus.CounterVec
+	// resubscribed counts subscriptions replaced because they delivered
+	// nothing at all (see Options.InitialValuesWait).
+	resubscribed *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -22,8 +25,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "scadad", Subsystem: "opcua_client", Name: "sessions_lost_total",
 			Help: "OPC UA client sessions that failed to open or were lost, by connection.",
 		}, []string{"connection"}),
+		resubscribed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "scadad", Subsystem: "opcua_client", Name: "resubscribed_total",
+			Help: "OPC UA client subscriptions opened again because the first delivered no notification, by connection.",
+		}, []string{"connection"}),
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.lost} {
+	for _, c := range []prometheus.Collector{m.connected, m.lost, m.resubscribed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register opc ua client metrics: %w", err)
 		}
