@@ -43,12 +43,7 @@ func TestDeployForwardedFromStandbyAndCAS(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	site1 := testcluster.SiteConfig("cas", map[string]string{"a": "http://127.0.0.1:9/a"}, 5)
 	var push controlpb.DeployPushResponse
 	ctlJSON(t, c, []*testcluster.Node{standby}, &push, "deploy", "push", writeSite(t, site1))
@@ -95,12 +90,7 @@ func TestDeployNodeKilledMidDeployCatchesUp(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	deploySite(t, c, testcluster.SiteConfig("kill", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
 	// Push a large config and kill the standby while it streams in.
 	big := bigSite(t)

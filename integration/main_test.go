@@ -67,6 +67,19 @@ func waitOneActive(t *testing.T, c *testcluster.Cluster, timeout time.Duration) 
 	return n
 }
 
+// otherVoter is the voter that is not active (the Standby of two voters
+// and a witness).
+func otherVoter(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) *testcluster.Node {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n != active && !n.Witness {
+			return n
+		}
+	}
+	t.Fatalf("no voter besides %s", active.ID)
+	return nil
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -116,12 +116,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	// A subscribe backoff floor far beyond every wait below: a worker that
 	// starts before its gateway session is open (each time a node becomes
 	// Active) must subscribe as soon as the session is good, not wait out
@@ -205,12 +200,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	deploySite(t, c, testcluster.SiteConfigGateway("stop", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240

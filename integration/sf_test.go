@@ -290,12 +290,7 @@ func TestSFTargetFailsThenRecoversAndParking(t *testing.T) {
 
 func TestSFFollowerDownForBurstThenAllNodesRestart(t *testing.T) {
 	c, sink, active := sfSetupPending(t)
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	c.Kill(standby)
 	acked := map[string]bool{}
 	for i := 0; i < 200; i++ {
