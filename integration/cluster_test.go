@@ -3,17 +3,19 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
@@ -41,6 +43,13 @@ func TestWitnessClusterFormsAndSurvivesSIGKILLOfActive(t *testing.T) {
 	w := status(t, c, c.Node("witness"))
 	if w.Role != "witness" {
 		t.Fatalf("witness reports role %q", w.Role)
+	}
+	// The table on a node that does not lead says where the leader is.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, errs, code, err := c.Ctl(ctx, []*testcluster.Node{c.Node("witness")}, "--output", "table", "status")
+	cancel()
+	if err != nil || code != 0 || !regexp.MustCompile(`(?m)^leader commit +\d+ \(this node (has applied all of it|is \d+ entries behind)\)$`).MatchString(out) {
+		t.Fatalf("scadactl status on the witness (exit %d, %v) shows no leader commit line:\n%s%s", code, err, out, errs)
 	}
 
 	killedAt := time.Now()

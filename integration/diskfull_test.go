@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,12 +26,7 @@ func smallDisk(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) (
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs")
 	}
-	var victim *testcluster.Node
-	for _, n := range c.Nodes {
-		if n != active && !n.Witness {
-			victim = n
-		}
-	}
+	victim := otherVoter(t, c, active)
 	c.Stop(victim)
 	data := filepath.Join(victim.Dir, "data")
 	saved := filepath.Join(t.TempDir(), "saved")
@@ -126,6 +122,18 @@ func TestDiskFullOnANode(t *testing.T) {
 			t.Fatalf("enqueue %s failed with one voter's disk full", id)
 		}
 		acked[id] = true
+	}
+	// While it cannot store, the full node's status says how far behind
+	// the leader it is (a full state store may instead have stopped it).
+	if victim.Running() {
+		out, errs, code, err := c.Ctl(t.Context(), []*testcluster.Node{victim}, "--output", "table", "status")
+		if err != nil || code != 0 || !strings.Contains(out, "entries behind)") {
+			if victim.Running() {
+				t.Fatalf("status on the full %s (exit %d, %v) does not say it is behind:\n%s%s", victim.ID, code, err, out, errs)
+			}
+		} else {
+			t.Logf("status on the full node: %s", regexp.MustCompile(`leader commit .*`).FindString(out))
+		}
 	}
 	unfill()
 	waitFor(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, active, victim) })

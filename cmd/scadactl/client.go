@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -23,24 +24,9 @@ func (e unreachableError) Error() string { return e.msg }
 // connect dials the first endpoint that answers a Status call within
 // --timeout and returns a client bound to it.
 func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(), error) {
-	ca, cert, key := g.caFile, g.certFile, g.keyFile
-	if g.certsDir != "" {
-		if ca == "" {
-			ca = filepath.Join(g.certsDir, "ca.crt")
-		}
-		if cert == "" {
-			cert = filepath.Join(g.certsDir, "operator.crt")
-		}
-		if key == "" {
-			key = filepath.Join(g.certsDir, "operator.key")
-		}
-	}
-	if ca == "" || cert == "" || key == "" {
-		return nil, nil, usagef("no client certificate: pass --certs DIR (with ca.crt, operator.crt, operator.key) or --cacert, --cert and --key")
-	}
-	tlsConf, err := pki.LoadClientTLS(ca, cert, key)
+	tlsConf, err := g.clientTLS()
 	if err != nil {
-		return nil, nil, fmt.Errorf("load client certificate: %w", err)
+		return nil, nil, err
 	}
 	deadline, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -96,6 +82,47 @@ func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(),
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// clientTLS loads the operator's client certificate and the site CA.
+func (g *globals) clientTLS() (*tls.Config, error) {
+	ca, cert, key := g.caFile, g.certFile, g.keyFile
+	if g.certsDir != "" {
+		if ca == "" {
+			ca = filepath.Join(g.certsDir, "ca.crt")
+		}
+		if cert == "" {
+			cert = filepath.Join(g.certsDir, "operator.crt")
+		}
+		if key == "" {
+			key = filepath.Join(g.certsDir, "operator.key")
+		}
+	}
+	if ca == "" || cert == "" || key == "" {
+		return nil, usagef("no client certificate: pass --certs DIR (with ca.crt, operator.crt, operator.key) or --cacert, --cert and --key")
+	}
+	tlsConf, err := pki.LoadClientTLS(ca, cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("load client certificate: %w", err)
+	}
+	return tlsConf, nil
+}
+
+// leaderStatus asks the node at addr (the leader's control API) for its
+// status, within --timeout.
+func (g *globals) leaderStatus(ctx context.Context, addr string) (*controlpb.StatusResponse, error) {
+	tlsConf, err := g.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return controlpb.NewControlClient(conn).Status(ctx, &controlpb.StatusRequest{})
 }
 
 // rpcError keeps a gRPC status (for the exit code) but prints only what

@@ -28,6 +28,18 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return rpcErr("status", err)
 	}
+	// On a node that is not the leader, how far it trails the leader: a
+	// Standby that stopped applying (a full disk) still answers, and its
+	// own indexes alone do not say it is behind. Tables only: the JSON
+	// is the node's own status message.
+	leader := ""
+	if g.output == "table" && st.RaftState != "Leader" {
+		leader = "unknown (no leader known)"
+		if st.LeaderApiAddr != "" {
+			lead, err := g.leaderStatus(ctx, st.LeaderApiAddr)
+			leader = leaderLag(st, lead, err)
+		}
+	}
 	return g.printOut(st, func(w *tabwriter.Writer) {
 		contact := "unknown"
 		if st.LastContactMs >= 0 {
@@ -40,6 +52,9 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(w, "epoch\t%d.%d (cluster epoch %d: raised by an override or a heal; raft term %d: raised by every election)\n", st.ClusterEpoch, st.Term, st.ClusterEpoch, st.Term)
 		fmt.Fprintf(w, "voters\t%d\n", st.Voters)
 		fmt.Fprintf(w, "commit/applied\t%d/%d\n", st.CommitIndex, st.AppliedIndex)
+		if leader != "" {
+			fmt.Fprintf(w, "leader commit\t%s\n", leader)
+		}
 		fmt.Fprintf(w, "last contact\t%s\n", contact)
 		fmt.Fprintf(w, "deploy revision\t%d\n", st.DeployRevision)
 		if st.OverrideState != "" {
@@ -56,6 +71,19 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 			}
 		}
 	})
+}
+
+// leaderLag describes the leader's commit index (lead, or the error
+// asking for it) against st's applied index.
+func leaderLag(st, lead *controlpb.StatusResponse, err error) string {
+	switch {
+	case err != nil:
+		return fmt.Sprintf("unknown (leader %s: %v)", st.LeaderApiAddr, err)
+	case lead.CommitIndex <= st.AppliedIndex:
+		return fmt.Sprintf("%d (this node has applied all of it)", lead.CommitIndex)
+	default:
+		return fmt.Sprintf("%d (this node is %d entries behind)", lead.CommitIndex, lead.CommitIndex-st.AppliedIndex)
+	}
 }
 
 func runMembers(ctx context.Context, g *globals, args []string) error {
