@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_sf_enqueue_duplicates_total", Help: "Enqueues whose id was already stored, by target.",
 		}, []string{"target"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scadad_sf_delivered_total", Help: "Messages delivered (2xx) by this node, by target.",
+			Name: "scadad_sf_delivered_total", Help: "Messages delivered (2xx) by this process since it started, by target (scadactl sf stats shows the replicated total).",
 		}, []string{"target"}),
 		deliveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_sf_delivery_errors_total", Help: "Failed delivery attempts, by target.",
