@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -27,6 +28,27 @@ func resetBeforeHello(t *testing.T, addr string) {
 	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
 		t.Fatal(err)
 	}
+	c.Close()
+}
+
+// helloThenReset sends a whole Hello and resets the connection at once.
+func helloThenReset(t *testing.T, addr, endpoint string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	b := make([]byte, 32+len(endpoint))
+	copy(b, "HELF")
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(b[12:], 0xffff) // receive buffer
+	binary.LittleEndian.PutUint32(b[16:], 0xffff) // send buffer
+	binary.LittleEndian.PutUint32(b[28:], uint32(len(endpoint)))
+	copy(b[32:], endpoint)
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).SetLinger(0)
 	c.Close()
 }
 
@@ -57,6 +79,11 @@ func TestFrontKeepsServingThroughScansAndSilence(t *testing.T) {
 	addr := strings.TrimPrefix(ts.Endpoint(), "opc.tcp://")
 	for range 3 {
 		resetBeforeHello(t, addr)
+	}
+	// Whole Hellos whose senders reset at once: these reach the library,
+	// and its handshake must not fail on them.
+	for range 20 {
+		helloThenReset(t, addr, ts.Endpoint())
 	}
 	silent, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
