@@ -127,6 +127,31 @@ func TestPush(t *testing.T) {
 	}
 }
 
+// A site config the daemon's Check refuses is invalid input, and nothing
+// of it is stored or deployed.
+func TestPushRunsTheClusterCheck(t *testing.T) {
+	f, _, pusher := setup(t)
+	var checked *siteconfig.Site
+	pusher.Check = func(s *siteconfig.Site) error {
+		checked = s
+		return errors.New("connections[0] (plc): points at this cluster")
+	}
+	_, err := pusher.Push(context.Background(), PushRequest{Artifact: example(t), Actor: "op"})
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "points at this cluster") {
+		t.Fatalf("push refused by Check: err = %v, want an InvalidError with Check's reason", err)
+	}
+	if checked == nil || checked.Name != "plant-north" {
+		t.Fatalf("Check saw %+v, want the parsed site", checked)
+	}
+	if _, err := f.Deployment(DefaultTarget); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("a refused push left a deployment (err %v)", err)
+	}
+	if _, err := f.Artifact(sha256hex(example(t))); err == nil {
+		t.Fatal("a refused push stored its artifact")
+	}
+}
+
 func TestApplierAppliesAcksAndKeepsLastGood(t *testing.T) {
 	f, prop, pusher := setup(t)
 	ctx := context.Background()

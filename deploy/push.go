@@ -36,6 +36,10 @@ type Pusher struct {
 	State    State
 	// Now stamps commands; it is the leader's clock, the only one the FSM sees.
 	Now func() time.Time
+	// Check, when set, refuses a site config that is valid on its own
+	// but wrong for this cluster (the daemon's checks against its node
+	// configuration). Its error is reported as invalid input.
+	Check func(*siteconfig.Site) error
 }
 
 // PushRequest is one deploy push.
@@ -67,8 +71,14 @@ func (p *Pusher) Push(ctx context.Context, req PushRequest) (PushResult, error) 
 	if req.Target == "" {
 		req.Target = DefaultTarget
 	}
-	if _, err := siteconfig.Parse(req.Artifact); err != nil {
+	site, err := siteconfig.Parse(req.Artifact)
+	if err != nil {
 		return PushResult{}, &InvalidError{Err: err}
+	}
+	if p.Check != nil {
+		if err := p.Check(site); err != nil {
+			return PushResult{}, &InvalidError{Err: err}
+		}
 	}
 	sha := sha256hex(req.Artifact)
 	current, err := p.current(req.Target)

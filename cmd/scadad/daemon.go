@@ -142,7 +142,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// An operator's write through the Standby shows in that node's own
 	// answers from the moment it is acknowledged.
 	seen := control.SeenLocally{Proposer: fwd, Applied: state}
-	pusher := &deploy.Pusher{Proposer: seen, State: state, Now: time.Now}
+	pusher := &deploy.Pusher{Proposer: seen, State: state, Now: time.Now, Check: ownOPCUACheck(cfg.Cluster.Members)}
 	deployMetrics, err := deploy.NewMetrics(reg)
 	if err != nil {
 		return err

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -257,4 +260,41 @@ func readPasswordFile(path string) (string, error) {
 		return "", fmt.Errorf("password file: %w", err)
 	}
 	return strings.TrimRight(string(pw), "\r\n"), nil
+}
+
+// ownOPCUACheck refuses a site config with an OPC UA client connection
+// to one of this cluster's own OPC UA servers (the same host and port as
+// a member's opcua endpoint): that server answers one request at a time,
+// so a device write routed back into it waits on itself until the write
+// timeout and fails. The deploy pusher runs it before anything is stored.
+func ownOPCUACheck(members []nodeconfig.Member) func(*siteconfig.Site) error {
+	own := map[string]string{} // host:port -> member id
+	for _, m := range members {
+		if key, ok := opcuaHostPort(m.OPCUA); ok {
+			own[key] = m.ID
+		}
+	}
+	return func(site *siteconfig.Site) error {
+		var errs []error
+		for i, c := range site.Connections {
+			if c.Kind != siteconfig.KindOPCUA || c.OPCUA == nil {
+				continue
+			}
+			key, ok := opcuaHostPort(c.OPCUA.Endpoint)
+			if id, mine := own[key]; ok && mine {
+				errs = append(errs, fmt.Errorf("connections[%d] (%s): endpoint %s is %s's own OPC UA server: a client connection into this site's servers would wait on itself for every write; point it at the upstream server",
+					i, c.Name, c.OPCUA.Endpoint, id))
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// opcuaHostPort is endpoint's host:port, the host in lower case.
+func opcuaHostPort(endpoint string) (string, bool) {
+	host, port, err := nodeconfig.OPCUAHostPort(endpoint)
+	if err != nil {
+		return "", false
+	}
+	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(port)), true
 }
