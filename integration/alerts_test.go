@@ -20,7 +20,7 @@ const alertRules = "../packaging/prometheus/scadad-alerts.yml"
 
 // TestAlertRulesNameRealMetrics requires every scadad metric the shipped
 // alert rules use to be on a real Active node's /metrics once the site has
-// what the rules watch: a gateway connection, an OPC UA client connection
+// what the rules watch: a gateway connection, OPC UA servers, an OPC UA client connection
 // (to an upstream that is not there), a target that takes deliveries and
 // one that refuses them. A renamed metric or label-less series would leave
 // an alert that can never fire; this catches it. The rules' logic is
@@ -33,7 +33,7 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 
 	sim := startSim(t)
 	sink := startSink(t)
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	noUpstream, err := testcluster.DeadAddr()
