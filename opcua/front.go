@@ -85,110 +85,110 @@ func newFront(ln net.Listener, backend string, limits frontLimits, log zerolog.L
 }
 
 // run accepts until the listener is closed.
-func (g *front) run() {
+func (f *front) run() {
 	for {
-		c, err := g.ln.Accept()
+		c, err := f.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Out of file descriptors and the like: the listener
 			// itself is fine; pause rather than spin.
-			g.log.Warn().Err(err).Msg("opcua accept failed; retrying")
+			f.log.Warn().Err(err).Msg("opcua accept failed; retrying")
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if !g.admit(c) {
+		if !f.admit(c) {
 			c.Close()
 			continue
 		}
-		g.wg.Add(1)
+		f.wg.Add(1)
 		go func() {
-			defer g.wg.Done()
-			g.serve(c)
+			defer f.wg.Done()
+			f.serve(c)
 		}()
 	}
 }
 
 // admit tracks c unless the front is closed or too many connections wait
 // for their Hello.
-func (g *front) admit(c net.Conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+func (f *front) admit(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
 		return false
 	}
-	if g.waiting >= g.limits.maxWaiting {
-		g.metrics.refused.WithLabelValues(refusedBusy).Inc()
+	if f.waiting >= f.limits.maxWaiting {
+		f.metrics.refused.WithLabelValues(refusedBusy).Inc()
 		return false
 	}
-	g.waiting++
-	g.conns[c] = struct{}{}
+	f.waiting++
+	f.conns[c] = struct{}{}
 	return true
 }
 
 // track adds c to the connections close closes; false once closed.
-func (g *front) track(c net.Conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+func (f *front) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
 		return false
 	}
-	g.conns[c] = struct{}{}
+	f.conns[c] = struct{}{}
 	return true
 }
 
-func (g *front) forget(cs ...net.Conn) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (f *front) forget(cs ...net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, c := range cs {
-		delete(g.conns, c)
+		delete(f.conns, c)
 	}
 }
 
-func (g *front) helloDone() {
-	g.mu.Lock()
-	g.waiting--
-	g.mu.Unlock()
+func (f *front) helloDone() {
+	f.mu.Lock()
+	f.waiting--
+	f.mu.Unlock()
 }
 
 // serve waits for c's Hello, connects to the library and passes the Hello
 // and everything after it on, both ways, until either side ends.
-func (g *front) serve(c net.Conn) {
+func (f *front) serve(c net.Conn) {
 	defer func() {
 		c.Close()
-		g.forget(c)
+		f.forget(c)
 	}()
-	hello, reason, err := readHello(c, g.limits.hello)
-	g.helloDone()
+	hello, reason, err := readHello(c, f.limits.hello)
+	f.helloDone()
 	if err != nil {
-		g.metrics.refused.WithLabelValues(reason).Inc()
-		g.log.Debug().Err(err).Stringer("remote", c.RemoteAddr()).Str("reason", reason).Msg("opcua connection closed before the server saw it")
+		f.metrics.refused.WithLabelValues(reason).Inc()
+		f.log.Debug().Err(err).Stringer("remote", c.RemoteAddr()).Str("reason", reason).Msg("opcua connection closed before the server saw it")
 		return
 	}
-	d := net.Dialer{Timeout: g.limits.dial}
-	b, err := d.Dial("tcp", g.backend)
+	d := net.Dialer{Timeout: f.limits.dial}
+	b, err := d.Dial("tcp", f.backend)
 	if err != nil {
-		g.metrics.refused.WithLabelValues(refusedBackend).Inc()
-		g.log.Warn().Err(err).Stringer("remote", c.RemoteAddr()).Msg("opcua connection not passed on: the server's own listener did not answer")
+		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
+		f.log.Warn().Err(err).Stringer("remote", c.RemoteAddr()).Msg("opcua connection not passed on: the server's own listener did not answer")
 		return
 	}
 	defer func() {
 		b.Close()
-		g.forget(b)
+		f.forget(b)
 	}()
-	if !g.track(b) {
+	if !f.track(b) {
 		return
 	}
 	if _, err := b.Write(hello); err != nil {
-		g.metrics.refused.WithLabelValues(refusedBackend).Inc()
+		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
 		return
 	}
-	g.metrics.connections.Inc()
-	defer g.metrics.connections.Dec()
-	if err := splice(c, b, g.limits.stalled); errors.Is(err, os.ErrDeadlineExceeded) {
-		g.metrics.stalled.Inc()
-		g.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("stalled", g.limits.stalled).
+	f.metrics.connections.Inc()
+	defer f.metrics.connections.Dec()
+	if err := splice(c, b, f.limits.stalled); errors.Is(err, os.ErrDeadlineExceeded) {
+		f.metrics.stalled.Inc()
+		f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("stalled", f.limits.stalled).
 			Msg("opcua client disconnected: it stopped reading what the server sent")
 	}
 }
@@ -263,17 +263,17 @@ func copyWithDeadline(dst, src net.Conn, d time.Duration) error {
 
 // close stops accepting, closes every connection the front holds and waits
 // for its goroutines at most wait.
-func (g *front) close(wait time.Duration) {
-	g.mu.Lock()
-	g.closed = true
-	for c := range g.conns {
+func (f *front) close(wait time.Duration) {
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.conns {
 		c.Close()
 	}
-	g.mu.Unlock()
-	g.ln.Close()
+	f.mu.Unlock()
+	f.ln.Close()
 	done := make(chan struct{})
 	go func() {
-		g.wg.Wait()
+		f.wg.Wait()
 		close(done)
 	}()
 	t := time.NewTimer(wait)
@@ -281,7 +281,7 @@ func (g *front) close(wait time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		g.log.Warn().Dur("waited", wait).Msg("opcua front connections still closing")
+		f.log.Warn().Dur("waited", wait).Msg("opcua front connections still closing")
 	}
 }
 
