@@ -9,7 +9,10 @@
 //
 // An artifact a node cannot read, verify or validate is no answer, never an
 // empty configuration: the Applier keeps the last known good configuration,
-// reports "failed" with the reason, and retries. This package must not talk
+// reports "failed" with the reason, and retries; Metrics shows where the
+// node stands (running and deployed revision, apply failing) to
+// Prometheus. A Pusher's Check lets the daemon refuse a site config that is
+// valid on its own but wrong for this cluster. This package must not talk
 // to workers directly (they watch the Holder) or reach the network except
 // through the Proposer it is given.
 package deploy
