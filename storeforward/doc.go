@@ -16,7 +16,9 @@
 //     worker was started under; a role change cancels in-flight requests.
 //   - Operator functions (Operator): stats, list, retry and discard.
 //   - Tag history forwarding (HistoryForwarder): batches tag updates into
-//     JSON messages enqueued to the target a rule names.
+//     JSON messages enqueued to the target a rule names, in order; a batch
+//     over the target's payload limit goes in halves, and only what no
+//     retry can store (a lone oversized value) is dropped, counted.
 //   - Its Prometheus metrics, registered on a Registerer it is given.
 //
 // Delivery is at-least-once: a message delivered just before the Active node
