@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -297,4 +298,52 @@ func TestGatewayOutageShowsOnTheActive(t *testing.T) {
 	if dv, err := readValue(ac, speed); err != nil || dv.Status == ua.StatusOK {
 		t.Fatalf("Pump1.Speed with the gateway gone: %v, %v; want a Bad quality", dv, err)
 	}
+}
+
+// TestOPCUAServerFollowsADeployThatChangesIt: a deploy that changes the
+// server's own options (here its namespace) restarts the OPC UA server on
+// every node, which then serves the new namespace with the right
+// ServiceLevel.
+func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	standby := otherVoter(t, c, active)
+	site := testcluster.SiteConfigGateway("ns", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	deploySite(t, c, site)
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
+		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+	changed := bytes.Replace(site, []byte("namespace_uri: urn:test:scadad\n"), []byte("namespace_uri: urn:test:scadad:v2\n"), 1)
+	if bytes.Equal(changed, site) {
+		t.Fatal("site config template changed: no namespace_uri line to change")
+	}
+	deploySite(t, c, changed)
+	for _, n := range []*testcluster.Node{active, standby} {
+		waitFor(t, 20*time.Second, n.ID+" serving the new namespace", func() bool {
+			return hasNamespace(n.OPCUA, "urn:test:scadad:v2")
+		})
+	}
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby after the restart", func() bool {
+		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+}
+
+// hasNamespace reports whether the server at endpoint lists uri in its
+// NamespaceArray.
+func hasNamespace(endpoint, uri string) bool {
+	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		return false
+	}
+	defer c.Close(context.Background())
+	ns, err := c.NamespaceArray(ctx)
+	return err == nil && slices.Contains(ns, uri)
 }

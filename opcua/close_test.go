@@ -1,8 +1,15 @@
 package opcua
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/promtest"
+	"github.com/scadad/scadad/role"
 )
 
 // A client that stays connected does not hold a stopping server up: the
@@ -23,4 +30,38 @@ func TestCloseIsNotHeldByAConnectedClient(t *testing.T) {
 		t.Fatalf("Close still waiting after %v with a client connected (the library's own wait is 10 s)", time.Since(start).Round(time.Millisecond))
 	}
 	t.Logf("Close took %v with a client connected", time.Since(start).Round(time.Millisecond))
+}
+
+// A server replaced by another on the same registry (the daemon does this
+// when a deploy changes the server's options) gives its metric names back
+// when it closes, started or not; the new one registers them again.
+func TestReplacedServerGivesItsMetricsBack(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	build := func() *Server {
+		t.Helper()
+		srv, err := New(Config{Host: "127.0.0.1", Port: freePort(t), AllowAnonymous: true, PrivateKey: testKey(), ShutdownGrace: -1},
+			Deps{Logger: zerolog.Nop(), Registerer: reg, Roles: role.NewBroadcaster(activeState()), Writer: &fakeWriter{}})
+		if err != nil {
+			t.Fatalf("New on a registry a closed server used: %v", err)
+		}
+		return srv
+	}
+	first := build()
+	if _, err := New(Config{Host: "127.0.0.1", Port: freePort(t), AllowAnonymous: true, PrivateKey: testKey()},
+		Deps{Logger: zerolog.Nop(), Registerer: reg, Roles: role.NewBroadcaster(activeState()), Writer: &fakeWriter{}}); err == nil {
+		t.Fatal("a second server registered the same metric names beside a running one")
+	}
+	first.Close() // never started
+	second := build()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second.Close()
+	third := build()
+	defer third.Close()
+	if got, ok, err := promtest.Value(reg, "scadad_opcua_service_level", ""); err != nil || !ok || got != 250 {
+		t.Fatalf("scadad_opcua_service_level of the third server = %v (present %v, %v), want 250", got, ok, err)
+	}
 }

@@ -124,6 +124,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opcua metrics: %w", err)
 	}
+	// A server that is not built gives its metric names back, so a
+	// corrected config can build one.
+	built := false
+	defer func() {
+		if !built {
+			m.unregister()
+		}
+	}()
 
 	// The library listens on loopback; the public port is ours (front.go).
 	backendPort, err := loopbackPort(context.Background())
@@ -187,6 +195,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := s.registerHandlers(); err != nil {
 		return nil, err
 	}
+	built = true
 	return s, nil
 }
 
@@ -239,6 +248,9 @@ func (s *Server) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// Its metric names go back to the registry for the server that may
+	// replace it (a deploy that changes the server's options).
+	defer s.metrics.unregister()
 	s.mu.Lock()
 	s.shuttingDown = true
 	s.mu.Unlock()
@@ -512,6 +524,20 @@ type metrics struct {
 	connections    prometheus.Gauge
 	stalled        prometheus.Counter
 	levelPublished atomic.Bool
+
+	// reg and registered let a closed server take its collectors back
+	// off the registry: the daemon builds a new server (and registers the
+	// same names again) when a deploy changes the server's options.
+	reg        prometheus.Registerer
+	registered []prometheus.Collector
+}
+
+// unregister takes the collectors back off the registry.
+func (m *metrics) unregister() {
+	for _, c := range m.registered {
+		m.reg.Unregister(c)
+	}
+	m.registered = nil
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -573,11 +599,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Client connections closed because the client stopped reading what the server sent (see front.go).",
 		}),
 	}
+	m.reg = reg
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
 		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections, m.stalled} {
 		if err := reg.Register(c); err != nil {
+			m.unregister()
 			return nil, err
 		}
+		m.registered = append(m.registered, c)
 	}
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
