@@ -303,9 +303,10 @@ func TestGatewayOutageShowsOnTheActive(t *testing.T) {
 // TestOPCUAServerFollowsADeployThatChangesIt: a deploy that changes the
 // server's own options (here its namespace) restarts the OPC UA server on
 // every node, which then serves the new namespace with the right
-// ServiceLevel.
+// ServiceLevel, and the values it had: the gateway sends a value only when
+// it changes, and these never do.
 func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
-	sim := startSim(t, "-change", "100ms")
+	sim := startSim(t, "-change", "0")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
@@ -314,6 +315,9 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	deploySite(t, c, site)
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+	waitFor(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
+		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
 	changed := bytes.Replace(site, []byte("namespace_uri: urn:test:scadad\n"), []byte("namespace_uri: urn:test:scadad:v2\n"), 1)
 	if bytes.Equal(changed, site) {
@@ -328,6 +332,31 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby after the restart", func() bool {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
 	})
+	waitFor(t, 10*time.Second, "the unchanging Pump1.Speed Good again on the restarted Active", func() bool {
+		return goodValue(active.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
+	})
+}
+
+// goodValue reports whether the server at endpoint reads node name of the
+// namespace nsURI as Good.
+func goodValue(endpoint, nsURI, name string) bool {
+	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		return false
+	}
+	defer c.Close(context.Background())
+	ns, err := c.FindNamespace(ctx, nsURI)
+	if err != nil {
+		return false
+	}
+	dv, err := readValue(c, ua.NewStringNodeID(ns, name))
+	return err == nil && dv.Status == ua.StatusOK
 }
 
 // hasNamespace reports whether the server at endpoint lists uri in its

@@ -99,6 +99,9 @@ func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
 		return
 	}
 	s.log.Info().Uint64("revision", uint64(u.Revision)).Str("changes", fmt.Sprintf("%+v", diff)).Msg("OPC UA address space follows the deploy")
+	// Values that came before the attributes did, or before this server
+	// existed, and that the gateway will not send again until they change.
+	s.fan.replayOPCUA()
 }
 
 func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*opcua.Server, error) {
@@ -140,9 +143,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
-	s.fan.setOPCUA(func(instance, attribute string, v any, good bool, ts time.Time) {
-		_ = srv.TagUpdate(instance, attribute, v, good, ts)
-	})
+	s.fan.setOPCUA(srv.TagUpdate)
 	s.log.Info().Str("endpoint", srv.Endpoint()).Uint8("service_level", srv.ServiceLevel()).Msg("OPC UA server started")
 	return srv, nil
 }

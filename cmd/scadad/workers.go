@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -24,30 +25,67 @@ import (
 // consume values: the OPC UA address space (set once it starts) and, on the
 // Active node only, the history forwarder (a hot Standby reads values but
 // must not forward them a second time).
+//
+// It keeps each attribute's latest value for the OPC UA server: a gateway
+// sends a value when it is advised and then only when it changes, so one
+// that arrives before the server has the attribute (a deploy builds the two
+// side by side), or before a server replaced by a deploy exists, would
+// otherwise leave the attribute BadWaitingForInitialData until the value
+// next changes, which for a setpoint may be never. replayOPCUA hands the
+// server all of them once its address space is in place.
 type tagFanout struct {
 	roles role.Source
 
-	mu      sync.RWMutex
-	opcua   func(instance, attribute string, v any, good bool, ts time.Time)
+	// mu also orders the values given to the OPC UA server: an update and
+	// a replay never cross, so an older value cannot land after a newer.
+	mu      sync.Mutex
+	opcua   func(instance, attribute string, v any, good bool, ts time.Time) error
 	history *storeforward.HistoryForwarder
+	latest  map[[2]string]latestValue // instance, attribute
+}
+
+type latestValue struct {
+	v    any
+	good bool
+	ts   time.Time
 }
 
 func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q subscribe.Quality, ts time.Time) {
-	f.mu.RLock()
-	opcua, history := f.opcua, f.history
-	f.mu.RUnlock()
-	if opcua != nil {
-		opcua(instance, attribute, v, q.IsGood(), ts)
+	f.mu.Lock()
+	if f.latest == nil {
+		f.latest = make(map[[2]string]latestValue)
 	}
+	f.latest[[2]string{instance, attribute}] = latestValue{v: v, good: q.IsGood(), ts: ts}
+	if f.opcua != nil {
+		_ = f.opcua(instance, attribute, v, q.IsGood(), ts) // an attribute the server does not have yet: replayOPCUA
+	}
+	history := f.history
+	f.mu.Unlock()
 	if history != nil && f.roles.Current().Role == role.Active {
 		history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: v, Quality: q.String(), Timestamp: ts})
 	}
 }
 
-func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, good bool, ts time.Time)) {
+func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, good bool, ts time.Time) error) {
 	f.mu.Lock()
 	f.opcua = fn
 	f.mu.Unlock()
+}
+
+// replayOPCUA gives the OPC UA server every attribute's latest value; call
+// it once the server's address space follows the deployed site. Values of
+// attributes the site no longer has are forgotten.
+func (f *tagFanout) replayOPCUA() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opcua == nil {
+		return
+	}
+	for k, lv := range f.latest {
+		if err := f.opcua(k[0], k[1], lv.v, lv.good, lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
+			delete(f.latest, k)
+		}
+	}
 }
 
 func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/subscribe"
 )
@@ -59,5 +64,53 @@ opcua:
 		if o.Policy != tt.wantPolicy || o.LegacySubscribe != tt.wantLegacy {
 			t.Errorf("%s: policy %+v legacy %v; want %+v legacy %v", tt.conn, o.Policy, o.LegacySubscribe, tt.wantPolicy, tt.wantLegacy)
 		}
+	}
+}
+
+// The OPC UA server gets each attribute's latest value once its address
+// space is in place, also for values that came before it (a gateway sends
+// an unchanging value only once); values of attributes the site no longer
+// has are forgotten on the way.
+func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
+	roles := role.NewBroadcaster(role.State{Role: role.Standby})
+	fan := &tagFanout{roles: roles}
+	t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	// Before any OPC UA server: values are only remembered.
+	fan.TagUpdate("Pump1", "Speed", 1.0, gateway.QualityGood, t0)
+	fan.TagUpdate("Pump1", "Speed", 2.0, gateway.QualityGood, t0.Add(time.Second))
+	fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0)
+	fan.TagUpdate("Old", "Gone", 7.0, gateway.QualityBadNotConnected, t0)
+
+	type got struct {
+		v    any
+		good bool
+	}
+	server := map[string]got{}
+	known := map[string]bool{"Pump1.Speed": true, "Pump1.SpeedSP": true}
+	fan.setOPCUA(func(instance, attribute string, v any, good bool, _ time.Time) error {
+		key := instance + "." + attribute
+		if !known[key] {
+			return fmt.Errorf("%w: %s", opcua.ErrUnknownTag, key)
+		}
+		server[key] = got{v, good}
+		return nil
+	})
+	fan.replayOPCUA()
+	want := map[string]got{"Pump1.Speed": {2.0, true}, "Pump1.SpeedSP": {40.0, true}}
+	if !maps.Equal(server, want) {
+		t.Fatalf("server after the replay holds %v, want %v", server, want)
+	}
+	if _, kept := fan.latest[[2]string{"Old", "Gone"}]; kept {
+		t.Fatal("the value of an attribute the server does not have was kept")
+	}
+	// Later values go straight through, and are what a replay gives.
+	fan.TagUpdate("Pump1", "Speed", 3.0, gateway.QualityBadCommFailure, t0.Add(2*time.Second))
+	if g := server["Pump1.Speed"]; g.v != 3.0 || g.good {
+		t.Fatalf("live update reached the server as %v", g)
+	}
+	clear(server)
+	fan.replayOPCUA()
+	if g := server["Pump1.Speed"]; g.v != 3.0 || g.good {
+		t.Fatalf("second replay gave %v, want the latest (3, bad)", g)
 	}
 }
