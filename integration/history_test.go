@@ -199,3 +199,36 @@ history:
 	})
 	t.Logf("good values at the sink: %v", seen)
 }
+
+// A history rule added by a later deploy forwards the current value of
+// every attribute it selects, also of one that never changes: the gateway
+// sent it once, when it was advised, before the rule existed.
+func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
+	sim := startSim(t, "-change", "0")
+	sink := startSink(t, "-bodies")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	site := testcluster.SiteConfigGateway("hist-late", sim.Addr, map[string]string{"historian": sink.URL}, 0)
+	deploySite(t, c, site)
+	waitFor(t, 20*time.Second, "the unchanging Pump1.Speed Good on the Active (its one value arrived)", func() bool {
+		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
+	})
+	deploySite(t, c, append(site, `history:
+  - name: late
+    target: historian
+    select: [{instance: Pump1}]
+    mode: on_change
+    max_batch: 100
+    max_batch_delay: 100ms
+`...))
+	waitFor(t, 20*time.Second, "Pump1.Speed and Pump1.SpeedSP at the sink", func() bool {
+		seen := map[string]bool{}
+		for _, m := range historyReceived(t, sink)["late"] {
+			for _, v := range m.payload.Values {
+				seen[v.Instance+"."+v.Attribute] = true
+			}
+		}
+		return seen["Pump1.Speed"] && seen["Pump1.SpeedSP"]
+	})
+}

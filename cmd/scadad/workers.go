@@ -26,18 +26,19 @@ import (
 // Active node only, the history forwarder (a hot Standby reads values but
 // must not forward them a second time).
 //
-// It keeps each attribute's latest value for the OPC UA server: a gateway
-// sends a value when it is advised and then only when it changes, so one
-// that arrives before the server has the attribute (a deploy builds the two
-// side by side), or before a server replaced by a deploy exists, would
-// otherwise leave the attribute BadWaitingForInitialData until the value
-// next changes, which for a setpoint may be never. replayOPCUA hands the
-// server all of them once its address space is in place.
+// It keeps each attribute's latest value. A gateway sends a value when it
+// is advised and then only when it changes, and a deploy builds the
+// workers, the OPC UA server and the history forwarder side by side: a
+// value that came before the server had the attribute (or before a server
+// replaced by the deploy existed) would leave it BadWaitingForInitialData,
+// and one that came before a new forwarder would never reach the
+// historian, until the value next changes, which for a setpoint may be
+// never. replayOPCUA and setHistory hand them over.
 type tagFanout struct {
 	roles role.Source
 
-	// mu also orders the values given to the OPC UA server: an update and
-	// a replay never cross, so an older value cannot land after a newer.
+	// mu also orders the values handed on: an update and a replay never
+	// cross, so an older value cannot land after a newer.
 	mu      sync.Mutex
 	opcua   func(instance, attribute string, v any, good bool, ts time.Time) error
 	history *storeforward.HistoryForwarder
@@ -45,9 +46,9 @@ type tagFanout struct {
 }
 
 type latestValue struct {
-	v    any
-	good bool
-	ts   time.Time
+	v  any
+	q  subscribe.Quality
+	ts time.Time
 }
 
 func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q subscribe.Quality, ts time.Time) {
@@ -55,7 +56,7 @@ func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q s
 	if f.latest == nil {
 		f.latest = make(map[[2]string]latestValue)
 	}
-	f.latest[[2]string{instance, attribute}] = latestValue{v: v, good: q.IsGood(), ts: ts}
+	f.latest[[2]string{instance, attribute}] = latestValue{v: v, q: q, ts: ts}
 	if f.opcua != nil {
 		_ = f.opcua(instance, attribute, v, q.IsGood(), ts) // an attribute the server does not have yet: replayOPCUA
 	}
@@ -82,16 +83,26 @@ func (f *tagFanout) replayOPCUA() {
 		return
 	}
 	for k, lv := range f.latest {
-		if err := f.opcua(k[0], k[1], lv.v, lv.good, lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
+		if err := f.opcua(k[0], k[1], lv.v, lv.q.IsGood(), lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
 			delete(f.latest, k)
 		}
 	}
 }
 
+// setHistory hands values to h from now on. On the Active node h first
+// gets every attribute's latest value: a forwarder built by a deploy (the
+// first, or one that changes the rules) would otherwise never forward a
+// value that does not change, and the historian would have nothing of it.
 func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.history = h
-	f.mu.Unlock()
+	if h == nil || f.roles.Current().Role != role.Active {
+		return
+	}
+	for k, lv := range f.latest {
+		h.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.q.String(), Timestamp: lv.ts})
+	}
 }
 
 // startTagWorkers runs the gateway subscribe workers, the OPC UA client

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
+	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/subscribe"
 )
 
@@ -112,5 +117,78 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 	fan.replayOPCUA()
 	if g := server["Pump1.Speed"]; g.v != 3.0 || g.good {
 		t.Fatalf("second replay gave %v, want the latest (3, bad)", g)
+	}
+}
+
+// historyRecorder records what a history forwarder enqueues.
+type historyRecorder struct {
+	mu       sync.Mutex
+	payloads []storeforward.HistoryPayload
+}
+
+func (r *historyRecorder) Enqueue(_ context.Context, _ string, payload []byte, id string, _ []storeforward.Header) (storeforward.EnqueueResult, error) {
+	var p storeforward.HistoryPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return storeforward.EnqueueResult{}, err
+	}
+	r.mu.Lock()
+	r.payloads = append(r.payloads, p)
+	r.mu.Unlock()
+	return storeforward.EnqueueResult{ID: id}, nil
+}
+
+func (r *historyRecorder) values() map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]any{}
+	for _, p := range r.payloads {
+		for _, v := range p.Values {
+			out[v.Instance+"."+v.Attribute] = v.Value
+		}
+	}
+	return out
+}
+
+// A history forwarder built by a deploy on the Active node starts with
+// every attribute's latest value: a value that does not change would
+// otherwise never reach the historian. On a Standby it gets none (a
+// marker value sent once the node is Active shows the forwarder had
+// nothing before it).
+func TestFanoutSeedsANewHistoryForwarder(t *testing.T) {
+	for _, tc := range []struct {
+		role role.Role
+		want map[string]any
+	}{
+		{role.Active, map[string]any{"Pump1.Speed": 2.0, "Pump1.SpeedSP": 40.0, "Marker.Now": 1.0}},
+		{role.Standby, map[string]any{"Marker.Now": 1.0}},
+	} {
+		t.Run(tc.role.String(), func(t *testing.T) {
+			roles := role.NewBroadcaster(role.State{Role: tc.role})
+			fan := &tagFanout{roles: roles}
+			t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+			fan.TagUpdate("Pump1", "Speed", 1.0, gateway.QualityGood, t0)
+			fan.TagUpdate("Pump1", "Speed", 2.0, gateway.QualityGood, t0.Add(time.Second))
+			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0)
+			rec := &historyRecorder{}
+			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: rec,
+				Rules: []storeforward.HistoryRule{{Name: "all", Target: "historian", MaxBatch: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = h.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			fan.setHistory(h)
+			roles.Publish(role.State{Role: role.Active})
+			fan.TagUpdate("Marker", "Now", 1.0, gateway.QualityGood, t0)
+			deadline := time.Now().Add(5 * time.Second)
+			for rec.values()["Marker.Now"] == nil && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+			if got := rec.values(); !maps.Equal(got, tc.want) {
+				t.Fatalf("forwarded %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
