@@ -232,3 +232,49 @@ func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
 		return seen["Pump1.Speed"] && seen["Pump1.SpeedSP"]
 	})
 }
+
+// With hot_standby the Standby's workers run all along and do not
+// subscribe again when it becomes Active, so the gateway sends nothing new
+// of a value that does not change: the new Active must still forward the
+// current values (under its own epoch) after the old one is killed.
+func TestHotStandbyFailoverForwardsCurrentValues(t *testing.T) {
+	sim := startSim(t, "-change", "0")
+	sink := startSink(t, "-bodies")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	site := testcluster.SiteConfigGateway("hist-hot", sim.Addr, map[string]string{"historian": sink.URL}, 0)
+	deploySite(t, c, append(site, `hot_standby: true
+history:
+  - name: hot
+    target: historian
+    select: [{instance: Pump1}]
+    mode: on_change
+    max_batch: 100
+    max_batch_delay: 100ms
+`...))
+	var firstEpoch string
+	waitFor(t, 20*time.Second, "Pump1.SpeedSP from the first Active at the sink", func() bool {
+		for _, m := range historyReceived(t, sink)["hot"] {
+			for _, v := range m.payload.Values {
+				if v.Attribute == "SpeedSP" {
+					firstEpoch = m.epoch
+					return true
+				}
+			}
+		}
+		return false
+	})
+	c.Kill(active)
+	waitOneActive(t, c, 20*time.Second)
+	waitFor(t, 20*time.Second, "Pump1.SpeedSP forwarded again by the new Active", func() bool {
+		for _, m := range historyReceived(t, sink)["hot"] {
+			for _, v := range m.payload.Values {
+				if v.Attribute == "SpeedSP" && m.epoch != firstEpoch {
+					return true
+				}
+			}
+		}
+		return false
+	})
+}

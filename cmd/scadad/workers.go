@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,8 @@ type tagFanout struct {
 	opcua   func(instance, attribute string, v any, good bool, ts time.Time) error
 	history *storeforward.HistoryForwarder
 	latest  map[[2]string]latestValue // instance, attribute
+
+	hot atomic.Bool // the site's hot_standby
 }
 
 type latestValue struct {
@@ -60,11 +63,10 @@ func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q s
 	if f.opcua != nil {
 		_ = f.opcua(instance, attribute, v, q.IsGood(), ts) // an attribute the server does not have yet: replayOPCUA
 	}
-	history := f.history
-	f.mu.Unlock()
-	if history != nil && f.roles.Current().Role == role.Active {
-		history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: v, Quality: q.String(), Timestamp: ts})
+	if f.history != nil && f.roles.Current().Role == role.Active {
+		f.history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: v, Quality: q.String(), Timestamp: ts})
 	}
+	f.mu.Unlock()
 }
 
 func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, good bool, ts time.Time) error) {
@@ -97,11 +99,55 @@ func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.history = h
-	if h == nil || f.roles.Current().Role != role.Active {
+	if f.roles.Current().Role == role.Active {
+		f.offerLatestLocked()
+	}
+}
+
+// setHot says whether the site runs its workers on the Standby too.
+func (f *tagFanout) setHot(hot bool) { f.hot.Store(hot) }
+
+// followRole gives the history forwarder every attribute's latest value
+// when a hot Standby becomes Active. Its workers ran all along and do not
+// subscribe again, so the gateway sends nothing new of a value that does
+// not change, which the node, a Standby until now, never forwarded: on_change
+// rules would not record it and sample rules would have nothing to sample.
+// (A node that is not hot subscribes when it becomes Active, and the
+// advise brings every value.)
+func (f *tagFanout) followRole(ctx context.Context) error {
+	states, stop := f.roles.Watch()
+	defer stop()
+	was := role.Detached
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case st := <-states:
+			f.roleChanged(was, st.Role)
+			was = st.Role
+		}
+	}
+}
+
+// roleChanged is followRole's step: a hot node that becomes Active offers
+// its latest values.
+func (f *tagFanout) roleChanged(was, now role.Role) {
+	if now != role.Active || was == role.Active || !f.hot.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.offerLatestLocked()
+}
+
+// offerLatestLocked hands the history forwarder, if any, every attribute's
+// latest value.
+func (f *tagFanout) offerLatestLocked() {
+	if f.history == nil {
 		return
 	}
 	for k, lv := range f.latest {
-		h.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.q.String(), Timestamp: lv.ts})
+		f.history.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.q.String(), Timestamp: lv.ts})
 	}
 }
 
@@ -124,6 +170,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		return deviceWriter{}, nil, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
 	conns := &dataConnections{gateways: mgr, upstream: uam}
+	goRun("history-on-active", fan.followRole)
 	goRun("subscribe", mgr.Run)
 	goRun("opcua-client", uam.Run)
 	goRun("site-config-workers", func(ctx context.Context) error {
@@ -134,6 +181,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
+			fan.setHot(u.Site.HotStandby)
 			if err := mgr.Apply(subscribeConfig(u.Site)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
 			}

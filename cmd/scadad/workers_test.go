@@ -192,3 +192,49 @@ func TestFanoutSeedsANewHistoryForwarder(t *testing.T) {
 		})
 	}
 }
+
+// A hot Standby that becomes Active hands its latest values to the history
+// forwarder (its workers do not subscribe again, so nothing new comes of a
+// value that does not change); a node that is not hot does not (it
+// subscribes anew, and its remembered values are stale), nor does a node
+// that was Active already.
+func TestHotStandbyBecomingActiveSeedsHistory(t *testing.T) {
+	for _, tc := range []struct {
+		hot  bool
+		was  role.Role
+		want map[string]any
+	}{
+		{true, role.Standby, map[string]any{"Pump1.SpeedSP": 40.0, "Marker.Now": 1.0}},
+		{false, role.Standby, map[string]any{"Marker.Now": 1.0}},
+		{true, role.Active, map[string]any{"Marker.Now": 1.0}},
+	} {
+		t.Run(fmt.Sprintf("hot=%v,was=%v", tc.hot, tc.was), func(t *testing.T) {
+			roles := role.NewBroadcaster(role.State{Role: role.Standby})
+			fan := &tagFanout{roles: roles}
+			fan.setHot(tc.hot)
+			t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+			rec := &historyRecorder{}
+			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: rec,
+				Rules: []storeforward.HistoryRule{{Name: "all", Target: "historian", MaxBatch: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = h.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			fan.setHistory(h)
+			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0) // as a Standby: not forwarded
+			roles.Publish(role.State{Role: role.Active})
+			fan.roleChanged(tc.was, role.Active)
+			fan.TagUpdate("Marker", "Now", 1.0, gateway.QualityGood, t0)
+			deadline := time.Now().Add(5 * time.Second)
+			for rec.values()["Marker.Now"] == nil && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+			if got := rec.values(); !maps.Equal(got, tc.want) {
+				t.Fatalf("forwarded %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
