@@ -303,8 +303,9 @@ func TestGatewayOutageShowsOnTheActive(t *testing.T) {
 // TestOPCUAServerFollowsADeployThatChangesIt: a deploy that changes the
 // server's own options (here its namespace) restarts the OPC UA server on
 // every node, which then serves the new namespace with the right
-// ServiceLevel, and the values it had: the gateway sends a value only when
-// it changes, and these never do.
+// ServiceLevel, and the values it had: the gateway sends a value when it is
+// advised and then only when it changes, and these never do. The same after
+// the first deploy and after a restart of every node.
 func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	sim := startSim(t, "-change", "0")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
@@ -334,6 +335,18 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	})
 	waitFor(t, 10*time.Second, "the unchanging Pump1.Speed Good again on the restarted Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
+	})
+
+	// The whole site restarts: each node builds its server and workers from
+	// its replicated copy of the site, side by side, and the value that
+	// never changes must reach the new Active's address space all the same.
+	for _, n := range c.Nodes {
+		c.Kill(n)
+	}
+	start(t, c)
+	again := waitOneActive(t, c, 20*time.Second)
+	waitFor(t, 20*time.Second, "the unchanging Pump1.Speed Good on "+again.ID+" after a restart of every node", func() bool {
+		return goodValue(again.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
 	})
 }
 
