@@ -191,6 +191,10 @@ type Target struct {
 	// target receives messages in enqueue order; more are still started in
 	// enqueue order, but may arrive and be retried out of it.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// CAFile is a PEM file, a path on each node, of the CA certificates an
+	// https target's certificate must chain to instead of the system's
+	// (a site's private CA); https only.
+	CAFile string `yaml:"ca_file,omitempty"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

@@ -470,6 +470,8 @@ func (v *validator) target(p string, t *Target) {
 		v.add(field(p, "url"), "%q: scheme must be http or https", t.URL)
 	} else if u.Host == "" {
 		v.add(field(p, "url"), "%q has no host", t.URL)
+	} else if t.CAFile != "" && u.Scheme != "https" {
+		v.add(field(p, "ca_file"), "only for an https url, not %q", t.URL)
 	}
 	for _, k := range sortedKeys(t.Headers) {
 		hp := field(field(p, "headers"), k)

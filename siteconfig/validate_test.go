@@ -147,6 +147,11 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].max_payload_bytes"}, "outside"},
 		{"target window", func(s *Site) { s.Targets[0].MaxInFlight = 65 },
 			[]string{"targets[0].max_in_flight"}, "outside"},
+		{"target ca_file on http", func(s *Site) {
+			s.Targets[0].URL = "http://hist.local/in"
+			s.Targets[0].CAFile = "/etc/scadad/hist-ca.pem"
+		},
+			[]string{"targets[0].ca_file"}, "only for an https url"},
 		{"duplicate target", func(s *Site) { s.Targets = append(s.Targets, s.Targets[0]) },
 			[]string{"targets[1].name"}, `duplicate "hist"`},
 		{"history target unknown", func(s *Site) { s.History[0].Target = "nope" },

@@ -3,12 +3,15 @@ package storeforward
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -364,6 +367,11 @@ type worker struct {
 	live   *liveStats
 	rem    *remover
 	log    zerolog.Logger
+
+	// client sends this target's deliveries when it has a CAFile (built
+	// on first use); otherwise the Deliverer's client does.
+	clientMu sync.Mutex
+	client   *http.Client
 }
 
 func (d *Deliverer) newWorker(parent context.Context, t Target, epoch role.Epoch) *worker {
@@ -593,7 +601,11 @@ func (w *worker) post(m *Message) error {
 	}
 	req.Header.Set(HeaderIdempotencyKey, m.ID)
 	req.Header.Set(HeaderEpoch, w.epoch.String())
-	resp, err := w.d.opts.Client.Do(req)
+	client, err := w.httpClient()
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
@@ -612,6 +624,33 @@ func (w *worker) post(m *Message) error {
 		return nil
 	}
 	return &DeliveryError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(head))}
+}
+
+// httpClient is the client for this target's deliveries: the Deliverer's,
+// or for a target with a CAFile one that trusts those CAs only. A CA file
+// that cannot be read fails the attempt, as an unreachable target would
+// (counted, retried, shown in sf stats), and is read again next time.
+func (w *worker) httpClient() (*http.Client, error) {
+	if w.cfg.CAFile == "" {
+		return w.d.opts.Client, nil
+	}
+	w.clientMu.Lock()
+	defer w.clientMu.Unlock()
+	if w.client != nil {
+		return w.client, nil
+	}
+	pem, err := os.ReadFile(w.cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ca_file %s holds no PEM certificate", w.cfg.CAFile)
+	}
+	c := newHTTPClient()
+	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	w.client = c
+	return c, nil
 }
 
 // remover commits delivered ids in batches: while one SFDelivered is in

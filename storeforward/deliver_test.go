@@ -2,9 +2,12 @@ package storeforward
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -549,5 +552,58 @@ func TestDeliveryWindow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An https target signed by a private CA: with the system's roots every
+// delivery fails (unknown authority, shown as the last error); with the CA
+// in ca_file it is delivered. A ca_file that cannot be read yet fails the
+// attempt, visibly, and is read again on the next one.
+func TestHTTPSTargetTrustsItsCAFile(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get(HeaderIdempotencyKey)]++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	caFile := filepath.Join(t.TempDir(), "historian-ca.pem")
+	private := fastTarget("private-ca", srv.URL)
+	private.CAFile = caFile
+	if err := h.d.SetTargets([]Target{private, fastTarget("system-roots", srv.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "private-ca", "p1", "x")
+	h.enqueue(t, "system-roots", "s1", "x")
+	lastError := func(target string) string {
+		st, err := h.op.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s.Target == target {
+				return s.LastError
+			}
+		}
+		return ""
+	}
+	waitFor(t, "both targets failing for their own reason", 10*time.Second, func() bool {
+		return strings.Contains(lastError("private-ca"), "read ca_file") &&
+			strings.Contains(lastError("system-roots"), "certificate signed by unknown authority")
+	})
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the private-CA target delivered", 10*time.Second, func() bool { return h.stats(t, "private-ca").Pending == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got["p1"] != 1 || got["s1"] != 0 {
+		t.Fatalf("the TLS server received %v, want p1 once and never s1", got)
+	}
+	if st := h.stats(t, "system-roots"); st.Pending != 1 {
+		t.Fatalf("system-roots target: %+v, want its message still pending", st)
 	}
 }

@@ -129,6 +129,10 @@ type Target struct {
 	// (default 1: strictly one after another, in enqueue order). More are
 	// started in enqueue order but may complete out of it.
 	MaxInFlight int
+	// CAFile is a PEM file of the CAs an https target's certificate must
+	// chain to, instead of the system's roots. Read when a delivery worker
+	// first needs it, and again after a failed read.
+	CAFile string
 }
 
 // withDefaults fills zero fields.
@@ -183,7 +187,7 @@ func (t Target) validate() error {
 func sameTarget(a, b Target) bool {
 	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
 		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
-		a.MaxInFlight != b.MaxInFlight ||
+		a.MaxInFlight != b.MaxInFlight || a.CAFile != b.CAFile ||
 		len(a.Headers) != len(b.Headers) {
 		return false
 	}

@@ -94,6 +94,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
 			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
+			CAFile: t.CAFile,
 		})
 	}
 	return out
