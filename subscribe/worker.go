@@ -2,11 +2,14 @@ package subscribe
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
 )
 
 // Subscription is one thing a Worker keeps subscribed: an instance's tags on
@@ -217,7 +220,14 @@ func (w *Worker) observe(g *Guard, d Decision, err error) {
 	case EventPresumedLost:
 		w.log.Warn().Dur("unanswered_for", d.Age).Uint64("attempt", d.Send).Dur("next_retry_in", iv).Msg("subscribe presumed lost; re-sending")
 	case EventFailed:
-		w.log.Warn().Err(err).Dur("after", d.Age).Dur("next_retry_in", iv).Msg("subscribe failed")
+		if errors.Is(err, gateway.ErrNotConnected) {
+			// A worker that starts with its node becoming Active usually
+			// beats the gateway session; it subscribes again the moment
+			// the connection turns good, not after the backoff.
+			w.log.Info().Err(err).Msg("subscribe waits for the gateway session")
+		} else {
+			w.log.Warn().Err(err).Dur("after", d.Age).Dur("next_retry_in", iv).Msg("subscribe failed")
+		}
 	case EventConfirmed:
 		w.log.Info().Dur("after", d.Age).Msg("subscription confirmed")
 	case EventSuperseded:

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/gateway"
 )
 
 // fakeSub is a Subscription whose attempts the test answers by hand.
@@ -59,6 +61,11 @@ type workerRig struct {
 
 func startWorker(t *testing.T, p RetryPolicy) *workerRig {
 	t.Helper()
+	return startWorkerLogged(t, p, zerolog.Nop())
+}
+
+func startWorkerLogged(t *testing.T, p RetryPolicy, log zerolog.Logger) *workerRig {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -66,7 +73,7 @@ func startWorker(t *testing.T, p RetryPolicy) *workerRig {
 	}
 	r := &workerRig{reg: reg, clock: newFakeClock(), sub: &fakeSub{}}
 	r.w = NewWorker(r.sub, WorkerOptions{Connection: "conn-1", Instance: "Z28061", Policy: p,
-		Clock: r.clock, Rand: noJitter, Logger: zerolog.Nop(), Metrics: m})
+		Clock: r.clock, Rand: noJitter, Logger: log, Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.w.Run(ctx) }()
@@ -182,6 +189,25 @@ func TestWorkerConnectionGoodResetsBackoff(t *testing.T) {
 	}
 }
 
+// A subscribe refused for want of a gateway session (the worker started
+// as its node became Active, before the session opened) is no warning:
+// the worker subscribes again as soon as the connection is good. Other
+// failures stay warnings.
+func TestWorkerWaitingForTheSessionIsNoWarning(t *testing.T) {
+	var logs syncBuffer
+	r := startWorkerLogged(t, fast, zerolog.New(&logs))
+	r.answer(t, 0, fmt.Errorf("subscribe 3 tags of Pump1: gateway gw: %w", gateway.ErrNotConnected))
+	if got := logs.String(); strings.Contains(got, `"level":"warn"`) || !strings.Contains(got, "subscribe waits for the gateway session") {
+		t.Fatalf("a subscribe refused for want of a session logged:\n%s", got)
+	}
+	r.w.ConnectionGood()
+	waitFor(t, "retry at once when the session is good", func() bool { return r.sub.n() == 2 })
+	r.answer(t, 1, errors.New("gateway busy"))
+	if got := logs.String(); !strings.Contains(got, `"level":"warn"`) || !strings.Contains(got, "subscribe failed") {
+		t.Fatalf("another failure was not a warning:\n%s", got)
+	}
+}
+
 func TestWorkerInvalidateResubscribes(t *testing.T) {
 	r := startWorker(t, fast)
 	r.answer(t, 0, nil)
@@ -222,4 +248,22 @@ func confirmedSeries(t *testing.T, reg *prometheus.Registry) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// syncBuffer is a log sink safe for the worker's goroutine and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
