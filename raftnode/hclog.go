@@ -2,9 +2,11 @@ package raftnode
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +84,20 @@ func repeatKey(msg string, args []interface{}) string {
 	return ""
 }
 
+// closingOwnConnection reports raft's transport failing to read from a
+// connection this node closed itself.
+func closingOwnConnection(msg string, args []interface{}) bool {
+	if msg != "failed to decode incoming command" {
+		return false
+	}
+	for i := 1; i < len(args); i += 2 {
+		if err, ok := args[i].(error); ok && errors.Is(err, net.ErrClosed) {
+			return true
+		}
+	}
+	return false
+}
+
 var _ hclog.Logger = (*hclogAdapter)(nil)
 
 func newHclogAdapter(zl zerolog.Logger, name string) *hclogAdapter {
@@ -129,6 +145,14 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
 	}
 	if level == hclog.Off || level < hclog.Level(a.level.Load()) {
 		return
+	}
+	if level == hclog.Error && closingOwnConnection(msg, args) {
+		// Raft's transport closing its own connections as the node stops:
+		// routine, not an error (three of them on every clean stop).
+		level = hclog.Debug
+		if level < hclog.Level(a.level.Load()) {
+			return
+		}
 	}
 	held := 0
 	if key := repeatKey(msg, args); key != "" && a.repeats != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -232,6 +233,23 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 // peer that is down, made on every heartbeat, is logged once and then once
 // every repeatEvery with how many were left out; other peers and other
 // messages are not held back.
+// Raft's transport reading from a connection its own node closed (every
+// clean stop) is debug; the same message with any other error stays an
+// error.
+func TestHclogAdapterQuietsOwnClosedConnections(t *testing.T) {
+	var buf bytes.Buffer
+	a := newHclogAdapter(zerolog.New(&buf).Level(zerolog.InfoLevel), "raft")
+	closed := &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+	a.Error("failed to decode incoming command", "error", closed)
+	if buf.Len() != 0 {
+		t.Fatalf("closing its own connection logged at info or above: %s", buf.String())
+	}
+	a.Error("failed to decode incoming command", "error", errors.New("unknown rpc type 9"))
+	if got := jsonLines(t, buf.String()); len(got) != 1 || got[0]["level"] != "error" {
+		t.Fatalf("a real decode failure: %s", buf.String())
+	}
+}
+
 func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
 	var buf bytes.Buffer
 	a := newHclogAdapter(zerolog.New(&buf), "")
