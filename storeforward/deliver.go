@@ -395,6 +395,7 @@ func (w *worker) gate() bool {
 
 func (w *worker) run() {
 	defer close(w.done)
+	defer w.closeClient()
 	go w.rem.run()
 	defer w.rem.close()
 	changes, stopChanges := w.d.opts.Reader.Changes()
@@ -651,6 +652,16 @@ func (w *worker) httpClient() (*http.Client, error) {
 	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	w.client = c
 	return c, nil
+}
+
+// closeClient lets go of the connections of the target's own client, if
+// it has one: the next worker builds its own.
+func (w *worker) closeClient() {
+	w.clientMu.Lock()
+	defer w.clientMu.Unlock()
+	if w.client != nil {
+		w.client.CloseIdleConnections()
+	}
 }
 
 // remover commits delivered ids in batches: while one SFDelivered is in
