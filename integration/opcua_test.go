@@ -45,16 +45,26 @@ func readValue(c *gopcua.Client, node *ua.NodeID) (*ua.DataValue, error) {
 	return resp.Results[0], nil
 }
 
-// serviceLevel reads Server.ServiceLevel; -1 when the node does not answer.
-func serviceLevel(endpoint string) int {
+// probeClient connects a short-lived anonymous client for a polled check;
+// nil when the server does not answer. The caller closes it.
+func probeClient(ctx context.Context, endpoint string) *gopcua.Client {
 	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
 		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
 	if err != nil {
-		return -1
+		return nil
 	}
+	if err := c.Connect(ctx); err != nil {
+		return nil
+	}
+	return c
+}
+
+// serviceLevel reads Server.ServiceLevel; -1 when the node does not answer.
+func serviceLevel(endpoint string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := c.Connect(ctx); err != nil {
+	c := probeClient(ctx, endpoint)
+	if c == nil {
 		return -1
 	}
 	defer c.Close(context.Background())
@@ -353,14 +363,10 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 // goodValue reports whether the server at endpoint reads node name of the
 // namespace nsURI as Good.
 func goodValue(endpoint, nsURI, name string) bool {
-	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
-		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
-	if err != nil {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := c.Connect(ctx); err != nil {
+	c := probeClient(ctx, endpoint)
+	if c == nil {
 		return false
 	}
 	defer c.Close(context.Background())
@@ -375,14 +381,10 @@ func goodValue(endpoint, nsURI, name string) bool {
 // hasNamespace reports whether the server at endpoint lists uri in its
 // NamespaceArray.
 func hasNamespace(endpoint, uri string) bool {
-	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
-		gopcua.AutoReconnect(false), gopcua.RequestTimeout(time.Second), gopcua.DialTimeout(time.Second))
-	if err != nil {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := c.Connect(ctx); err != nil {
+	c := probeClient(ctx, endpoint)
+	if c == nil {
 		return false
 	}
 	defer c.Close(context.Background())

@@ -120,6 +120,23 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 	}
 }
 
+// runRecordedHistory runs a forwarder of every value, one per message,
+// into a recorder, until the test ends.
+func runRecordedHistory(t *testing.T) (*storeforward.HistoryForwarder, *historyRecorder) {
+	t.Helper()
+	rec := &historyRecorder{}
+	h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: rec,
+		Rules: []storeforward.HistoryRule{{Name: "all", Target: "historian", MaxBatch: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h, rec
+}
+
 // historyRecorder records what a history forwarder enqueues.
 type historyRecorder struct {
 	mu       sync.Mutex
@@ -169,16 +186,7 @@ func TestFanoutSeedsANewHistoryForwarder(t *testing.T) {
 			fan.TagUpdate("Pump1", "Speed", 1.0, gateway.QualityGood, t0)
 			fan.TagUpdate("Pump1", "Speed", 2.0, gateway.QualityGood, t0.Add(time.Second))
 			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0)
-			rec := &historyRecorder{}
-			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: rec,
-				Rules: []storeforward.HistoryRule{{Name: "all", Target: "historian", MaxBatch: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = h.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			h, rec := runRecordedHistory(t)
 			fan.setHistory(h)
 			roles.Publish(role.State{Role: role.Active})
 			fan.TagUpdate("Marker", "Now", 1.0, gateway.QualityGood, t0)
@@ -213,16 +221,7 @@ func TestHotStandbyBecomingActiveSeedsHistory(t *testing.T) {
 			fan := &tagFanout{roles: roles}
 			fan.setHot(tc.hot)
 			t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-			rec := &historyRecorder{}
-			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{Enqueuer: rec,
-				Rules: []storeforward.HistoryRule{{Name: "all", Target: "historian", MaxBatch: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = h.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			h, rec := runRecordedHistory(t)
 			fan.setHistory(h)
 			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0) // as a Standby: not forwarded
 			roles.Publish(role.State{Role: role.Active})
