@@ -133,6 +133,7 @@ const (
 	dropEncode        = "encode"         // a batch could not be encoded
 	dropTooLarge      = "too_large"      // one value alone is over the target's payload limit
 	dropInvalid       = "invalid"        // the buffer refused a batch as malformed
+	dropStopped       = "stopped"        // still unsent when the forwarder stopped
 )
 
 // dropLogEvery bounds how often dropped values are logged; every drop is
@@ -271,10 +272,17 @@ type readyBatch struct {
 	values  int
 }
 
-// Run takes updates in until ctx ends. Batches not yet enqueued then are
-// dropped: history forwarding runs on the Active node, and a new Active
-// node forwards from its own subscriptions.
+// historyFinalFlush bounds the last enqueue of a stopping forwarder.
+const historyFinalFlush = 2 * time.Second
+
+// Run takes updates in until ctx ends. It then enqueues the values still
+// batched, once, within historyFinalFlush (a deploy that changes the rules
+// replaces the forwarder, and the node stops or hands over); what fails
+// then is dropped and counted: a new forwarder starts from the current
+// values.
 func (h *HistoryForwarder) Run(ctx context.Context) error {
+	// sendCtx is what enqueues run under: ctx, then the final flush's.
+	sendCtx := ctx
 	rules := make([]*ruleState, len(h.opts.Rules))
 	for i, r := range h.opts.Rules {
 		rules[i] = &ruleState{rule: r, last: make(map[[2]string]lastValue)}
@@ -307,7 +315,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 	// logged. Anything else (no quorum, a full disk) waits for a retry.
 	attempt := func() bool {
 		b := queue[0]
-		_, err := h.opts.Enqueuer.Enqueue(ctx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})
+		_, err := h.opts.Enqueuer.Enqueue(sendCtx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})
 		var tooLarge *PayloadTooLargeError
 		switch {
 		case err == nil:
@@ -335,7 +343,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			h.dropFor(b.values, dropInvalid, fmt.Errorf("rule %s: %w", b.rule.Name, err))
 			queue = queue[1:]
 		default:
-			if ctx.Err() == nil {
+			if sendCtx.Err() == nil {
 				h.opts.Logger.Warn().Err(err).Str("rule", b.rule.Name).Int("values", b.values).Msg("forward tag history; will retry")
 			}
 			return false
@@ -424,6 +432,16 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 				}
 			}
 		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyFinalFlush)
+			defer cancel()
+			sendCtx = final
+			for _, rs := range rules {
+				flush(rs)
+			}
+			drain()
+			if n := queuedValues; n > 0 {
+				h.drop(n, dropStopped)
+			}
 			return nil
 		}
 	}

@@ -553,3 +553,61 @@ func TestHistorySentMetrics(t *testing.T) {
 		t.Fatalf("scadad_history_values_total{rule=pumps} = %v, want 3", got)
 	}
 }
+
+// A forwarder that stops (a deploy replaced it, the node hands over or
+// stops) enqueues the values it still batches, once, instead of dropping
+// them; what it cannot enqueue in time is dropped and counted.
+func TestHistoryStopFlushesWhatIsBatched(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		fail       bool
+		wantValues int
+		wantDrops  float64
+	}{
+		{"the buffer takes it", false, 3, 0},
+		{"the buffer refuses it", true, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			metrics, err := NewMetrics(reg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &recordingEnqueuer{fail: tc.fail}
+			h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: newFakeClock(), Metrics: metrics,
+				Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 100, MaxBatchDelay: time.Hour}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = h.Run(ctx) }()
+			offerAll(t, h,
+				TagUpdate{Instance: "P", Attribute: "a", Value: 1.0},
+				TagUpdate{Instance: "P", Attribute: "a", Value: 2.0},
+				TagUpdate{Instance: "P", Attribute: "a", Value: 3.0},
+			)
+			if n := len(rec.snapshot()); n != 0 {
+				t.Fatalf("%d enqueues before the batch delay or the stop", n)
+			}
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run still flushing 5 s after its context ended")
+			}
+			values := 0
+			if !tc.fail {
+				for _, c := range rec.snapshot() {
+					values += len(c.payload.Values)
+				}
+			}
+			if values != tc.wantValues {
+				t.Fatalf("%d values enqueued at the stop, want %d", values, tc.wantValues)
+			}
+			if got := gathered(t, reg, "scadad_history_values_dropped_total", dropStopped); got != tc.wantDrops {
+				t.Fatalf("dropped{reason=stopped} = %v, want %v", got, tc.wantDrops)
+			}
+		})
+	}
+}

@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_history_values_total", Help: "Tag values in the history messages enqueued by this node, by rule.",
 		}, []string{"rule"}),
 		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode, too_large, invalid).",
+			Name: "scadad_history_values_dropped_total", Help: "Tag values the history forwarder dropped, by reason (buffer_full, retry_overflow, encode, too_large, invalid, stopped).",
 		}, []string{"reason"}),
 		historyWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scadad_history_values_waiting", Help: "Tag values in history batches waiting for the buffer to take them (an enqueue failed and is retried).",
@@ -77,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 	}
 	// Every drop reason from zero, so that increase() sees the first drops
 	// (a counter series born at N shows no increase).
-	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode, dropTooLarge, dropInvalid} {
+	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode, dropTooLarge, dropInvalid, dropStopped} {
 		m.historyDropped.WithLabelValues(reason)
 	}
 	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal,

@@ -105,7 +105,7 @@ func TestHistoryDropReasonsStartAtZero(t *testing.T) {
 	if _, err := NewMetrics(reg, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, reason := range []string{"buffer_full", "retry_overflow", "encode", "too_large", "invalid"} {
+	for _, reason := range []string{"buffer_full", "retry_overflow", "encode", "too_large", "invalid", "stopped"} {
 		if got := gathered(t, reg, "scadad_history_values_dropped_total", reason); got != 0 {
 			t.Errorf("scadad_history_values_dropped_total{reason=%q} = %v before any drop, want 0 (-1: absent)", reason, got)
 		}
