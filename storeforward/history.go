@@ -388,6 +388,17 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			queue = queue[1:]
 		}
 	}
+	take := func(u TagUpdate) {
+		for _, rs := range rules {
+			if !rs.take(u, clock.Now()) {
+				continue
+			}
+			if len(rs.values) >= rs.rule.MaxBatch {
+				flush(rs)
+			}
+		}
+		h.taken.Add(1)
+	}
 	for {
 		// Arm one timer for the earliest deadline (batch, sample or retry).
 		next := retryAt
@@ -408,15 +419,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 		}
 		select {
 		case u := <-h.updates:
-			for _, rs := range rules {
-				if !rs.take(u, clock.Now()) {
-					continue
-				}
-				if len(rs.values) >= rs.rule.MaxBatch {
-					flush(rs)
-				}
-			}
-			h.taken.Add(1)
+			take(u)
 		case <-timer:
 			timer = nil
 			now := clock.Now()
@@ -435,6 +438,10 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyFinalFlush)
 			defer cancel()
 			sendCtx = final
+			// Updates offered before the stop and not yet taken in.
+			for pending := len(h.updates); pending > 0; pending-- {
+				take(<-h.updates)
+			}
 			for _, rs := range rules {
 				flush(rs)
 			}

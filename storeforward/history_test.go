@@ -611,3 +611,31 @@ func TestHistoryStopFlushesWhatIsBatched(t *testing.T) {
 		})
 	}
 }
+
+// Updates offered but not yet taken in when the forwarder stops go with
+// the final flush too.
+func TestHistoryStopTakesOfferedUpdates(t *testing.T) {
+	rec := &recordingEnqueuer{}
+	h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: newFakeClock(),
+		Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 100, MaxBatchDelay: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if !h.Offer(TagUpdate{Instance: "P", Attribute: "a", Value: float64(i)}) {
+			t.Fatal("offer refused")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // stopped before it took anything in
+	if err := h.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	values := 0
+	for _, c := range rec.snapshot() {
+		values += len(c.payload.Values)
+	}
+	if values != 3 {
+		t.Fatalf("%d of 3 offered values enqueued by a forwarder stopped before it took them in", values)
+	}
+}
