@@ -71,9 +71,10 @@ func (a *Applier) Step(ctx context.Context) {
 	if a.Target == "" {
 		a.Target = DefaultTarget
 	}
+	// Only this Applier sets the Holder: have stands until a load succeeds.
+	_, have := a.Holder.Current()
 	d, err := a.State.Deployment(a.Target)
 	if errors.Is(err, fsm.ErrNotFound) || (err == nil && d.Revision == 0) {
-		_, have := a.Holder.Current()
 		a.Metrics.observe(uint64(have), 0, false)
 		return
 	}
@@ -82,7 +83,6 @@ func (a *Applier) Step(ctx context.Context) {
 		return
 	}
 	restores := a.State.Restores()
-	_, have := a.Holder.Current()
 	if uint64(have) == d.Revision && restores == a.restores {
 		a.Metrics.observe(d.Revision, d.Revision, false)
 		a.ack(ctx, d, true, "")
@@ -94,10 +94,9 @@ func (a *Applier) Step(ctx context.Context) {
 	rewind := restores != a.restores
 	if err := a.load(d, rewind); err != nil {
 		reason := err.Error()
-		_, kept := a.Holder.Current()
-		a.Metrics.observe(uint64(kept), d.Revision, true)
+		a.Metrics.observe(uint64(have), d.Revision, true)
 		if reason != a.lastFailure {
-			a.Log.Error().Err(err).Uint64("revision", d.Revision).Uint64("kept_revision", uint64(kept)).Msg("cannot apply the deployed site config; keeping the last good one and retrying")
+			a.Log.Error().Err(err).Uint64("revision", d.Revision).Uint64("kept_revision", uint64(have)).Msg("cannot apply the deployed site config; keeping the last good one and retrying")
 			a.lastFailure = reason
 		}
 		a.ack(ctx, d, false, reason)
