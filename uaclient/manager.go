@@ -424,10 +424,13 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	if len(res.Results) != len(reqs) {
 		return false, fmt.Errorf("monitor %d items on %s: %d results", len(reqs), s.cfg.Endpoint, len(res.Results))
 	}
+	accepted := 0
 	for k, r := range res.Results {
 		if r.StatusCode != ua.StatusOK {
 			s.refused(s.cfg.Items[monitored[k]], r.StatusCode.Error())
+			continue
 		}
+		accepted++
 	}
 	s.mu.Lock()
 	s.client, s.nodes = c, resolved
@@ -468,12 +471,6 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	// (opcua/WORKAROUNDS.md), and the values read above would then stand
 	// as Good for ever while the source moves on. Subscribe again.
 	var firstNote <-chan time.Time
-	accepted := 0
-	for _, r := range res.Results {
-		if r.StatusCode == ua.StatusOK {
-			accepted++
-		}
-	}
 	wait := max(s.opts.InitialValuesWait, 3*sub.RevisedPublishingInterval)
 	if accepted > 0 {
 		firstNote = s.opts.Clock.After(wait)
