@@ -103,8 +103,11 @@ var _ hclog.Logger = (*hclogAdapter)(nil)
 func newHclogAdapter(zl zerolog.Logger, name string) *hclogAdapter {
 	lvl := &atomic.Int32{}
 	lvl.Store(int32(hclogLevel(zl.GetLevel())))
-	return &hclogAdapter{zl: zl, name: name, level: lvl,
-		repeats: &repeats{now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}}
+	return &hclogAdapter{zl: zl, name: name, level: lvl, repeats: newRepeats(time.Now)}
+}
+
+func newRepeats(now func() time.Time) *repeats {
+	return &repeats{now: now, last: map[string]time.Time{}, held: map[string]int{}}
 }
 
 func hclogLevel(l zerolog.Level) hclog.Level {

@@ -156,10 +156,9 @@ func (n *Node) startHandoff(r *raft.Raft) {
 		defer n.handoffBusy.Store(false)
 		n.awaitAppendOutcomes(r, since)
 		// Attempts come a few times a second while no voter can take over
-		// (one down, the other behind): the first is logged, then a
-		// failure at most every repeatEvery with how many went unlogged.
-		var lastLogged time.Time
-		unlogged := 0
+		// (one down, the other behind): the first failure is logged, then
+		// one every repeatEvery with how many went unlogged.
+		failures := newRepeats(n.cfg.Clock.Now)
 		for attempt := 0; r.State() == raft.Leader && n.ctx.Err() == nil; attempt++ {
 			targets := n.handoffTargets(r)
 			if len(targets) == 0 {
@@ -179,12 +178,9 @@ func (n *Node) startHandoff(r *raft.Raft) {
 			if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrNotLeader) {
 				return
 			}
-			if now := n.cfg.Clock.Now(); lastLogged.IsZero() || now.Sub(lastLogged) >= repeatEvery {
+			if ok, unlogged := failures.admit("handoff"); ok {
 				n.log.Warn().Err(err).Int("attempt", attempt+1).Int("unlogged_failures", unlogged).Str("to", string(target.ID)).
 					Msg("witness leadership transfer failed; retrying")
-				lastLogged, unlogged = now, 0
-			} else {
-				unlogged++
 			}
 			select {
 			case <-n.ctx.Done():
