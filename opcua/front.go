@@ -138,12 +138,10 @@ func (f *front) track(c net.Conn) bool {
 	return true
 }
 
-func (f *front) forget(cs ...net.Conn) {
+func (f *front) forget(c net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range cs {
-		delete(f.conns, c)
-	}
+	delete(f.conns, c)
 }
 
 func (f *front) helloDone() {
