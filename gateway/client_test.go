@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/role"
@@ -79,24 +79,7 @@ type rig struct {
 	client *gateway.Client
 	rec    *recorder
 	reg    *prometheus.Registry
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *lockedbuf.Buffer
 }
 
 func startRig(t *testing.T, scfg sim.Config, ccfg gateway.Config) *rig {
@@ -107,7 +90,7 @@ func startRig(t *testing.T, scfg sim.Config, ccfg gateway.Config) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
-	r := &rig{sim: s, rec: &recorder{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	r := &rig{sim: s, rec: &recorder{}, reg: prometheus.NewRegistry(), logs: &lockedbuf.Buffer{}}
 	m, err := gateway.NewMetrics(r.reg)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/opcua"
 )
@@ -217,7 +217,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
 	})
 
-	out := &lockedBuffer{}
+	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() {
@@ -248,24 +248,6 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 	if got := out.String(); !strings.Contains(got, "leaving "+active.OPCUA+": ServiceLevel dropped 250 -> 0") {
 		t.Fatalf("the client did not hear ServiceLevel 0 before the node went:\n%s", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for one writer and concurrent readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestGatewayOutageShowsOnTheActive: with the gateway gone the Active's

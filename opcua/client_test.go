@@ -1,7 +1,6 @@
 package opcua
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uasc"
 
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/role"
 )
 
@@ -137,24 +137,6 @@ func TestProberRunsOnItsClock(t *testing.T) {
 	})
 }
 
-// syncBuffer is an io.Writer safe for Watch's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A value that does not change keeps the subscription quiet (gopcua does
 // not pass keep-alives on); watch must stay on a server that still
 // answers rather than report a failover every few seconds.
@@ -163,7 +145,7 @@ func TestWatchStaysOnAQuietServer(t *testing.T) {
 	if err := a.TagUpdate("Pump1", "Speed", 1.0, true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	// Longer than initialValuesWait: the initial values end that wait.
 	ctx, cancel := context.WithTimeout(context.Background(), initialValuesWait+1500*time.Millisecond)
 	defer cancel()
@@ -199,7 +181,7 @@ func TestWatchFollowsFailover(t *testing.T) {
 		}
 	}()
 
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("watch events:\n%s", events(out.String()))
@@ -296,7 +278,7 @@ func TestStatusName(t *testing.T) {
 // tight loop (which left a subscription behind on every pass).
 func TestWatchOfAnUnknownNodeStops(t *testing.T) {
 	a := startServer(t, activeState(), nil)
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=1;s=Pump1.Nope", out, ClientOptions{})
@@ -317,7 +299,7 @@ func TestWatchLeavesASilentSubscription(t *testing.T) {
 	a.subs.mu.Lock()
 	a.subs.send = func(*uasc.SecureChannel, uint32, ua.Response) error { return nil }
 	a.subs.mu.Unlock()
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/role"
@@ -116,24 +116,6 @@ func (s testSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 func (s testSnapshot) Release() {}
 
-// syncBuffer collects a node's logs for assertions and failure dumps.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type harness struct {
 	t       testing.TB
 	mode    Mode
@@ -145,7 +127,7 @@ type harness struct {
 	nodes     map[string]*Node
 	fsms      map[string]*testFSM
 	dirs      map[string]string
-	logs      map[string]*syncBuffer
+	logs      map[string]*lockedbuf.Buffer
 	overrides map[string]*atomic.Int32
 	tls       map[string][2]*tls.Config // optional per-node (server, client) override
 	bind      map[string]string         // optional listen address when peers dial a proxy
@@ -168,7 +150,7 @@ func newHarness(t testing.TB, mode Mode, ids []string, witness string) *harness 
 	h := &harness{
 		t: t, mode: mode, site: site,
 		nodes: map[string]*Node{}, fsms: map[string]*testFSM{}, dirs: map[string]string{},
-		logs: map[string]*syncBuffer{}, overrides: map[string]*atomic.Int32{}, tls: map[string][2]*tls.Config{}, bind: map[string]string{},
+		logs: map[string]*lockedbuf.Buffer{}, overrides: map[string]*atomic.Int32{}, tls: map[string][2]*tls.Config{}, bind: map[string]string{},
 		sawActive: map[string]*atomic.Bool{},
 	}
 	// Distinct ports below the ephemeral range: ports picked one by one
@@ -182,7 +164,7 @@ func newHarness(t testing.TB, mode Mode, ids []string, witness string) *harness 
 		h.members = append(h.members, Member{ID: id, RaftAddr: addr, Witness: id == witness})
 		h.fsms[id] = &testFSM{}
 		h.dirs[id] = filepath.Join(t.TempDir(), id)
-		h.logs[id] = &syncBuffer{}
+		h.logs[id] = &lockedbuf.Buffer{}
 		h.overrides[id] = &atomic.Int32{}
 		h.sawActive[id] = &atomic.Bool{}
 	}

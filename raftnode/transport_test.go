@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -39,7 +40,7 @@ func TestStreamRefusesWhatIsNotAMember(t *testing.T) {
 	members := staticDirectory{{ID: "a", RaftAddr: ln.Addr().String()}, {ID: "b", RaftAddr: "127.0.0.1:1"}}
 	srv, _ := site.ServerTLS("a")
 	cli, _ := site.ClientTLS("a")
-	logs := &syncBuffer{}
+	logs := &lockedbuf.Buffer{}
 	contacted := make(chan string, 16)
 	s := newTLSStream(ln, ln.Addr().String(), srv, cli, members, func(id string) { contacted <- id },
 		func() peerStatus { return peerStatus{ID: "a", State: "Follower", Voters: []string{"a", "b"}} }, zerolog.New(logs))

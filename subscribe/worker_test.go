@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/lockedbuf"
 )
 
 // fakeSub is a Subscription whose attempts the test answers by hand.
@@ -194,7 +195,7 @@ func TestWorkerConnectionGoodResetsBackoff(t *testing.T) {
 // the worker subscribes again as soon as the connection is good. Other
 // failures stay warnings.
 func TestWorkerWaitingForTheSessionIsNoWarning(t *testing.T) {
-	var logs syncBuffer
+	var logs lockedbuf.Buffer
 	r := startWorkerLogged(t, fast, zerolog.New(&logs))
 	r.answer(t, 0, fmt.Errorf("subscribe 3 tags of Pump1: gateway gw: %w", gateway.ErrNotConnected))
 	if got := logs.String(); strings.Contains(got, `"level":"warn"`) || !strings.Contains(got, "subscribe waits for the gateway session") {
@@ -248,22 +249,4 @@ func confirmedSeries(t *testing.T, reg *prometheus.Registry) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-// syncBuffer is a log sink safe for the worker's goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
