@@ -204,11 +204,8 @@ history:
 // every attribute it selects, also of one that never changes: the gateway
 // sent it once, when it was advised, before the rule existed.
 func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
-	sim := startSim(t, "-change", "0")
+	sim, c, active, _ := opcuaPair(t, "-change", "0")
 	sink := startSink(t, "-bodies")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
 	site := testcluster.SiteConfigGateway("hist-late", sim.Addr, map[string]string{"historian": sink.URL}, 0)
 	deploySite(t, c, site)
 	waitFor(t, 20*time.Second, "the unchanging Pump1.Speed Good on the Active (its one value arrived)", func() bool {

@@ -122,12 +122,29 @@ func siteNode(t *testing.T, c *gopcua.Client, name string) *ua.NodeID {
 	return ua.NewStringNodeID(ns, name)
 }
 
-func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
-	sim := startSim(t, "-change", "100ms")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+// opcuaPair starts a gateway simulator (with simArgs) and two voters and
+// a witness whose voters serve OPC UA, and returns them with the Active
+// and the other voter.
+func opcuaPair(t *testing.T, simArgs ...string) (sim *testcluster.Sim, c *testcluster.Cluster, active, standby *testcluster.Node) {
+	t.Helper()
+	sim = startSim(t, simArgs...)
+	c = newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
-	standby := otherVoter(t, c, active)
+	active = waitOneActive(t, c, 20*time.Second)
+	return sim, c, active, otherVoter(t, c, active)
+}
+
+// waitRedundancyLevels waits for ServiceLevel 250 on active and 240 on
+// standby.
+func waitRedundancyLevels(t *testing.T, active, standby *testcluster.Node, when string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby"+when, func() bool {
+		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
+	})
+}
+
+func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
+	sim, c, active, standby := opcuaPair(t, "-change", "100ms")
 	// A subscribe backoff floor far beyond every wait below: a worker that
 	// starts before its gateway session is open (each time a node becomes
 	// Active) must subscribe as soon as the session is good, not wait out
@@ -139,9 +156,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	}
 	deploySite(t, c, site)
 
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
-		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
-	})
+	waitRedundancyLevels(t, active, standby, "")
 
 	var pick struct {
 		Picked string `json:"picked"`
@@ -207,15 +222,9 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 // finding out from a dead connection; and a client that stays connected
 // does not hold the stop up (the OPC UA library waits 10 s for it).
 func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
-	sim := startSim(t, "-change", "100ms")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
-	standby := otherVoter(t, c, active)
+	sim, c, active, standby := opcuaPair(t, "-change", "100ms")
 	deploySite(t, c, testcluster.SiteConfigGateway("stop", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
-		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
-	})
+	waitRedundancyLevels(t, active, standby, "")
 
 	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -255,10 +264,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 // and the subscription alert read it), and its OPC UA values turn Bad; when
 // the gateway is back, so is the data.
 func TestGatewayOutageShowsOnTheActive(t *testing.T) {
-	sim := startSim(t, "-change", "100ms")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
+	sim, c, active, _ := opcuaPair(t, "-change", "100ms")
 	deploySite(t, c, testcluster.SiteConfigGateway("ua", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -299,16 +305,10 @@ func TestGatewayOutageShowsOnTheActive(t *testing.T) {
 // advised and then only when it changes, and these never do. The same after
 // the first deploy and after a restart of every node.
 func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
-	sim := startSim(t, "-change", "0")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
-	standby := otherVoter(t, c, active)
+	sim, c, active, standby := opcuaPair(t, "-change", "0")
 	site := testcluster.SiteConfigGateway("ns", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
 	deploySite(t, c, site)
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby", func() bool {
-		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
-	})
+	waitRedundancyLevels(t, active, standby, "")
 	waitFor(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
@@ -322,9 +322,7 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 			return hasNamespace(n.OPCUA, "urn:test:scadad:v2")
 		})
 	}
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby after the restart", func() bool {
-		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
-	})
+	waitRedundancyLevels(t, active, standby, " after the restart")
 	waitFor(t, 10*time.Second, "the unchanging Pump1.Speed Good again on the restarted Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
 	})
