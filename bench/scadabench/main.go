@@ -21,6 +21,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -60,7 +62,7 @@ import (
 type options struct {
 	mode, target, phases, extra  string
 	ids                          string
-	api                          string
+	api, httpClient              string
 	voters, failovers, count     int
 	conns                        int
 	deliverN, deliverInFlight    int
@@ -271,6 +273,7 @@ func parseFlags() options {
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
 	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) or floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc)")
+	flag.StringVar(&o.httpClient, "http-client", "transport", "-api http: transport (net/http's Client and Transport) or conn (each connection written and read directly, http.ReadResponse for answers: a load generator's cost, as wrk's)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
@@ -299,6 +302,9 @@ func parseFlags() options {
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
+	}
+	if o.httpClient != "transport" && o.httpClient != "conn" {
+		fatalf("bad -http-client %q: want transport or conn", o.httpClient)
 	}
 	if o.api != "grpc" && o.api != "stream" && o.api != "http" && o.api != "floor" {
 		fatalf("bad -api %q: want grpc, stream, http or floor", o.api)
@@ -424,6 +430,93 @@ func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 
 func (h *httpEnqueuer) Close() { h.cl.CloseIdleConnections() }
 
+// connEnqueuer posts to POST /v1/sf/bench over keep-alive connections it
+// holds itself: each request is written in one piece and its answer read
+// with http.ReadResponse, as a load generator such as wrk does, without
+// http.Transport's two goroutines and channel hand-offs per connection. A
+// connection is used by one request at a time; a busy pool dials another.
+type connEnqueuer struct {
+	addr, path string
+	mu         sync.Mutex
+	idle       []*benchConn
+}
+
+type benchConn struct {
+	c  net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+func (h *connEnqueuer) get(ctx context.Context) (*benchConn, error) {
+	h.mu.Lock()
+	if n := len(h.idle); n > 0 {
+		bc := h.idle[n-1]
+		h.idle = h.idle[:n-1]
+		h.mu.Unlock()
+		return bc, nil
+	}
+	h.mu.Unlock()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", h.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &benchConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, nil
+}
+
+func (h *connEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
+	bc, err := h.get(ctx)
+	if err != nil {
+		return err
+	}
+	status, body, keep, err := bc.post(ctx, h.addr, h.path, id, payload)
+	if err != nil || !keep {
+		bc.c.Close()
+	} else {
+		h.mu.Lock()
+		h.idle = append(h.idle, bc)
+		h.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", id, err)
+	}
+	if status/100 != 2 {
+		return fmt.Errorf("enqueue %s: HTTP %d: %s", id, status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+func (bc *benchConn) post(ctx context.Context, host, path, id string, payload []byte) (status int, body []byte, keep bool, err error) {
+	dl, _ := ctx.Deadline()
+	if err := bc.c.SetDeadline(dl); err != nil {
+		return 0, nil, false, err
+	}
+	fmt.Fprintf(bc.bw, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n", path, host, id, len(payload))
+	bc.bw.Write(payload)
+	if err := bc.bw.Flush(); err != nil {
+		return 0, nil, false, err
+	}
+	resp, err := http.ReadResponse(bc.br, nil)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return resp.StatusCode, body, !resp.Close, nil
+}
+
+func (h *connEnqueuer) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, bc := range h.idle {
+		bc.c.Close()
+	}
+	h.idle = nil
+}
+
 // streamEnqueuer sends on one SFEnqueueStream. Answers come back in the
 // order sent, so each answer goes to the oldest waiting sender.
 type streamEnqueuer struct {
@@ -518,6 +611,10 @@ func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 			continue
 		}
 		if b.o.api == "http" {
+			if b.o.httpClient == "conn" {
+				m.cs = append(m.cs, &connEnqueuer{addr: n.HTTPAddr, path: "/v1/sf/bench"})
+				continue
+			}
 			m.cs = append(m.cs, &httpEnqueuer{url: "http://" + n.HTTPAddr + "/v1/sf/bench", cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}})
 			continue
 		}

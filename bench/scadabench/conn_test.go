@@ -1,0 +1,123 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConnEnqueuer checks the lean load-generator client against net/http's
+// server: what it sends, that sequential calls reuse one connection, that
+// concurrent calls get their own, that a refusal is an error naming the
+// status, and that a connection the server closes is replaced.
+func TestConnEnqueuer(t *testing.T) {
+	type seen struct{ method, path, key, body string }
+	block := make(chan struct{})
+	var (
+		mu    sync.Mutex
+		got   []seen
+		conns = map[string]bool{}
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{r.Method, r.URL.Path, r.Header.Get("Idempotency-Key"), string(body)})
+		conns[r.RemoteAddr] = true
+		mu.Unlock()
+		switch string(body) {
+		case "wait":
+			<-block
+			w.WriteHeader(http.StatusCreated)
+		case "refuse":
+			http.Error(w, "no such target", http.StatusNotFound)
+		case "close":
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusCreated)
+		default:
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"x"}`)
+		}
+	}))
+	srv.Start()
+	defer srv.Close()
+	var once sync.Once
+	release := func() { once.Do(func() { close(block) }) }
+	defer release() // before srv.Close, which waits for handlers
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	e := &connEnqueuer{addr: addr, path: "/v1/sf/bench"}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for i, id := range []string{"a/1", "a/2", "a/3"} {
+		if err := e.enqueue(ctx, id, []byte("payload")); err != nil {
+			t.Fatalf("enqueue %d: %v", i, err)
+		}
+	}
+	mu.Lock()
+	if len(got) != 3 || got[1] != (seen{"POST", "/v1/sf/bench", "a/2", "payload"}) {
+		t.Fatalf("server saw %+v", got)
+	}
+	if len(conns) != 1 {
+		t.Fatalf("three sequential enqueues used %d connections, want 1", len(conns))
+	}
+	mu.Unlock()
+
+	err := e.enqueue(ctx, "r", []byte("refuse"))
+	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || !strings.Contains(err.Error(), "no such target") {
+		t.Fatalf("refused enqueue: err = %v, want HTTP 404 with the server's words", err)
+	}
+	if err := e.enqueue(ctx, "c", []byte("close")); err != nil {
+		t.Fatalf("enqueue answered with Connection: close: %v", err)
+	}
+	if err := e.enqueue(ctx, "after", []byte("payload")); err != nil {
+		t.Fatalf("enqueue after the server closed the connection: %v", err)
+	}
+	mu.Lock()
+	if len(conns) != 2 {
+		t.Fatalf("%d connections after one was closed by the server, want 2", len(conns))
+	}
+	mu.Unlock()
+
+	// Two calls at once each need a connection of their own.
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, id := range []string{"p/1", "p/2"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- e.enqueue(ctx, id, []byte("wait")) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(conns)
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections while two enqueues wait, want 3 in all (one more than before)", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent enqueue: %v", err)
+		}
+	}
+	e.mu.Lock()
+	idle := len(e.idle)
+	e.mu.Unlock()
+	if idle != 2 {
+		t.Fatalf("%d idle connections kept, want 2 (the two the concurrent enqueues used)", idle)
+	}
+}
