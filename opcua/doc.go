@@ -17,7 +17,9 @@
 //     in place of gopcua's, which can deadlock;
 //   - the public TCP port (front.go): a connection reaches the library,
 //     which listens on loopback, only with its whole Hello, so port scans
-//     and silent connections cannot stop the server accepting;
+//     and silent connections cannot stop the server accepting; a library
+//     instance that stops answering Hellos (a local process reset its
+//     loopback port) is replaced by a new one (Server.restartLibrary);
 //   - every defence against gopcua v0.8.0's server defects (see
 //     WORKAROUNDS.md): hostile or malformed client requests get Bad statuses,
 //     never a crash.

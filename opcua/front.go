@@ -28,21 +28,27 @@ import (
 // does not parse or alter OPC UA traffic.
 type front struct {
 	ln      net.Listener
-	backend string // the library's loopback listener
 	limits  frontLimits
 	log     zerolog.Logger
 	metrics *metrics
+	// backendDead, when set, is told that the library's listener at
+	// backend took a connection and did not answer its Hello, or did not
+	// take it at all (why). It must not block.
+	backendDead func(backend string, why error)
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{} // every connection the front holds
+	mu       sync.Mutex
+	backend  string // the library's loopback listener new connections go to
+	closed   bool
+	conns    map[net.Conn]struct{} // every connection the front holds
+	backends map[net.Conn]string   // the library side of each, and its listener
 	// waiting counts connections whose Hello has not arrived yet.
 	waiting int
 	wg      sync.WaitGroup
 }
 
 type frontLimits struct {
-	// hello bounds the wait for a connection's Hello.
+	// hello bounds the wait for a connection's Hello, and for the
+	// library's answer to it.
 	hello time.Duration
 	// dial bounds connecting to the library's listener.
 	dial time.Duration
@@ -81,7 +87,8 @@ const (
 )
 
 func newFront(ln net.Listener, backend string, limits frontLimits, log zerolog.Logger, m *metrics) *front {
-	return &front{ln: ln, backend: backend, limits: limits, log: log, metrics: m, conns: make(map[net.Conn]struct{})}
+	return &front{ln: ln, backend: backend, limits: limits, log: log, metrics: m,
+		conns: make(map[net.Conn]struct{}), backends: make(map[net.Conn]string)}
 }
 
 // run accepts until the listener is closed.
@@ -127,14 +134,16 @@ func (f *front) admit(c net.Conn) bool {
 	return true
 }
 
-// track adds c to the connections close closes; false once closed.
-func (f *front) track(c net.Conn) bool {
+// trackBackend adds b, connected to the library's listener at backend, to
+// the connections close and closeBackend close; false once closed.
+func (f *front) trackBackend(b net.Conn, backend string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return false
 	}
-	f.conns[c] = struct{}{}
+	f.conns[b] = struct{}{}
+	f.backends[b] = backend
 	return true
 }
 
@@ -142,6 +151,40 @@ func (f *front) forget(c net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.conns, c)
+	delete(f.backends, c)
+}
+
+// currentBackend is the library's listener new connections go to.
+func (f *front) currentBackend() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backend
+}
+
+// setBackend sends new connections to the library's listener at addr.
+func (f *front) setBackend(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backend = addr
+}
+
+// closeBackend closes every connection to the library's listener at addr;
+// each one's client side follows (splice).
+func (f *front) closeBackend(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for b, at := range f.backends {
+		if at == addr {
+			b.Close()
+		}
+	}
+}
+
+// reportBackend tells backendDead, if set, that backend failed.
+func (f *front) reportBackend(backend string, why error) {
+	if f.backendDead != nil {
+		f.backendDead(backend, why)
+	}
 }
 
 func (f *front) helloDone() {
@@ -164,22 +207,43 @@ func (f *front) serve(c net.Conn) {
 		f.log.Debug().Err(err).Stringer("remote", c.RemoteAddr()).Str("reason", reason).Msg("opcua connection closed before the server saw it")
 		return
 	}
+	backend := f.currentBackend()
 	d := net.Dialer{Timeout: f.limits.dial}
-	b, err := d.Dial("tcp", f.backend)
+	b, err := d.Dial("tcp", backend)
 	if err != nil {
 		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
 		f.log.Warn().Err(err).Stringer("remote", c.RemoteAddr()).Msg("opcua connection not passed on: the server's own listener did not answer")
+		f.reportBackend(backend, fmt.Errorf("connect to the library's listener: %w", err))
 		return
 	}
 	defer func() {
 		b.Close()
 		f.forget(b)
 	}()
-	if !f.track(b) {
+	if !f.trackBackend(b, backend) {
 		return
 	}
 	if _, err := b.Write(hello); err != nil {
 		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
+		return
+	}
+	// The library answers a Hello at once (Acknowledge or Error); a
+	// listener that took the connection and says nothing has stopped
+	// handshaking (WORKAROUNDS.md row 17).
+	answer, err := readAnswer(b, f.limits.hello)
+	if err != nil {
+		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("waited", f.limits.hello).
+				Msg("opcua connection dropped: the server's own listener did not answer its Hello")
+			f.reportBackend(backend, fmt.Errorf("the library did not answer a Hello within %v", f.limits.hello))
+		}
+		return
+	}
+	if err := c.SetWriteDeadline(time.Now().Add(f.limits.stalled)); err != nil {
+		return
+	}
+	if _, err := c.Write(answer); err != nil {
 		return
 	}
 	f.metrics.connections.Inc()
@@ -216,6 +280,26 @@ func readHello(c net.Conn, timeout time.Duration) ([]byte, string, error) {
 		return nil, refusedNoHello, fmt.Errorf("clear hello deadline: %w", err)
 	}
 	return msg, "", nil
+}
+
+// readAnswer reads what the library first sends back, waiting at most
+// timeout.
+func readAnswer(b net.Conn, timeout time.Duration) ([]byte, error) {
+	if err := b.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 4096)
+	n, err := b.Read(buf)
+	if n == 0 && err == nil {
+		err = io.ErrNoProgress
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := b.SetReadDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
 }
 
 // splice copies between the client and the library both ways until either

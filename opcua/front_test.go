@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -214,5 +215,64 @@ func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A local process can still reach the library's loopback port, and one
+// reset there ends the library's accept loop (the test above). The first
+// client after it finds its Hello unanswered; the server then replaces the
+// library and clients are served again, with the same address space, and
+// the clients of the old one are disconnected so they reconnect.
+func TestServerReplacesALibraryThatStopsTakingConnections(t *testing.T) {
+	ts := startServer(t, activeState(), func(c *Config) { c.HelloTimeout = 500 * time.Millisecond })
+	before := connect(t, ts.Endpoint())
+	old := ts.lib.Load().backend
+	resetBeforeHello(t, old)
+
+	tryRead := func() error {
+		c, err := gopcua.NewClient(ts.Endpoint(), gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AutoReconnect(false),
+			gopcua.DialTimeout(2*time.Second), gopcua.RequestTimeout(2*time.Second))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := c.Connect(ctx); err != nil {
+			return err
+		}
+		defer c.Close(context.Background())
+		resp, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{
+			{NodeID: serviceLevelID, AttributeID: ua.AttributeIDValue},
+			{NodeID: ts.NodeID("Pump1", "Speed"), AttributeID: ua.AttributeIDDisplayName},
+		}})
+		if err != nil {
+			return err
+		}
+		if len(resp.Results) != 2 || resp.Results[0].Status != ua.StatusOK || resp.Results[1].Status != ua.StatusOK {
+			return fmt.Errorf("read results %+v", resp.Results)
+		}
+		if lvl := levelOf(t, resp.Results[0]); lvl != ts.ServiceLevel() {
+			return fmt.Errorf("ServiceLevel %d, server says %d", lvl, ts.ServiceLevel())
+		}
+		return nil
+	}
+	start := time.Now()
+	var lastErr error
+	eventually(t, 20*time.Second, "a client served after the library stopped taking connections", func() bool {
+		lastErr = tryRead()
+		return lastErr == nil
+	})
+	t.Logf("served again %v after the reset", time.Since(start).Round(time.Millisecond))
+	if now := ts.lib.Load().backend; now == old {
+		t.Fatalf("the library still listens on %s: it was not replaced", now)
+	}
+	if n, _, _ := promtest.Value(ts.reg, "scadad_opcua_server_restarts_total", ""); n != 1 {
+		t.Fatalf("scadad_opcua_server_restarts_total = %v, want 1", n)
+	}
+	// The old library's client was disconnected: its next read fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := before.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: serviceLevelID, AttributeID: ua.AttributeIDValue}}}); err == nil {
+		t.Fatal("a session on the replaced library still reads")
 	}
 }

@@ -36,32 +36,32 @@ func libraryService[T any](srv *server.Server) (*T, error) {
 // The library runs handlers on its single connection-reading goroutine with
 // no recover, so one panicking request would kill the process; every
 // handler here recovers, and the ones the library gets wrong are replaced.
-func (s *Server) registerHandlers() error {
-	session, err := libraryService[server.SessionService](s.srv)
+func (s *Server) registerHandlers(srv *server.Server) error {
+	session, err := libraryService[server.SessionService](srv)
 	if err != nil {
 		return err
 	}
-	discovery, err := libraryService[server.DiscoveryService](s.srv)
+	discovery, err := libraryService[server.DiscoveryService](srv)
 	if err != nil {
 		return err
 	}
-	view, err := libraryService[server.ViewService](s.srv)
+	view, err := libraryService[server.ViewService](srv)
 	if err != nil {
 		return err
 	}
-	attr, err := libraryService[server.AttributeService](s.srv)
+	attr, err := libraryService[server.AttributeService](srv)
 	if err != nil {
 		return err
 	}
-	nodes, err := libraryService[server.NodeManagementService](s.srv)
+	nodes, err := libraryService[server.NodeManagementService](srv)
 	if err != nil {
 		return err
 	}
-	query, err := libraryService[server.QueryService](s.srv)
+	query, err := libraryService[server.QueryService](srv)
 	if err != nil {
 		return err
 	}
-	method, err := libraryService[server.MethodService](s.srv)
+	method, err := libraryService[server.MethodService](srv)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *Server) registerHandlers() error {
 		{id.DeleteMonitoredItemsRequest_Encoding_DefaultBinary, "DeleteMonitoredItems", needSession, s.subs.deleteMonitoredItems},
 	}
 	for _, h := range handlers {
-		s.srv.RegisterHandler(h.typeID, s.guard(h.name, h.session, h.h))
+		srv.RegisterHandler(h.typeID, s.guard(h.name, h.session, h.h))
 	}
 	return nil
 }
@@ -204,7 +204,7 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 // (front.go) and would advertise that address.
 func (s *Server) publicEndpoints() []*ua.EndpointDescription {
 	url := s.cfg.endpointURL()
-	lib := s.srv.Endpoints()
+	lib := s.srv().Endpoints()
 	out := make([]*ua.EndpointDescription, 0, len(lib))
 	for _, ep := range lib {
 		e := *ep
@@ -324,7 +324,7 @@ func (s *Server) readOne(rv *ua.ReadValueID, now time.Time) (dv *ua.DataValue) {
 				dv = statusValue(ua.StatusBadInternalError, now)
 			}
 		}()
-		n0, err := s.ns0()
+		n0, err := ns0(s.srv())
 		if err != nil {
 			return statusValue(ua.StatusBadInternalError, now)
 		}
@@ -388,7 +388,7 @@ func (s *Server) writeOne(wv *ua.WriteValue) ua.StatusCode {
 	var v varNode
 	switch nid.Namespace() {
 	case 0:
-		n0, err := s.ns0()
+		n0, err := ns0(s.srv())
 		if err != nil || n0.Node(nid) == nil {
 			return invalid(ua.StatusBadNodeIDUnknown)
 		}
@@ -482,7 +482,7 @@ func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {
 				res = &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
 			}
 		}()
-		n0, err := s.ns0()
+		n0, err := ns0(s.srv())
 		if err != nil {
 			return &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
 		}
@@ -508,7 +508,7 @@ func clampFloat(v, lo, hi float64) float64 {
 func (s *Server) nodeExists(nid *ua.NodeID) bool {
 	switch nid.Namespace() {
 	case 0:
-		n0, err := s.ns0()
+		n0, err := ns0(s.srv())
 		return err == nil && n0.Node(nid) != nil
 	case s.ns.idx:
 		s.ns.mu.RLock()

@@ -20,7 +20,8 @@ type siteNamespace struct {
 	siteName string
 	clock    Clock
 
-	// idx is set once by server.AddNamespace before Start.
+	// idx is set by server.AddNamespace before Start, and again, to the
+	// same index, when a restarted library's server adds the namespace.
 	idx uint16
 
 	mu        sync.RWMutex
@@ -210,9 +211,16 @@ func (ns *siteNamespace) kindLocked(nid *ua.NodeID) nodeKind {
 
 // --- server.NameSpace ---
 
-func (ns *siteNamespace) Name() string       { return ns.uri }
-func (ns *siteNamespace) ID() uint16         { return ns.idx }
-func (ns *siteNamespace) SetID(idx uint16)   { ns.idx = idx }
+func (ns *siteNamespace) Name() string { return ns.uri }
+func (ns *siteNamespace) ID() uint16   { return ns.idx }
+
+// SetID records the namespace's index. A restarted library's server sets
+// the index it already has while requests read it: only a change writes.
+func (ns *siteNamespace) SetID(idx uint16) {
+	if ns.idx != idx {
+		ns.idx = idx
+	}
+}
 func (ns *siteNamespace) Root() *server.Node { return ns.Objects() }
 
 // AddNode is not supported: the address space follows the model only.

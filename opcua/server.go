@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,9 +40,12 @@ type Server struct {
 	writer Writer
 	clock  Clock
 
-	srv     *server.Server
-	front   *front // set by Start: the public port, in front of srv's loopback one
-	backend string // srv's listen address on loopback
+	// lib is the library's server now serving; restartLibrary replaces
+	// it when it stops taking connections. libOpts are its options but
+	// the listen address.
+	lib     atomic.Pointer[library]
+	libOpts []server.Option
+	front   *front // set by Start: the public port, in front of lib's loopback one
 	ns      *siteNamespace
 	metrics *metrics
 	appURI  string
@@ -67,7 +71,17 @@ type Server struct {
 	started atomic.Bool
 	closed  atomic.Bool
 	cancel  context.CancelFunc
+	runCtx  context.Context // what Start serves under, a restarted library too
 	wg      sync.WaitGroup
+	// restartMu serializes replacing the library with Close.
+	restartMu sync.Mutex
+}
+
+// library is one instance of gopcua's server, listening on loopback
+// behind the front.
+type library struct {
+	srv     *server.Server
+	backend string // its listen address
 }
 
 // New builds a server; it listens only after Start.
@@ -133,13 +147,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 	}()
 
-	// The library listens on loopback; the public port is ours (front.go).
-	backendPort, err := loopbackPort(context.Background())
-	if err != nil {
-		return nil, err
-	}
 	opts := []server.Option{
-		server.EndPoint("127.0.0.1", backendPort),
 		server.ServerName(c.ApplicationName),
 		server.ProductName("scadad"),
 		server.ManufacturerName("scadad"),
@@ -163,8 +171,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		roles:     deps.Roles,
 		writer:    deps.Writer,
 		clock:     clock,
-		srv:       server.New(opts...),
-		backend:   net.JoinHostPort("127.0.0.1", strconv.Itoa(backendPort)),
+		libOpts:   opts,
 		metrics:   m,
 		key:       key,
 		notify:    newNotifier(),
@@ -182,22 +189,42 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.nodeExists, sendOn)
 	// A session that ends takes its subscriptions with it.
 	s.sessions = newSessionTable(s.subs.dropSession)
-	s.srv.AddNamespace(s.ns)
-	if err := s.linkSiteFolder(); err != nil {
-		return nil, err
-	}
 	// The first level is computed before anything can read it, so no client
 	// ever sees the SDK default 255.
 	s.recompute()
-	if err := s.installRedundancyNodes(); err != nil {
+	lib, err := s.newLibrary()
+	if err != nil {
 		return nil, err
 	}
-	if err := s.registerHandlers(); err != nil {
-		return nil, err
-	}
+	s.lib.Store(lib)
 	built = true
 	return s, nil
 }
+
+// newLibrary builds an instance of the library's server on a free loopback
+// port (the public port is ours, front.go) with the site namespace, the
+// redundancy nodes and every handler installed.
+func (s *Server) newLibrary() (*library, error) {
+	port, err := loopbackPort(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	srv := server.New(append(slices.Clone(s.libOpts), server.EndPoint("127.0.0.1", port))...)
+	srv.AddNamespace(s.ns)
+	if err := s.linkSiteFolder(srv); err != nil {
+		return nil, err
+	}
+	if err := s.installRedundancyNodes(srv); err != nil {
+		return nil, err
+	}
+	if err := s.registerHandlers(srv); err != nil {
+		return nil, err
+	}
+	return &library{srv: srv, backend: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
+}
+
+// srv is the library's server now serving.
+func (s *Server) srv() *server.Server { return s.lib.Load().srv }
 
 // Start listens and serves until ctx is cancelled or Close is called.
 func (s *Server) Start(ctx context.Context) error {
@@ -210,13 +237,15 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	if err := s.srv.Start(runCtx); err != nil {
+	lib := s.lib.Load()
+	if err := lib.srv.Start(runCtx); err != nil {
 		cancel()
 		ln.Close()
-		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), s.backend, err)
+		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), lib.backend, err)
 	}
-	s.cancel = cancel
-	s.front = newFront(ln, s.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled}, s.log, s.metrics)
+	s.cancel, s.runCtx = cancel, runCtx
+	s.front = newFront(ln, lib.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled}, s.log, s.metrics)
+	s.front.backendDead = func(backend string, why error) { go s.restartLibrary(backend, why) }
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
 	s.mu.Unlock()
@@ -272,7 +301,9 @@ func (s *Server) Close() error {
 	// Connections first: the library then finds its channels ended instead
 	// of waiting for their clients (see closeLibrary).
 	s.front.close(closeWait)
-	err := s.closeLibrary()
+	s.restartMu.Lock() // a restart under way finishes first; later ones see closed
+	err := s.closeLibrary(s.lib.Load())
+	s.restartMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	s.subs.close()
@@ -293,9 +324,9 @@ const closeLibraryWait = 2 * time.Second
 // the connections still open are left to their clients or to the process
 // exit; their channels were sent CloseSecureChannel and the context that
 // serves them is cancelled next.
-func (s *Server) closeLibrary() error {
+func (s *Server) closeLibrary(lib *library) error {
 	done := make(chan error, 1)
-	go func() { done <- s.srv.Close() }()
+	go func() { done <- lib.srv.Close() }()
 	wait := time.NewTimer(closeLibraryWait)
 	defer wait.Stop()
 	select {
@@ -305,6 +336,44 @@ func (s *Server) closeLibrary() error {
 		s.log.Info().Dur("waited", closeLibraryWait).Msg("opcua server closed with client connections still open; the clients hang up on their own")
 		return nil
 	}
+}
+
+// restartLibrary replaces the library's server listening on backend, which
+// took a connection the front handed it and did not answer the Hello (why):
+// its accept loop ends for good on a connection reset before a Hello
+// (WORKAROUNDS.md row 17), and the front keeps only remote clients from
+// its loopback port, not local processes. The new instance serves the same
+// namespace, handlers and state on a new loopback port; the old one's
+// connections are closed and their clients reconnect, with new sessions.
+func (s *Server) restartLibrary(backend string, why error) {
+	s.restartMu.Lock()
+	defer s.restartMu.Unlock()
+	old := s.lib.Load()
+	if s.closed.Load() || old.backend != backend {
+		return // closing, or already replaced
+	}
+	lib, err := s.newLibrary()
+	if err == nil {
+		if err = lib.srv.Start(s.runCtx); err != nil {
+			lib.srv.Close()
+		}
+	}
+	if err != nil {
+		s.log.Error().Err(err).AnErr("because", why).Str("loopback", backend).
+			Msg("opcua server stopped taking new connections and could not be restarted; the next refused client tries again")
+		return
+	}
+	s.lib.Store(lib)
+	s.front.setBackend(lib.backend)
+	s.front.closeBackend(old.backend)
+	if err := s.closeLibrary(old); err != nil {
+		s.log.Warn().Err(err).Msg("close the stopped opcua library server")
+	}
+	// Its sessions cannot go on: their clients come back with new ones.
+	s.sessions.dropAll()
+	s.metrics.restarts.Inc()
+	s.log.Error().AnErr("because", why).Str("old_loopback", backend).Str("loopback", lib.backend).
+		Msg("opcua server stopped taking new connections; restarted it: its clients reconnect")
 }
 
 // Endpoint is the URL clients connect to.
@@ -523,6 +592,7 @@ type metrics struct {
 	refused        *prometheus.CounterVec
 	connections    prometheus.Gauge
 	stalled        prometheus.Counter
+	restarts       prometheus.Counter
 	levelPublished atomic.Bool
 
 	// reg and registered let a closed server take its collectors back
@@ -588,7 +658,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_opcua_connections_refused_total",
-			Help: "TCP connections closed before the OPC UA server saw them, by reason (no_hello: closed, reset or silent before a whole Hello; not_hello; busy: too many waiting for their Hello; backend).",
+			Help: "TCP connections closed before the OPC UA server saw them, by reason (no_hello: closed, reset or silent before a whole Hello; not_hello; busy: too many waiting for their Hello; backend: the library's listener did not take it or answer its Hello).",
 		}, []string{"reason"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scadad_opcua_connections",
@@ -598,10 +668,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_clients_stalled_total",
 			Help: "Client connections closed because the client stopped reading what the server sent (see front.go).",
 		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_server_restarts_total",
+			Help: "Times the OPC UA library's server was replaced because it took a connection and did not answer its Hello (see WORKAROUNDS.md row 17); its clients reconnected.",
+		}),
 	}
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
-		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections, m.stalled} {
+		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections, m.stalled, m.restarts} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err

@@ -94,6 +94,27 @@ func (t *sessionTable) closed(token *ua.NodeID) {
 	t.dropped(tokenKey(token))
 }
 
+// dropAll forgets every session, with its subscriptions: the library's
+// server that held them was replaced (Server.restartLibrary).
+func (t *sessionTable) dropAll() {
+	t.mu.Lock()
+	keys := make([]string, 0, len(t.nonces)+len(t.active))
+	for k := range t.nonces {
+		keys = append(keys, k)
+	}
+	for k := range t.active {
+		if _, ok := t.nonces[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	clear(t.nonces)
+	clear(t.active)
+	t.mu.Unlock()
+	for _, k := range keys {
+		t.dropped(k)
+	}
+}
+
 // checkIdentity validates an ActivateSession identity token against the
 // configuration and returns the identity's name.
 func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (string, ua.StatusCode) {
@@ -130,7 +151,7 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (s
 // user-token policies and decrypts the password with the server key.
 func (s *Server) decryptPassword(t *ua.UserNameIdentityToken, authToken *ua.NodeID) ([]byte, error) {
 	policy := ""
-	for _, ep := range s.srv.Endpoints() {
+	for _, ep := range s.srv().Endpoints() {
 		for _, p := range ep.UserIdentityTokens {
 			if p != nil && p.PolicyID == t.PolicyID && p.TokenType == ua.UserTokenTypeUserName {
 				policy = p.SecurityPolicyURI

@@ -17,8 +17,8 @@ func applicationURIOf(certDER []byte) string {
 	return c.URIs[0].String()
 }
 
-func (s *Server) ns0() (*server.NodeNameSpace, error) {
-	ns, err := s.srv.Namespace(0)
+func ns0(srv *server.Server) (*server.NodeNameSpace, error) {
+	ns, err := srv.Namespace(0)
 	if err != nil {
 		return nil, fmt.Errorf("opcua namespace 0: %w", err)
 	}
@@ -31,8 +31,8 @@ func (s *Server) ns0() (*server.NodeNameSpace, error) {
 
 // linkSiteFolder makes the site folder browsable from Objects. It runs once,
 // before Start, because the library's nodes have no lock of their own.
-func (s *Server) linkSiteFolder() error {
-	n0, err := s.ns0()
+func (s *Server) linkSiteFolder(srv *server.Server) error {
+	n0, err := ns0(srv)
 	if err != nil {
 		return err
 	}
@@ -49,8 +49,8 @@ func (s *Server) linkSiteFolder() error {
 // an AccessLevel, writable by anyone), with read-only variables whose values
 // come from the server. The nodes are swapped in before Start; afterwards
 // only their value functions run, and those read atomics.
-func (s *Server) installRedundancyNodes() error {
-	n0, err := s.ns0()
+func (s *Server) installRedundancyNodes(srv *server.Server) error {
+	n0, err := ns0(srv)
 	if err != nil {
 		return err
 	}
