@@ -47,9 +47,11 @@ type front struct {
 }
 
 type frontLimits struct {
-	// hello bounds the wait for a connection's Hello, and for the
-	// library's answer to it.
+	// hello bounds the wait for a connection's Hello.
 	hello time.Duration
+	// answer bounds the wait for the library's answer to a Hello, which
+	// a live library sends at once.
+	answer time.Duration
 	// dial bounds connecting to the library's listener.
 	dial time.Duration
 	// maxWaiting bounds the connections waiting for their Hello; more are
@@ -81,9 +83,12 @@ const (
 
 const (
 	defaultHelloTimeout = 10 * time.Second
-	defaultFrontDial    = 2 * time.Second
-	defaultMaxWaiting   = 256
-	defaultStalled      = 10 * time.Second
+	// defaultLibraryAnswer is how long the library may take to answer a
+	// Hello before the server replaces it (Server.restartLibrary).
+	defaultLibraryAnswer = 3 * time.Second
+	defaultFrontDial     = 2 * time.Second
+	defaultMaxWaiting    = 256
+	defaultStalled       = 10 * time.Second
 )
 
 func newFront(ln net.Listener, backend string, limits frontLimits, log zerolog.Logger, m *metrics) *front {
@@ -230,13 +235,13 @@ func (f *front) serve(c net.Conn) {
 	// The library answers a Hello at once (Acknowledge or Error); a
 	// listener that took the connection and says nothing has stopped
 	// handshaking (WORKAROUNDS.md row 17).
-	answer, err := readAnswer(b, f.limits.hello)
+	answer, err := readAnswer(b, f.limits.answer)
 	if err != nil {
 		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("waited", f.limits.hello).
+			f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("waited", f.limits.answer).
 				Msg("opcua connection dropped: the server's own listener did not answer its Hello")
-			f.reportBackend(backend, fmt.Errorf("the library did not answer a Hello within %v", f.limits.hello))
+			f.reportBackend(backend, fmt.Errorf("the library did not answer a Hello within %v", f.limits.answer))
 		}
 		return
 	}

@@ -244,7 +244,10 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), lib.backend, err)
 	}
 	s.cancel, s.runCtx = cancel, runCtx
-	s.front = newFront(ln, lib.backend, frontLimits{hello: s.cfg.HelloTimeout, dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled}, s.log, s.metrics)
+	s.front = newFront(ln, lib.backend, frontLimits{
+		hello: s.cfg.HelloTimeout, answer: min(s.cfg.HelloTimeout, defaultLibraryAnswer),
+		dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled,
+	}, s.log, s.metrics)
 	s.front.backendDead = func(backend string, why error) { go s.restartLibrary(backend, why) }
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
