@@ -615,6 +615,12 @@ func (w *worker) post(m *Message) error {
 		if errors.Is(err, context.DeadlineExceeded) && w.ctx.Err() == nil {
 			return fmt.Errorf("post: no answer within %v", w.cfg.Timeout)
 		}
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			// The target may have moved to a certificate of a CA
+			// rotated into ca_file in place: read it again next time.
+			w.dropClient()
+		}
 		return fmt.Errorf("post: %w", err)
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
@@ -630,7 +636,8 @@ func (w *worker) post(m *Message) error {
 // httpClient is the client for this target's deliveries: the Deliverer's,
 // or for a target with a CAFile one that trusts those CAs only. A CA file
 // that cannot be read fails the attempt, as an unreachable target would
-// (counted, retried, shown in sf stats), and is read again next time.
+// (counted, retried, shown in sf stats), and is read again next time; so
+// is one after the target's certificate failed verification (dropClient).
 func (w *worker) httpClient() (*http.Client, error) {
 	if w.cfg.CAFile == "" {
 		return w.d.opts.Client, nil
@@ -652,6 +659,17 @@ func (w *worker) httpClient() (*http.Client, error) {
 	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	w.client = c
 	return c, nil
+}
+
+// dropClient lets go of the target's own client, if it has one, so the
+// next attempt builds another from the CA file as it is then.
+func (w *worker) dropClient() {
+	w.clientMu.Lock()
+	defer w.clientMu.Unlock()
+	if w.client != nil {
+		w.client.CloseIdleConnections()
+		w.client = nil
+	}
 }
 
 // closeClient lets go of the connections of the target's own client, if

@@ -2,8 +2,16 @@ package storeforward
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -606,4 +614,91 @@ func TestHTTPSTargetTrustsItsCAFile(t *testing.T) {
 	if st := h.stats(t, "system-roots"); st.Pending != 1 {
 		t.Fatalf("system-roots target: %+v, want its message still pending", st)
 	}
+}
+
+// A target whose certificate moves to a new CA, rotated into ca_file in
+// place: deliveries fail verification (shown) until the file holds the new
+// CA, then go on, with no failover and no change to the target.
+func TestHTTPSTargetFollowsACARotatedInPlace(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	oldCert, oldCA := selfSignedFor127(t, "historian-2025")
+	newCert, newCA := selfSignedFor127(t, "historian-2026")
+	var current atomic.Pointer[tls.Certificate]
+	current.Store(&oldCert)
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get(HeaderIdempotencyKey)]++
+		mu.Unlock()
+	}))
+	// Our own TLS listener: httptest's StartTLS would put its built-in
+	// certificate first.
+	srv.Listener = tls.NewListener(srv.Listener, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current.Load(), nil },
+	})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	url := "https://" + srv.Listener.Addr().String()
+	caFile := filepath.Join(t.TempDir(), "historian-ca.pem")
+	if err := os.WriteFile(caFile, oldCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := fastTarget("historian", url)
+	target.CAFile = caFile
+	target.MaxAttempts = 1 << 30 // refused for as long as the test needs, never parked
+	if err := h.d.SetTargets([]Target{target}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "historian", "before", "x")
+	waitFor(t, "delivery under the old CA", 10*time.Second, func() bool { return h.stats(t, "historian").Pending == 0 })
+
+	// The historian moves to its new certificate; keep-alive connections
+	// made under the old one go too.
+	current.Store(&newCert)
+	srv.CloseClientConnections()
+	h.enqueue(t, "historian", "after", "x")
+	waitFor(t, "the new certificate refused while ca_file holds the old CA", 10*time.Second, func() bool {
+		st, err := h.op.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st) == 1 && st[0].Pending == 1 && strings.Contains(st[0].LastError, "certificate signed by unknown authority")
+	})
+	if err := os.WriteFile(caFile, newCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "delivery once ca_file holds the new CA", 10*time.Second, func() bool { return h.stats(t, "historian").Pending == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got["before"] != 1 || got["after"] != 1 {
+		t.Fatalf("the historian received %v, want each message once", got)
+	}
+}
+
+// selfSignedFor127 is a self-signed CA certificate valid for 127.0.0.1,
+// as a TLS certificate and as the PEM a ca_file would hold.
+func selfSignedFor127(t *testing.T, name string) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
