@@ -314,6 +314,24 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 	if strings.Contains(string(body), "scadad_apply_seconds_count 0\n") {
 		t.Error("no apply was timed on the Active after a deploy")
 	}
+	// The certificates' ends, as the files say.
+	v, err := pki.ReadValidity(filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, active.ID+".crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for which, want := range map[string]time.Time{"node": v.Cert, "ca": v.CA} {
+		line := `scadad_tls_certificate_expiry_timestamp_seconds{certificate="` + which + `"} `
+		i := strings.Index(string(body), line)
+		if i < 0 {
+			t.Errorf("/metrics of the Active lacks %q", line)
+			continue
+		}
+		rest, _, _ := strings.Cut(string(body)[i+len(line):], "\n")
+		got, err := strconv.ParseFloat(rest, 64)
+		if err != nil || int64(got) != want.Unix() {
+			t.Errorf("%s%s, want %d (the file's NotAfter)", line, rest, want.Unix())
+		}
+	}
 }
 
 // TestSoleVoterStopsWithoutAHandOver: a one-voter site (scadad --dev, a
@@ -417,5 +435,23 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 	}
 	if _, errs, code, _ := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client"); code == 0 || !strings.Contains(errs, "--overwrite") {
 		t.Fatalf("certs issue over an existing name: exit %d, %q; want a refusal naming --overwrite", code, errs)
+	}
+
+	// A new site's CA outlives its certificates (3650 against 825 days),
+	// so they can be renewed one node at a time; never the other way round.
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	if _, errs, code, _ := c.Ctl(ctx, nil, "certs", "init", "--dir", fresh, "--nodes", "a", "--days", "30", "--ca-days", "10"); code != 2 || !strings.Contains(errs, "--ca-days") {
+		t.Errorf("certs init with a CA shorter than its certificates: exit %d, %q; want exit 2 naming --ca-days", code, errs)
+	}
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "init", "--dir", fresh, "--nodes", "a"); err != nil || code != 0 {
+		t.Fatalf("certs init: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	v, err := pki.ReadValidity(filepath.Join(fresh, "ca.crt"), filepath.Join(fresh, "a.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	days := func(at time.Time) int { return int(time.Until(at).Hours()/24 + 0.5) }
+	if days(v.CA) != 3650 || days(v.Cert) != 825 {
+		t.Errorf("certs init: CA valid %d days, node %d; want 3650 and 825", days(v.CA), days(v.Cert))
 	}
 }

@@ -18,9 +18,17 @@ var ErrCAExists = errors.New("site CA already exists")
 type InitOption func(*initOptions)
 
 type initOptions struct {
-	overwrite bool
-	extraSANs map[string][]string
+	overwrite  bool
+	extraSANs  map[string][]string
+	caValidity time.Duration
 }
+
+// WithCAValidity makes the site CA valid for d instead of Init's validity,
+// which then applies to the node and client certificates only. A CA that
+// outlives its certificates lets them be renewed one node at a time (certs
+// issue --overwrite, a restart of that node); a CA that lapses with them
+// needs a new CA and a restart of every node at once.
+func WithCAValidity(d time.Duration) InitOption { return func(o *initOptions) { o.caValidity = d } }
 
 // WithOverwrite lets Init replace an existing CA and certificates.
 func WithOverwrite() InitOption { return func(o *initOptions) { o.overwrite = true } }
@@ -37,7 +45,8 @@ func WithExtraSANs(name string, sans ...string) InitOption {
 }
 
 // Init writes a new site PKI into dir: ca.crt/ca.key and <name>.crt/<name>.key
-// for every node and client, valid for validity. Keys are written 0600. It
+// for every node and client, valid for validity (the CA too, unless
+// WithCAValidity says otherwise). Keys are written 0600. It
 // refuses to touch a dir that already holds ca.crt unless WithOverwrite is
 // given.
 func Init(dir string, site string, nodes []string, clients []string, validity time.Duration, opts ...InitOption) error {
@@ -47,6 +56,12 @@ func Init(dir string, site string, nodes []string, clients []string, validity ti
 	}
 	if validity <= 0 {
 		return fmt.Errorf("init PKI in %s: %w: validity %s must be positive", dir, ErrInvalidInput, validity)
+	}
+	if o.caValidity == 0 {
+		o.caValidity = validity
+	}
+	if o.caValidity < validity {
+		return fmt.Errorf("init PKI in %s: %w: the CA's validity %s is shorter than its certificates' %s", dir, ErrInvalidInput, o.caValidity, validity)
 	}
 	if err := checkNames(append(append([]string{}, nodes...), clients...)); err != nil {
 		return fmt.Errorf("init PKI in %s: %w", dir, err)
@@ -60,8 +75,9 @@ func Init(dir string, site string, nodes []string, clients []string, validity ti
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("init PKI: create %s: %w", dir, err)
 	}
-	notAfter := time.Now().Add(validity)
-	ca, err := GenerateCA(site, time.Time{}, notAfter)
+	now := time.Now()
+	notAfter := now.Add(validity)
+	ca, err := GenerateCA(site, time.Time{}, now.Add(o.caValidity))
 	if err != nil {
 		return fmt.Errorf("init PKI in %s: %w", dir, err)
 	}

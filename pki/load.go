@@ -50,6 +50,25 @@ func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return ClientConfig(ca, cert, key)
 }
 
+// Validity is when a node's certificate and its site CA stop being valid.
+type Validity struct {
+	Cert, CA time.Time // each one's NotAfter
+}
+
+// ReadValidity reads when the certificate in certFile and the CA in caFile
+// expire.
+func ReadValidity(caFile, certFile string) (Validity, error) {
+	ca, err := readCert(caFile, "CA certificate")
+	if err != nil {
+		return Validity{}, err
+	}
+	cert, err := readCert(certFile, "certificate")
+	if err != nil {
+		return Validity{}, err
+	}
+	return Validity{Cert: cert.NotAfter, CA: ca.NotAfter}, nil
+}
+
 // ServerConfig is LoadServerTLS for certificates already in memory. It
 // carries RootCAs too, so a node can use one configuration both ways.
 func ServerConfig(ca, cert *x509.Certificate, key crypto.Signer) (*tls.Config, error) {

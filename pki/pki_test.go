@@ -97,23 +97,61 @@ func TestInitRefusesExistingCA(t *testing.T) {
 	}
 }
 
+// A CA given its own validity outlives the certificates it signs, and
+// ReadValidity reports both ends.
+func TestInitCAValidity(t *testing.T) {
+	cases := []struct {
+		name           string
+		opts           []InitOption
+		wantCA, wantNd time.Duration
+	}{
+		{"CA with its certificates", nil, 48 * time.Hour, 48 * time.Hour},
+		{"CA for ten years", []InitOption{WithCAValidity(3650 * 24 * time.Hour)}, 3650 * 24 * time.Hour, 48 * time.Hour},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			start := time.Now()
+			if err := Init(dir, "plant1", []string{"node-a"}, nil, 48*time.Hour, tc.opts...); err != nil {
+				t.Fatal(err)
+			}
+			v, err := ReadValidity(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "node-a.crt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			near := func(got time.Time, want time.Duration) bool {
+				d := got.Sub(start.Add(want))
+				return d > -time.Minute && d < time.Minute
+			}
+			if !near(v.CA, tc.wantCA) || !near(v.Cert, tc.wantNd) {
+				t.Fatalf("CA until %v, node until %v; want %v and %v from %v", v.CA, v.Cert, tc.wantCA, tc.wantNd, start)
+			}
+		})
+	}
+	if _, err := ReadValidity(filepath.Join(t.TempDir(), "ca.crt"), "node.crt"); !errors.Is(err, ErrMissing) {
+		t.Fatalf("ReadValidity of missing files: err = %v, want ErrMissing", err)
+	}
+}
+
 func TestInitRejectsBadInput(t *testing.T) {
 	cases := []struct {
 		name     string
 		nodes    []string
 		clients  []string
 		validity time.Duration
+		opts     []InitOption
 	}{
-		{"zero validity", []string{"a"}, nil, 0},
-		{"path in name", []string{"../a"}, nil, time.Hour},
-		{"duplicate", []string{"a"}, []string{"a"}, time.Hour},
-		{"clashes with CA", []string{"ca"}, nil, time.Hour},
-		{"empty name", []string{""}, nil, time.Hour},
+		{"zero validity", []string{"a"}, nil, 0, nil},
+		{"path in name", []string{"../a"}, nil, time.Hour, nil},
+		{"duplicate", []string{"a"}, []string{"a"}, time.Hour, nil},
+		{"clashes with CA", []string{"ca"}, nil, time.Hour, nil},
+		{"empty name", []string{""}, nil, time.Hour, nil},
+		{"CA shorter than its certificates", []string{"a"}, nil, 2 * time.Hour, []InitOption{WithCAValidity(time.Hour)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			err := Init(dir, "s", tc.nodes, tc.clients, tc.validity)
+			err := Init(dir, "s", tc.nodes, tc.clients, tc.validity, tc.opts...)
 			if !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("err = %v, want ErrInvalidInput", err)
 			}

@@ -11,7 +11,7 @@ import (
 )
 
 func runCerts(_ context.Context, g *globals, args []string) error {
-	const usage = "certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--overwrite] | certs issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]"
+	const usage = "certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | certs issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]"
 	if len(args) == 0 || (args[0] != "init" && args[0] != "issue") {
 		return usagef("%s", usage)
 	}
@@ -23,7 +23,8 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 	name := fs.String("name", "", "issue: the node id or client name to certify")
 	client := fs.Bool("client", false, "issue: a client (operator tool) certificate instead of a node's")
 	sans := fs.String("san", "", "issue: comma-separated extra host names or IP addresses (a node's peers dial it by)")
-	days := fs.Int("days", 825, "validity in days (issue: no later than the CA's end)")
+	days := fs.Int("days", 825, "validity in days of node and client certificates (issue: no later than the CA's end)")
+	caDays := fs.Int("ca-days", 3650, "init: validity in days of the site CA, at least --days: a CA that outlives its certificates lets them be renewed one node at a time")
 	overwrite := fs.Bool("overwrite", false, "replace what is there (init: the CA, which cuts every issued certificate off the site)")
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
@@ -31,6 +32,9 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 	}
 	if *days < 1 {
 		return usagef("--days must be at least 1")
+	}
+	if args[0] == "init" && *caDays < *days {
+		return usagef("--ca-days (%d) must be at least --days (%d): the CA must outlive the certificates it signs", *caDays, *days)
 	}
 	validity := time.Duration(*days) * 24 * time.Hour
 	if args[0] == "issue" {
@@ -48,9 +52,9 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 		return nil
 	}
 	if len(pos) != 0 || *dir == "" || *nodes == "" {
-		return usagef("certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--overwrite]")
+		return usagef("certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite]")
 	}
-	var opts []pki.InitOption
+	opts := []pki.InitOption{pki.WithCAValidity(time.Duration(*caDays) * 24 * time.Hour)}
 	if *overwrite {
 		opts = append(opts, pki.WithOverwrite())
 	}

@@ -133,6 +133,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 
 	reg := prometheus.NewRegistry()
 	metrics := newNodeMetrics(reg)
+	validity, err := pki.ReadValidity(cfg.TLS.CA, cfg.TLS.Cert)
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	if err := registerCertExpiry(reg, validity); err != nil {
+		return err
+	}
 
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
 	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, timed)
@@ -200,6 +207,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("heal", healing.run)
 	goRun("deploy", applier.Run)
+	goRun("certificates", func(ctx context.Context) error {
+		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
+		return nil
+	})
 	goRun("state-commits", func(ctx context.Context) error {
 		commitStateEvery(ctx, state, stateCommitInterval)
 		return nil

@@ -29,7 +29,7 @@ func devConfig(dir string) (*nodeconfig.Config, error) {
 	}
 	certs := filepath.Join(dir, "certs")
 	if _, err := os.Stat(filepath.Join(certs, "ca.crt")); errors.Is(err, os.ErrNotExist) {
-		if err := pki.Init(certs, "scadad-dev", []string{"dev"}, []string{"operator"}, 825*24*time.Hour); err != nil {
+		if err := pki.Init(certs, "scadad-dev", []string{"dev"}, []string{"operator"}, 825*24*time.Hour, pki.WithCAValidity(3650*24*time.Hour)); err != nil {
 			return nil, fmt.Errorf("dev certificates: %w", err)
 		}
 	} else if err != nil {
