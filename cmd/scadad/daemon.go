@@ -140,6 +140,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err := registerCertExpiry(reg, validity); err != nil {
 		return err
 	}
+	if err := registerDiskSpace(reg, cfg.DataDir); err != nil {
+		return err
+	}
 
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
 	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, timed)
