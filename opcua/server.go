@@ -82,6 +82,9 @@ type Server struct {
 type library struct {
 	srv     *server.Server
 	backend string // its listen address
+	// stop ends the goroutines it started once it is replaced; Close's
+	// cancel ends the last one's. Set when it is started.
+	stop context.CancelFunc
 }
 
 // New builds a server; it listens only after Start.
@@ -238,7 +241,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	lib := s.lib.Load()
-	if err := lib.srv.Start(runCtx); err != nil {
+	var libCtx context.Context
+	libCtx, lib.stop = context.WithCancel(runCtx)
+	if err := lib.srv.Start(libCtx); err != nil {
 		cancel()
 		ln.Close()
 		return fmt.Errorf("start opcua server on %s (its loopback listener %s): %w", s.cfg.endpointURL(), lib.backend, err)
@@ -357,7 +362,10 @@ func (s *Server) restartLibrary(backend string, why error) {
 	}
 	lib, err := s.newLibrary()
 	if err == nil {
-		if err = lib.srv.Start(s.runCtx); err != nil {
+		var libCtx context.Context
+		libCtx, lib.stop = context.WithCancel(s.runCtx)
+		if err = lib.srv.Start(libCtx); err != nil {
+			lib.stop()
 			lib.srv.Close()
 		}
 	}
@@ -366,14 +374,16 @@ func (s *Server) restartLibrary(backend string, why error) {
 			Msg("opcua server stopped taking new connections and could not be restarted; the next refused client tries again")
 		return
 	}
+	// The old instance's sessions cannot go on (their clients come back
+	// with new ones); dropped before the new instance takes any.
+	s.sessions.dropAll()
 	s.lib.Store(lib)
 	s.front.setBackend(lib.backend)
 	s.front.closeBackend(old.backend)
 	if err := s.closeLibrary(old); err != nil {
 		s.log.Warn().Err(err).Msg("close the stopped opcua library server")
 	}
-	// Its sessions cannot go on: their clients come back with new ones.
-	s.sessions.dropAll()
+	old.stop()
 	s.metrics.restarts.Inc()
 	s.log.Error().AnErr("because", why).Str("old_loopback", backend).Str("loopback", lib.backend).
 		Msg("opcua server stopped taking new connections; restarted it: its clients reconnect")
