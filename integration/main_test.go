@@ -3,7 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +99,21 @@ func ctlJSON(t *testing.T, c *testcluster.Cluster, nodes []*testcluster.Node, v 
 	if err := c.CtlJSON(ctx, nodes, v, args...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// metricLine is the value of series (a name, with its labels if it has
+// any, as /metrics writes them) on n's /metrics, or "".
+func metricLine(n *testcluster.Node, name string) string {
+	resp, err := http.Get("http://" + n.HTTPAddr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
 }

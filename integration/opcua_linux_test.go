@@ -5,9 +5,7 @@ package integration
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,22 +54,6 @@ func TestOPCUALibraryStoppedByALocalResetIsReplaced(t *testing.T) {
 	if now := libraryPort(t, active); now == library {
 		t.Fatalf("the library still listens on %s", now)
 	}
-}
-
-// metricLine is the value of an unlabelled series on n's /metrics, or "".
-func metricLine(n *testcluster.Node, name string) string {
-	resp, err := http.Get("http://" + n.HTTPAddr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // libraryPort finds the OPC UA library's loopback listener among the TCP

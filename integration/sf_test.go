@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -447,4 +448,71 @@ func TestSFEnqueueThroughTheStandbyRidesOutAFrozenActive(t *testing.T) {
 	t.Logf("acknowledged %s after %s became Active", time.Since(took).Round(time.Millisecond), standby.ID)
 	c.Resume(active)
 	paused = false
+}
+
+// A target at its max_pending refuses enqueues on every node, over HTTP
+// (507) and scadactl (exit 4), nothing refused is stored, and a sink that
+// recovers drains it so enqueues are taken again.
+func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	standby := otherVoter(t, c, active)
+	sink := startSink(t)
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	site := testcluster.SiteConfig("cap", map[string]string{"sink": sink.URL}, 1000)
+	capped := bytes.Replace(site, []byte("max_payload_bytes: 65536}"), []byte("max_payload_bytes: 65536, max_pending: 3}"), 1)
+	if bytes.Equal(capped, site) {
+		t.Fatal("site config template changed: no target line to cap")
+	}
+	deploySite(t, c, capped)
+	for i := range 3 {
+		if !enqueue(active, "sink", fmt.Sprintf("cap-%d", i), []byte("x")) {
+			t.Fatalf("enqueue cap-%d under the cap not acknowledged", i)
+		}
+	}
+	post := func(n *testcluster.Node, id string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr+"/v1/sf/sink", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", id)
+		resp, err := enqueueClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	// Each node checks its own replica: wait until the Standby's holds
+	// the three.
+	waitFor(t, 10*time.Second, "the Standby's replica holding 3", func() bool {
+		var local []*controlpb.SFTargetStats
+		ctlJSON(t, c, []*testcluster.Node{standby}, &local, "sf", "stats", "--local")
+		return len(local) == 1 && local[0].Pending == 3
+	})
+	for _, n := range []*testcluster.Node{active, standby} {
+		code, body := post(n, "cap-over-"+n.ID)
+		if code != http.StatusInsufficientStorage || !strings.Contains(body, `"code":"buffer_full"`) || !strings.Contains(body, "max_pending is 3") {
+			t.Fatalf("%s: HTTP %d %s, want 507 buffer_full naming the cap", n.ID, code, body)
+		}
+	}
+	if _, errs, code, _ := c.Ctl(context.Background(), nil, "sf", "enqueue", "sink", "--id", "cap-ctl", "--data", "x"); code != 4 || !strings.Contains(errs, "max_pending is 3") {
+		t.Fatalf("scadactl sf enqueue to a full target: exit %d, %q; want exit 4 naming the cap", code, errs)
+	}
+	var stats []*controlpb.SFTargetStats
+	ctlJSON(t, c, nil, &stats, "sf", "stats")
+	if len(stats) != 1 || stats[0].Pending != 3 {
+		t.Fatalf("sf stats %v, want 3 pending (nothing refused stored)", stats)
+	}
+	if v := metricLine(active, `scadad_sf_buffer_full_total{target="sink"}`); v == "" || v == "0" {
+		t.Errorf("scadad_sf_buffer_full_total on the Active = %q, want the refusals counted", v)
+	}
+
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the capped target taking messages again", func() bool {
+		return enqueue(active, "sink", "cap-after", []byte("x"))
+	})
 }

@@ -195,6 +195,11 @@ type Target struct {
 	// https target's certificate must chain to instead of the system's
 	// (a site's private CA); https only.
 	CAFile string `yaml:"ca_file,omitempty"`
+	// MaxPending caps the messages this target may hold waiting for
+	// delivery: further enqueues are refused (HTTP 507) until deliveries
+	// catch up, so a target down for days cannot fill the disk the rest of
+	// the site shares. 0 (the default) sets no cap.
+	MaxPending int `yaml:"max_pending,omitempty"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

@@ -495,6 +495,9 @@ func (v *validator) target(p string, t *Target) {
 	if t.MaxInFlight < 1 || t.MaxInFlight > MaxTargetInFlight {
 		v.add(field(p, "max_in_flight"), "%d is outside 1..%d", t.MaxInFlight, MaxTargetInFlight)
 	}
+	if t.MaxPending < 0 {
+		v.add(field(p, "max_pending"), "%d is negative (0 sets no cap)", t.MaxPending)
+	}
 }
 
 func isHeaderToken(s string) bool {

@@ -147,6 +147,8 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].max_payload_bytes"}, "outside"},
 		{"target window", func(s *Site) { s.Targets[0].MaxInFlight = 65 },
 			[]string{"targets[0].max_in_flight"}, "outside"},
+		{"target cap", func(s *Site) { s.Targets[0].MaxPending = -5 },
+			[]string{"targets[0].max_pending"}, "negative"},
 		{"target ca_file on http", func(s *Site) {
 			s.Targets[0].URL = "http://hist.local/in"
 			s.Targets[0].CAFile = "/etc/scadad/hist-ca.pem"

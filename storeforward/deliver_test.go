@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -701,4 +702,41 @@ func selfSignedFor127(t *testing.T, name string) (tls.Certificate, []byte) {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// A target at its max_pending refuses enqueues, naming the cap, and takes
+// them again once deliveries have caught up; other targets are not held.
+func TestMaxPendingRefusesUntilDeliveriesCatchUp(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var up atomic.Bool
+	s := newSink(t, nil, func(received, int) int {
+		if up.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	capped := fastTarget("capped", s.srv.URL)
+	capped.MaxAttempts = 1 << 30
+	capped.MaxPending = 2
+	other := fastTarget("other", s.srv.URL)
+	other.MaxAttempts = 1 << 30
+	if err := h.d.SetTargets([]Target{capped, other}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "capped", "c1", "x")
+	h.enqueue(t, "capped", "c2", "x")
+	_, err := h.e.Enqueue(context.Background(), "capped", []byte("x"), "c3", nil)
+	var full *BufferFullError
+	if !errors.As(err, &full) || full.Pending != 2 || full.Limit != 2 || !strings.Contains(err.Error(), "max_pending is 2") {
+		t.Fatalf("third enqueue to a target capped at 2: err = %v, want a BufferFullError naming the cap", err)
+	}
+	h.enqueue(t, "other", "o1", "x")
+	if st := h.stats(t, "capped"); st.Pending != 2 {
+		t.Fatalf("capped target holds %d, want 2 (the refused message not stored)", st.Pending)
+	}
+
+	up.Store(true)
+	waitFor(t, "the capped target delivered", 10*time.Second, func() bool { return h.stats(t, "capped").Pending == 0 })
+	h.enqueue(t, "capped", "c3", "x")
+	waitFor(t, "c3 delivered", 10*time.Second, func() bool { return h.stats(t, "capped").Pending == 0 })
 }

@@ -25,6 +25,9 @@ type EnqueueResult struct {
 type EnqueuerOptions struct {
 	Proposer Proposer     // required
 	Targets  TargetLookup // required
+	// Counts says how many messages each target holds, for targets with
+	// a MaxPending; without it no cap is enforced. Reader satisfies it.
+	Counts PendingCounts
 	// Actor is stamped on every command (the node id).
 	Actor string
 	// MaxBatchMessages and MaxBatchBytes close a batch early. MaxDelay is
@@ -160,6 +163,32 @@ func (e *Enqueuer) Validate(target string, payload []byte, id string, headers []
 	return nil
 }
 
+// PendingCounts reads how many messages each target holds.
+type PendingCounts interface {
+	SFStats() (map[string]fsm.TargetStats, error)
+}
+
+// checkRoom refuses a message to a target that holds its MaxPending
+// messages already. It reads this node's replica and does not count
+// messages still on their way into it, so concurrent enqueues may pass the
+// cap by about one batch: a cap on the disk the buffer takes, not an exact
+// quota.
+func (e *Enqueuer) checkRoom(target string) error {
+	t, ok := e.opts.Targets.Target(target)
+	if !ok || t.MaxPending <= 0 || e.opts.Counts == nil {
+		return nil
+	}
+	stats, err := e.opts.Counts.SFStats()
+	if err != nil {
+		return fmt.Errorf("%w: read how many messages %s holds: %w", ErrUnavailable, target, err)
+	}
+	if n := stats[target].Pending; n >= uint64(t.MaxPending) {
+		e.opts.Metrics.observeBufferFull(target)
+		return &BufferFullError{Target: target, Pending: n, Limit: t.MaxPending}
+	}
+	return nil
+}
+
 // maxMessageHeaders mirrors the FSM's per-message header limit.
 const maxMessageHeaders = 64
 
@@ -197,6 +226,9 @@ func (e *Enqueuer) Submit(ctx context.Context, target string, payload []byte, id
 	}
 	p := &Pending{e: e, id: id, target: target}
 	if err := e.Validate(target, payload, id, headers); err != nil {
+		return p, err
+	}
+	if err := e.checkRoom(target); err != nil {
 		return p, err
 	}
 	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}

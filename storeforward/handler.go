@@ -96,12 +96,15 @@ func (e *Enqueuer) writeError(w http.ResponseWriter, err error) {
 	var (
 		unknown *UnknownTargetError
 		tooBig  *PayloadTooLargeError
+		full    *BufferFullError
 	)
 	switch {
 	case errors.As(err, &unknown):
 		writeJSON(w, http.StatusNotFound, errorBody{Code: "unknown_target", Error: err.Error(), Target: unknown.Target, KnownTargets: unknown.Known})
 	case errors.As(err, &tooBig):
 		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Code: "payload_too_large", Error: err.Error(), Target: tooBig.Target, Limit: tooBig.Limit})
+	case errors.As(err, &full):
+		writeJSON(w, http.StatusInsufficientStorage, errorBody{Code: "buffer_full", Error: err.Error(), Target: full.Target, Limit: full.Limit})
 	case errors.Is(err, ErrInvalid):
 		writeJSON(w, http.StatusBadRequest, errorBody{Code: "invalid", Error: err.Error()})
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):

@@ -14,9 +14,10 @@ import (
 func TestHandler(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
-	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{
-		"hist": {Name: "hist", URL: "http://x", MaxPayloadBytes: 16},
-		"ops":  {Name: "ops", URL: "http://y"},
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Counts: f, Targets: StaticTargets{
+		"hist":   {Name: "hist", URL: "http://x", MaxPayloadBytes: 16},
+		"ops":    {Name: "ops", URL: "http://y"},
+		"capped": {Name: "capped", URL: "http://z", MaxPending: 1},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -38,11 +39,13 @@ func TestHandler(t *testing.T) {
 		{"stored", "POST", "/v1/sf/hist", "hello", map[string]string{"Idempotency-Key": "k1", "Content-Type": "text/plain"}, false, 201, []string{`"id":"k1"`, `"duplicate":false`}},
 		{"same key again", "POST", "/v1/sf/hist", "hello", map[string]string{"Idempotency-Key": "k1"}, false, 200, []string{`"duplicate":true`}},
 		{"generated id", "POST", "/v1/sf/ops", "x", nil, false, 201, []string{`"id":"`}},
-		{"unknown target lists targets", "POST", "/v1/sf/nope", "x", nil, false, 404, []string{`"known_targets":["hist","ops"]`, `unknown_target`}},
+		{"unknown target lists targets", "POST", "/v1/sf/nope", "x", nil, false, 404, []string{`"known_targets":["capped","hist","ops"]`, `unknown_target`}},
 		{"too large", "POST", "/v1/sf/hist", strings.Repeat("x", 17), nil, false, 413, []string{`"limit":16`}},
 		{"wrong method", "GET", "/v1/sf/hist", "", nil, false, 405, []string{"method GET not allowed"}},
 		{"compressed body", "POST", "/v1/sf/hist", "x", map[string]string{"Content-Encoding": "gzip"}, false, 415, []string{"Content-Encoding"}},
 		{"key too long", "POST", "/v1/sf/ops", "x", map[string]string{"Idempotency-Key": strings.Repeat("k", 600)}, false, 400, []string{"message id"}},
+		{"under its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c1"}, false, 201, []string{`"id":"c1"`}},
+		{"at its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c2"}, false, 507, []string{`"code":"buffer_full"`, `"limit":1`, "max_pending is 1"}},
 		{"no quorum", "POST", "/v1/sf/ops", "x", map[string]string{"Idempotency-Key": "k2"}, true, 503, []string{"no leader or quorum", "retry with the same Idempotency-Key"}},
 	}
 	for _, c := range cases {

@@ -231,7 +231,7 @@ func newHarnessWith(t testing.TB, initial role.State, tune func(*DelivererOption
 	if err := h.d.SetTargets(targets); err != nil {
 		t.Fatal(err)
 	}
-	h.e, err = NewEnqueuer(EnqueuerOptions{Proposer: h.p, Targets: h.d, Actor: "n1", Logger: zerolog.Nop()})
+	h.e, err = NewEnqueuer(EnqueuerOptions{Proposer: h.p, Targets: h.d, Counts: h.f, Actor: "n1", Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

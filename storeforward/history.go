@@ -312,7 +312,8 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 	// retry can change does not hold the batches behind it: a batch over
 	// the target's payload limit is split in two (down to single values,
 	// which are dropped), a malformed one dropped; both are counted and
-	// logged. Anything else (no quorum, a full disk) waits for a retry.
+	// logged. Anything else (no quorum, a full disk, a target at its
+	// max_pending) waits for a retry.
 	attempt := func() bool {
 		b := queue[0]
 		_, err := h.opts.Enqueuer.Enqueue(sendCtx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})

@@ -16,6 +16,7 @@ type Metrics struct {
 	delivered      *prometheus.CounterVec
 	deliveryErrors *prometheus.CounterVec
 	parkedTotal    *prometheus.CounterVec
+	bufferFull     *prometheus.CounterVec
 	enqueueBatch   prometheus.Histogram
 	removeBatch    prometheus.Histogram
 	enqueueLatency prometheus.Histogram
@@ -45,6 +46,9 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 		}, []string{"target"}),
 		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_sf_parked_total", Help: "Messages parked after their target's max attempts, by target.",
+		}, []string{"target"}),
+		bufferFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_sf_buffer_full_total", Help: "Enqueues this node refused because the target held its max_pending messages, by target.",
 		}, []string{"target"}),
 		enqueueBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "scadad_sf_enqueue_batch_messages", Help: "Messages per group-committed SFEnqueue command.",
@@ -80,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode, dropTooLarge, dropInvalid, dropStopped} {
 		m.historyDropped.WithLabelValues(reason)
 	}
-	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal,
+	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal, m.bufferFull,
 		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped, m.historyWaiting}
 	if reader != nil {
 		cs = append(cs, &bufferCollector{reader: reader})
@@ -106,6 +110,13 @@ func (m *Metrics) knowTargets(names []string) {
 		m.delivered.WithLabelValues(name)
 		m.deliveryErrors.WithLabelValues(name)
 		m.parkedTotal.WithLabelValues(name)
+		m.bufferFull.WithLabelValues(name)
+	}
+}
+
+func (m *Metrics) observeBufferFull(target string) {
+	if m != nil {
+		m.bufferFull.WithLabelValues(target).Inc()
 	}
 }
 

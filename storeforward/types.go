@@ -133,6 +133,9 @@ type Target struct {
 	// chain to, instead of the system's roots. Read when a delivery worker
 	// first needs it, and again after a failed read.
 	CAFile string
+	// MaxPending caps the messages the target may hold pending; 0 sets
+	// none. Enqueues beyond it get a BufferFullError.
+	MaxPending int
 }
 
 // withDefaults fills zero fields.
@@ -180,10 +183,14 @@ func (t Target) validate() error {
 	if t.MaxPayloadBytes > fsm.MaxPayloadBytes {
 		return fmt.Errorf("target %s: max payload %d bytes is above the buffer's limit %d", t.Name, t.MaxPayloadBytes, fsm.MaxPayloadBytes)
 	}
+	if t.MaxPending < 0 {
+		return fmt.Errorf("target %s: max pending %d is negative", t.Name, t.MaxPending)
+	}
 	return nil
 }
 
-// sameTarget reports whether two configurations deliver identically.
+// sameTarget reports whether two configurations deliver identically
+// (MaxPending bounds enqueues only).
 func sameTarget(a, b Target) bool {
 	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
 		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
@@ -242,6 +249,18 @@ type UnknownTargetError struct {
 
 func (e *UnknownTargetError) Error() string {
 	return fmt.Sprintf("unknown store-and-forward target %q (known: %s)", e.Target, strings.Join(e.Known, ", "))
+}
+
+// BufferFullError is returned for a message to a target that already holds
+// its MaxPending messages.
+type BufferFullError struct {
+	Target  string
+	Pending uint64
+	Limit   int
+}
+
+func (e *BufferFullError) Error() string {
+	return fmt.Sprintf("target %s holds %d messages waiting for delivery, its max_pending is %d: refused until deliveries catch up", e.Target, e.Pending, e.Limit)
 }
 
 // PayloadTooLargeError is returned for a payload above the target's limit.

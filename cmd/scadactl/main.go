@@ -171,7 +171,7 @@ func report(stderr io.Writer, err error) int {
 	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {
-		case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists, codes.PermissionDenied:
+		case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists, codes.PermissionDenied, codes.ResourceExhausted:
 			return exitRefused
 		case codes.NotFound:
 			return exitNotFound

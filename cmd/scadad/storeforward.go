@@ -52,7 +52,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 		return nil, nil, fmt.Errorf("store-and-forward delivery: %w", err)
 	}
 	enq, err := storeforward.NewEnqueuer(storeforward.EnqueuerOptions{
-		Proposer: fwd, Targets: deliverer, Actor: cfg.NodeID,
+		Proposer: fwd, Targets: deliverer, Counts: state, Actor: cfg.NodeID,
 		MaxBatchMessages: cfg.SF.BatchMaxMessages, MaxDelay: cfg.SF.BatchDelay.D(), MaxInFlight: cfg.SF.BatchMaxInFlight,
 		Logger: sfLog, Metrics: metrics,
 	})
@@ -94,7 +94,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
 			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
-			CAFile: t.CAFile,
+			CAFile: t.CAFile, MaxPending: t.MaxPending,
 		})
 	}
 	return out
@@ -126,9 +126,12 @@ func (s *sfService) Submit(ctx context.Context, target string, payload []byte, i
 func sfStatus(what string, err error) error {
 	var unknown *storeforward.UnknownTargetError
 	var tooLarge *storeforward.PayloadTooLargeError
+	var full *storeforward.BufferFullError
 	switch {
 	case errors.As(err, &unknown):
 		return status.Errorf(codes.NotFound, "sf %s: %v", what, err)
+	case errors.As(err, &full):
+		return status.Errorf(codes.ResourceExhausted, "sf %s: %v", what, err)
 	case errors.As(err, &tooLarge), errors.Is(err, storeforward.ErrInvalid):
 		return status.Errorf(codes.InvalidArgument, "sf %s: %v", what, err)
 	case status.Code(err) != codes.Unknown:
