@@ -83,7 +83,9 @@ type Config struct {
 	// request (default 1000).
 	MaxNodesPerRequest int
 	// HelloTimeout bounds how long a new TCP connection may take to send
-	// its Hello before it is closed (default 10 s); see front.go.
+	// its Hello before it is closed (default 10 s); see front.go. The
+	// library gets the shorter of it and 3 s to answer a Hello before it
+	// is replaced (Server.restartLibrary).
 	HelloTimeout time.Duration
 	// ShutdownGrace is how long Close keeps serving after publishing
 	// ServiceLevel 0, so subscribed clients see it and move (default 300 ms;
