@@ -493,8 +493,8 @@ func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
 	})
 	for _, n := range []*testcluster.Node{active, standby} {
 		code, body := post(n, "cap-over-"+n.ID)
-		if code != http.StatusInsufficientStorage || !strings.Contains(body, `"code":"buffer_full"`) || !strings.Contains(body, "max_pending is 3") {
-			t.Fatalf("%s: HTTP %d %s, want 507 buffer_full naming the cap", n.ID, code, body)
+		if code != http.StatusInsufficientStorage || !strings.Contains(body, `"code":"target_full"`) || !strings.Contains(body, "max_pending is 3") {
+			t.Fatalf("%s: HTTP %d %s, want 507 target_full naming the cap", n.ID, code, body)
 		}
 	}
 	if _, errs, code, _ := c.Ctl(context.Background(), nil, "sf", "enqueue", "sink", "--id", "cap-ctl", "--data", "x"); code != 4 || !strings.Contains(errs, "max_pending is 3") {
@@ -505,8 +505,8 @@ func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
 	if len(stats) != 1 || stats[0].Pending != 3 {
 		t.Fatalf("sf stats %v, want 3 pending (nothing refused stored)", stats)
 	}
-	if v := metricLine(active, `scadad_sf_buffer_full_total{target="sink"}`); v == "" || v == "0" {
-		t.Errorf("scadad_sf_buffer_full_total on the Active = %q, want the refusals counted", v)
+	if v := metricLine(active, `scadad_sf_target_full_total{target="sink"}`); v == "" || v == "0" {
+		t.Errorf("scadad_sf_target_full_total on the Active = %q, want the refusals counted", v)
 	}
 
 	if err := sink.SetFailing(false); err != nil {

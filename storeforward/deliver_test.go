@@ -726,9 +726,9 @@ func TestMaxPendingRefusesUntilDeliveriesCatchUp(t *testing.T) {
 	h.enqueue(t, "capped", "c1", "x")
 	h.enqueue(t, "capped", "c2", "x")
 	_, err := h.e.Enqueue(context.Background(), "capped", []byte("x"), "c3", nil)
-	var full *BufferFullError
+	var full *TargetFullError
 	if !errors.As(err, &full) || full.Pending != 2 || full.Limit != 2 || !strings.Contains(err.Error(), "max_pending is 2") {
-		t.Fatalf("third enqueue to a target capped at 2: err = %v, want a BufferFullError naming the cap", err)
+		t.Fatalf("third enqueue to a target capped at 2: err = %v, want a TargetFullError naming the cap", err)
 	}
 	h.enqueue(t, "other", "o1", "x")
 	if st := h.stats(t, "capped"); st.Pending != 2 {

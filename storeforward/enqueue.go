@@ -183,8 +183,8 @@ func (e *Enqueuer) checkRoom(target string) error {
 		return fmt.Errorf("%w: read how many messages %s holds: %w", ErrUnavailable, target, err)
 	}
 	if n := stats[target].Pending; n >= uint64(t.MaxPending) {
-		e.opts.Metrics.observeBufferFull(target)
-		return &BufferFullError{Target: target, Pending: n, Limit: t.MaxPending}
+		e.opts.Metrics.observeTargetFull(target)
+		return &TargetFullError{Target: target, Pending: n, Limit: t.MaxPending}
 	}
 	return nil
 }

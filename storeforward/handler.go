@@ -96,7 +96,7 @@ func (e *Enqueuer) writeError(w http.ResponseWriter, err error) {
 	var (
 		unknown *UnknownTargetError
 		tooBig  *PayloadTooLargeError
-		full    *BufferFullError
+		full    *TargetFullError
 	)
 	switch {
 	case errors.As(err, &unknown):
@@ -104,7 +104,7 @@ func (e *Enqueuer) writeError(w http.ResponseWriter, err error) {
 	case errors.As(err, &tooBig):
 		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Code: "payload_too_large", Error: err.Error(), Target: tooBig.Target, Limit: tooBig.Limit})
 	case errors.As(err, &full):
-		writeJSON(w, http.StatusInsufficientStorage, errorBody{Code: "buffer_full", Error: err.Error(), Target: full.Target, Limit: full.Limit})
+		writeJSON(w, http.StatusInsufficientStorage, errorBody{Code: "target_full", Error: err.Error(), Target: full.Target, Limit: full.Limit})
 	case errors.Is(err, ErrInvalid):
 		writeJSON(w, http.StatusBadRequest, errorBody{Code: "invalid", Error: err.Error()})
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):

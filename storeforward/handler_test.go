@@ -45,7 +45,7 @@ func TestHandler(t *testing.T) {
 		{"compressed body", "POST", "/v1/sf/hist", "x", map[string]string{"Content-Encoding": "gzip"}, false, 415, []string{"Content-Encoding"}},
 		{"key too long", "POST", "/v1/sf/ops", "x", map[string]string{"Idempotency-Key": strings.Repeat("k", 600)}, false, 400, []string{"message id"}},
 		{"under its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c1"}, false, 201, []string{`"id":"c1"`}},
-		{"at its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c2"}, false, 507, []string{`"code":"buffer_full"`, `"limit":1`, "max_pending is 1"}},
+		{"at its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c2"}, false, 507, []string{`"code":"target_full"`, `"limit":1`, "max_pending is 1"}},
 		{"no quorum", "POST", "/v1/sf/ops", "x", map[string]string{"Idempotency-Key": "k2"}, true, 503, []string{"no leader or quorum", "retry with the same Idempotency-Key"}},
 	}
 	for _, c := range cases {

@@ -16,7 +16,7 @@ type Metrics struct {
 	delivered      *prometheus.CounterVec
 	deliveryErrors *prometheus.CounterVec
 	parkedTotal    *prometheus.CounterVec
-	bufferFull     *prometheus.CounterVec
+	targetFull     *prometheus.CounterVec
 	enqueueBatch   prometheus.Histogram
 	removeBatch    prometheus.Histogram
 	enqueueLatency prometheus.Histogram
@@ -47,8 +47,8 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_sf_parked_total", Help: "Messages parked after their target's max attempts, by target.",
 		}, []string{"target"}),
-		bufferFull: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scadad_sf_buffer_full_total", Help: "Enqueues this node refused because the target held its max_pending messages, by target.",
+		targetFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_sf_target_full_total", Help: "Enqueues this node refused because the target held its max_pending messages, by target.",
 		}, []string{"target"}),
 		enqueueBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "scadad_sf_enqueue_batch_messages", Help: "Messages per group-committed SFEnqueue command.",
@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 	for _, reason := range []string{dropBufferFull, dropRetryOverflow, dropEncode, dropTooLarge, dropInvalid, dropStopped} {
 		m.historyDropped.WithLabelValues(reason)
 	}
-	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal, m.bufferFull,
+	cs := []prometheus.Collector{m.enqueued, m.duplicates, m.delivered, m.deliveryErrors, m.parkedTotal, m.targetFull,
 		m.enqueueBatch, m.removeBatch, m.enqueueLatency, m.deliveryTime, m.historySent, m.historyValues, m.historyDropped, m.historyWaiting}
 	if reader != nil {
 		cs = append(cs, &bufferCollector{reader: reader})
@@ -110,13 +110,13 @@ func (m *Metrics) knowTargets(names []string) {
 		m.delivered.WithLabelValues(name)
 		m.deliveryErrors.WithLabelValues(name)
 		m.parkedTotal.WithLabelValues(name)
-		m.bufferFull.WithLabelValues(name)
+		m.targetFull.WithLabelValues(name)
 	}
 }
 
-func (m *Metrics) observeBufferFull(target string) {
+func (m *Metrics) observeTargetFull(target string) {
 	if m != nil {
-		m.bufferFull.WithLabelValues(target).Inc()
+		m.targetFull.WithLabelValues(target).Inc()
 	}
 }
 

@@ -134,7 +134,7 @@ type Target struct {
 	// first needs it, and again after a failed read.
 	CAFile string
 	// MaxPending caps the messages the target may hold pending; 0 sets
-	// none. Enqueues beyond it get a BufferFullError.
+	// none. Enqueues beyond it get a TargetFullError.
 	MaxPending int
 }
 
@@ -251,15 +251,15 @@ func (e *UnknownTargetError) Error() string {
 	return fmt.Sprintf("unknown store-and-forward target %q (known: %s)", e.Target, strings.Join(e.Known, ", "))
 }
 
-// BufferFullError is returned for a message to a target that already holds
+// TargetFullError is returned for a message to a target that already holds
 // its MaxPending messages.
-type BufferFullError struct {
+type TargetFullError struct {
 	Target  string
 	Pending uint64
 	Limit   int
 }
 
-func (e *BufferFullError) Error() string {
+func (e *TargetFullError) Error() string {
 	return fmt.Sprintf("target %s holds %d messages waiting for delivery, its max_pending is %d: refused until deliveries catch up", e.Target, e.Pending, e.Limit)
 }
 

@@ -126,7 +126,7 @@ func (s *sfService) Submit(ctx context.Context, target string, payload []byte, i
 func sfStatus(what string, err error) error {
 	var unknown *storeforward.UnknownTargetError
 	var tooLarge *storeforward.PayloadTooLargeError
-	var full *storeforward.BufferFullError
+	var full *storeforward.TargetFullError
 	switch {
 	case errors.As(err, &unknown):
 		return status.Errorf(codes.NotFound, "sf %s: %v", what, err)
