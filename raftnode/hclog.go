@@ -84,6 +84,14 @@ func repeatKey(msg string, args []interface{}) string {
 	return ""
 }
 
+// routine are raft messages logged as errors that report a normal event,
+// with the level they are logged at instead.
+var routine = map[string]hclog.Level{
+	// A leader learning of a newer term and stepping down: every election
+	// elsewhere, and every time the witness hands leadership on.
+	"peer has newer term, stopping replication": hclog.Info,
+}
+
 // closingOwnConnection reports raft's transport failing to read from a
 // connection this node closed itself.
 func closingOwnConnection(msg string, args []interface{}) bool {
@@ -149,10 +157,14 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
 	if level == hclog.Off || level < hclog.Level(a.level.Load()) {
 		return
 	}
-	if level == hclog.Error && closingOwnConnection(msg, args) {
-		// Raft's transport closing its own connections as the node stops:
-		// routine, not an error (three of them on every clean stop).
-		level = hclog.Debug
+	if level == hclog.Error {
+		if l, ok := routine[msg]; ok {
+			level = l
+		} else if closingOwnConnection(msg, args) {
+			// Raft's transport closing its own connections as the node
+			// stops: routine (three of them on every clean stop).
+			level = hclog.Debug
+		}
 		if level < hclog.Level(a.level.Load()) {
 			return
 		}

@@ -229,13 +229,9 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 	}
 }
 
-// TestHclogAdapterHoldsBackRepeatedComplaints: raft's complaint about a
-// peer that is down, made on every heartbeat, is logged once and then once
-// every repeatEvery with how many were left out; other peers and other
-// messages are not held back.
 // Raft's transport reading from a connection its own node closed (every
 // clean stop) is debug; the same message with any other error stays an
-// error.
+// error. A leader stepping down for a newer term is info.
 func TestHclogAdapterQuietsOwnClosedConnections(t *testing.T) {
 	var buf bytes.Buffer
 	a := newHclogAdapter(zerolog.New(&buf).Level(zerolog.InfoLevel), "raft")
@@ -248,7 +244,17 @@ func TestHclogAdapterQuietsOwnClosedConnections(t *testing.T) {
 	if got := jsonLines(t, buf.String()); len(got) != 1 || got[0]["level"] != "error" {
 		t.Fatalf("a real decode failure: %s", buf.String())
 	}
+	buf.Reset()
+	a.Error("peer has newer term, stopping replication", "peer", "node-a")
+	if got := jsonLines(t, buf.String()); len(got) != 1 || got[0]["level"] != "info" || got[0]["peer"] != "node-a" {
+		t.Fatalf("a leader stepping down for a newer term: %s", buf.String())
+	}
 }
+
+// TestHclogAdapterHoldsBackRepeatedComplaints: raft's complaint about a
+// peer that is down, made on every heartbeat, is logged once and then once
+// every repeatEvery with how many were left out; other peers and other
+// messages are not held back.
 
 func TestHclogAdapterHoldsBackRepeatedComplaints(t *testing.T) {
 	var buf bytes.Buffer
