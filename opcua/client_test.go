@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uasc"
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/role"
@@ -316,4 +318,53 @@ func TestWatchLeavesASilentSubscription(t *testing.T) {
 	eventually(t, 3*initialValuesWait, "watch to leave the silent subscription", func() bool {
 		return strings.Contains(out.String(), "leaving "+a.Endpoint()+": no initial values")
 	})
+}
+
+// A peer unreachable from the first probe (the site's nodes start
+// together) is info until it has been for probeStartGrace, then one
+// warning; a peer that was reachable and is lost is a warning at once.
+func TestProberLogsAStartingPeerQuietly(t *testing.T) {
+	clock := newFakeClock()
+	var buf lockedbuf.Buffer
+	reachable := false
+	p := NewProber(ProberConfig{
+		Endpoints: []string{"opc.tcp://peer:4840"},
+		Clock:     clock,
+		Logger:    zerolog.New(&buf),
+		Read: func(context.Context, string) (byte, error) {
+			if !reachable {
+				return 0, errors.New("connection refused")
+			}
+			return LevelStandby, nil
+		},
+	})
+	steps := []struct {
+		after     time.Duration
+		reachable bool
+		want      string // the line logged ("" none): level and a piece of the message
+	}{
+		{0, false, `"level":"info".*not reachable yet`},
+		{10 * time.Second, false, ""},
+		{20 * time.Second, false, `"level":"warn".*unreachable since this node started`},
+		{10 * time.Second, false, ""},
+		{2 * time.Second, true, `"level":"info".*"reachable":true`},
+		{2 * time.Second, false, `"level":"warn".*"reachable":false.*opcua peer probe`},
+		{60 * time.Second, false, ""},
+	}
+	for i, s := range steps {
+		clock.Advance(s.after)
+		reachable = s.reachable
+		before := len(buf.String())
+		p.ProbeOnce(context.Background())
+		got := strings.TrimSpace(buf.String()[before:])
+		if s.want == "" {
+			if got != "" {
+				t.Fatalf("step %d: logged %s, want nothing", i, got)
+			}
+			continue
+		}
+		if strings.Count(got, "\n") != 0 || !regexp.MustCompile(s.want).MatchString(got) {
+			t.Fatalf("step %d: logged %q, want one line matching %s", i, got, s.want)
+		}
+	}
 }

@@ -34,7 +34,15 @@ type Prober struct {
 
 	mu     sync.Mutex
 	latest map[string]Verdict
+	// downSince holds peers unreachable since their first probe, not yet
+	// warned about: at start the peer is often still starting.
+	downSince map[string]time.Time
 }
+
+// probeStartGrace is how long a peer unreachable from the first probe on
+// is logged at info before it is warned about: the nodes of a site start
+// together, and the first probe often comes before the peer listens.
+const probeStartGrace = 30 * time.Second
 
 // ProberConfig configures NewProber.
 type ProberConfig struct {
@@ -62,6 +70,7 @@ func NewProber(c ProberConfig) *Prober {
 		log:       c.Logger.With().Str("component", "opcua-probe").Logger(),
 		onVerdict: c.OnVerdict,
 		latest:    make(map[string]Verdict),
+		downSince: make(map[string]time.Time),
 	}
 	if p.interval <= 0 {
 		p.interval = 2 * time.Second
@@ -96,22 +105,43 @@ func (p *Prober) ProbeOnce(ctx context.Context) []Verdict {
 	}
 	wg.Wait()
 	for _, v := range out {
-		p.mu.Lock()
-		prev, had := p.latest[v.Endpoint]
-		p.latest[v.Endpoint] = v
-		p.mu.Unlock()
-		if !had || prev.Reachable != v.Reachable {
-			ev := p.log.Info()
-			if !v.Reachable {
-				ev = p.log.Warn().Str("error", v.Err)
-			}
-			ev.Str("peer", v.Endpoint).Bool("reachable", v.Reachable).Uint8("service_level", v.ServiceLevel).Msg("opcua peer probe")
-		}
+		p.logVerdict(v)
 		if p.onVerdict != nil {
 			p.onVerdict(v)
 		}
 	}
 	return out
+}
+
+// logVerdict records v and logs a change of reachability: a peer lost is a
+// warning at once, one unreachable since the first probe only once it has
+// been for probeStartGrace.
+func (p *Prober) logVerdict(v Verdict) {
+	p.mu.Lock()
+	prev, had := p.latest[v.Endpoint]
+	p.latest[v.Endpoint] = v
+	since, starting := p.downSince[v.Endpoint]
+	switch {
+	case v.Reachable:
+		delete(p.downSince, v.Endpoint)
+	case !had:
+		p.downSince[v.Endpoint] = v.At
+	case starting && v.At.Sub(since) >= probeStartGrace:
+		delete(p.downSince, v.Endpoint)
+	}
+	p.mu.Unlock()
+	switch {
+	case v.Reachable && (!had || !prev.Reachable):
+		p.log.Info().Str("peer", v.Endpoint).Bool("reachable", true).Uint8("service_level", v.ServiceLevel).Msg("opcua peer probe")
+	case !v.Reachable && !had:
+		p.log.Info().Str("peer", v.Endpoint).Bool("reachable", false).Str("error", v.Err).
+			Msg("opcua peer not reachable yet (it may still be starting)")
+	case !v.Reachable && prev.Reachable:
+		p.log.Warn().Str("peer", v.Endpoint).Bool("reachable", false).Str("error", v.Err).Msg("opcua peer probe")
+	case !v.Reachable && starting && v.At.Sub(since) >= probeStartGrace:
+		p.log.Warn().Str("peer", v.Endpoint).Bool("reachable", false).Str("error", v.Err).
+			Dur("since", v.At.Sub(since)).Msg("opcua peer unreachable since this node started")
+	}
 }
 
 // Run probes until ctx ends.
