@@ -91,7 +91,9 @@ func target(t string) string {
 func (s *Server) DeployHistory(ctx context.Context, req *controlpb.DeployHistoryRequest) (*controlpb.DeployHistoryResponse, error) {
 	d, err := s.deployment("deploy history", req.Target)
 	if err != nil {
-		return nil, err
+		return fromLeader(s, ctx, err, func(c controlpb.ControlClient, ctx context.Context) (*controlpb.DeployHistoryResponse, error) {
+			return c.DeployHistory(ctx, req)
+		})
 	}
 	resp := &controlpb.DeployHistoryResponse{Current: d.Revision}
 	for _, r := range d.History {
@@ -106,7 +108,9 @@ func (s *Server) DeployHistory(ctx context.Context, req *controlpb.DeployHistory
 func (s *Server) DeployStatus(ctx context.Context, req *controlpb.DeployStatusRequest) (*controlpb.DeployStatusResponse, error) {
 	d, err := s.deployment("deploy status", req.Target)
 	if err != nil {
-		return nil, err
+		return fromLeader(s, ctx, err, func(c controlpb.ControlClient, ctx context.Context) (*controlpb.DeployStatusResponse, error) {
+			return c.DeployStatus(ctx, req)
+		})
 	}
 	resp := &controlpb.DeployStatusResponse{Current: d.Revision, Sha256: d.SHA256}
 	for _, a := range d.Acks {
@@ -119,7 +123,9 @@ func (s *Server) DeployStatus(ctx context.Context, req *controlpb.DeployStatusRe
 func (s *Server) DeployGet(ctx context.Context, req *controlpb.DeployGetRequest) (*controlpb.DeployGetResponse, error) {
 	d, err := s.deployment("deploy get", req.Target)
 	if err != nil {
-		return nil, err
+		return fromLeader(s, ctx, err, func(c controlpb.ControlClient, ctx context.Context) (*controlpb.DeployGetResponse, error) {
+			return c.DeployGet(ctx, req)
+		})
 	}
 	rev := req.Revision
 	if rev == 0 {
@@ -135,6 +141,28 @@ func (s *Server) DeployGet(ctx context.Context, req *controlpb.DeployGetRequest)
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "deploy get: no revision %d", rev)
+}
+
+// fromLeader asks the leader (call) when this node's replica says nothing
+// has been deployed (local is NotFound) and this node does not lead: a
+// node just restarted, or cut off from the leader's replication, may not
+// have applied the deploys yet, and "nothing has been deployed" from it
+// would mislead. When this node leads, local is another error, or the
+// leader cannot be reached, the local answer stands.
+func fromLeader[T any](s *Server, ctx context.Context, local error, call func(controlpb.ControlClient, context.Context) (T, error)) (T, error) {
+	var none T
+	if status.Code(local) != codes.NotFound {
+		return none, local
+	}
+	c, fctx, err := s.leaderOr(ctx)
+	if err != nil || c == nil {
+		return none, local
+	}
+	resp, err := call(c, fctx)
+	if err != nil && retryable(err) {
+		return none, local
+	}
+	return resp, err
 }
 
 // deployment reads target's deployment pointer; before the first push it

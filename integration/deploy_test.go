@@ -364,3 +364,47 @@ func TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes(t *testing.T) {
 		t.Fatalf("deploy push retried on the new Active: exit %d, %q, %v", code, errs, err)
 	}
 }
+
+// A Standby that has not applied the first deploy (cut off from the
+// leader's replication, or just restarted) asks the leader instead of
+// saying nothing has been deployed.
+func TestDeployHistoryFromALaggingStandbyAsksTheLeader(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	links, err := c.InsertLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(links.Close)
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	lagging := otherVoter(t, c, active)
+	links.CutTo(lagging.RaftAddr, true) // no replication reaches it; its control API still reaches the leader's
+
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(file, testcluster.SiteConfig("lag", map[string]string{"sink": "http://127.0.0.1:9/x"}, 5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var push controlpb.DeployPushResponse
+	ctlJSON(t, c, []*testcluster.Node{active}, &push, "deploy", "push", file)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var local []*controlpb.SFTargetStats
+	if err := c.CtlJSON(ctx, []*testcluster.Node{lagging}, &local, "sf", "stats", "--local"); err != nil || len(local) != 0 {
+		t.Fatalf("the cut-off Standby's replica: %v, %v; want no targets (it never applied the deploy)", local, err)
+	}
+	var history controlpb.DeployHistoryResponse
+	if err := c.CtlJSON(ctx, []*testcluster.Node{lagging}, &history, "deploy", "history"); err != nil || history.Current != push.Revision {
+		t.Fatalf("deploy history through the lagging Standby: %v, current %d; want revision %d from the leader", err, history.Current, push.Revision)
+	}
+	var st controlpb.DeployStatusResponse
+	if err := c.CtlJSON(ctx, []*testcluster.Node{lagging}, &st, "deploy", "status"); err != nil || st.Current != push.Revision {
+		t.Fatalf("deploy status through the lagging Standby: %v, current %d; want revision %d", err, st.Current, push.Revision)
+	}
+
+	// With no leader to ask, its own replica answers.
+	links.Cut(true)
+	if _, errs, code, _ := c.Ctl(ctx, []*testcluster.Node{lagging}, "deploy", "history"); code != 5 || !strings.Contains(errs, "nothing has been deployed") {
+		t.Fatalf("deploy history with the leader out of reach: exit %d, %q; want the replica's own answer", code, errs)
+	}
+}

@@ -67,6 +67,19 @@ func (l *Links) Cut(cut bool) {
 	}
 }
 
+// CutTo drops the connections to target (a node's RaftAddr or APIAddr)
+// and refuses new ones (cut = true), or lets them through again; the
+// node's own connections to its peers go on.
+func (l *Links) CutTo(target string, cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.proxies {
+		if p.target == target {
+			p.Cut(cut)
+		}
+	}
+}
+
 // Close stops the proxies.
 func (l *Links) Close() {
 	l.mu.Lock()
