@@ -730,6 +730,9 @@ func TestMaxPendingRefusesUntilDeliveriesCatchUp(t *testing.T) {
 	if !errors.As(err, &full) || full.Pending != 2 || full.Limit != 2 || !strings.Contains(err.Error(), "max_pending is 2") {
 		t.Fatalf("third enqueue to a target capped at 2: err = %v, want a TargetFullError naming the cap", err)
 	}
+	if res := h.enqueue(t, "capped", "c2", "x"); !res.Duplicate {
+		t.Fatalf("a retry of a stored message to a full target: %+v, want it answered as a duplicate", res)
+	}
 	h.enqueue(t, "other", "o1", "x")
 	if st := h.stats(t, "capped"); st.Pending != 2 {
 		t.Fatalf("capped target holds %d, want 2 (the refused message not stored)", st.Pending)

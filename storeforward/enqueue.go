@@ -163,17 +163,20 @@ func (e *Enqueuer) Validate(target string, payload []byte, id string, headers []
 	return nil
 }
 
-// PendingCounts reads how many messages each target holds.
+// PendingCounts reads how many messages each target holds, and whether an
+// id is stored.
 type PendingCounts interface {
 	SFStats() (map[string]fsm.TargetStats, error)
+	SFHas(id string) (bool, error)
 }
 
 // checkRoom refuses a message to a target that holds its MaxPending
-// messages already. It reads this node's replica and does not count
-// messages still on their way into it, so concurrent enqueues may pass the
-// cap by about one batch: a cap on the disk the buffer takes, not an exact
-// quota.
-func (e *Enqueuer) checkRoom(target string) error {
+// messages already, unless id is stored (a retry of an acknowledged
+// enqueue, answered as a duplicate). It reads this node's replica and does
+// not count messages still on their way into it, so concurrent enqueues may
+// pass the cap by about one batch: a cap on the disk the buffer takes, not
+// an exact quota.
+func (e *Enqueuer) checkRoom(target, id string) error {
 	t, ok := e.opts.Targets.Target(target)
 	if !ok || t.MaxPending <= 0 || e.opts.Counts == nil {
 		return nil
@@ -183,6 +186,9 @@ func (e *Enqueuer) checkRoom(target string) error {
 		return fmt.Errorf("%w: read how many messages %s holds: %w", ErrUnavailable, target, err)
 	}
 	if n := stats[target].Pending; n >= uint64(t.MaxPending) {
+		if stored, err := e.opts.Counts.SFHas(id); err == nil && stored {
+			return nil
+		}
 		e.opts.Metrics.observeTargetFull(target)
 		return &TargetFullError{Target: target, Pending: n, Limit: t.MaxPending}
 	}
@@ -228,7 +234,7 @@ func (e *Enqueuer) Submit(ctx context.Context, target string, payload []byte, id
 	if err := e.Validate(target, payload, id, headers); err != nil {
 		return p, err
 	}
-	if err := e.checkRoom(target); err != nil {
+	if err := e.checkRoom(target, id); err != nil {
 		return p, err
 	}
 	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}
