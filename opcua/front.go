@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -218,7 +219,11 @@ func (f *front) serve(c net.Conn) {
 	if err != nil {
 		f.metrics.refused.WithLabelValues(refusedBackend).Inc()
 		f.log.Warn().Err(err).Stringer("remote", c.RemoteAddr()).Msg("opcua connection not passed on: the server's own listener did not answer")
-		f.reportBackend(backend, fmt.Errorf("connect to the library's listener: %w", err))
+		if errors.Is(err, syscall.ECONNREFUSED) || os.IsTimeout(err) {
+			// Its listener is gone or takes nothing; a local failure
+			// (out of file descriptors) is no reason to replace it.
+			f.reportBackend(backend, fmt.Errorf("connect to the library's listener: %w", err))
+		}
 		return
 	}
 	defer func() {

@@ -269,6 +269,23 @@ func TestServerReplacesALibraryThatStopsTakingConnections(t *testing.T) {
 	if n, _, _ := promtest.Value(ts.reg, "scadad_opcua_server_restarts_total", ""); n != 1 {
 		t.Fatalf("scadad_opcua_server_restarts_total = %v, want 1", n)
 	}
+	// Another report within the restart gap leaves the new library be; once
+	// the gap has passed, it is replaced again.
+	current := ts.lib.Load().backend
+	ts.restartLibrary(current, errors.New("a second report"))
+	if now := ts.lib.Load().backend; now != current {
+		t.Fatalf("replaced again within the restart gap (%s -> %s)", current, now)
+	}
+	ts.restartMu.Lock()
+	ts.restartGap = 0
+	ts.restartMu.Unlock()
+	ts.restartLibrary(current, errors.New("a report after the gap"))
+	if now := ts.lib.Load().backend; now == current {
+		t.Fatal("not replaced after the restart gap")
+	}
+	if n, _, _ := promtest.Value(ts.reg, "scadad_opcua_server_restarts_total", ""); n != 2 {
+		t.Fatalf("scadad_opcua_server_restarts_total = %v, want 2", n)
+	}
 	// The old library's client was disconnected: its next read fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

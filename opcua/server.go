@@ -73,9 +73,17 @@ type Server struct {
 	cancel  context.CancelFunc
 	runCtx  context.Context // what Start serves under, a restarted library too
 	wg      sync.WaitGroup
-	// restartMu serializes replacing the library with Close.
-	restartMu sync.Mutex
+	// restartMu serializes replacing the library with Close; lastRestart
+	// (under it) spaces replacements at least restartGap apart.
+	restartMu   sync.Mutex
+	lastRestart time.Time
+	restartGap  time.Duration
 }
+
+// defaultRestartGap is the least time between two replacements of the
+// library: a host that keeps resetting its port, or a flood of refused
+// clients, must not have it rebuilt (and every session dropped) on each.
+const defaultRestartGap = 30 * time.Second
 
 // library is one instance of gopcua's server, listening on loopback
 // behind the front.
@@ -169,18 +177,19 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 
 	s := &Server{
-		cfg:       c,
-		log:       deps.Logger.With().Str("component", "opcua").Logger(),
-		roles:     deps.Roles,
-		writer:    deps.Writer,
-		clock:     clock,
-		libOpts:   opts,
-		metrics:   m,
-		key:       key,
-		notify:    newNotifier(),
-		state:     deps.Roles.Current(),
-		dataFresh: true,
-		kick:      make(chan struct{}, 1),
+		cfg:        c,
+		log:        deps.Logger.With().Str("component", "opcua").Logger(),
+		roles:      deps.Roles,
+		writer:     deps.Writer,
+		clock:      clock,
+		libOpts:    opts,
+		restartGap: defaultRestartGap,
+		metrics:    m,
+		key:        key,
+		notify:     newNotifier(),
+		state:      deps.Roles.Current(),
+		dataFresh:  true,
+		kick:       make(chan struct{}, 1),
 	}
 	s.appURI = applicationURIOf(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
@@ -360,6 +369,11 @@ func (s *Server) restartLibrary(backend string, why error) {
 	if s.closed.Load() || old.backend != backend {
 		return // closing, or already replaced
 	}
+	if now := s.clock.Now(); !s.lastRestart.IsZero() && now.Sub(s.lastRestart) < s.restartGap {
+		s.log.Warn().AnErr("because", why).Dur("last_restart_ago", now.Sub(s.lastRestart)).
+			Msg("opcua server not taking new connections again; not restarting it again this soon")
+		return
+	}
 	lib, err := s.newLibrary()
 	if err == nil {
 		var libCtx context.Context
@@ -384,6 +398,7 @@ func (s *Server) restartLibrary(backend string, why error) {
 		s.log.Warn().Err(err).Msg("close the stopped opcua library server")
 	}
 	old.stop()
+	s.lastRestart = s.clock.Now()
 	s.metrics.restarts.Inc()
 	s.log.Error().AnErr("because", why).Str("old_loopback", backend).Str("loopback", lib.backend).
 		Msg("opcua server stopped taking new connections; restarted it: its clients reconnect")
