@@ -147,11 +147,11 @@ func (s *Server) DeployGet(ctx context.Context, req *controlpb.DeployGetRequest)
 // has been deployed (local is NotFound) and this node does not lead: a
 // node just restarted, or cut off from the leader's replication, may not
 // have applied the deploys yet, and "nothing has been deployed" from it
-// would mislead. When this node leads, local is another error, or the
-// leader cannot be reached, the local answer stands.
+// would mislead. When this node leads, local is another error, or no
+// leader is known or reachable, the local answer stands at once.
 func fromLeader[T any](s *Server, ctx context.Context, local error, call func(controlpb.ControlClient, context.Context) (T, error)) (T, error) {
 	var none T
-	if status.Code(local) != codes.NotFound {
+	if st := s.Roles.Current(); status.Code(local) != codes.NotFound || st.Leader == "" || st.Leader == s.NodeID {
 		return none, local
 	}
 	c, fctx, err := s.leaderOr(ctx)

@@ -369,12 +369,31 @@ func TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes(t *testing.T) {
 // leader's replication, or just restarted) asks the leader instead of
 // saying nothing has been deployed.
 func TestDeployHistoryFromALaggingStandbyAsksTheLeader(t *testing.T) {
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info", OverrideAfter: 30 * time.Second})
 	links, err := c.InsertLinks()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(links.Close)
+	// The voters keep the leader they know for 20 s without a heartbeat,
+	// so the cut-off one still knows whom to ask below (the witness
+	// elects itself and hands leadership to a voter as usual).
+	for _, n := range c.Nodes {
+		if n.Witness {
+			continue
+		}
+		cfg, err := os.ReadFile(n.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := strings.Replace(string(cfg), "cluster:\n", "cluster:\n  heartbeat_timeout: 20s\n  election_timeout: 20s\n", 1)
+		if slow == string(cfg) {
+			t.Fatal("node config template changed: no cluster section")
+		}
+		if err := os.WriteFile(n.Config, []byte(slow), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	lagging := otherVoter(t, c, active)
@@ -402,7 +421,7 @@ func TestDeployHistoryFromALaggingStandbyAsksTheLeader(t *testing.T) {
 		t.Fatalf("deploy status through the lagging Standby: %v, current %d; want revision %d", err, st.Current, push.Revision)
 	}
 
-	// With no leader to ask, its own replica answers.
+	// With the leader out of reach, its own replica answers.
 	links.Cut(true)
 	if _, errs, code, _ := c.Ctl(ctx, []*testcluster.Node{lagging}, "deploy", "history"); code != 5 || !strings.Contains(errs, "nothing has been deployed") {
 		t.Fatalf("deploy history with the leader out of reach: exit %d, %q; want the replica's own answer", code, errs)
