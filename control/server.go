@@ -102,6 +102,9 @@ type Server struct {
 	// Connections reports the field data connections this node runs; nil
 	// leaves them out.
 	Connections func() []*controlpb.DataConnectionStatus
+	// CertNotAfter and CANotAfter are when this node's certificate and the
+	// site CA expire (zero: unknown).
+	CertNotAfter, CANotAfter time.Time
 }
 
 // leaderOr runs local on the leader, or returns the leader's client for the
@@ -194,6 +197,12 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 	}
 	if s.Connections != nil {
 		resp.Connections = s.Connections()
+	}
+	if !s.CertNotAfter.IsZero() {
+		resp.CertNotAfterUnix = s.CertNotAfter.Unix()
+	}
+	if !s.CANotAfter.IsZero() {
+		resp.CaNotAfterUnix = s.CANotAfter.Unix()
 	}
 	if d, err := s.State.Deployment(deploy.DefaultTarget); err == nil {
 		resp.DeployRevision = d.Revision

@@ -319,6 +319,16 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st controlpb.StatusResponse
+	ctlJSON(t, c, []*testcluster.Node{active}, &st, "status")
+	if st.CertNotAfterUnix != v.Cert.Unix() || st.CaNotAfterUnix != v.CA.Unix() {
+		t.Errorf("status: certificate until %d, CA until %d; want %d and %d", st.CertNotAfterUnix, st.CaNotAfterUnix, v.Cert.Unix(), v.CA.Unix())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, _, _, _ := c.Ctl(ctx, []*testcluster.Node{active}, "status"); !strings.Contains(out, "certificates") || !strings.Contains(out, "node until "+v.Cert.UTC().Format("2006-01-02")) {
+		t.Errorf("status table lacks the certificates line:\n%s", out)
+	}
 	for which, want := range map[string]time.Time{"node": v.Cert, "ca": v.CA} {
 		line := `scadad_tls_certificate_expiry_timestamp_seconds{certificate="` + which + `"} `
 		i := strings.Index(string(body), line)

@@ -502,8 +502,11 @@ func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
 	}
 	var stats []*controlpb.SFTargetStats
 	ctlJSON(t, c, nil, &stats, "sf", "stats")
-	if len(stats) != 1 || stats[0].Pending != 3 {
-		t.Fatalf("sf stats %v, want 3 pending (nothing refused stored)", stats)
+	if len(stats) != 1 || stats[0].Pending != 3 || stats[0].MaxPending != 3 {
+		t.Fatalf("sf stats %v, want 3 pending of max_pending 3 (nothing refused stored)", stats)
+	}
+	if out, _, _, _ := c.Ctl(context.Background(), nil, "sf", "stats"); !strings.Contains(out, "3/3") {
+		t.Errorf("sf stats table %q lacks the pending count against the cap (3/3)", out)
 	}
 	if v := metricLine(active, `scadad_sf_target_full_total{target="sink"}`); v == "" || v == "0" {
 		t.Errorf("scadad_sf_target_full_total on the Active = %q, want the refusals counted", v)

@@ -57,6 +57,9 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		}
 		fmt.Fprintf(w, "last contact\t%s\n", contact)
 		fmt.Fprintf(w, "deploy revision\t%d\n", st.DeployRevision)
+		if st.CertNotAfterUnix != 0 || st.CaNotAfterUnix != 0 {
+			fmt.Fprintf(w, "certificates\t%s\n", certificates(st.CertNotAfterUnix, st.CaNotAfterUnix, time.Now()))
+		}
 		if st.OverrideState != "" {
 			fmt.Fprintf(w, "override\t%s\n", st.OverrideState)
 		}
@@ -71,6 +74,27 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 			}
 		}
 	})
+}
+
+// certificates says until when the node's certificate and the site CA
+// are valid, loudly once one is within 30 days of its end.
+func certificates(certUnix, caUnix int64, now time.Time) string {
+	one := func(what string, unix int64) string {
+		if unix == 0 {
+			return what + " unknown"
+		}
+		until := time.Unix(unix, 0).UTC()
+		days := int(until.Sub(now).Hours() / 24)
+		switch left := until.Sub(now); {
+		case left <= 0:
+			return fmt.Sprintf("%s EXPIRED %s", what, until.Format("2006-01-02"))
+		case left <= 30*24*time.Hour:
+			return fmt.Sprintf("%s until %s (EXPIRES IN %d DAYS: see README, Renewing certificates)", what, until.Format("2006-01-02"), days)
+		default:
+			return fmt.Sprintf("%s until %s (%d days)", what, until.Format("2006-01-02"), days)
+		}
+	}
+	return one("node", certUnix) + ", " + one("site CA", caUnix)
 }
 
 // leaderLag describes the leader's commit index (lead, or the error

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
 )
@@ -23,6 +24,28 @@ func TestLeaderLag(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := leaderLag(st, tc.lead, tc.err); got != tc.want {
 				t.Fatalf("leaderLag = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCertificatesLine(t *testing.T) {
+	now := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
+	day := int64(24 * 3600)
+	cases := []struct {
+		name     string
+		cert, ca int64
+		want     string
+	}{
+		{"far off", now.Unix() + 400*day, now.Unix() + 3000*day, "node until 2028-04-04 (400 days), site CA until 2035-05-18 (3000 days)"},
+		{"node within 30 days", now.Unix() + 12*day, now.Unix() + 3000*day, "node until 2027-03-13 (EXPIRES IN 12 DAYS: see README, Renewing certificates), site CA until 2035-05-18 (3000 days)"},
+		{"CA lapsed", now.Unix() + 400*day, now.Unix() - day, "node until 2028-04-04 (400 days), site CA EXPIRED 2027-02-28"},
+		{"unknown", 0, now.Unix() + 3000*day, "node unknown, site CA until 2035-05-18 (3000 days)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := certificates(tc.cert, tc.ca, now); got != tc.want {
+				t.Fatalf("certificates = %q, want %q", got, tc.want)
 			}
 		})
 	}

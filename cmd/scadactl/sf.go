@@ -68,7 +68,11 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 				if t.OldestUnixNano > 0 {
 					age = time.Since(time.Unix(0, t.OldestUnixNano)).Round(time.Second).String()
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%.1f\t%d\t%s\n", t.Target, t.Pending, t.Parked, age, t.DeliveredPerSec, t.DeliveredTotal, orDash(t.LastError))
+				pending := fmt.Sprint(t.Pending)
+				if t.MaxPending > 0 {
+					pending += fmt.Sprintf("/%d", t.MaxPending) // of its max_pending
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.1f\t%d\t%s\n", t.Target, pending, t.Parked, age, t.DeliveredPerSec, t.DeliveredTotal, orDash(t.LastError))
 			}
 		})
 	case "list":

@@ -160,18 +160,20 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger(), Metrics: deployMetrics}
 
 	srv := &control.Server{
-		NodeID:     cfg.NodeID,
-		Mode:       cfg.Cluster.Mode,
-		Version:    version,
-		Configured: ctlMembers,
-		Raft:       timed,
-		Restorer:   snapshotRestorer{node},
-		Roles:      roles,
-		State:      state,
-		Forward:    fwd,
-		Pusher:     pusher,
-		TempDir:    cfg.DataDir,
-		Log:        log.With().Str("part", "control").Logger(),
+		NodeID:       cfg.NodeID,
+		Mode:         cfg.Cluster.Mode,
+		Version:      version,
+		Configured:   ctlMembers,
+		Raft:         timed,
+		Restorer:     snapshotRestorer{node},
+		Roles:        roles,
+		State:        state,
+		Forward:      fwd,
+		Pusher:       pusher,
+		TempDir:      cfg.DataDir,
+		Log:          log.With().Str("part", "control").Logger(),
+		CertNotAfter: validity.Cert,
+		CANotAfter:   validity.CA,
 	}
 	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
 		grpc.NumStreamWorkers(apiStreamWorkers))

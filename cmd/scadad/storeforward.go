@@ -152,6 +152,9 @@ func (s *sfService) Stats(ctx context.Context) ([]*controlpb.SFTargetStats, erro
 		if !st.OldestEnqueue.IsZero() {
 			ts.OldestUnixNano = st.OldestEnqueue.UnixNano()
 		}
+		if t, ok := s.deliver.Target(st.Target); ok && t.MaxPending > 0 {
+			ts.MaxPending = uint64(t.MaxPending)
+		}
 		out = append(out, ts)
 	}
 	return out, nil
