@@ -162,11 +162,17 @@ func responseHeader(req *ua.RequestHeader, now time.Time) *ua.ResponseHeader {
 }
 
 func (s *Server) checkCount(n int) error {
+	return checkCount(n, s.cfg.MaxNodesPerRequest, s.metrics)
+}
+
+// checkCount refuses a request of no operations, or of more than limit
+// (counted as rejected).
+func checkCount(n, limit int, m *metrics) error {
 	if n == 0 {
 		return ua.StatusBadNothingToDo
 	}
-	if n > s.cfg.MaxNodesPerRequest {
-		s.metrics.rejected.WithLabelValues("too-many-operations").Inc()
+	if n > limit {
+		m.rejected.WithLabelValues("too-many-operations").Inc()
 		return ua.StatusBadTooManyOperations
 	}
 	return nil

@@ -17,14 +17,7 @@ import (
 // checkCount is Server.checkCount for the engine: MaxNodesPerRequest
 // bounds the ids or items of one request.
 func (m *subscriptions) checkCount(n int) error {
-	if n == 0 {
-		return ua.StatusBadNothingToDo
-	}
-	if n > m.limits.maxPerRequest {
-		m.metrics.rejected.WithLabelValues("too-many-operations").Inc()
-		return ua.StatusBadTooManyOperations
-	}
-	return nil
+	return checkCount(n, m.limits.maxPerRequest, m.metrics)
 }
 
 // revise clamps requested subscription parameters: the publishing interval
