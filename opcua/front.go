@@ -363,17 +363,26 @@ func (f *front) close(wait time.Duration) {
 	}
 	f.mu.Unlock()
 	f.ln.Close()
+	if !waitWithin(&f.wg, wait) {
+		f.log.Warn().Dur("waited", wait).Msg("opcua front connections still closing")
+	}
+}
+
+// waitWithin waits for wg at most d and reports whether it was done; a
+// bounded shutdown wait, so the wall clock is used.
+func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
-		f.wg.Wait()
+		wg.Wait()
 		close(done)
 	}()
-	t := time.NewTimer(wait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
-		f.log.Warn().Dur("waited", wait).Msg("opcua front connections still closing")
+		return false
 	}
 }
 

@@ -713,16 +713,7 @@ func (m *subscriptions) close() {
 	m.sessions = make(map[string]*subSession)
 	m.countLocked()
 	m.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		m.senders.Wait()
-		close(done)
-	}()
-	wait := time.NewTimer(closeWait)
-	defer wait.Stop()
-	select {
-	case <-done:
-	case <-wait.C:
+	if !waitWithin(&m.senders, closeWait) {
 		m.log.Warn().Dur("waited", closeWait).Msg("opcua publish responses still being written at close; their connections hold them")
 	}
 }
