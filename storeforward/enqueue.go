@@ -131,10 +131,24 @@ func (e *Enqueuer) Close() {
 
 // Validate checks a message the way Enqueue will, without storing it.
 func (e *Enqueuer) Validate(target string, payload []byte, id string, headers []Header) error {
-	t, ok := e.opts.Targets.Target(target)
-	if !ok {
-		return &UnknownTargetError{Target: target, Known: e.opts.Targets.TargetNames()}
+	t, err := e.target(target)
+	if err != nil {
+		return err
 	}
+	return validateFor(target, t, payload, id, headers)
+}
+
+// target is the configuration of the target called name.
+func (e *Enqueuer) target(name string) (Target, error) {
+	t, ok := e.opts.Targets.Target(name)
+	if !ok {
+		return Target{}, &UnknownTargetError{Target: name, Known: e.opts.Targets.TargetNames()}
+	}
+	return t, nil
+}
+
+// validateFor checks a message to target, configured as t.
+func validateFor(target string, t Target, payload []byte, id string, headers []Header) error {
 	limit := min(t.MaxPayloadBytes, fsm.MaxPayloadBytes)
 	if limit <= 0 {
 		limit = min(DefaultMaxPayloadBytes, fsm.MaxPayloadBytes)
@@ -176,9 +190,8 @@ type PendingCounts interface {
 // not count messages still on their way into it, so concurrent enqueues may
 // pass the cap by about one batch: a cap on the disk the buffer takes, not
 // an exact quota.
-func (e *Enqueuer) checkRoom(target, id string) error {
-	t, ok := e.opts.Targets.Target(target)
-	if !ok || t.MaxPending <= 0 || e.opts.Counts == nil {
+func (e *Enqueuer) checkRoom(target string, t Target, id string) error {
+	if t.MaxPending <= 0 || e.opts.Counts == nil {
 		return nil
 	}
 	stats, err := e.opts.Counts.SFStats()
@@ -231,10 +244,14 @@ func (e *Enqueuer) Submit(ctx context.Context, target string, payload []byte, id
 		id = e.opts.NewID()
 	}
 	p := &Pending{e: e, id: id, target: target}
-	if err := e.Validate(target, payload, id, headers); err != nil {
+	t, err := e.target(target)
+	if err != nil {
 		return p, err
 	}
-	if err := e.checkRoom(target, id); err != nil {
+	if err := validateFor(target, t, payload, id, headers); err != nil {
+		return p, err
+	}
+	if err := e.checkRoom(target, t, id); err != nil {
 		return p, err
 	}
 	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}
