@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -62,16 +60,14 @@ instances:
 
 	var missing []string
 	waitFor(t, 30*time.Second, "every metric the alert rules use on the Active's /metrics", func() bool {
-		resp, err := http.Get("http://" + active.HTTPAddr + "/metrics")
+		body, err := scrapeMetrics(active)
 		if err != nil {
 			return false
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		missing = missing[:0]
 		for _, name := range names {
 			// A sample line, not only HELP/TYPE: "name{" or "name ".
-			if !strings.Contains(string(body), "\n"+name+"{") && !strings.Contains(string(body), "\n"+name+" ") {
+			if !strings.Contains(body, "\n"+name+"{") && !strings.Contains(body, "\n"+name+" ") {
 				missing = append(missing, name)
 			}
 		}

@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,23 +293,19 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	deploySite(t, c, testcluster.SiteConfig("metrics", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
-	var body []byte
+	var body string
 	// The gauges are sampled once a second.
 	waitFor(t, 10*time.Second, "the Active's role in /metrics", func() bool {
-		resp, err := http.Get("http://" + active.HTTPAddr + "/metrics")
-		if err != nil {
-			return false
-		}
-		body, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return strings.Contains(string(body), `scadad_role{role="active"} 1`)
+		var err error
+		body, err = scrapeMetrics(active)
+		return err == nil && strings.Contains(body, `scadad_role{role="active"} 1`)
 	})
 	for _, want := range []string{`scadad_role{role="active"} 1`, "scadad_apply_seconds_count", "scadad_raft_term", "scadad_fsm_applied_index", "scadad_cluster_epoch"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics of the Active lacks %q", want)
 		}
 	}
-	if strings.Contains(string(body), "scadad_apply_seconds_count 0\n") {
+	if strings.Contains(body, "scadad_apply_seconds_count 0\n") {
 		t.Error("no apply was timed on the Active after a deploy")
 	}
 	// The certificates' ends, as the files say.
@@ -330,16 +324,15 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 		t.Errorf("status table lacks the certificates line:\n%s", out)
 	}
 	for which, want := range map[string]time.Time{"node": v.Cert, "ca": v.CA} {
-		line := `scadad_tls_certificate_expiry_timestamp_seconds{certificate="` + which + `"} `
-		i := strings.Index(string(body), line)
-		if i < 0 {
+		line := `scadad_tls_certificate_expiry_timestamp_seconds{certificate="` + which + `"}`
+		rest := metricLine(active, line)
+		if rest == "" {
 			t.Errorf("/metrics of the Active lacks %q", line)
 			continue
 		}
-		rest, _, _ := strings.Cut(string(body)[i+len(line):], "\n")
 		got, err := strconv.ParseFloat(rest, 64)
 		if err != nil || int64(got) != want.Unix() {
-			t.Errorf("%s%s, want %d (the file's NotAfter)", line, rest, want.Unix())
+			t.Errorf("%s %s, want %d (the file's NotAfter)", line, rest, want.Unix())
 		}
 	}
 }

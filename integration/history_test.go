@@ -3,8 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -136,14 +134,12 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 			survivor = n
 		}
 	}
-	resp, err := http.Get("http://" + survivor.HTTPAddr + "/metrics")
+	body, err := scrapeMetrics(survivor)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{`scadad_history_messages_total{rule="cyclic"}`, `scadad_history_values_total{rule="changes"}`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics of the new Active lacks %s", want)
 		}
 	}

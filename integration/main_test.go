@@ -101,17 +101,26 @@ func ctlJSON(t *testing.T, c *testcluster.Cluster, nodes []*testcluster.Node, v 
 	}
 }
 
+// scrapeMetrics is n's /metrics page.
+func scrapeMetrics(n *testcluster.Node) (string, error) {
+	resp, err := http.Get("http://" + n.HTTPAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
 // metricLine is the value of series (a name, with its labels if it has
 // any, as /metrics writes them) on n's /metrics, or "".
-func metricLine(n *testcluster.Node, name string) string {
-	resp, err := http.Get("http://" + n.HTTPAddr + "/metrics")
+func metricLine(n *testcluster.Node, series string) string {
+	body, err := scrapeMetrics(n)
 	if err != nil {
 		return ""
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}
 	}
