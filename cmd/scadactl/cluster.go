@@ -84,8 +84,9 @@ func certificates(certUnix, caUnix int64, now time.Time) string {
 			return what + " unknown"
 		}
 		until := time.Unix(unix, 0).UTC()
-		days := int(until.Sub(now).Hours() / 24)
-		switch left := until.Sub(now); {
+		left := until.Sub(now)
+		days := int(left.Hours() / 24)
+		switch {
 		case left <= 0:
 			return fmt.Sprintf("%s EXPIRED %s", what, until.Format("2006-01-02"))
 		case left <= 30*24*time.Hour:
