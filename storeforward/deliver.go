@@ -395,7 +395,7 @@ func (w *worker) gate() bool {
 
 func (w *worker) run() {
 	defer close(w.done)
-	defer w.closeClient()
+	defer w.dropClient()
 	go w.rem.run()
 	defer w.rem.close()
 	changes, stopChanges := w.d.opts.Reader.Changes()
@@ -661,24 +661,15 @@ func (w *worker) httpClient() (*http.Client, error) {
 	return c, nil
 }
 
-// dropClient lets go of the target's own client, if it has one, so the
-// next attempt builds another from the CA file as it is then.
+// dropClient lets go of the target's own client, if it has one, and its
+// connections: the next attempt (or the next worker) builds another from
+// the CA file as it is then.
 func (w *worker) dropClient() {
 	w.clientMu.Lock()
 	defer w.clientMu.Unlock()
 	if w.client != nil {
 		w.client.CloseIdleConnections()
 		w.client = nil
-	}
-}
-
-// closeClient lets go of the connections of the target's own client, if
-// it has one: the next worker builds its own.
-func (w *worker) closeClient() {
-	w.clientMu.Lock()
-	defer w.clientMu.Unlock()
-	if w.client != nil {
-		w.client.CloseIdleConnections()
 	}
 }
 
