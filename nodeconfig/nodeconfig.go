@@ -39,7 +39,25 @@ type Config struct {
 	Log     Log     `yaml:"log"`
 	SF      SF      `yaml:"store_forward"`
 	Runtime Runtime `yaml:"runtime"`
+	OPCUA   OPCUA   `yaml:"opcua"`
 }
+
+// OPCUA holds this node's OPC UA application certificate. Without one, the
+// node makes a self-signed certificate on first start and keeps it in
+// <data_dir>/opcua/pki/own (clients that trusted it go on trusting it
+// across restarts). Trusted and rejected client certificates live in
+// <data_dir>/opcua/pki/trusted and rejected; see PKIDir.
+type OPCUA struct {
+	// Cert and Key are PEM or DER files: an RSA certificate whose URI SAN
+	// is urn:scadad:node:<node_id>, and its key.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// PKIDir is the folder of this node's OPC UA certificates: own/ and
+// private/ (its own, when not configured), trusted/ and rejected/ (client
+// certificates).
+func (c *Config) PKIDir() string { return filepath.Join(c.DataDir, "opcua", "pki") }
 
 // Cluster is the Raft side of the node.
 type Cluster struct {
@@ -390,6 +408,9 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not one of json, console", c.Log.Format)
 	}
+	if (c.OPCUA.Cert == "") != (c.OPCUA.Key == "") {
+		bad("opcua", "cert and key go together (neither: a self-signed certificate is made in %s)", filepath.Join(c.PKIDir(), "own"))
+	}
 	if c.SF.MaxPayloadBytes < 0 {
 		bad("store_forward.max_payload_bytes", "must be positive")
 	}
@@ -435,6 +456,8 @@ func (c *Config) resolvePaths(base string) {
 	abs(&c.TLS.CA)
 	abs(&c.TLS.Cert)
 	abs(&c.TLS.Key)
+	abs(&c.OPCUA.Cert)
+	abs(&c.OPCUA.Key)
 }
 
 // OPCUAHostPort splits an opc.tcp://host:port endpoint.

@@ -50,6 +50,38 @@ func (o ClientOptions) Close(c *gopcua.Client) {
 	_ = c.Close(ctx) // the connection is gone either way; there is nothing to do about an error
 }
 
+// canOpenSession says whether one of eps offers the options' security
+// and identity: the options' policy and mode, and a user-token policy for
+// their identity. A certificate the server does not trust still fails.
+func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
+	policy, mode := o.SecurityPolicy, o.SecurityMode
+	if policy == "" {
+		policy = "None"
+	}
+	if mode == "" {
+		mode = "None"
+	}
+	sec, err := resolveSecurity([]SecurityProfile{{Policy: policy, Mode: mode}})
+	if err != nil {
+		return false
+	}
+	want := ua.UserTokenTypeAnonymous
+	if o.Username != "" {
+		want = ua.UserTokenTypeUserName
+	}
+	for _, ep := range eps {
+		if ep.SecurityPolicyURI != sec[0].policyURI || ep.SecurityMode != sec[0].mode {
+			continue
+		}
+		for _, t := range ep.UserIdentityTokens {
+			if t.TokenType == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // dial connects a client to endpoint. Secure channels need the server's
 // certificate and the user-token policy, so those first ask GetEndpoints.
 func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {

@@ -78,6 +78,26 @@ func TestProberWithRealEndpoints(t *testing.T) {
 	}
 }
 
+// A peer whose endpoints are all secure answers discovery but gives the
+// probe no session: it is reachable, its level unread. Before, every probe
+// of such a peer failed, and the peer left the healthy tiers for good.
+func TestProberReachesASecureOnlyPeer(t *testing.T) {
+	ts := startServer(t, standbyState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		c.AllowAnonymous = false
+		c.Users = []User{{Name: "operator", Password: "s3cret"}}
+		c.TrustedClientsDir = t.TempDir()
+	})
+	p := NewProber(ProberConfig{Endpoints: []string{ts.Endpoint()}, Client: ClientOptions{Timeout: time.Second}})
+	vs := p.ProbeOnce(context.Background())
+	if len(vs) != 1 || !vs[0].Reachable || vs[0].ServiceLevel != 0 || vs[0].Err != "" {
+		t.Fatalf("verdicts %+v", vs)
+	}
+	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), ClientOptions{Timeout: time.Second}); err == nil {
+		t.Fatal("a None session on a secure-only server was served: the probe's fallback proves nothing")
+	}
+}
+
 func TestProberRunsOnItsClock(t *testing.T) {
 	clock := newFakeClock()
 	var mu sync.Mutex

@@ -52,6 +52,15 @@ type Config struct {
 	Certificate []byte
 	PrivateKey  *rsa.PrivateKey
 
+	// TrustedClientsDir holds the client application certificates (DER or
+	// PEM), or the CA certificates that issued them, that may open a
+	// session on a Sign or SignAndEncrypt endpoint; it is read at each
+	// such session. RejectedClientsDir receives a copy of each refused
+	// certificate, for an operator to move into TrustedClientsDir.
+	// TrustedClientsDir is required when a secure profile is configured.
+	TrustedClientsDir  string
+	RejectedClientsDir string
+
 	// AllowAnonymous enables the anonymous identity; Users enables
 	// user-name identities (they need a secure profile so passwords are
 	// never sent in clear).

@@ -14,6 +14,7 @@ import (
 	"github.com/gopcua/opcua/server"
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uasc"
+	"github.com/rs/zerolog"
 )
 
 // libraryService returns the library's service implementation T bound to
@@ -191,18 +192,69 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 			return resp, err
 		}
 		if res, ok := resp.(*ua.CreateSessionResponse); ok {
+			// A session the table does not record cannot be activated,
+			// so a refusal here leaves nothing usable behind.
+			if code := s.admitChannel(req, res); code != ua.StatusOK {
+				return nil, code
+			}
 			s.sessions.created(res.AuthenticationToken, res.ServerNonce)
 			// The library lists the endpoints whose URL is the request's,
 			// and its own are on loopback (front.go).
 			res.ServerEndpoints = s.publicEndpoints()
-			if res.RevisedSessionTimeout <= 0 {
-				// Clients size their keep-alives from this; 0 makes some
-				// of them spin or give up.
+			// Clients size their keep-alives from this: a second makes
+			// them chatter, and sessions are not expired here anyway
+			// (WORKAROUNDS.md row 11). The library answers a request
+			// over its 1 h limit with its 60 s default; the limit is
+			// the better answer.
+			if req.RequestedSessionTimeout > 0 {
 				res.RevisedSessionTimeout = clampFloat(req.RequestedSessionTimeout, 10_000, 3_600_000)
+			} else if res.RevisedSessionTimeout <= 0 {
+				res.RevisedSessionTimeout = 60_000
 			}
 		}
 		return resp, nil
 	}
+}
+
+// admitChannel decides whether the channel a session is being created on
+// may carry one. The library opens a channel with whatever policy the
+// client asks for and checks no client certificate; it does not tell a
+// handler which security mode the channel has, but it signs the
+// CreateSession answer exactly when the channel is not None.
+func (s *Server) admitChannel(req *ua.CreateSessionRequest, res *ua.CreateSessionResponse) ua.StatusCode {
+	secured := res.ServerSignature != nil && len(res.ServerSignature.Signature) > 0
+	if !secured {
+		if s.offersNone {
+			return ua.StatusOK
+		}
+		// Every server answers discovery on a None channel; a session
+		// there would bypass the configured security.
+		s.metrics.rejected.WithLabelValues("security-mode").Inc()
+		s.warnOnce("none:"+appURIOf(req), func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("application_uri", appURIOf(req))
+		}, "OPC UA session refused: security None is not offered by this server; the client must use one of its Sign or SignAndEncrypt endpoints")
+		return ua.StatusBadSecurityModeRejected
+	}
+	err := s.trust.check(req.ClientCertificate, s.clock.Now())
+	if err == nil {
+		return ua.StatusOK
+	}
+	var u *untrustedError
+	if !errors.As(err, &u) {
+		u = &untrustedError{code: ua.StatusBadCertificateUntrusted, why: err.Error()}
+	}
+	s.metrics.rejected.WithLabelValues("certificate-untrusted").Inc()
+	s.warnOnce("cert:"+Thumbprint(req.ClientCertificate), func(e *zerolog.Event) *zerolog.Event {
+		return e.Str("application_uri", appURIOf(req)).Str("reason", u.why)
+	}, "OPC UA session refused: client certificate not trusted")
+	return u.code
+}
+
+func appURIOf(req *ua.CreateSessionRequest) string {
+	if req.ClientDescription == nil {
+		return ""
+	}
+	return req.ClientDescription.ApplicationURI
 }
 
 // publicEndpoints are the library's endpoint descriptions with the URL

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/binary"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,19 +18,18 @@ import (
 )
 
 func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
-	if !secureChannelsWork {
-		t.Skip("gopcua v0.8.0's server cannot open a secure channel (upstream #815, fixed by #817 in v0.9.0); " +
-			"TestLibraryDefectSecureChannel pins the defect, decryptUserPassword and matchUser are tested directly")
-	}
-	ts := startServer(t, activeState(), func(c *Config) {
-		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}, {Policy: "Basic256Sha256", Mode: "Sign"}}
-		c.AllowAnonymous = false
-		c.Users = []User{{Name: "operator", Password: "s3cret"}}
-	})
 	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
 	if err != nil {
 		t.Fatal(err)
 	}
+	trusted := t.TempDir()
+	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	ts := startServer(t, activeState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}, {Policy: "Basic256Sha256", Mode: "Sign"}}
+		c.AllowAnonymous = false
+		c.Users = []User{{Name: "operator", Password: "s3cret"}}
+		c.TrustedClientsDir = trusted
+	})
 	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
 	with := func(f func(*ClientOptions)) ClientOptions { o := base; f(&o); return o }
 	tests := []struct {
@@ -73,11 +73,16 @@ func TestConfigValidation(t *testing.T) {
 		{"users without a secure profile", func(c *Config) { c.Users = []User{{Name: "u", Password: "p"}} }, "need a Sign"},
 		{"user without password", func(c *Config) {
 			c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "Sign"}}
+			c.TrustedClientsDir = t.TempDir()
 			c.Users = []User{{Name: "u"}}
 		}, "needs a name and a password"},
-		{"secure profile refused while the library cannot serve it", func(c *Config) {
+		{"secure and lab profiles together", func(c *Config) {
 			c.Security = []SecurityProfile{{Policy: "None", Mode: "None"}, {Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
-		}, map[bool]string{true: "", false: "#815"}[secureChannelsWork]},
+			c.TrustedClientsDir = t.TempDir()
+		}, ""},
+		{"secure profile without trusted clients", func(c *Config) {
+			c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		}, "trusted client certificates"},
 		{"unknown policy", func(c *Config) { c.Security = []SecurityProfile{{Policy: "Rot13", Mode: "Sign"}} }, "not supported"},
 		{"secure policy with mode None", func(c *Config) { c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "None"}} }, "needs mode"},
 		{"bad mode", func(c *Config) { c.Security = []SecurityProfile{{Policy: "None", Mode: "Loud"}} }, "security mode"},

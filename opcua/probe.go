@@ -2,9 +2,11 @@ package opcua
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	gopcua "github.com/gopcua/opcua"
 	"github.com/rs/zerolog"
 )
 
@@ -17,7 +19,8 @@ type Verdict struct {
 	At           time.Time
 }
 
-// LevelReader reads a peer's ServiceLevel; ReadServiceLevel is the real one.
+// LevelReader reads a peer's ServiceLevel, or fails when the peer cannot
+// be reached; probeEndpoint is the real one.
 type LevelReader func(ctx context.Context, endpoint string) (byte, error)
 
 // Prober checks the peers' OPC UA endpoints on a period. The daemon shares
@@ -81,7 +84,7 @@ func NewProber(c ProberConfig) *Prober {
 	if p.read == nil {
 		opts := c.Client
 		p.read = func(ctx context.Context, endpoint string) (byte, error) {
-			return ReadServiceLevel(ctx, endpoint, opts)
+			return probeEndpoint(ctx, endpoint, opts)
 		}
 	}
 	return p
@@ -162,4 +165,23 @@ func (p *Prober) Latest(endpoint string) (Verdict, bool) {
 	defer p.mu.Unlock()
 	v, ok := p.latest[endpoint]
 	return v, ok
+}
+
+// probeEndpoint asks the peer for its endpoints, which proves what the
+// probe is for (clients can connect, handshake and be answered), and then
+// reads its ServiceLevel when the peer offers a session these options can
+// open. A site whose endpoints are all secure needs a trusted certificate
+// and perhaps a user for that, which the probe has no business holding:
+// there the peer is reachable with level 0 (not read).
+func probeEndpoint(ctx context.Context, endpoint string, o ClientOptions) (byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout())
+	defer cancel()
+	eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()), gopcua.RequestTimeout(o.timeout()))
+	if err != nil {
+		return 0, fmt.Errorf("get endpoints of %s: %w", endpoint, err)
+	}
+	if !o.canOpenSession(eps) {
+		return 0, nil
+	}
+	return ReadServiceLevel(ctx, endpoint, o)
 }

@@ -21,13 +21,6 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
-// secureChannelsWork records whether the pinned gopcua server can open a
-// Sign/SignAndEncrypt secure channel. v0.8.0 cannot (its server channel
-// decrypts the asymmetric OpenSecureChannel with the None policy); flip this
-// after upgrading to a release with upstream #817 (v0.9.0), and
-// TestLibraryDefectSecureChannel will confirm.
-const secureChannelsWork = false
-
 // ErrUnknownTag is returned by TagUpdate for an attribute the current model
 // does not have (a feed racing a deploy that removed it).
 var ErrUnknownTag = errors.New("unknown tag")
@@ -49,7 +42,15 @@ type Server struct {
 	ns      *siteNamespace
 	metrics *metrics
 	appURI  string
+	// thumbprint is the server certificate's, as clients show it when
+	// asked to trust it.
+	thumbprint string
 	key     any // *rsa.PrivateKey, kept for user-token decryption
+	// trust decides which client certificates may open sessions on
+	// secure channels; offersNone is whether a None profile is
+	// configured (otherwise a None channel serves discovery only).
+	trust      trustList
+	offersNone bool
 
 	sessions *sessionTable
 	notify   *notifier
@@ -66,6 +67,11 @@ type Server struct {
 	startedAt    time.Time // when Start began serving (PeerStartGrace)
 	shuttingDown bool
 	levelAt      time.Time
+
+	// warned spaces repeated warnings about the same refused client
+	// (warnOnce): a client retrying every second must not flood the log.
+	warnMu sync.Mutex
+	warned map[string]time.Time
 
 	kick    chan struct{}
 	started atomic.Bool
@@ -129,9 +135,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if len(c.Users) > 0 && !secure {
 		return nil, fmt.Errorf("opcua config: user-name identities need a Sign or SignAndEncrypt profile")
 	}
-	if secure && !secureChannelsWork {
-		return nil, fmt.Errorf("opcua config: gopcua v0.8.0's server cannot complete a Sign or SignAndEncrypt secure channel " +
-			"(upstream issue #815, fixed by #817 in v0.9.0); refusing to advertise endpoints no client can use. See opcua/WORKAROUNDS.md")
+	if secure && c.TrustedClientsDir == "" {
+		return nil, fmt.Errorf("opcua config: Sign and SignAndEncrypt profiles need a folder of trusted client certificates")
 	}
 	cert, key, err := loadIdentity(&c)
 	if err != nil {
@@ -186,12 +191,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		restartGap: defaultRestartGap,
 		metrics:    m,
 		key:        key,
+		trust:      trustList{trusted: c.TrustedClientsDir, rejected: c.RejectedClientsDir},
+		offersNone: slices.ContainsFunc(sec, func(r resolvedSecurity) bool { return r.mode == ua.MessageSecurityModeNone }),
 		notify:     newNotifier(),
 		state:      deps.Roles.Current(),
 		dataFresh:  true,
 		kick:       make(chan struct{}, 1),
 	}
 	s.appURI = applicationURIOf(cert)
+	s.thumbprint = Thumbprint(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
 	s.subs = newSubscriptions(clock, s.log, m,
 		subLimits{minInterval: c.MinPublishingInterval, maxInterval: c.MaxPublishingInterval, maxPerRequest: c.MaxNodesPerRequest},
@@ -284,7 +292,7 @@ func (s *Server) Start(ctx context.Context) error {
 		defer s.wg.Done()
 		s.follow(runCtx)
 	}()
-	s.log.Info().Str("endpoint", s.cfg.endpointURL()).Str("application_uri", s.appURI).
+	s.log.Info().Str("endpoint", s.cfg.endpointURL()).Str("application_uri", s.appURI).Str("certificate_thumbprint", s.thumbprint).
 		Uint8("service_level", s.ServiceLevel()).Msg("opcua server started")
 	return nil
 }
@@ -749,4 +757,28 @@ func (g libraryLogger) Error(msg string, args ...any) {
 		return
 	}
 	g.l.Error().Msg(line)
+}
+
+// warnEvery is how often the same refusal is logged again as a warning.
+const warnEvery = 10 * time.Minute
+
+// warnOnce logs msg as a warning unless the same key was warned about in
+// the last warnEvery; the repeats go to debug.
+func (s *Server) warnOnce(key string, fields func(*zerolog.Event) *zerolog.Event, msg string) {
+	now := s.clock.Now()
+	s.warnMu.Lock()
+	last, seen := s.warned[key]
+	fresh := !seen || now.Sub(last) >= warnEvery
+	if fresh {
+		if s.warned == nil || len(s.warned) >= 1024 {
+			s.warned = make(map[string]time.Time)
+		}
+		s.warned[key] = now
+	}
+	s.warnMu.Unlock()
+	if fresh {
+		fields(s.log.Warn()).Msg(msg)
+		return
+	}
+	fields(s.log.Debug()).Msg(msg)
 }

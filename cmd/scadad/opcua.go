@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,12 +30,16 @@ type opcuaService struct {
 	nodeID   string
 	endpoint string
 	peers    []nodeconfig.Member
-	log      zerolog.Logger
-	reg      prometheus.Registerer
-	roles    role.Source
-	writer   opcua.Writer
-	fan      *tagFanout
-	fwd      *control.Forwarder
+	// cert and key are the configured application certificate (both
+	// empty: OwnCertificate's, under pkiDir).
+	cert, key string
+	pkiDir    string
+	log       zerolog.Logger
+	reg       prometheus.Registerer
+	roles     role.Source
+	writer    opcua.Writer
+	fan       *tagFanout
+	fwd       *control.Forwarder
 
 	mu     sync.Mutex
 	srv    *opcua.Server
@@ -50,7 +55,8 @@ func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Regis
 	if self.OPCUA == "" {
 		return nil
 	}
-	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd}
+	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd,
+		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir()}
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
 		if m.ID != cfg.NodeID && m.OPCUA != "" {
@@ -115,6 +121,21 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		NamespaceURI: site.OPCUA.NamespaceURI, SiteName: site.Name,
 		AllowAnonymous: site.OPCUA.Identities.Anonymous,
 		HotStandby:     site.HotStandby,
+		CertFile:       s.cert, KeyFile: s.key,
+		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
+		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
+	}
+	if c.CertFile == "" {
+		c.CertFile, c.KeyFile, err = opcua.OwnCertificate(s.pkiDir, c.ApplicationURI, host)
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Made up front so an operator finds where client certificates go.
+	for _, dir := range []string{c.TrustedClientsDir, c.RejectedClientsDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("opcua client certificate folder: %w", err)
+		}
 	}
 	for _, p := range site.OPCUA.Security {
 		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})

@@ -1,0 +1,74 @@
+package opcua
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// OwnCertificate returns the files of a self-signed application
+// certificate for appURI kept under pkiDir (own/cert.der and
+// private/key.pem), making them on first use. A server that made a new
+// certificate at every start would be a stranger to every client that had
+// trusted it. Kept files whose URI is not appURI are an error naming them:
+// the node's identity changed, and the operator decides.
+func OwnCertificate(pkiDir, appURI, host string) (certFile, keyFile string, err error) {
+	certFile = filepath.Join(pkiDir, "own", "cert.der")
+	keyFile = filepath.Join(pkiDir, "private", "key.pem")
+	_, certErr := os.Stat(certFile)
+	_, keyErr := os.Stat(keyFile)
+	if certErr == nil && keyErr == nil {
+		c := Config{CertFile: certFile, KeyFile: keyFile, ApplicationURI: appURI}
+		if _, _, err := loadIdentity(&c); err != nil {
+			return "", "", fmt.Errorf("own OPC UA certificate %s: %w (remove both files to have a new one made)", certFile, err)
+		}
+		return certFile, keyFile, nil
+	}
+	// One without the other is no identity (a crash between the two
+	// writes below leaves the key alone): a new pair is made.
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return "", "", fmt.Errorf("own OPC UA certificate: generate key: %w", err)
+	}
+	der, err := SelfSignedCertificate(appURI, host, key)
+	if err != nil {
+		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := writeNew(keyFile, keyPEM, 0o600); err != nil {
+		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
+	}
+	if err := writeNew(certFile, der, 0o644); err != nil {
+		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
+	}
+	return certFile, keyFile, nil
+}
+
+// writeNew writes b to path through a temporary file and a rename, so a
+// crash leaves either no file or the whole one.
+func writeNew(path string, b []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,188 @@
+package opcua
+
+import (
+	"crypto/sha1" // OPC UA names certificates by their SHA-1 thumbprint (Part 6 §6.2.5)
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// maxRejected bounds the certificates kept in the rejected folder, so a
+// client that keeps presenting new certificates cannot fill the disk.
+const maxRejected = 100
+
+// trustList decides which client application certificates may open a
+// session on a secure channel, the way OPC UA servers commonly do: a
+// certificate is trusted when it is in the trusted folder, or is issued by
+// a CA certificate that is; a refused one is copied into the rejected
+// folder, so an operator who knows the client moves that file to trusted.
+//
+// The trusted folder is read on every check: sessions are few, and a
+// certificate moved there works for the client's next attempt without a
+// restart.
+type trustList struct {
+	trusted  string
+	rejected string
+}
+
+// untrustedError says why a client certificate was refused and with which
+// OPC UA status.
+type untrustedError struct {
+	code ua.StatusCode
+	why  string
+}
+
+func (e *untrustedError) Error() string { return e.why }
+
+// check returns nil when der is trusted at now; otherwise an
+// *untrustedError naming why, after keeping a copy of der in the rejected
+// folder. An unreadable trusted folder refuses everyone (and says so).
+func (t *trustList) check(der []byte, now time.Time) error {
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return &untrustedError{code: ua.StatusBadCertificateInvalid, why: fmt.Sprintf("client certificate is not a valid X.509 certificate: %v", err)}
+	}
+	if now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
+		// Trusting it would not help: the client needs a renewed one.
+		return &untrustedError{code: ua.StatusBadCertificateTimeInvalid, why: fmt.Sprintf("client certificate %s is valid from %s to %s only; the client needs a renewed certificate",
+			describeCert(cert), cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))}
+	}
+	trusted, err := readCertificates(t.trusted)
+	if err != nil {
+		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("read trusted client certificates: %v", err)}
+	}
+	roots := x509.NewCertPool()
+	for _, c := range trusted {
+		if c.Equal(cert) {
+			return nil
+		}
+		roots.AddCert(c)
+	}
+	if len(trusted) > 0 {
+		_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		if err == nil {
+			return nil
+		}
+	}
+	where := t.reject(cert)
+	return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("client certificate %s is not trusted%s; "+
+		"to trust it, put it (or its issuing CA) in %s on every node", describeCert(cert), where, t.trusted)}
+}
+
+// reject keeps a copy of cert in the rejected folder and says where.
+func (t *trustList) reject(cert *x509.Certificate) string {
+	if t.rejected == "" {
+		return ""
+	}
+	name := filepath.Join(t.rejected, certFileName(cert))
+	if _, err := os.Stat(name); err == nil {
+		return " (a copy is in " + name + ")"
+	}
+	if err := os.MkdirAll(t.rejected, 0o750); err != nil {
+		return ""
+	}
+	if entries, err := os.ReadDir(t.rejected); err != nil || len(entries) >= maxRejected {
+		return ""
+	}
+	if err := os.WriteFile(name, cert.Raw, 0o640); err != nil {
+		return ""
+	}
+	return " (a copy is in " + name + ")"
+}
+
+// Thumbprint is the SHA-1 thumbprint OPC UA tools show for a certificate,
+// in hexadecimal.
+func Thumbprint(der []byte) string {
+	sum := sha1.Sum(der)
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
+}
+
+func describeCert(cert *x509.Certificate) string {
+	s := fmt.Sprintf("%q (thumbprint %s", cert.Subject.CommonName, Thumbprint(cert.Raw))
+	if len(cert.URIs) > 0 {
+		s += ", application URI " + cert.URIs[0].String()
+	}
+	return s + ")"
+}
+
+var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// certFileName follows the common OPC UA folder convention: the common
+// name, then the thumbprint in brackets.
+func certFileName(cert *x509.Certificate) string {
+	cn := unsafeFileChars.ReplaceAllString(cert.Subject.CommonName, "_")
+	if len(cn) > 64 {
+		cn = cn[:64]
+	}
+	return fmt.Sprintf("%s [%s].der", cn, Thumbprint(cert.Raw))
+}
+
+// readCertificates reads every certificate in dir: DER files, or PEM files
+// of one or more CERTIFICATE blocks. A missing folder holds none. A file
+// that is neither is an error naming it, so a certificate an operator put
+// there does not silently fail to count.
+func readCertificates(dir string) ([]*x509.Certificate, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*x509.Certificate
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		certs, err := parseCertificates(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, certs...)
+	}
+	return out, nil
+}
+
+func parseCertificates(b []byte) ([]*x509.Certificate, error) {
+	if blk, _ := pem.Decode(b); blk == nil {
+		c, err := x509.ParseCertificate(b)
+		if err != nil {
+			return nil, fmt.Errorf("neither a PEM nor a DER certificate: %w", err)
+		}
+		return []*x509.Certificate{c}, nil
+	}
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("a PEM file without a CERTIFICATE block")
+	}
+	return out, nil
+}

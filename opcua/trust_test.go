@@ -1,0 +1,220 @@
+package opcua
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gopcua "github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
+)
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue makes a certificate for appURI signed by parent (self-signed when
+// parent is nil), valid over [from, to].
+func issue(t *testing.T, appURI string, key *rsa.PrivateKey, parent *x509.Certificate, parentKey *rsa.PrivateKey, isCA bool, from, to time.Time) *x509.Certificate {
+	t.Helper()
+	u, err := url.Parse(appURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: appURI},
+		NotBefore: from, NotAfter: to,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageDataEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u}, BasicConstraintsValid: true, IsCA: isCA,
+	}
+	if isCA {
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+}
+
+func TestTrustList(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	year := func(n int) time.Time { return now.AddDate(n, 0, 0) }
+	key := testKey()
+	listedDER := issue(t, "urn:client:listed-der", key, nil, nil, false, year(-1), year(1))
+	listedPEM := issue(t, "urn:client:listed-pem", key, nil, nil, false, year(-1), year(1))
+	ca := issue(t, "urn:site:ca", key, nil, nil, true, year(-1), year(5))
+	issued := issue(t, "urn:client:issued", key, ca, key, false, year(-1), year(1))
+	otherCA := issue(t, "urn:other:ca", key, nil, nil, true, year(-1), year(5))
+	issuedElsewhere := issue(t, "urn:client:elsewhere", key, otherCA, key, false, year(-1), year(1))
+	stranger := issue(t, "urn:client:stranger", key, nil, nil, false, year(-1), year(1))
+	expired := issue(t, "urn:client:expired", key, nil, nil, false, year(-2), year(-1))
+
+	trusted := t.TempDir()
+	writeFile(t, filepath.Join(trusted, "listed.der"), listedDER.Raw)
+	writeFile(t, filepath.Join(trusted, "listed.pem"), pemOf(listedPEM))
+	writeFile(t, filepath.Join(trusted, "site-ca.pem"), pemOf(ca))
+	writeFile(t, filepath.Join(trusted, "expired.der"), expired.Raw)
+	writeFile(t, filepath.Join(trusted, ".hidden"), []byte("editor swap file"))
+
+	tests := []struct {
+		name     string
+		der      []byte
+		want     ua.StatusCode // StatusOK: trusted
+		rejected bool          // a copy lands in the rejected folder
+	}{
+		{"listed, DER file", listedDER.Raw, ua.StatusOK, false},
+		{"listed, PEM file", listedPEM.Raw, ua.StatusOK, false},
+		{"issued by a listed CA", issued.Raw, ua.StatusOK, false},
+		{"issued by an unlisted CA", issuedElsewhere.Raw, ua.StatusBadCertificateUntrusted, true},
+		{"not listed", stranger.Raw, ua.StatusBadCertificateUntrusted, true},
+		{"listed but expired", expired.Raw, ua.StatusBadCertificateTimeInvalid, false},
+		{"not a certificate", []byte("hello"), ua.StatusBadCertificateInvalid, false},
+		{"none at all", nil, ua.StatusBadCertificateInvalid, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rejected := t.TempDir()
+			tl := trustList{trusted: trusted, rejected: rejected}
+			err := tl.check(tt.der, now)
+			if tt.want == ua.StatusOK {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var u *untrustedError
+			if !errors.As(err, &u) || u.code != tt.want {
+				t.Fatalf("got %v, want status %v", err, tt.want)
+			}
+			entries, _ := os.ReadDir(rejected)
+			if got := len(entries) == 1; got != tt.rejected {
+				t.Fatalf("rejected folder holds %d files, want a copy: %v", len(entries), tt.rejected)
+			}
+			if tt.rejected {
+				b, _ := os.ReadFile(filepath.Join(rejected, entries[0].Name()))
+				if string(b) != string(tt.der) || !strings.Contains(entries[0].Name(), Thumbprint(tt.der)) {
+					t.Fatalf("rejected copy %s is not the certificate", entries[0].Name())
+				}
+				if !strings.Contains(u.Error(), rejected) || !strings.Contains(u.Error(), trusted) {
+					t.Fatalf("the refusal does not say where the copy is and where to move it: %v", u)
+				}
+			}
+		})
+	}
+
+	t.Run("a file in the trusted folder that is no certificate refuses everyone, naming it", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "listed.der"), listedDER.Raw)
+		writeFile(t, filepath.Join(dir, "notes.txt"), []byte("put certificates here"))
+		err := (&trustList{trusted: dir}).check(listedDER.Raw, now)
+		if err == nil || !strings.Contains(err.Error(), "notes.txt") {
+			t.Fatalf("got %v, want a refusal naming notes.txt", err)
+		}
+	})
+	t.Run("a missing trusted folder trusts no one", func(t *testing.T) {
+		err := (&trustList{trusted: filepath.Join(t.TempDir(), "absent")}).check(listedDER.Raw, now)
+		var u *untrustedError
+		if !errors.As(err, &u) || u.code != ua.StatusBadCertificateUntrusted {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("the rejected folder stays bounded", func(t *testing.T) {
+		rejected := t.TempDir()
+		for i := range maxRejected {
+			writeFile(t, filepath.Join(rejected, "old"+string(rune('a'+i%26))+strings.Repeat("x", i/26)+".der"), []byte{1})
+		}
+		_ = (&trustList{trusted: trusted, rejected: rejected}).check(stranger.Raw, now)
+		if entries, _ := os.ReadDir(rejected); len(entries) != maxRejected {
+			t.Fatalf("rejected folder grew to %d", len(entries))
+		}
+	})
+}
+
+// Real clients over TCP against a secure-only server that also allows
+// anonymous users: an unknown certificate is refused and kept for the
+// operator; moved to the trusted folder it works on the next attempt,
+// without a restart; a None channel gets discovery only.
+func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
+	trusted, rejected := t.TempDir(), t.TempDir()
+	ts := startServer(t, activeState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		c.AllowAnonymous = true
+		c.TrustedClientsDir, c.RejectedClientsDir = trusted, rejected
+	})
+	clientKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, err := SelfSignedCertificate("urn:scadad:test-hmi", "hmi", clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: clientKey, Timeout: 3 * time.Second}
+
+	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil || !strings.Contains(err.Error(), "BadCertificateUntrusted") {
+		t.Fatalf("unknown client certificate: got %v, want BadCertificateUntrusted", err)
+	}
+	entries, err := os.ReadDir(rejected)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("rejected folder: %v %v", entries, err)
+	}
+	if err := os.Rename(filepath.Join(rejected, entries[0].Name()), filepath.Join(trusted, entries[0].Name())); err != nil {
+		t.Fatal(err)
+	}
+	if lvl, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err != nil || lvl != LevelActive {
+		t.Fatalf("after the operator trusted it: level %d, %v", lvl, err)
+	}
+
+	// A None channel: discovery answers (every client needs it to find
+	// the secure endpoints), a session does not.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	eps, err := gopcua.GetEndpoints(ctx, ts.Endpoint())
+	if err != nil || len(eps) != 1 || eps[0].SecurityMode != ua.MessageSecurityModeSignAndEncrypt {
+		t.Fatalf("GetEndpoints over None: %v %v", eps, err)
+	}
+	c, err := gopcua.NewClient(ts.Endpoint(), gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.DialTimeout(3*time.Second), gopcua.RequestTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Connect(ctx)
+	defer c.Close(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "BadSecurityModeRejected") {
+		t.Fatalf("session over None on a secure-only server: got %v, want BadSecurityModeRejected", err)
+	}
+	if got := metricValue(t, ts.metrics.rejected.WithLabelValues("security-mode")); got != 1 {
+		t.Fatalf("security-mode refusals counted %v, want 1", got)
+	}
+}
