@@ -45,7 +45,7 @@ type Server struct {
 	// thumbprint is the server certificate's, as clients show it when
 	// asked to trust it.
 	thumbprint string
-	key     any // *rsa.PrivateKey, kept for user-token decryption
+	key        any // *rsa.PrivateKey, kept for user-token decryption
 	// trust decides which client certificates may open sessions on
 	// secure channels; offersNone is whether a None profile is
 	// configured (otherwise a None channel serves discovery only).
