@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -66,6 +67,9 @@ type Config struct {
 	// never sent in clear).
 	AllowAnonymous bool
 	Users          []User
+	// AnonymousCanWrite lets anonymous sessions' writes on to the role
+	// gate (labs); otherwise only users with CanWrite write.
+	AnonymousCanWrite bool
 
 	// Peers are the other servers of the redundant set, for ServerArray and
 	// ServerUriArray.
@@ -121,6 +125,9 @@ type SecurityProfile struct {
 type User struct {
 	Name     string
 	Password string
+	// CanWrite lets the user's writes on to the role gate; without it the
+	// user reads only.
+	CanWrite bool
 }
 
 // Peer is another server of the redundant set.
@@ -347,7 +354,9 @@ func SelfSignedCertificate(appURI, host string, key *rsa.PrivateKey) ([]byte, er
 		BasicConstraintsValid: true,
 		URIs:                  []*url.URL{u},
 	}
-	if host != "" {
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else if host != "" {
 		tmpl.DNSNames = []string{host}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

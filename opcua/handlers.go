@@ -410,9 +410,10 @@ func (s *Server) write(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respon
 	if err := s.checkCount(len(req.NodesToWrite)); err != nil {
 		return nil, err
 	}
+	who, _ := s.sessions.identity(req.RequestHeader.AuthenticationToken) // guard: activated
 	results := make([]ua.StatusCode, len(req.NodesToWrite))
 	for i, wv := range req.NodesToWrite {
-		results[i] = s.writeOne(wv)
+		results[i] = s.writeOne(wv, who)
 		if results[i] != ua.StatusOK {
 			s.log.Info().Stringer("node", nodeIDOrNil(wv)).Str("status", results[i].Error()).Msg("opcua write refused")
 		}
@@ -434,7 +435,7 @@ const StatusWriteDenied ua.StatusCode = 0x80AF0000
 
 // writeOne validates one write completely before the role gate sees it,
 // and only a valid, permitted write reaches the gateway.
-func (s *Server) writeOne(wv *ua.WriteValue) ua.StatusCode {
+func (s *Server) writeOne(wv *ua.WriteValue, who identity) ua.StatusCode {
 	invalid := func(c ua.StatusCode) ua.StatusCode {
 		s.metrics.writes.WithLabelValues("invalid").Inc()
 		return c
@@ -481,6 +482,13 @@ func (s *Server) writeOne(wv *ua.WriteValue) ua.StatusCode {
 		return invalid(ua.StatusBadOutOfRange)
 	}
 
+	if !who.canWrite {
+		s.metrics.denied.WithLabelValues("read-only-identity").Inc()
+		s.metrics.writes.WithLabelValues("denied").Inc()
+		s.log.Warn().Str("identity", who.name).Str("instance", v.instance).Str("attribute", v.name).
+			Msg("opcua write denied: this identity may not write (can_write, or anonymous_can_write)")
+		return ua.StatusBadUserAccessDenied
+	}
 	st := s.roles.Current()
 	if allow, reason := WriteGate(st); !allow {
 		s.metrics.denied.WithLabelValues(reason).Inc()

@@ -111,7 +111,10 @@ func tryStartServer(t *testing.T, initial role.State, mutate func(*Config)) (*te
 		Host:           "127.0.0.1",
 		Port:           port,
 		AllowAnonymous: true,
-		PrivateKey:     testKey(),
+		// The write-gate tests write anonymously; the identity tests
+		// turn it off.
+		AnonymousCanWrite: true,
+		PrivateKey:        testKey(),
 		Peers:          []Peer{{ApplicationURI: "urn:scadad:peer", EndpointURL: "opc.tcp://127.0.0.1:1"}},
 		// Tests that need the shutdown grace ask for it.
 		ShutdownGrace: -1,

@@ -58,6 +58,59 @@ func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
 	}
 }
 
+// Writes need an identity allowed to write, over real secure sessions:
+// a user without can_write reads but does not write, whatever the role.
+func TestWritesNeedAnIdentityThatMayWrite(t *testing.T) {
+	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := t.TempDir()
+	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	ts := startServer(t, activeState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		c.AllowAnonymous, c.AnonymousCanWrite = true, false
+		c.Users = []User{{Name: "operator", Password: "op", CanWrite: true}, {Name: "viewer", Password: "view"}}
+		c.TrustedClientsDir = trusted
+	})
+	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
+	tests := []struct {
+		name, user, pass string
+		want             ua.StatusCode
+	}{
+		{"user with can_write", "operator", "op", ua.StatusOK},
+		{"user without can_write", "viewer", "view", ua.StatusBadUserAccessDenied},
+		{"anonymous without anonymous_can_write", "", "", ua.StatusBadUserAccessDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base
+			o.Username, o.Password = tt.user, tt.pass
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, ts.Endpoint(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Close(c)
+			before := len(ts.writer.Calls())
+			if got := writeValue(t, c, ts.NodeID("Pump1", "Speed"), ua.AttributeIDValue, ua.MustVariant(3.5)); got != tt.want {
+				t.Fatalf("write as %q: %v, want %v", tt.user, got, tt.want)
+			}
+			reached := len(ts.writer.Calls()) > before
+			if reached != (tt.want == ua.StatusOK) {
+				t.Fatalf("write as %q reached the gateway: %v", tt.user, reached)
+			}
+			if v := readValue(t, c, ts.NodeID("Pump1", "Speed"), ua.AttributeIDValue); v == nil {
+				t.Fatal("read refused")
+			}
+		})
+	}
+	if got := metricValue(t, ts.metrics.denied.WithLabelValues("read-only-identity")); got != 2 {
+		t.Fatalf("read-only-identity denials counted %v, want 2", got)
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	ok := func() Config {
 		return Config{Host: "127.0.0.1", Port: 4840, AllowAnonymous: true, PrivateKey: testKey()}
@@ -181,7 +234,7 @@ func TestMatchUser(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := matchUser(users, tt.user, []byte(tt.pass)); got != tt.want {
+			if u, got := matchUser(users, tt.user, []byte(tt.pass)); got != tt.want || (got && u.Name != tt.user) {
 				t.Fatalf("matchUser(%q, %q) = %v", tt.user, tt.pass, got)
 			}
 		})
@@ -190,8 +243,12 @@ func TestMatchUser(t *testing.T) {
 
 func TestAnonymousIdentityFollowsConfig(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
-	if id, code := ts.checkIdentity(nil, nil); code != ua.StatusOK || id != "anonymous" {
-		t.Fatalf("null token with anonymous allowed: %q %v", id, code)
+	if id, code := ts.checkIdentity(nil, nil); code != ua.StatusOK || id.name != "anonymous" || !id.canWrite {
+		t.Fatalf("null token with anonymous allowed (and writing): %+v %v", id, code)
+	}
+	ts.cfg.AnonymousCanWrite = false
+	if id, code := ts.checkIdentity(nil, nil); code != ua.StatusOK || id.canWrite {
+		t.Fatalf("anonymous without anonymous_can_write: %+v %v", id, code)
 	}
 	if _, code := ts.checkIdentity(ua.NewExtensionObject(&ua.AnonymousIdentityToken{PolicyID: "anonymous"}), nil); code != ua.StatusOK {
 		t.Fatalf("anonymous token refused: %v", code)

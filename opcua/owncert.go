@@ -30,22 +30,30 @@ func OwnCertificate(pkiDir, appURI, host string) (certFile, keyFile string, err 
 	}
 	// One without the other is no identity (a crash between the two
 	// writes below leaves the key alone): a new pair is made.
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return "", "", fmt.Errorf("own OPC UA certificate: generate key: %w", err)
-	}
-	der, err := SelfSignedCertificate(appURI, host, key)
-	if err != nil {
-		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := writeNew(keyFile, keyPEM, 0o600); err != nil {
-		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
-	}
-	if err := writeNew(certFile, der, 0o644); err != nil {
+	if err := WriteSelfSigned(certFile, keyFile, appURI, host); err != nil {
 		return "", "", fmt.Errorf("own OPC UA certificate: %w", err)
 	}
 	return certFile, keyFile, nil
+}
+
+// WriteSelfSigned makes a self-signed RSA-2048 application certificate
+// for appURI (host as its DNS or IP name, when given) and writes it to
+// certFile (DER) and its key to keyFile (PEM, mode 0600), replacing what
+// is there.
+func WriteSelfSigned(certFile, keyFile, appURI, host string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("generate key: %w", err)
+	}
+	der, err := SelfSignedCertificate(appURI, host, key)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := writeNew(keyFile, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeNew(certFile, der, 0o644)
 }
 
 // writeNew writes b to path through a temporary file and a rename, so a

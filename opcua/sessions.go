@@ -27,11 +27,18 @@ type sessionTable struct {
 
 	mu     sync.Mutex
 	nonces map[string][]byte // auth token -> last server nonce
-	active map[string]string // auth token -> identity ("anonymous" or user name)
+	active map[string]identity // auth token -> who activated it
+}
+
+// identity is who a session was activated as.
+type identity struct {
+	name     string // "anonymous" or the user name
+	anon     bool
+	canWrite bool // its writes may go on to the role gate
 }
 
 func newSessionTable(dropped func(key string)) *sessionTable {
-	return &sessionTable{dropped: dropped, nonces: make(map[string][]byte), active: make(map[string]string)}
+	return &sessionTable{dropped: dropped, nonces: make(map[string][]byte), active: make(map[string]identity)}
 }
 
 func tokenKey(t *ua.NodeID) string {
@@ -66,16 +73,16 @@ func (t *sessionTable) nonce(token *ua.NodeID) ([]byte, bool) {
 	return n, ok
 }
 
-func (t *sessionTable) activated(token *ua.NodeID, identity string, nonce []byte) {
+func (t *sessionTable) activated(token *ua.NodeID, who identity, nonce []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.active[tokenKey(token)] = identity
+	t.active[tokenKey(token)] = who
 	t.nonces[tokenKey(token)] = nonce
 }
 
-func (t *sessionTable) identity(token *ua.NodeID) (string, bool) {
+func (t *sessionTable) identity(token *ua.NodeID) (identity, bool) {
 	if token == nil {
-		return "", false
+		return identity{}, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -116,8 +123,8 @@ func (t *sessionTable) dropAll() {
 }
 
 // checkIdentity validates an ActivateSession identity token against the
-// configuration and returns the identity's name.
-func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (string, ua.StatusCode) {
+// configuration and returns who the session is.
+func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (identity, ua.StatusCode) {
 	var value any
 	if tok != nil {
 		value = tok.Value
@@ -125,25 +132,25 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (s
 	switch t := value.(type) {
 	case nil, *ua.AnonymousIdentityToken:
 		if !s.cfg.AllowAnonymous {
-			return "", ua.StatusBadIdentityTokenRejected
+			return identity{}, ua.StatusBadIdentityTokenRejected
 		}
-		return "anonymous", ua.StatusOK
+		return identity{name: "anonymous", anon: true, canWrite: s.cfg.AnonymousCanWrite}, ua.StatusOK
 	case *ua.UserNameIdentityToken:
 		if len(s.cfg.Users) == 0 {
-			return "", ua.StatusBadIdentityTokenRejected
+			return identity{}, ua.StatusBadIdentityTokenRejected
 		}
 		pass, err := s.decryptPassword(t, authToken)
 		if err != nil {
 			s.log.Warn().Err(err).Str("user", t.UserName).Msg("opcua user token rejected")
-			return "", ua.StatusBadIdentityTokenInvalid
+			return identity{}, ua.StatusBadIdentityTokenInvalid
 		}
-		if matchUser(s.cfg.Users, t.UserName, pass) {
-			return t.UserName, ua.StatusOK
+		if u, ok := matchUser(s.cfg.Users, t.UserName, pass); ok {
+			return identity{name: u.Name, canWrite: u.CanWrite}, ua.StatusOK
 		}
 		s.log.Warn().Str("user", t.UserName).Msg("opcua user name or password wrong")
-		return "", ua.StatusBadUserAccessDenied
+		return identity{}, ua.StatusBadUserAccessDenied
 	default:
-		return "", ua.StatusBadIdentityTokenInvalid
+		return identity{}, ua.StatusBadIdentityTokenInvalid
 	}
 }
 
@@ -198,14 +205,17 @@ func decryptUserPassword(key *rsa.PrivateKey, policyURI string, secret, nonce []
 	return plain[4 : 4+n-len(nonce)], nil
 }
 
-// matchUser reports whether name and password belong to a configured user,
-// comparing in constant time.
-func matchUser(users []User, name string, password []byte) bool {
-	found := false
+// matchUser finds the configured user with name and password, comparing
+// in constant time.
+func matchUser(users []User, name string, password []byte) (User, bool) {
+	var found User
+	ok := false
 	for _, u := range users {
 		nameOK := subtle.ConstantTimeCompare([]byte(u.Name), []byte(name)) == 1
 		passOK := subtle.ConstantTimeCompare([]byte(u.Password), password) == 1
-		found = found || (nameOK && passOK)
+		if nameOK && passOK {
+			found, ok = u, true
+		}
 	}
-	return found
+	return found, ok
 }

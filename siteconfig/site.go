@@ -263,8 +263,11 @@ type SecurityPair struct {
 
 // ServerIdentities are the user identities the OPC UA server accepts.
 type ServerIdentities struct {
-	Anonymous bool         `yaml:"anonymous"`
-	Users     []ServerUser `yaml:"users,omitempty"`
+	Anonymous bool `yaml:"anonymous"`
+	// AnonymousCanWrite lets anonymous sessions write (subject to the
+	// Active-role gate); otherwise only users with CanWrite do.
+	AnonymousCanWrite bool         `yaml:"anonymous_can_write,omitempty"`
+	Users             []ServerUser `yaml:"users,omitempty"`
 }
 
 // ServerUser is one username identity. The password is read from a file on

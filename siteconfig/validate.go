@@ -621,6 +621,9 @@ func (v *validator) server(p string, o *OPCUAServer) {
 	if !o.Identities.Anonymous && len(o.Identities.Users) == 0 {
 		v.add(ip, "no identity accepted: allow anonymous or list users")
 	}
+	if o.Identities.AnonymousCanWrite && !o.Identities.Anonymous {
+		v.add(field(ip, "anonymous_can_write"), "set, but anonymous sessions are not accepted (anonymous: false)")
+	}
 	users := make(map[string]int, len(o.Identities.Users))
 	for i, u := range o.Identities.Users {
 		up := at(field(ip, "users"), i)

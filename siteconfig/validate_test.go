@@ -192,6 +192,11 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"opcua.security[0].mode"}, "does not go with"},
 		{"server no identity", func(s *Site) { s.OPCUA.Identities.Anonymous = false },
 			[]string{"opcua.identities"}, "no identity accepted"},
+		{"server anonymous writes without anonymous sessions", func(s *Site) {
+			s.OPCUA.Identities.AnonymousCanWrite = true
+			s.OPCUA.Identities.Anonymous = false
+			s.OPCUA.Identities.Users = []ServerUser{{Username: "op", PasswordFile: "/p"}}
+		}, []string{"opcua.identities.anonymous_can_write"}, "not accepted"},
 		{"server duplicate user", func(s *Site) {
 			s.OPCUA.Identities.Users = []ServerUser{{Username: "op", PasswordFile: "/p"}, {Username: "op"}}
 		}, []string{"opcua.identities.users[1].username", "opcua.identities.users[1].password_file"}, "duplicate"},

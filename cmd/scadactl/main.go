@@ -82,7 +82,7 @@ func commands() []command {
 		{"sf", sfUsage + " (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},
 		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | issue --dir DIR --name NAME [--client] [--san HOST,...] [--days N] [--overwrite]", runCerts},
-		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel)", runOPCUA},
+		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel) | client-cert (an application certificate for secure endpoints)", runOPCUA},
 	}
 }
 

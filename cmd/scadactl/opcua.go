@@ -4,23 +4,63 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/scadad/scadad/opcua"
 )
 
+const opcuaUsage = "opcua pick URL,URL | opcua watch URL,URL NODEID | opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite]; " +
+	"pick and watch take --security-policy, --security-mode, --cert, --key, --user, --password-file"
+
 func runOPCUA(ctx context.Context, g *globals, args []string) error {
-	if len(args) > 0 {
-		fs := flag.NewFlagSet("opcua "+args[0], flag.ContinueOnError)
-		pos, err := g.parseFlags(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		args = append(args[:1:1], pos...)
+	if len(args) == 0 {
+		return usagef("%s", opcuaUsage)
+	}
+	fs := flag.NewFlagSet("opcua "+args[0], flag.ContinueOnError)
+	policy := fs.String("security-policy", "None", "pick, watch: security policy (None, Basic256Sha256, ...)")
+	mode := fs.String("security-mode", "None", "pick, watch: None, Sign or SignAndEncrypt")
+	certFile := fs.String("cert", "", "pick, watch: client application certificate (PEM or DER), needed for Sign and SignAndEncrypt")
+	keyFile := fs.String("key", "", "pick, watch: its RSA private key")
+	user := fs.String("user", "", "pick, watch: user name (empty: anonymous)")
+	passwordFile := fs.String("password-file", "", "pick, watch: file holding the user's password")
+	uri := fs.String("uri", "", "client-cert: the client's application URI, e.g. urn:plant:hmi-1")
+	dir := fs.String("dir", "", "client-cert: folder to write NAME.der and NAME.key.pem to")
+	name := fs.String("name", "opcua-client", "client-cert: file name stem")
+	host := fs.String("host", "", "client-cert: the client's host name or IP address, as a subject alternative name")
+	overwrite := fs.Bool("overwrite", false, "client-cert: replace files that are there")
+	pos, err := g.parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	args = append(args[:1:1], pos...)
+	if args[0] == "client-cert" {
+		return opcuaClientCert(g, args[1:], *uri, *dir, *name, *host, *overwrite)
 	}
 	if len(args) < 2 {
-		return usagef("opcua pick URL,URL | opcua watch URL,URL NODEID")
+		return usagef("%s", opcuaUsage)
+	}
+	opts := opcua.ClientOptions{SecurityPolicy: *policy, SecurityMode: *mode, Username: *user}
+	if *certFile != "" || *keyFile != "" {
+		opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(*certFile, *keyFile)
+		if err != nil {
+			return usagef("opcua %s: %v", args[0], err)
+		}
+	}
+	if *mode != "None" && opts.Certificate == nil {
+		return usagef("opcua %s: --security-mode %s needs --cert and --key (a client application certificate the servers trust)", args[0], *mode)
+	}
+	if *user != "" {
+		if *passwordFile == "" {
+			return usagef("opcua %s: --user needs --password-file", args[0])
+		}
+		b, err := os.ReadFile(*passwordFile)
+		if err != nil {
+			return usagef("opcua %s: read --password-file: %v", args[0], err)
+		}
+		opts.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	urls := splitList(args[1])
 	switch args[0] {
@@ -28,7 +68,7 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		if len(args) != 2 {
 			return usagef("opcua pick URL,URL")
 		}
-		best, levels, err := opcua.Pick(ctx, urls)
+		best, levels, err := opcua.PickWith(ctx, urls, opts)
 		if err != nil {
 			return fmt.Errorf("opcua pick: %w", err)
 		}
@@ -49,12 +89,38 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		}
 		// Watch prints one line per notification and every failover with
 		// the gap it caused, until interrupted.
-		err := opcua.Watch(ctx, urls, args[2], g.stdout)
+		err := opcua.WatchWith(ctx, urls, args[2], g.stdout, opts)
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("opcua watch: %w", err)
 		}
 		return nil
 	default:
-		return usagef("opcua: unknown subcommand %q (pick, watch)", strings.TrimSpace(args[0]))
+		return usagef("opcua: unknown subcommand %q (pick, watch, client-cert)", strings.TrimSpace(args[0]))
 	}
+}
+
+// opcuaClientCert makes a self-signed client application certificate for
+// the secure endpoints, and says where the servers want it.
+func opcuaClientCert(g *globals, extra []string, uri, dir, name, host string, overwrite bool) error {
+	if len(extra) != 0 || uri == "" || dir == "" || name == "" {
+		return usagef("opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite]")
+	}
+	certFile, keyFile := filepath.Join(dir, name+".der"), filepath.Join(dir, name+".key.pem")
+	if !overwrite {
+		for _, f := range []string{certFile, keyFile} {
+			if _, err := os.Stat(f); err == nil {
+				return usagef("opcua client-cert: %s exists (--overwrite replaces it)", f)
+			}
+		}
+	}
+	if err := opcua.WriteSelfSigned(certFile, keyFile, uri, host); err != nil {
+		return fmt.Errorf("opcua client-cert: %w", err)
+	}
+	der, err := os.ReadFile(certFile)
+	if err != nil {
+		return fmt.Errorf("opcua client-cert: %w", err)
+	}
+	fmt.Fprintf(g.stdout, "wrote %s and %s (thumbprint %s)\n", certFile, keyFile, opcua.Thumbprint(der))
+	fmt.Fprintf(g.stdout, "the servers accept it once %s is copied into <data_dir>/opcua/pki/trusted on every node\n", filepath.Base(certFile))
+	return nil
 }

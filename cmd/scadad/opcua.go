@@ -119,9 +119,9 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		Host: host, Port: port,
 		ApplicationURI: applicationURI(s.nodeID), ApplicationName: "scadad " + s.nodeID,
 		NamespaceURI: site.OPCUA.NamespaceURI, SiteName: site.Name,
-		AllowAnonymous: site.OPCUA.Identities.Anonymous,
-		HotStandby:     site.HotStandby,
-		CertFile:       s.cert, KeyFile: s.key,
+		AllowAnonymous: site.OPCUA.Identities.Anonymous, AnonymousCanWrite: site.OPCUA.Identities.AnonymousCanWrite,
+		HotStandby: site.HotStandby,
+		CertFile:   s.cert, KeyFile: s.key,
 		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
 	}
@@ -145,7 +145,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		if err != nil {
 			return nil, fmt.Errorf("opcua user %s: %w", u.Username, err)
 		}
-		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: pw})
+		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: pw, CanWrite: u.CanWrite})
 	}
 	for _, m := range s.peers {
 		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})

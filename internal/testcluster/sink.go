@@ -162,7 +162,7 @@ instances:
 opcua:
   namespace_uri: urn:test:scadad
   security: [{policy: None, mode: None}]
-  identities: {anonymous: true}
+  identities: {anonymous: true, anonymous_can_write: true}
 targets:
 `, name, gateway)
 	for _, t := range sortedKeys(targets) {
