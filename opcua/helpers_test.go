@@ -115,7 +115,7 @@ func tryStartServer(t *testing.T, initial role.State, mutate func(*Config)) (*te
 		// turn it off.
 		AnonymousCanWrite: true,
 		PrivateKey:        testKey(),
-		Peers:          []Peer{{ApplicationURI: "urn:scadad:peer", EndpointURL: "opc.tcp://127.0.0.1:1"}},
+		Peers:             []Peer{{ApplicationURI: "urn:scadad:peer", EndpointURL: "opc.tcp://127.0.0.1:1"}},
 		// Tests that need the shutdown grace ask for it.
 		ShutdownGrace: -1,
 	}

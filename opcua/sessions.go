@@ -26,7 +26,7 @@ type sessionTable struct {
 	dropped func(key string)
 
 	mu     sync.Mutex
-	nonces map[string][]byte // auth token -> last server nonce
+	nonces map[string][]byte   // auth token -> last server nonce
 	active map[string]identity // auth token -> who activated it
 }
 
