@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
 
@@ -25,8 +27,10 @@ import (
 // the endpoint refusing everyone until the process restarted. Past the
 // front the library's handshake read finds the Hello already there.
 //
-// After the Hello the front copies bytes both ways and nothing else: it
-// does not parse or alter OPC UA traffic.
+// After the Hello the front copies what the library sends as bytes, and
+// what the client sends message by message, so that it can refuse an
+// OpenSecureChannel with a security policy the server does not offer (the
+// library opens a channel with any policy it knows). It alters nothing.
 type front struct {
 	ln      net.Listener
 	limits  frontLimits
@@ -36,6 +40,11 @@ type front struct {
 	// backend took a connection and did not answer its Hello, or did not
 	// take it at all (why). It must not block.
 	backendDead func(backend string, why error)
+	// policies are the security policy URIs an OpenSecureChannel may ask
+	// for (nil: any); policyRefused, when set, is told of each refusal and
+	// must not block.
+	policies      map[string]bool
+	policyRefused func(remote net.Addr, policy string)
 
 	mu       sync.Mutex
 	backend  string // the library's loopback listener new connections go to
@@ -67,10 +76,11 @@ type frontLimits struct {
 // Why the front closed a connection before the library saw it (label
 // reason of scadad_opcua_connections_refused_total).
 const (
-	refusedNoHello  = "no_hello"  // closed, reset or silent before a whole Hello
-	refusedNotHello = "not_hello" // the first message was not a Hello
-	refusedBusy     = "busy"      // too many connections waiting for their Hello
-	refusedBackend  = "backend"   // the library's listener did not take it
+	refusedNoHello  = "no_hello"        // closed, reset or silent before a whole Hello
+	refusedNotHello = "not_hello"       // the first message was not a Hello
+	refusedBusy     = "busy"            // too many connections waiting for their Hello
+	refusedBackend  = "backend"         // the library's listener did not take it
+	refusedPolicy   = "security_policy" // an OpenSecureChannel asked for a policy not offered
 )
 
 // The first message of an OPC UA TCP connection (Part 6, 7.1.2): an 8-byte
@@ -258,11 +268,23 @@ func (f *front) serve(c net.Conn) {
 	}
 	f.metrics.connections.Inc()
 	defer f.metrics.connections.Dec()
-	if err := splice(c, b, f.limits.stalled); errors.Is(err, os.ErrDeadlineExceeded) {
+	err = splice(c, b, f.limits.stalled, f.allowedPolicy)
+	var refused *policyRefusedError
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		f.metrics.stalled.Inc()
 		f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("stalled", f.limits.stalled).
 			Msg("opcua client disconnected: it stopped reading what the server sent")
+	case errors.As(err, &refused):
+		f.metrics.refused.WithLabelValues(refusedPolicy).Inc()
+		if f.policyRefused != nil {
+			f.policyRefused(c.RemoteAddr(), refused.policy)
+		}
 	}
+}
+
+func (f *front) allowedPolicy(uri string) bool {
+	return f.policies == nil || f.policies[uri]
 }
 
 // readHello reads c's first message with a deadline and returns it whole
@@ -316,19 +338,115 @@ func readAnswer(b net.Conn, timeout time.Duration) ([]byte, error) {
 // direction ends, then closes both: OPC UA has no half-open state worth
 // keeping, and a client that vanished must not hold the library's side
 // open (nor the other way round). A write to the client that takes longer
-// than stalled ends it too; the error says why it ended.
-func splice(client, library net.Conn, stalled time.Duration) error {
+// than stalled ends it too, and so does an OpenSecureChannel with a policy
+// allowed refuses; the error says why it ended.
+func splice(client, library net.Conn, stalled time.Duration, allowed func(policy string) bool) error {
 	done := make(chan error, 2)
-	go func() {
-		_, err := io.Copy(library, client)
-		done <- err
-	}()
+	go func() { done <- copyRequests(library, client, allowed) }()
 	go func() { done <- copyWithDeadline(client, library, stalled) }()
 	err := <-done
 	client.Close()
 	library.Close()
 	<-done
 	return err
+}
+
+// maxOPNLen bounds an OpenSecureChannel message, which carries a
+// certificate or two: a few KiB in practice.
+const maxOPNLen = 1 << 20
+
+// policyRefusedError ends a connection whose OpenSecureChannel asked for a
+// security policy the server does not offer.
+type policyRefusedError struct{ policy string }
+
+func (e *policyRefusedError) Error() string {
+	return fmt.Sprintf("OpenSecureChannel with security policy %q, which this server does not offer", e.policy)
+}
+
+// copyRequests copies the client's messages to the library, each whole
+// (Part 6, 7.1.2: an 8-byte header with the message size), and refuses an
+// OpenSecureChannel whose security policy allowed refuses. Its asymmetric
+// security header, which names the policy, is never encrypted. The first
+// refusal is answered with an Error message (the library has sent nothing
+// since its Acknowledge, so nothing interleaves with it).
+func copyRequests(library net.Conn, client net.Conn, allowed func(policy string) bool) error {
+	r := bufio.NewReaderSize(client, 64<<10)
+	w := bufio.NewWriterSize(library, 64<<10)
+	hdr := make([]byte, uacpHeaderLen)
+	first := true
+	for {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		size := int(binary.LittleEndian.Uint32(hdr[4:8]))
+		if size < uacpHeaderLen {
+			return fmt.Errorf("client message of %d bytes, shorter than its header", size)
+		}
+		if string(hdr[:3]) == "OPN" {
+			if size > maxOPNLen {
+				return fmt.Errorf("OpenSecureChannel of %d bytes, more than %d", size, maxOPNLen)
+			}
+			msg := make([]byte, size)
+			copy(msg, hdr)
+			if _, err := io.ReadFull(r, msg[uacpHeaderLen:]); err != nil {
+				return err
+			}
+			if policy := openPolicy(msg); !allowed(policy) {
+				if first {
+					_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+					_, _ = client.Write(errorMessage(ua.StatusBadSecurityPolicyRejected, "security policy not offered by this server"))
+				}
+				return &policyRefusedError{policy: policy}
+			}
+			first = false
+			if _, err := w.Write(msg); err != nil {
+				return err
+			}
+		} else {
+			if _, err := w.Write(hdr); err != nil {
+				return err
+			}
+			if _, err := io.CopyN(w, r, int64(size-uacpHeaderLen)); err != nil {
+				return err
+			}
+		}
+		// Several messages already read go on in one write.
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// openPolicy is the security policy URI an OpenSecureChannel message asks
+// for: after the header and the secure channel id, a length-prefixed
+// string. "" when the message is too short for it or the string is null.
+func openPolicy(msg []byte) string {
+	const at = uacpHeaderLen + 4
+	if len(msg) < at+4 {
+		return ""
+	}
+	n := int32(binary.LittleEndian.Uint32(msg[at:]))
+	if n <= 0 || int(n) > len(msg)-at-4 {
+		return ""
+	}
+	return string(msg[at+4 : at+4+int(n)])
+}
+
+// errorMessage is an OPC UA TCP Error message (Part 6, 7.1.2.5): a status
+// code and a reason.
+func errorMessage(code ua.StatusCode, reason string) []byte {
+	size := uacpHeaderLen + 4 + 4 + len(reason)
+	b := make([]byte, 0, size)
+	b = append(b, "ERRF"...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(size))
+	b = binary.LittleEndian.AppendUint32(b, uint32(code))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(reason)))
+	return append(b, reason...)
 }
 
 // copyWithDeadline is io.Copy with each write to dst bounded by d.

@@ -271,6 +271,12 @@ func (s *Server) Start(ctx context.Context) error {
 		dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled,
 	}, s.log, s.metrics)
 	s.front.backendDead = func(backend string, why error) { go s.restartLibrary(backend, why) }
+	s.front.policies = s.offeredPolicies()
+	s.front.policyRefused = func(remote net.Addr, policy string) {
+		s.warnOnce("policy:"+policy, func(e *zerolog.Event) *zerolog.Event {
+			return e.Stringer("remote", remote).Str("policy", policy)
+		}, "OPC UA secure channel refused: the client asked for a security policy this server does not offer")
+	}
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
 	s.mu.Unlock()
@@ -757,6 +763,20 @@ func (g libraryLogger) Error(msg string, args ...any) {
 		return
 	}
 	g.l.Error().Msg(line)
+}
+
+// offeredPolicies are the security policy URIs a client may open a
+// channel with: the configured ones, and None, which every server offers
+// for discovery (sessions on it are refused unless a None profile is
+// configured: admitChannel).
+func (s *Server) offeredPolicies() map[string]bool {
+	out := map[string]bool{ua.SecurityPolicyURINone: true}
+	for _, p := range s.cfg.Security {
+		if r, err := resolveSecurity([]SecurityProfile{p}); err == nil {
+			out[r[0].policyURI] = true
+		}
+	}
+	return out
 }
 
 // warnEvery is how often the same refusal is logged again as a warning.

@@ -1,14 +1,18 @@
 package opcua
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -216,5 +220,141 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	}
 	if got := metricValue(t, ts.metrics.rejected.WithLabelValues("security-mode")); got != 1 {
 		t.Fatalf("security-mode refusals counted %v, want 1", got)
+	}
+}
+
+// uacpMessage frames body as an OPC UA TCP message of type typ ("MSGF").
+func uacpMessage(typ string, body []byte) []byte {
+	b := append([]byte(typ), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(b[4:], uint32(uacpHeaderLen+len(body)))
+	return append(b, body...)
+}
+
+// openMessage is an OpenSecureChannel asking for policy (nil: a null
+// string), followed by some bytes standing for the rest of it.
+func openMessage(policy *string) []byte {
+	body := binary.LittleEndian.AppendUint32(nil, 0) // secure channel id
+	if policy == nil {
+		body = binary.LittleEndian.AppendUint32(body, 0xFFFFFFFF)
+	} else {
+		body = binary.LittleEndian.AppendUint32(body, uint32(len(*policy)))
+		body = append(body, *policy...)
+	}
+	return uacpMessage("OPNF", append(body, bytes.Repeat([]byte{0xAB}, 300)...))
+}
+
+func TestCopyRequestsChecksTheOpenSecureChannelPolicy(t *testing.T) {
+	offered, weak := ua.SecurityPolicyURIBasic256Sha256, ua.SecurityPolicyURIBasic128Rsa15
+	allowed := func(p string) bool { return p == offered || p == ua.SecurityPolicyURINone }
+	msg := uacpMessage("MSGF", bytes.Repeat([]byte{1}, 70_000)) // more than one buffer
+	tests := []struct {
+		name       string
+		in         [][]byte
+		wantPassed int // messages the library gets
+		refused    string
+		errorSent  bool
+	}{
+		{"offered policy, then messages", [][]byte{openMessage(&offered), msg, msg}, 3, "", false},
+		{"policy not offered", [][]byte{openMessage(&weak), msg}, 0, weak, true},
+		{"null policy", [][]byte{openMessage(nil)}, 0, "", true},
+		{"a renewal that changes the policy", [][]byte{openMessage(&offered), msg, openMessage(&weak)}, 2, weak, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, frontClient := tcpPair(t)
+			frontLibrary, library := tcpPair(t)
+			done := make(chan error, 1)
+			go func() { done <- copyRequests(frontLibrary, frontClient, allowed) }()
+			go func() {
+				for _, m := range tt.in {
+					if _, err := client.Write(m); err != nil {
+						return
+					}
+				}
+				if tt.refused == "" && tt.wantPassed > 0 {
+					client.(*net.TCPConn).CloseWrite()
+				}
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("copyRequests did not end")
+			}
+			frontLibrary.Close()
+			got, _ := io.ReadAll(library)
+			var want []byte
+			for _, m := range tt.in[:tt.wantPassed] {
+				want = append(want, m...)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("library got %d bytes, want %d (the first %d messages, unchanged)", len(got), len(want), tt.wantPassed)
+			}
+			var refused *policyRefusedError
+			if tt.wantPassed == len(tt.in) {
+				if err != nil {
+					t.Fatalf("ended with %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &refused) || refused.policy != tt.refused {
+				t.Fatalf("ended with %v, want a refusal of %q", err, tt.refused)
+			}
+			frontClient.Close()
+			answer, _ := io.ReadAll(client)
+			if sent := bytes.HasPrefix(answer, []byte("ERRF")); sent != tt.errorSent {
+				t.Fatalf("client got %q, want an Error message: %v", answer, tt.errorSent)
+			}
+			if tt.errorSent && ua.StatusCode(binary.LittleEndian.Uint32(answer[8:])) != ua.StatusBadSecurityPolicyRejected {
+				t.Fatalf("error code %x", answer[8:12])
+			}
+		})
+	}
+}
+
+// A trusted client asking for a policy the server does not offer (here
+// the deprecated Basic128Rsa15, which the library would serve) is refused
+// at the channel, with a real gopcua client.
+func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
+	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := t.TempDir()
+	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	ts := startServer(t, activeState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		c.TrustedClientsDir = trusted
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	eps, err := gopcua.GetEndpoints(ctx, ts.Endpoint())
+	if err != nil || len(eps) == 0 {
+		t.Fatal(eps, err)
+	}
+	for _, policy := range []string{ua.SecurityPolicyURIBasic128Rsa15, ua.SecurityPolicyURIBasic256Sha256} {
+		c, err := gopcua.NewClient(ts.Endpoint(),
+			gopcua.SecurityPolicy(policy), gopcua.SecurityMode(ua.MessageSecurityModeSignAndEncrypt),
+			gopcua.Certificate(clientCert), gopcua.PrivateKey(testKey()), gopcua.RemoteCertificate(eps[0].ServerCertificate),
+			gopcua.AuthAnonymous(), gopcua.SecurityFromEndpoint(eps[0], ua.UserTokenTypeAnonymous),
+			gopcua.SecurityPolicy(policy), // after SecurityFromEndpoint, which sets its own
+			gopcua.AutoReconnect(false), gopcua.DialTimeout(3*time.Second), gopcua.RequestTimeout(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Connect(ctx)
+		c.Close(context.Background())
+		if policy == ua.SecurityPolicyURIBasic256Sha256 {
+			if err != nil {
+				t.Fatalf("the offered policy: %v", err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("a channel with %s was served", policy)
+		}
+	}
+	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedPolicy)); got != 1 {
+		t.Fatalf("policy refusals counted %v, want 1", got)
 	}
 }
