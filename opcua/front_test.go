@@ -200,7 +200,9 @@ func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
 				}()
 			}
 			done := make(chan error, 1)
-			go func() { done <- splice(frontClient, frontLibrary, 200*time.Millisecond, func(string) bool { return true }) }()
+			go func() {
+				done <- splice(frontClient, frontLibrary, 200*time.Millisecond, func(string) bool { return true })
+			}()
 			select {
 			case err := <-done:
 				if !errors.Is(err, tc.wantErr) && err != tc.wantErr {
