@@ -384,7 +384,7 @@ func (w *watcher) follow(ctx context.Context) error {
 		}
 	}()
 	// The initial values follow Monitor within a publishing interval. None
-	// at all means nothing is being published to us: gopcua v0.8.0's
+	// at all means nothing is being published to us: gopcua's
 	// client can leave its publish loop paused for good when Subscribe
 	// races the loop's start (see subscribe in server_test.go), and a quiet
 	// subscription then looks like a quiet value. Leave and subscribe anew.

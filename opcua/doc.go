@@ -20,7 +20,13 @@
 //     and silent connections cannot stop the server accepting; a library
 //     instance that stops answering Hellos (a local process reset its
 //     loopback port) is replaced by a new one (Server.restartLibrary);
-//   - every defence against gopcua v0.8.0's server defects (see
+//   - who may use the server: the client certificates trusted on secure
+//     channels (trust.go: a trusted folder, refused ones copied to a
+//     rejected folder), the security policies a channel may ask for (the
+//     front), the identities (anonymous, user names) and which of them
+//     may write; and the server's own application certificate when the
+//     daemon keeps one (OwnCertificate);
+//   - every defence against gopcua's server defects (see
 //     WORKAROUNDS.md): hostile or malformed client requests get Bad statuses,
 //     never a crash.
 //

@@ -345,7 +345,7 @@ func (s *Server) Close() error {
 }
 
 // closeLibraryWait bounds how long Close waits for the library's server to
-// close. gopcua v0.8.0 waits up to 10 s for every client connection to end,
+// close. gopcua waits up to 10 s for every client connection to end,
 // and a client that keeps its session open (a redundancy-aware client keeps
 // one to each node) never ends it: a node stopping would take 10 s more.
 const closeLibraryWait = 2 * time.Second

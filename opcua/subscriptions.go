@@ -15,7 +15,7 @@ import (
 )
 
 // subscriptions is scadad's own implementation of the OPC UA Subscription
-// and MonitoredItem service sets (Part 4, 5.12 and 5.13). gopcua v0.8.0's
+// and MonitoredItem service sets (Part 4, 5.12 and 5.13). gopcua's
 // implementation can wedge the whole server for good (a lock-order
 // inversion between a subscription deleting itself and
 // CreateMonitoredItems, and a blocking channel send under its item lock),
