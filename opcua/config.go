@@ -67,6 +67,9 @@ type Config struct {
 	// never sent in clear).
 	AllowAnonymous bool
 	Users          []User
+	// MaxSessions caps activated client sessions (0: no cap); more are
+	// refused BadTooManySessions. Sessions idle for their timeout expire.
+	MaxSessions int
 	// AnonymousCanWrite lets anonymous sessions' writes on to the role
 	// gate (labs); otherwise only users with CanWrite write.
 	AnonymousCanWrite bool

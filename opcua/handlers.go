@@ -187,6 +187,10 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 		if !ok {
 			return nil, ua.StatusBadRequestTypeInvalid
 		}
+		if s.sessions.full(s.cfg.MaxSessions) {
+			s.metrics.rejected.WithLabelValues("too-many-sessions").Inc()
+			return nil, ua.StatusBadTooManySessions
+		}
 		resp, err := lib(sc, r, reqID)
 		if err != nil {
 			return resp, err
@@ -197,20 +201,20 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 			if code := s.admitChannel(req, res); code != ua.StatusOK {
 				return nil, code
 			}
-			s.sessions.created(res.AuthenticationToken, res.ServerNonce)
 			// The library lists the endpoints whose URL is the request's,
 			// and its own are on loopback (front.go).
 			res.ServerEndpoints = s.publicEndpoints()
-			// Clients size their keep-alives from this: a second makes
-			// them chatter, and sessions are not expired here anyway
-			// (WORKAROUNDS.md row 11). The library answers a request
-			// over its 1 h limit with its 60 s default; the limit is
-			// the better answer.
+			// Clients size their keep-alives from this, and the session
+			// table expires the session after it: a second would make
+			// them chatter. The library answers a request over its 1 h
+			// limit with its 60 s default; the limit is the better
+			// answer (WORKAROUNDS.md row 11).
 			if req.RequestedSessionTimeout > 0 {
 				res.RevisedSessionTimeout = clampFloat(req.RequestedSessionTimeout, 10_000, 3_600_000)
 			} else if res.RevisedSessionTimeout <= 0 {
 				res.RevisedSessionTimeout = 60_000
 			}
+			s.sessions.created(res.AuthenticationToken, res.ServerNonce, time.Duration(res.RevisedSessionTimeout*float64(time.Millisecond)))
 		}
 		return resp, nil
 	}
@@ -334,7 +338,11 @@ func (s *Server) activateSession(lib server.Handler) server.Handler {
 			return resp, err
 		}
 		if res, ok := resp.(*ua.ActivateSessionResponse); ok {
-			s.sessions.activated(req.RequestHeader.AuthenticationToken, identity, res.ServerNonce)
+			if !s.sessions.activate(req.RequestHeader.AuthenticationToken, identity, s.cfg.MaxSessions) {
+				s.metrics.rejected.WithLabelValues("too-many-sessions").Inc()
+				return nil, ua.StatusBadTooManySessions
+			}
+			s.sessions.setNonce(req.RequestHeader.AuthenticationToken, res.ServerNonce)
 		}
 		return resp, nil
 	}

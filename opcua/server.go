@@ -208,7 +208,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		},
 		s.nodeExists, sendOn)
 	// A session that ends takes its subscriptions with it.
-	s.sessions = newSessionTable(s.subs.dropSession)
+	s.sessions = newSessionTable(s.subs.dropSession, clock.Now)
 	// The first level is computed before anything can read it, so no client
 	// ever sees the SDK default 255.
 	s.recompute()
@@ -520,7 +520,19 @@ func (s *Server) follow(ctx context.Context) {
 			return
 		}
 		s.recompute()
+		s.expireSessions()
 	}
+}
+
+// expireSessions forgets the sessions of clients that stopped sending
+// requests for their session timeout (the library keeps them for ever),
+// and publishes the count.
+func (s *Server) expireSessions() {
+	if n := s.sessions.expire(); n > 0 {
+		s.metrics.sessionsExpired.Add(float64(n))
+		s.log.Info().Int("sessions", n).Msg("opcua sessions expired: their clients sent nothing for their session timeout")
+	}
+	s.metrics.sessions.Set(float64(s.sessions.count()))
 }
 
 func (s *Server) health() Health {
@@ -620,22 +632,24 @@ func (n *notifier) run(ctx context.Context, push func(*ua.NodeID)) {
 }
 
 type metrics struct {
-	denied         *prometheus.CounterVec
-	writes         *prometheus.CounterVec
-	serviceLevel   prometheus.Gauge
-	levelChanges   *prometheus.CounterVec
-	panics         *prometheus.CounterVec
-	rejected       *prometheus.CounterVec
-	subscriptions  prometheus.Gauge
-	monitoredItems prometheus.Gauge
-	coalesced      prometheus.Counter
-	subsExpired    prometheus.Counter
-	publishFailed  prometheus.Counter
-	refused        *prometheus.CounterVec
-	connections    prometheus.Gauge
-	stalled        prometheus.Counter
-	restarts       prometheus.Counter
-	levelPublished atomic.Bool
+	denied          *prometheus.CounterVec
+	writes          *prometheus.CounterVec
+	serviceLevel    prometheus.Gauge
+	levelChanges    *prometheus.CounterVec
+	panics          *prometheus.CounterVec
+	rejected        *prometheus.CounterVec
+	sessions        prometheus.Gauge
+	sessionsExpired prometheus.Counter
+	subscriptions   prometheus.Gauge
+	monitoredItems  prometheus.Gauge
+	coalesced       prometheus.Counter
+	subsExpired     prometheus.Counter
+	publishFailed   prometheus.Counter
+	refused         *prometheus.CounterVec
+	connections     prometheus.Gauge
+	stalled         prometheus.Counter
+	restarts        prometheus.Counter
+	levelPublished  atomic.Bool
 
 	// reg and registered let a closed server take its collectors back
 	// off the registry: the daemon builds a new server (and registers the
@@ -656,7 +670,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_opcua_write_denied_total",
-			Help: "Client writes refused by the role gate, by reason (secondary, detached, role-unknown).",
+			Help: "Client writes refused by the role gate (secondary, detached, role-unknown) or because the session's identity may not write (read-only-identity).",
 		}, []string{"reason"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_opcua_writes_total",
@@ -678,6 +692,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_requests_rejected_total",
 			Help: "Requests refused before reaching the library, by reason.",
 		}, []string{"reason"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scadad_opcua_sessions",
+			Help: "Activated OPC UA client sessions.",
+		}),
+		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_sessions_expired_total",
+			Help: "Sessions forgotten because their client sent no request for their session timeout.",
+		}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scadad_opcua_subscriptions",
 			Help: "OPC UA subscriptions the server holds.",
@@ -717,7 +739,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
-		m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused, m.connections, m.stalled, m.restarts} {
+		m.sessions, m.sessionsExpired, m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused,
+		m.connections, m.stalled, m.restarts} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err
@@ -727,7 +750,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend} {
+	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy} {
 		m.refused.WithLabelValues(r)
 	}
 	return m, nil

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uapolicy"
@@ -17,17 +18,29 @@ import (
 // otherwise grow this table without limit.
 const maxPendingSessions = 4096
 
-// sessionTable tracks which sessions are activated and with which identity.
-// The library serves reads, writes and browses to any authentication token,
-// activated or not, and never checks the identity token at all.
+// sessionTable tracks the sessions: which are activated, with which
+// identity, and when each was last used. The library serves reads, writes
+// and browses to any authentication token, activated or not, never checks
+// the identity token, and never expires a session; this table does all
+// three (a token it does not hold is refused by guard).
 type sessionTable struct {
 	// dropped is told (outside mu) the key of every session the table
 	// forgets, so what the session owned can go with it.
 	dropped func(key string)
+	now     func() time.Time
 
-	mu     sync.Mutex
-	nonces map[string][]byte   // auth token -> last server nonce
-	active map[string]identity // auth token -> who activated it
+	mu       sync.Mutex
+	sessions map[string]*session // by authentication token
+	active   int                 // how many are activated
+}
+
+// session is one client session.
+type session struct {
+	nonce     []byte // the last server nonce, for the next ActivateSession
+	activated bool
+	who       identity
+	timeout   time.Duration // the revised session timeout
+	used      time.Time     // the last request that named it
 }
 
 // identity is who a session was activated as.
@@ -37,8 +50,8 @@ type identity struct {
 	canWrite bool // its writes may go on to the role gate
 }
 
-func newSessionTable(dropped func(key string)) *sessionTable {
-	return &sessionTable{dropped: dropped, nonces: make(map[string][]byte), active: make(map[string]identity)}
+func newSessionTable(dropped func(key string), now func() time.Time) *sessionTable {
+	return &sessionTable{dropped: dropped, now: now, sessions: make(map[string]*session)}
 }
 
 func tokenKey(t *ua.NodeID) string {
@@ -48,18 +61,20 @@ func tokenKey(t *ua.NodeID) string {
 	return t.String()
 }
 
-func (t *sessionTable) created(token *ua.NodeID, nonce []byte) {
+// created records a new session, not yet activated, that expires after
+// timeout without a request.
+func (t *sessionTable) created(token *ua.NodeID, nonce []byte, timeout time.Duration) {
 	var evicted []string
 	t.mu.Lock()
-	if len(t.nonces) >= maxPendingSessions {
-		for k := range t.nonces {
-			if _, ok := t.active[k]; !ok {
-				delete(t.nonces, k)
+	if len(t.sessions)-t.active >= maxPendingSessions {
+		for k, e := range t.sessions {
+			if !e.activated {
+				delete(t.sessions, k)
 				evicted = append(evicted, k)
 			}
 		}
 	}
-	t.nonces[tokenKey(token)] = nonce
+	t.sessions[tokenKey(token)] = &session{nonce: nonce, timeout: timeout, used: t.now()}
 	t.mu.Unlock()
 	for _, k := range evicted {
 		t.dropped(k)
@@ -69,53 +84,124 @@ func (t *sessionTable) created(token *ua.NodeID, nonce []byte) {
 func (t *sessionTable) nonce(token *ua.NodeID) ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, ok := t.nonces[tokenKey(token)]
-	return n, ok
+	e, ok := t.sessions[tokenKey(token)]
+	if !ok {
+		return nil, false
+	}
+	return e.nonce, true
 }
 
-func (t *sessionTable) activated(token *ua.NodeID, who identity, nonce []byte) {
+// full reports whether max sessions (0: no cap) are activated already.
+func (t *sessionTable) full(max int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.active[tokenKey(token)] = who
-	t.nonces[tokenKey(token)] = nonce
+	return max > 0 && t.active >= max
 }
 
+// activate marks a session activated as who, unless it is a first
+// activation and max sessions (0: no cap) are activated already.
+func (t *sessionTable) activate(token *ua.NodeID, who identity, max int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.sessions[tokenKey(token)]
+	if !ok {
+		return false
+	}
+	if !e.activated {
+		if max > 0 && t.active >= max {
+			return false
+		}
+		t.active++
+	}
+	e.activated, e.who, e.used = true, who, t.now()
+	return true
+}
+
+// setNonce keeps the server nonce an ActivateSession answer carried, for
+// the session's next one.
+func (t *sessionTable) setNonce(token *ua.NodeID, nonce []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.sessions[tokenKey(token)]; ok {
+		e.nonce = nonce
+	}
+}
+
+// identity returns who an activated session is, and counts the request
+// as the session's use.
 func (t *sessionTable) identity(token *ua.NodeID) (identity, bool) {
 	if token == nil {
 		return identity{}, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	id, ok := t.active[tokenKey(token)]
-	return id, ok
+	e, ok := t.sessions[tokenKey(token)]
+	if !ok || !e.activated {
+		return identity{}, false
+	}
+	e.used = t.now()
+	return e.who, true
 }
 
 // closed forgets a session. Its subscriptions go too, whatever the
 // CloseSession request's DeleteSubscriptions says: without
 // TransferSubscriptions no other session could ever use them.
 func (t *sessionTable) closed(token *ua.NodeID) {
+	k := tokenKey(token)
 	t.mu.Lock()
-	delete(t.active, tokenKey(token))
-	delete(t.nonces, tokenKey(token))
+	t.removeLocked(k)
 	t.mu.Unlock()
-	t.dropped(tokenKey(token))
+	t.dropped(k)
+}
+
+func (t *sessionTable) removeLocked(k string) {
+	if e, ok := t.sessions[k]; ok {
+		if e.activated {
+			t.active--
+		}
+		delete(t.sessions, k)
+	}
+}
+
+// expire forgets the sessions no request has named for their timeout (a
+// client that vanished; Part 4, 5.6.2), with their subscriptions, and
+// returns how many.
+func (t *sessionTable) expire() int {
+	now := t.now()
+	var gone []string
+	t.mu.Lock()
+	for k, e := range t.sessions {
+		if now.Sub(e.used) > e.timeout {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		t.removeLocked(k)
+	}
+	t.mu.Unlock()
+	for _, k := range gone {
+		t.dropped(k)
+	}
+	return len(gone)
+}
+
+// count is how many sessions are activated.
+func (t *sessionTable) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
 }
 
 // dropAll forgets every session, with its subscriptions: the library's
 // server that held them was replaced (Server.restartLibrary).
 func (t *sessionTable) dropAll() {
 	t.mu.Lock()
-	keys := make([]string, 0, len(t.nonces)+len(t.active))
-	for k := range t.nonces {
+	keys := make([]string, 0, len(t.sessions))
+	for k := range t.sessions {
 		keys = append(keys, k)
 	}
-	for k := range t.active {
-		if _, ok := t.nonces[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	clear(t.nonces)
-	clear(t.active)
+	clear(t.sessions)
+	t.active = 0
 	t.mu.Unlock()
 	for _, k := range keys {
 		t.dropped(k)

@@ -120,8 +120,8 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		ApplicationURI: applicationURI(s.nodeID), ApplicationName: "scadad " + s.nodeID,
 		NamespaceURI: site.OPCUA.NamespaceURI, SiteName: site.Name,
 		AllowAnonymous: site.OPCUA.Identities.Anonymous, AnonymousCanWrite: site.OPCUA.Identities.AnonymousCanWrite,
-		HotStandby: site.HotStandby,
-		CertFile:   s.cert, KeyFile: s.key,
+		HotStandby: site.HotStandby, MaxSessions: site.OPCUA.MaxSessions,
+		CertFile: s.cert, KeyFile: s.key,
 		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
 	}
