@@ -528,7 +528,7 @@ func (s *Server) follow(ctx context.Context) {
 // requests for their session timeout (the library keeps them for ever),
 // and publishes the count.
 func (s *Server) expireSessions() {
-	if n := s.sessions.expire(); n > 0 {
+	if n := s.sessions.expire(s.subs.waiting); n > 0 {
 		s.metrics.sessionsExpired.Add(float64(n))
 		s.log.Info().Int("sessions", n).Msg("opcua sessions expired: their clients sent nothing for their session timeout")
 	}

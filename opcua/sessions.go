@@ -165,24 +165,39 @@ func (t *sessionTable) removeLocked(k string) {
 
 // expire forgets the sessions no request has named for their timeout (a
 // client that vanished; Part 4, 5.6.2), with their subscriptions, and
-// returns how many.
-func (t *sessionTable) expire() int {
+// returns how many. A session for which waiting reports Publish requests
+// held by the server is in use: a subscription with a long keep-alive
+// answers them rarely, and its client has nothing else to send meanwhile.
+func (t *sessionTable) expire(waiting func(key string) bool) int {
 	now := t.now()
-	var gone []string
+	idle := func(e *session) bool { return now.Sub(e.used) > e.timeout }
+	var candidates []string
 	t.mu.Lock()
 	for k, e := range t.sessions {
-		if now.Sub(e.used) > e.timeout {
+		if idle(e) {
+			candidates = append(candidates, k)
+		}
+	}
+	t.mu.Unlock()
+	var gone []string
+	for _, k := range candidates {
+		if !waiting(k) {
 			gone = append(gone, k)
 		}
 	}
+	t.mu.Lock()
+	kept := gone[:0]
 	for _, k := range gone {
-		t.removeLocked(k)
+		if e, ok := t.sessions[k]; ok && idle(e) { // not used meanwhile
+			t.removeLocked(k)
+			kept = append(kept, k)
+		}
 	}
 	t.mu.Unlock()
-	for _, k := range gone {
+	for _, k := range kept {
 		t.dropped(k)
 	}
-	return len(gone)
+	return len(kept)
 }
 
 // count is how many sessions are activated.

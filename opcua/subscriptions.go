@@ -90,9 +90,10 @@ const (
 	maxSubscriptions           = 4000
 	maxItemsPerSubscription    = 10000
 	// maxNotificationsPerMessage and maxMessageBytes bound one Publish
-	// response; the rest follows with MoreNotifications. gopcua's server
-	// sends a response as one chunk, and clients (gopcua's among them)
-	// refuse chunks over their 64 KiB receive buffer.
+	// response; the rest follows with MoreNotifications. gopcua v0.8.0's
+	// server sent a response as one chunk, and clients (gopcua's among
+	// them) refuse chunks over their 64 KiB receive buffer; v0.9.0 splits
+	// them, and small messages still suit every client.
 	maxNotificationsPerMessage = 1000
 	maxMessageBytes            = 48 << 10
 	// publishSendTimeout bounds a Publish response's send. gopcua v0.8.0
@@ -615,6 +616,15 @@ func (m *subscriptions) sessionLocked(key string) *subSession {
 		m.sessions[key] = sess
 	}
 	return sess
+}
+
+// waiting reports whether the session key has Publish requests queued,
+// waiting for something to answer.
+func (m *subscriptions) waiting(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess, ok := m.sessions[key]
+	return ok && len(sess.queue) > 0
 }
 
 func (m *subscriptions) owns(key string, id uint32) bool {

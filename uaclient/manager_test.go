@@ -70,7 +70,7 @@ func startUpstreamWith(t *testing.T, mutate func(*opcua.Config)) *upstream {
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		u := &upstream{writes: make(chan upstreamWrite, 16)}
-		cfg := opcua.Config{Host: "127.0.0.1", Port: p, AllowAnonymous: true, ShutdownGrace: -1}
+		cfg := opcua.Config{Host: "127.0.0.1", Port: p, AllowAnonymous: true, AnonymousCanWrite: true, ShutdownGrace: -1}
 		if mutate != nil {
 			mutate(&cfg)
 		}
