@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/opcua"
 )
 
 // TestOPCUAClientConnection deploys a site with attributes on an OPC UA
@@ -104,4 +108,87 @@ func connUp(st *controlpb.StatusResponse, name, kind string) bool {
 		}
 	}
 	return false
+}
+
+// TestOPCUAClientConnectionOverSignAndEncrypt: the same path with the
+// upstream offering only Basic256Sha256 SignAndEncrypt and user names; the
+// site's connection presents a client certificate (trusted upstream) and a
+// user that may write. Values come through and a write goes upstream.
+func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, passFile := filepath.Join(dir, "site.der"), filepath.Join(dir, "site.key.pem"), filepath.Join(dir, "site.pass")
+	if err := opcua.WriteSelfSigned(certFile, keyFile, "urn:test:site-client", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(passFile, []byte("feed-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	upSim := startSim(t, "-change", "100ms")
+	up := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, Witness: false, OPCUA: true, LogLevel: "info"})
+	start(t, up)
+	upNode := waitOneActive(t, up, 20*time.Second)
+	trusted := filepath.Join(upNode.Dir, "data", "opcua", "pki", "trusted")
+	if err := os.MkdirAll(trusted, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trusted, "site.der"), cert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upSite := testcluster.SiteConfigGateway("upstream", upSim.Addr, nil, 5)
+	secured := bytes.Replace(upSite, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"),
+		[]byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities:\n    users:\n      - {username: site, password_file: "+passFile+", can_write: true}\n"), 1)
+	if bytes.Equal(secured, upSite) {
+		t.Fatal("site config template changed: no security and identities lines to replace")
+	}
+	deploySite(t, up, secured)
+
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	site := string(testcluster.SiteConfigGateway("uaclient", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	site = strings.Replace(site, "instances:\n", `  - name: upstream
+    kind: opcua
+    opcua:
+      endpoint: `+upNode.OPCUA+`
+      security_policy: Basic256Sha256
+      security_mode: SignAndEncrypt
+      certificate_file: `+certFile+`
+      private_key_file: `+keyFile+`
+      identity: {type: username, username: site, password_file: `+passFile+`}
+      publishing_interval: 100ms
+      backoff_floor: 100ms
+      backoff_max: 1s
+instances:
+  - name: Mirror
+    connection: upstream
+    attributes:
+      - {name: Speed, type: double, tag: "nsu=urn:test:scadad;s=Pump1.Speed"}
+      - {name: SpeedSP, type: double, tag: "nsu=urn:test:scadad;s=Pump1.SpeedSP", writable: true}
+`, 1)
+	deploySite(t, c, []byte(site))
+	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+
+	ac := uaClient(t, active.OPCUA)
+	mirror := siteNode(t, ac, "Mirror.Speed")
+	waitGoodChanging(t, ac, mirror, 30*time.Second, "a good, changing Mirror.Speed read over SignAndEncrypt")
+	before, err := upSim.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := writeDouble(t, ac, siteNode(t, ac, "Mirror.SpeedSP"), 42); st != ua.StatusOK {
+		t.Fatalf("a write through the secure client connection: %v", st)
+	}
+	waitFor(t, 10*time.Second, "the write at the upstream's gateway", func() bool {
+		after, err := upSim.Stats()
+		return err == nil && after.Commands["Write"]+after.Commands["write"] > before.Commands["Write"]+before.Commands["write"]
+	})
+	if rejected, _ := filepath.Glob(filepath.Join(upNode.Dir, "data", "opcua", "pki", "rejected", "*")); len(rejected) != 0 {
+		t.Fatalf("the upstream refused a certificate: %v", rejected)
+	}
 }
