@@ -263,7 +263,8 @@ func PickWith(ctx context.Context, urls []string, o ClientOptions) (string, map[
 // Watch follows a node's value on whichever endpoint has the highest
 // ServiceLevel, printing each notification to out. It re-picks when the
 // session dies or the watched server's ServiceLevel drops, and prints the
-// gap between the last notification before a failover and the first after.
+// gap between the last new Good value before a failover and the first after
+// it (a Bad value, or the old value again, is not data a client can use).
 // It returns when ctx ends.
 func Watch(ctx context.Context, urls []string, nodeID string, out io.Writer) error {
 	return WatchWith(ctx, urls, nodeID, out, ClientOptions{})
@@ -316,11 +317,16 @@ var errUnknownNode = errors.New("the server has no such node")
 func stamp(t time.Time) string { return t.Format("15:04:05.000") }
 
 type watcher struct {
-	out        io.Writer
-	opts       ClientOptions
-	node       *ua.NodeID
-	url        string
+	out  io.Writer
+	opts ClientOptions
+	node *ua.NodeID
+	url  string
+	// lastValue is when the last new Good value arrived, and lastSource
+	// its source timestamp: the gap after a failover runs from it to the
+	// first Good value newer than it. A Bad value, or the last value
+	// again (a server that held it), gives a client nothing new.
 	lastValue  time.Time
+	lastSource time.Time
 	failedOver bool
 }
 
@@ -432,11 +438,13 @@ func (w *watcher) follow(ctx context.Context) error {
 					level = lvl
 				case handleValue:
 					now := time.Now()
-					if w.failedOver && !w.lastValue.IsZero() {
-						fmt.Fprintf(w.out, "%s notification gap %v\n", stamp(now), now.Sub(w.lastValue).Round(time.Millisecond))
-						w.failedOver = false
+					if item.Value.Status == ua.StatusOK && item.Value.SourceTimestamp.After(w.lastSource) {
+						if w.failedOver && !w.lastValue.IsZero() {
+							fmt.Fprintf(w.out, "%s notification gap %v\n", stamp(now), now.Sub(w.lastValue).Round(time.Millisecond))
+							w.failedOver = false
+						}
+						w.lastValue, w.lastSource = now, item.Value.SourceTimestamp
 					}
-					w.lastValue = now
 					var v any
 					if item.Value.Value != nil {
 						v = item.Value.Value.Value()

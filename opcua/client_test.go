@@ -242,6 +242,42 @@ func TestWatchFollowsFailover(t *testing.T) {
 	t.Logf("watch events:\n%s", events(out.String()))
 }
 
+// The gap a failover-following client reports runs to the first new Good
+// value: the server it moves to may hold no value yet (Bad) or the old one,
+// and neither is data a client can use.
+func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
+	grace := func(c *Config) { c.ShutdownGrace = 300 * time.Millisecond }
+	a := startServer(t, activeState(), grace)
+	b := startServer(t, standbyState(), grace)
+	out := &lockedbuf.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Watch(ctx, []string{a.Endpoint(), b.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out) }()
+	defer func() { cancel(); <-done }()
+	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
+	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
+	last := time.Now()
+	a.TagUpdate("Pump1", "Speed", 1.0, true, last)
+	// B holds the same value A last had, and nothing newer.
+	b.TagUpdate("Pump1", "Speed", 1.0, true, last)
+	eventually(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=1;s=Pump1.Speed = 1"))
+
+	a.roles.Publish(standbyState())
+	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
+	eventually(t, 15*time.Second, "the old value from B", has(b.Endpoint()+" ns=1;s=Pump1.Speed = 1"))
+	if strings.Contains(out.String(), "notification gap") {
+		t.Fatalf("a gap ended by the old value again:\n%s", out.String())
+	}
+	time.Sleep(300 * time.Millisecond) // the gap to be measured, not a wait for a condition
+	b.TagUpdate("Pump1", "Speed", 2.0, true, time.Now())
+	eventually(t, 10*time.Second, "the gap", has("notification gap"))
+	m := regexp.MustCompile(`notification gap (\S+)`).FindStringSubmatch(out.String())
+	d, err := time.ParseDuration(m[1])
+	if err != nil || d < 300*time.Millisecond {
+		t.Fatalf("gap %q (%v), want at least the 300 ms before B had a new value:\n%s", m[1], err, out.String())
+	}
+}
+
 // events drops the value lines from Watch output.
 func events(s string) string {
 	var keep []string

@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -53,6 +54,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/pki"
@@ -142,6 +144,14 @@ type serviceLevelResult struct {
 	DataMinMs    float64   `json:"data_min_ms"`
 	DataMedianMs float64   `json:"data_median_ms"`
 	DataMaxMs    float64   `json:"data_max_ms"`
+	// Gap: what a failover-following client (scadactl opcua watch)
+	// reports between the last value notification from the killed
+	// Active and the first from the survivor.
+	GapRunsMs   []float64 `json:"gap_runs_ms"`
+	GapFailed   int       `json:"gap_failed"`
+	GapMinMs    float64   `json:"gap_min_ms"`
+	GapMedianMs float64   `json:"gap_median_ms"`
+	GapMaxMs    float64   `json:"gap_max_ms"`
 }
 
 type report struct {
@@ -245,6 +255,7 @@ func main() {
 		rep.ServiceLevel = r
 		fmt.Printf("servicelevel (%d runs, %d failed): SIGKILL of the Active -> survivor's ServiceLevel 250 read by a client: min=%.0fms median=%.0fms max=%.0fms\n", len(r.RunsMs), r.Failed, r.MinMs, r.MedianMs, r.MaxMs)
 		fmt.Printf("field data (%d runs, %d failed): SIGKILL of the Active -> a Good gateway value newer than the kill read from the survivor: min=%.0fms median=%.0fms max=%.0fms\n", len(r.DataRunsMs), r.DataFailed, r.DataMinMs, r.DataMedianMs, r.DataMaxMs)
+		fmt.Printf("notification gap (%d runs, %d failed): a subscribed client following the failover, last value from the killed Active -> first from the survivor: min=%.0fms median=%.0fms max=%.0fms\n", len(r.GapRunsMs), r.GapFailed, r.GapMinMs, r.GapMedianMs, r.GapMaxMs)
 	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
@@ -1262,6 +1273,10 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("the Active %s never served live field data before the kill", lead.ID)
 		}
+		gap, stopWatch, err := watchGap(lead.OPCUA, survivor.OPCUA, opts)
+		if err != nil {
+			return res, err
+		}
 		time.Sleep(b.o.settle)
 		t0 := time.Now()
 		b.c.Kill(lead)
@@ -1282,7 +1297,15 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 			}
 			time.Sleep(b.o.probeEvery)
 		}
+		g, gapOK := gap(ctx)
+		stopWatch()
 		cancel()
+		if gapOK {
+			res.GapRunsMs = append(res.GapRunsMs, float64(g.Microseconds())/1000)
+			fmt.Printf("notification gap %d/%d: %v\n", run, b.o.failovers, g)
+		} else {
+			res.GapFailed++
+		}
 		if took > 0 {
 			res.RunsMs = append(res.RunsMs, float64(took.Microseconds())/1000)
 			fmt.Printf("servicelevel %d/%d: killed %s, %s advertised 250 after %.0fms\n", run, b.o.failovers, lead.ID, survivor.ID, float64(took.Microseconds())/1000)
@@ -1307,7 +1330,48 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 		res.DataMinMs, res.DataMaxMs = r[0], r[len(r)-1]
 		res.DataMedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
 	}
+	if r := slices.Sorted(slices.Values(res.GapRunsMs)); len(r) > 0 {
+		res.GapMinMs, res.GapMaxMs = r[0], r[len(r)-1]
+		res.GapMedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
+	}
 	return res, nil
+}
+
+var gapLine = regexp.MustCompile(`notification gap (\S+)`)
+
+// watchGap starts the failover-following client `scadactl opcua watch`
+// runs (opcua.WatchWith) on Pump1.Speed of both voters and waits until it
+// receives values from lead. gap then waits (within ctx) for the gap the
+// client reports after a failover; stop ends the client.
+func watchGap(lead, survivor string, opts opcua.ClientOptions) (gap func(context.Context) (time.Duration, bool), stop func(), err error) {
+	out := &lockedbuf.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = opcua.WatchWith(ctx, []string{lead, survivor}, "ns=1;s=Pump1.Speed", out, opts)
+	}()
+	stop = func() { cancel(); <-done }
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if err := testcluster.Poll(wctx, func() bool { return strings.Count(out.String(), lead+" ns=1;s=Pump1.Speed = ") >= 3 }); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the watching client got no values from the Active %s:\n%s", lead, out.String())
+	}
+	gap = func(ctx context.Context) (time.Duration, bool) {
+		var d time.Duration
+		err := testcluster.Poll(ctx, func() bool {
+			m := gapLine.FindStringSubmatch(out.String())
+			if m == nil {
+				return false
+			}
+			var perr error
+			d, perr = time.ParseDuration(m[1])
+			return perr == nil
+		})
+		return d, err == nil
+	}
+	return gap, stop, nil
 }
 
 // freshGoodValue reports whether the OPC UA server at url serves the
