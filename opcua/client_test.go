@@ -252,7 +252,9 @@ func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
 	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Watch(ctx, []string{a.Endpoint(), b.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out) }()
+	go func() {
+		done <- Watch(ctx, []string{a.Endpoint(), b.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out)
+	}()
 	defer func() { cancel(); <-done }()
 	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
 	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
