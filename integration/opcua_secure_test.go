@@ -13,6 +13,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/opcua"
 )
@@ -160,6 +161,26 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	}
 	waitGoodChanging(t, ac, siteNode(t, ac, "Pump1.Speed"), 20*time.Second, "live values on the Active over SignAndEncrypt")
 
+	// A client following the redundant pair, as `scadactl opcua watch`
+	// does, subscribed over SignAndEncrypt to a live tag.
+	watched := &lockedbuf.Buffer{}
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = opcua.WatchWith(wctx, []string{active.OPCUA, standby.OPCUA}, "ns=1;s=Pump1.Speed", watched, operator)
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+		if t.Failed() {
+			t.Logf("watch output:\n%s", watched.String())
+		}
+	}()
+	waitFor(t, 20*time.Second, "the watching client receiving values from the Active", func() bool {
+		return strings.Count(watched.String(), active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+	})
+
 	killed := time.Now()
 	c.Kill(active)
 	waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250 over SignAndEncrypt", func() bool {
@@ -168,4 +189,9 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	})
 	t.Logf("survivor advertised 250 (read over SignAndEncrypt) %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	waitGoodChanging(t, sc, siteNode(t, sc, "Pump1.Speed"), 20*time.Second, "live values on the survivor over SignAndEncrypt")
+	waitFor(t, 20*time.Second, "the watching client to follow the failover and receive new values from the survivor", func() bool {
+		got := watched.String()
+		return strings.Contains(got, "failover "+active.OPCUA+" -> "+standby.OPCUA) && strings.Contains(got, "notification gap") &&
+			strings.Count(got, standby.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+	})
 }
