@@ -37,22 +37,7 @@ func TestOPCUAClientConnection(t *testing.T) {
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 
-	site := string(testcluster.SiteConfigGateway("uaclient", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
-	site = strings.Replace(site, "instances:\n", `  - name: upstream
-    kind: opcua
-    opcua:
-      endpoint: `+upNode.OPCUA+`
-      publishing_interval: 100ms
-      backoff_floor: 100ms
-      backoff_max: 1s
-instances:
-  - name: Mirror
-    connection: upstream
-    attributes:
-      - {name: Speed, type: double, tag: "nsu=urn:test:scadad;s=Pump1.Speed"}
-      - {name: SpeedSP, type: double, tag: "nsu=urn:test:scadad;s=Pump1.SpeedSP", writable: true}
-`, 1)
-	deploySite(t, c, []byte(site))
+	deploySite(t, c, mirrorSite(sim.Addr, upNode.OPCUA, ""))
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 
 	ac := uaClient(t, active.OPCUA)
@@ -98,6 +83,27 @@ instances:
 	})
 	start(t, up, upNode)
 	waitGoodChanging(t, ac, mirror, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted")
+}
+
+// mirrorSite is the test site with an OPC UA client connection "upstream"
+// to endpoint (its extra option lines, indented six spaces, added) and an
+// instance Mirror reading the upstream scadad's Pump1 through it.
+func mirrorSite(gateway, endpoint, extra string) []byte {
+	site := string(testcluster.SiteConfigGateway("uaclient", gateway, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	return []byte(strings.Replace(site, "instances:\n", `  - name: upstream
+    kind: opcua
+    opcua:
+      endpoint: `+endpoint+`
+`+extra+`      publishing_interval: 100ms
+      backoff_floor: 100ms
+      backoff_max: 1s
+instances:
+  - name: Mirror
+    connection: upstream
+    attributes:
+      - {name: Speed, type: double, tag: "nsu=urn:test:scadad;s=Pump1.Speed"}
+      - {name: SpeedSP, type: double, tag: "nsu=urn:test:scadad;s=Pump1.SpeedSP", writable: true}
+`, 1))
 }
 
 // connUp reports whether st lists connection name of kind as up.
@@ -151,27 +157,12 @@ func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
-	site := string(testcluster.SiteConfigGateway("uaclient", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
-	site = strings.Replace(site, "instances:\n", `  - name: upstream
-    kind: opcua
-    opcua:
-      endpoint: `+upNode.OPCUA+`
-      security_policy: Basic256Sha256
+	deploySite(t, c, mirrorSite(sim.Addr, upNode.OPCUA, `      security_policy: Basic256Sha256
       security_mode: SignAndEncrypt
       certificate_file: `+certFile+`
       private_key_file: `+keyFile+`
       identity: {type: username, username: site, password_file: `+passFile+`}
-      publishing_interval: 100ms
-      backoff_floor: 100ms
-      backoff_max: 1s
-instances:
-  - name: Mirror
-    connection: upstream
-    attributes:
-      - {name: Speed, type: double, tag: "nsu=urn:test:scadad;s=Pump1.Speed"}
-      - {name: SpeedSP, type: double, tag: "nsu=urn:test:scadad;s=Pump1.SpeedSP", writable: true}
-`, 1)
-	deploySite(t, c, []byte(site))
+`))
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 
 	ac := uaClient(t, active.OPCUA)

@@ -50,10 +50,9 @@ func (o ClientOptions) Close(c *gopcua.Client) {
 	_ = c.Close(ctx) // the connection is gone either way; there is nothing to do about an error
 }
 
-// canOpenSession says whether one of eps offers the options' security
-// and identity: the options' policy and mode, and a user-token policy for
-// their identity. A certificate the server does not trust still fails.
-func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
+// security resolves the options' policy and mode (empty: None) and the
+// identity token type they log in with.
+func (o ClientOptions) security() (resolvedSecurity, ua.UserTokenType, error) {
 	policy, mode := o.SecurityPolicy, o.SecurityMode
 	if policy == "" {
 		policy = "None"
@@ -63,14 +62,24 @@ func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
 	}
 	sec, err := resolveSecurity([]SecurityProfile{{Policy: policy, Mode: mode}})
 	if err != nil {
+		return resolvedSecurity{}, 0, err
+	}
+	if o.Username != "" {
+		return sec[0], ua.UserTokenTypeUserName, nil
+	}
+	return sec[0], ua.UserTokenTypeAnonymous, nil
+}
+
+// canOpenSession says whether one of eps offers the options' security
+// and identity: the options' policy and mode, and a user-token policy for
+// their identity. A certificate the server does not trust still fails.
+func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
+	sec, want, err := o.security()
+	if err != nil {
 		return false
 	}
-	want := ua.UserTokenTypeAnonymous
-	if o.Username != "" {
-		want = ua.UserTokenTypeUserName
-	}
 	for _, ep := range eps {
-		if ep.SecurityPolicyURI != sec[0].policyURI || ep.SecurityMode != sec[0].mode {
+		if ep.SecurityPolicyURI != sec.policyURI || ep.SecurityMode != sec.mode {
 			continue
 		}
 		for _, t := range ep.UserIdentityTokens {
@@ -85,20 +94,9 @@ func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
 // dial connects a client to endpoint. Secure channels need the server's
 // certificate and the user-token policy, so those first ask GetEndpoints.
 func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {
-	policy, mode := o.SecurityPolicy, o.SecurityMode
-	if policy == "" {
-		policy = "None"
-	}
-	if mode == "" {
-		mode = "None"
-	}
-	sec, err := resolveSecurity([]SecurityProfile{{Policy: policy, Mode: mode}})
+	sec, tokenType, err := o.security()
 	if err != nil {
 		return nil, fmt.Errorf("client security: %w", err)
-	}
-	tokenType := ua.UserTokenTypeAnonymous
-	if o.Username != "" {
-		tokenType = ua.UserTokenTypeUserName
 	}
 	opts := []gopcua.Option{
 		gopcua.AutoReconnect(false),
@@ -106,14 +104,14 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 		gopcua.DialTimeout(o.timeout()),
 		gopcua.SessionTimeout(time.Minute),
 	}
-	if sec[0].mode == ua.MessageSecurityModeNone && tokenType == ua.UserTokenTypeAnonymous {
+	if sec.mode == ua.MessageSecurityModeNone && tokenType == ua.UserTokenTypeAnonymous {
 		opts = append(opts, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous())
 	} else {
 		eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()))
 		if err != nil {
 			return nil, fmt.Errorf("get endpoints of %s: %w", endpoint, err)
 		}
-		ep, err := gopcua.SelectEndpoint(eps, sec[0].policyURI, sec[0].mode)
+		ep, err := gopcua.SelectEndpoint(eps, sec.policyURI, sec.mode)
 		if err != nil {
 			return nil, fmt.Errorf("select endpoint of %s: %w", endpoint, err)
 		}

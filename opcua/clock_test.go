@@ -61,13 +61,19 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.waiters = kept
 }
 
-func startServerWithClock(t *testing.T, initial role.State, clock Clock) *testServer {
+// startServerWithClock starts a server on clock; mutate may adjust the
+// config before New.
+func startServerWithClock(t *testing.T, initial role.State, clock Clock, mutate ...func(*Config)) *testServer {
 	t.Helper()
 	ts := &testServer{roles: role.NewBroadcaster(initial), writer: &fakeWriter{}, reg: prometheus.NewRegistry()}
-	srv, err := New(Config{
+	cfg := Config{
 		Host: "127.0.0.1", Port: freePort(t), AllowAnonymous: true, PrivateKey: testKey(),
 		PeerVerdictTTL: 30 * time.Second, RecheckInterval: time.Second,
-	}, Deps{Logger: zerolog.Nop(), Registerer: ts.reg, Roles: ts.roles, Writer: ts.writer, Clock: clock})
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv, err := New(cfg, Deps{Logger: zerolog.Nop(), Registerer: ts.reg, Roles: ts.roles, Writer: ts.writer, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/binary"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +17,7 @@ import (
 )
 
 func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
-	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	trusted := t.TempDir()
-	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	clientCert, trusted := trustedClient(t)
 	ts := startServer(t, activeState(), func(c *Config) {
 		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}, {Policy: "Basic256Sha256", Mode: "Sign"}}
 		c.AllowAnonymous = false
@@ -61,12 +55,7 @@ func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
 // Writes need an identity allowed to write, over real secure sessions:
 // a user without can_write reads but does not write, whatever the role.
 func TestWritesNeedAnIdentityThatMayWrite(t *testing.T) {
-	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	trusted := t.TempDir()
-	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	clientCert, trusted := trustedClient(t)
 	ts := startServer(t, activeState(), func(c *Config) {
 		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
 		c.AllowAnonymous, c.AnonymousCanWrite = true, false

@@ -8,10 +8,6 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
-	"github.com/scadad/scadad/role"
 )
 
 func TestSessionTable(t *testing.T) {
@@ -74,22 +70,7 @@ func TestSessionTable(t *testing.T) {
 // (the library would keep them for ever), which makes room again.
 func TestSessionsCappedAndExpired(t *testing.T) {
 	clock := newFakeClock()
-	ts := &testServer{roles: role.NewBroadcaster(activeState()), writer: &fakeWriter{}, reg: prometheus.NewRegistry()}
-	srv, err := New(Config{
-		Host: "127.0.0.1", Port: freePort(t), AllowAnonymous: true, PrivateKey: testKey(),
-		RecheckInterval: time.Second, MaxSessions: 2, ShutdownGrace: -1,
-	}, Deps{Logger: zerolog.Nop(), Registerer: ts.reg, Roles: ts.roles, Writer: ts.writer, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	ts.Server = srv
-	t.Cleanup(func() { srv.Close(); cancel() })
-
+	ts := startServerWithClock(t, activeState(), clock, func(c *Config) { c.MaxSessions, c.ShutdownGrace = 2, -1 })
 	first := connect(t, ts.Endpoint(), gopcua.SessionTimeout(10*time.Second))
 	connect(t, ts.Endpoint(), gopcua.SessionTimeout(10*time.Second))
 	third, err := gopcua.NewClient(ts.Endpoint(), gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AutoReconnect(false),

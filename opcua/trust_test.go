@@ -31,6 +31,19 @@ func writeFile(t *testing.T, path string, b []byte) {
 	}
 }
 
+// trustedClient makes a client certificate for testKey and a trusted
+// folder that holds it.
+func trustedClient(t *testing.T) (cert []byte, trustedDir string) {
+	t.Helper()
+	cert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trustedDir = t.TempDir()
+	writeFile(t, filepath.Join(trustedDir, "client.der"), cert)
+	return cert, trustedDir
+}
+
 // issue makes a certificate for appURI signed by parent (self-signed when
 // parent is nil), valid over [from, to].
 func issue(t *testing.T, appURI string, key *rsa.PrivateKey, parent *x509.Certificate, parentKey *rsa.PrivateKey, isCA bool, from, to time.Time) *x509.Certificate {
@@ -316,12 +329,7 @@ func TestCopyRequestsChecksTheOpenSecureChannelPolicy(t *testing.T) {
 // the deprecated Basic128Rsa15, which the library would serve) is refused
 // at the channel, with a real gopcua client.
 func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
-	clientCert, err := SelfSignedCertificate("urn:scadad:test-client", "localhost", testKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	trusted := t.TempDir()
-	writeFile(t, filepath.Join(trusted, "client.der"), clientCert)
+	clientCert, trusted := trustedClient(t)
 	ts := startServer(t, activeState(), func(c *Config) {
 		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
 		c.TrustedClientsDir = trusted
