@@ -119,7 +119,8 @@ func connUp(st *controlpb.StatusResponse, name, kind string) bool {
 // TestOPCUAClientConnectionOverSignAndEncrypt: the same path with the
 // upstream offering only Basic256Sha256 SignAndEncrypt and user names; the
 // site's connection presents a client certificate (trusted upstream) and a
-// user that may write. Values come through and a write goes upstream.
+// user that may write, and checks the upstream's own certificate (the one
+// it made on first start). Values come through and a write goes upstream.
 func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, passFile := filepath.Join(dir, "site.der"), filepath.Join(dir, "site.key.pem"), filepath.Join(dir, "site.pass")
@@ -162,6 +163,7 @@ func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
       certificate_file: `+certFile+`
       private_key_file: `+keyFile+`
       identity: {type: username, username: site, password_file: `+passFile+`}
+      server_certificate_file: `+filepath.Join(upNode.Dir, "data", "opcua", "pki", "own", "cert.der")+`
 `))
 	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 

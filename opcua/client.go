@@ -3,6 +3,7 @@ package opcua
 import (
 	"context"
 	"crypto/rsa"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,11 @@ type ClientOptions struct {
 	// Certificate (DER) and PrivateKey identify the client on secure channels.
 	Certificate []byte
 	PrivateKey  *rsa.PrivateKey
+	// ServerCertificates are the server certificates, or the CA
+	// certificates that issued them, a secure channel may be opened to;
+	// empty accepts whatever certificate the server presents (gopcua's
+	// client checks none).
+	ServerCertificates []*x509.Certificate
 	// Username and Password select a user-name identity; empty is anonymous.
 	Username string
 	Password string
@@ -91,6 +97,22 @@ func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
 	return false
 }
 
+// checkServer refuses a server certificate the options do not trust; any
+// is accepted when they name none.
+func (o ClientOptions) checkServer(der []byte) error {
+	if len(o.ServerCertificates) == 0 {
+		return nil
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("the server's certificate is not a valid X.509 certificate: %w", err)
+	}
+	if !trustedBy(cert, o.ServerCertificates, time.Now()) {
+		return fmt.Errorf("the server's certificate %s is not the one configured, nor issued by it", describeCert(cert))
+	}
+	return nil
+}
+
 // dial connects a client to endpoint. Secure channels need the server's
 // certificate and the user-token policy, so those first ask GetEndpoints.
 func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {
@@ -114,6 +136,9 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 		ep, err := gopcua.SelectEndpoint(eps, sec.policyURI, sec.mode)
 		if err != nil {
 			return nil, fmt.Errorf("select endpoint of %s: %w", endpoint, err)
+		}
+		if err := o.checkServer(ep.ServerCertificate); err != nil {
+			return nil, fmt.Errorf("connect %s: %w", endpoint, err)
 		}
 		ep.EndpointURL = endpoint // the advertised host may differ from the one we reached
 		opts = append(opts, gopcua.SecurityFromEndpoint(ep, tokenType))

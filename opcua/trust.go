@@ -60,22 +60,43 @@ func (t *trustList) check(der []byte, now time.Time) error {
 	if err != nil {
 		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("read trusted client certificates: %v", err)}
 	}
-	roots := x509.NewCertPool()
-	for _, c := range trusted {
-		if c.Equal(cert) {
-			return nil
-		}
-		roots.AddCert(c)
-	}
-	if len(trusted) > 0 {
-		_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-		if err == nil {
-			return nil
-		}
+	if trustedBy(cert, trusted, now) {
+		return nil
 	}
 	where := t.reject(cert)
 	return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("client certificate %s is not trusted%s; "+
 		"to trust it, put it (or its issuing CA) in %s on every node", describeCert(cert), where, t.trusted)}
+}
+
+// trustedBy reports whether cert is one of trusted, or is issued (at now)
+// by a CA certificate among them.
+func trustedBy(cert *x509.Certificate, trusted []*x509.Certificate, now time.Time) bool {
+	roots := x509.NewCertPool()
+	for _, c := range trusted {
+		if c.Equal(cert) {
+			return true
+		}
+		roots.AddCert(c)
+	}
+	if len(trusted) == 0 {
+		return false
+	}
+	_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err == nil
+}
+
+// ReadCertificateFile reads the certificates in a DER file or a PEM file
+// of one or more CERTIFICATE blocks.
+func ReadCertificateFile(path string) ([]*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := parseCertificates(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return certs, nil
 }
 
 // reject keeps a copy of cert in the rejected folder and says where.
@@ -143,14 +164,9 @@ func readCertificates(dir string) ([]*x509.Certificate, error) {
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
+		certs, err := ReadCertificateFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
-		}
-		certs, err := parseCertificates(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		out = append(out, certs...)
 	}

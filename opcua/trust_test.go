@@ -366,3 +366,50 @@ func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
 		t.Fatalf("policy refusals counted %v, want 1", got)
 	}
 }
+
+// gopcua's client takes the server's certificate from GetEndpoints and
+// checks nothing: a client given the server's certificate (or its CA)
+// refuses any other.
+func TestClientChecksTheServerCertificate(t *testing.T) {
+	clientCert, trusted := trustedClient(t)
+	serverCert, err := SelfSignedCertificate("urn:scadad:node:a", "127.0.0.1", testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, activeState(), func(c *Config) {
+		c.Security = []SecurityProfile{{Policy: "Basic256Sha256", Mode: "SignAndEncrypt"}}
+		c.TrustedClientsDir = trusted
+		c.Certificate, c.ApplicationURI = serverCert, "urn:scadad:node:a"
+	})
+	parsed, err := x509.ParseCertificate(serverCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := issue(t, "urn:scadad:node:impostor", testKey(), nil, nil, false, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
+	tests := []struct {
+		name    string
+		servers []*x509.Certificate
+		wantErr string
+	}{
+		{"none configured: any", nil, ""},
+		{"the server's own", []*x509.Certificate{parsed}, ""},
+		{"another one", []*x509.Certificate{other}, "not the one configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base
+			o.ServerCertificates = tt.servers
+			lvl, err := ReadServiceLevel(context.Background(), ts.Endpoint(), o)
+			if tt.wantErr == "" {
+				if err != nil || lvl != LevelActive {
+					t.Fatalf("level %d, %v", lvl, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("got %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -95,6 +95,10 @@ type OPCUAConnection struct {
 	// certificate, paths on each node; required unless SecurityMode is None.
 	CertificateFile string `yaml:"certificate_file,omitempty"`
 	PrivateKeyFile  string `yaml:"private_key_file,omitempty"`
+	// ServerCertificateFile is the upstream server's certificate, or the
+	// CA that issued it, a path on each node: a server presenting another
+	// is refused. Empty accepts any (the client library checks none).
+	ServerCertificateFile string `yaml:"server_certificate_file,omitempty"`
 	// RequestTimeout bounds each service call.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// PublishingInterval is the subscription publishing interval.

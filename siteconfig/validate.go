@@ -283,6 +283,8 @@ func (v *validator) connection(p string, c *Connection) {
 			if u.PrivateKeyFile == "" {
 				v.add(field(up, "private_key_file"), "empty: required with security_mode %s", u.SecurityMode)
 			}
+		} else if u.ServerCertificateFile != "" {
+			v.add(field(up, "server_certificate_file"), "set, but security_mode None exchanges no certificate")
 		}
 		ip := field(up, "identity")
 		switch u.Identity.Type {

@@ -107,6 +107,8 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"connections[1].opcua.security_policy"}, `unknown "Basic512"`},
 		{"ua policy mode mismatch", func(s *Site) { s.Connections[1].OPCUA.SecurityMode = "Sign" },
 			[]string{"connections[1].opcua.security_mode", "connections[1].opcua.certificate_file", "connections[1].opcua.private_key_file"}, "does not go with"},
+		{"ua server certificate without security", func(s *Site) { s.Connections[1].OPCUA.ServerCertificateFile = "/etc/scadad/skid.der" },
+			[]string{"connections[1].opcua.server_certificate_file"}, "exchanges no certificate"},
 		{"ua username identity", func(s *Site) { s.Connections[1].OPCUA.Identity = ClientIdentity{Type: IdentityUsername} },
 			[]string{"connections[1].opcua.identity.username", "connections[1].opcua.identity.password_file"}, "empty"},
 		{"ua identity type", func(s *Site) { s.Connections[1].OPCUA.Identity.Type = "x509" },

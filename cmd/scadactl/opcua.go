@@ -13,7 +13,7 @@ import (
 )
 
 const opcuaUsage = "opcua pick URL,URL | opcua watch URL,URL NODEID | opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite]; " +
-	"pick and watch take --security-policy, --security-mode, --cert, --key, --user, --password-file"
+	"pick and watch take --security-policy, --security-mode, --cert, --key, --server-cert, --user, --password-file"
 
 func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
@@ -24,6 +24,7 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	mode := fs.String("security-mode", "None", "pick, watch: None, Sign or SignAndEncrypt")
 	certFile := fs.String("cert", "", "pick, watch: client application certificate (PEM or DER), needed for Sign and SignAndEncrypt")
 	keyFile := fs.String("key", "", "pick, watch: its RSA private key")
+	serverCert := fs.String("server-cert", "", "pick, watch: the servers' certificates or their CA (PEM or DER); others are refused (default: any)")
 	user := fs.String("user", "", "pick, watch: user name (empty: anonymous)")
 	passwordFile := fs.String("password-file", "", "pick, watch: file holding the user's password")
 	uri := fs.String("uri", "", "client-cert: the client's application URI, e.g. urn:plant:hmi-1")
@@ -47,6 +48,11 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(*certFile, *keyFile)
 		if err != nil {
 			return usagef("opcua %s: %v", args[0], err)
+		}
+	}
+	if *serverCert != "" {
+		if opts.ServerCertificates, err = opcua.ReadCertificateFile(*serverCert); err != nil {
+			return usagef("opcua %s: --server-cert: %v", args[0], err)
 		}
 	}
 	if *mode != "None" && opts.Certificate == nil {

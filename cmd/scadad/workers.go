@@ -336,6 +336,9 @@ func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
 		if u.CertificateFile != "" {
 			opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(u.CertificateFile, u.PrivateKeyFile)
 		}
+		if err == nil && u.ServerCertificateFile != "" {
+			opts.ServerCertificates, err = opcua.ReadCertificateFile(u.ServerCertificateFile)
+		}
 		if err == nil && u.Identity.Type == siteconfig.IdentityUsername {
 			opts.Username = u.Identity.Username
 			opts.Password, err = readPasswordFile(u.Identity.PasswordFile)
