@@ -60,6 +60,7 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"batch window", [2]string{"data_dir:", "store_forward: {batch_max_in_flight: 65}\ndata_dir:"}, []string{"store_forward.batch_max_in_flight", "outside 1..64"}},
 		{"gc percent", [2]string{"data_dir:", "runtime: {gc_percent: 10}\ndata_dir:"}, []string{"runtime.gc_percent", "outside 50..10000"}},
 		{"memory limit", [2]string{"data_dir:", "runtime: {memory_limit_mib: 8}\ndata_dir:"}, []string{"runtime.memory_limit_mib", "below 32"}},
+		{"opcua cert without key", [2]string{"data_dir:", "opcua: {cert: ua.der}\ndata_dir:"}, []string{"opcua: cert and key go together", "opcua/pki/own"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,8 +46,7 @@ type session struct {
 // identity is who a session was activated as.
 type identity struct {
 	name     string // "anonymous" or the user name
-	anon     bool
-	canWrite bool // its writes may go on to the role gate
+	canWrite bool   // its writes may go on to the role gate
 }
 
 func newSessionTable(dropped func(key string), now func() time.Time) *sessionTable {
@@ -235,7 +234,7 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (i
 		if !s.cfg.AllowAnonymous {
 			return identity{}, ua.StatusBadIdentityTokenRejected
 		}
-		return identity{name: "anonymous", anon: true, canWrite: s.cfg.AnonymousCanWrite}, ua.StatusOK
+		return identity{name: "anonymous", canWrite: s.cfg.AnonymousCanWrite}, ua.StatusOK
 	case *ua.UserNameIdentityToken:
 		if len(s.cfg.Users) == 0 {
 			return identity{}, ua.StatusBadIdentityTokenRejected
