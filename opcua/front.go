@@ -40,11 +40,10 @@ type front struct {
 	// backend took a connection and did not answer its Hello, or did not
 	// take it at all (why). It must not block.
 	backendDead func(backend string, why error)
-	// policies are the security policy URIs an OpenSecureChannel may ask
-	// for (nil: any); policyRefused, when set, is told of each refusal and
-	// must not block.
-	policies      map[string]bool
-	policyRefused func(remote net.Addr, policy string)
+	// rules say which secure channels pass; channelRefused, when set, is
+	// told of each refusal and must not block.
+	rules          channelRules
+	channelRefused func(remote net.Addr, why *channelRefusedError)
 
 	mu       sync.Mutex
 	backend  string // the library's loopback listener new connections go to
@@ -81,6 +80,7 @@ const (
 	refusedBusy     = "busy"            // too many connections waiting for their Hello
 	refusedBackend  = "backend"         // the library's listener did not take it
 	refusedPolicy   = "security_policy" // an OpenSecureChannel asked for a policy not offered
+	refusedMode     = "security_mode"   // a channel signs only where SignAndEncrypt alone is offered
 )
 
 // The first message of an OPC UA TCP connection (Part 6, 7.1.2): an 8-byte
@@ -268,24 +268,33 @@ func (f *front) serve(c net.Conn) {
 	}
 	f.metrics.connections.Inc()
 	defer f.metrics.connections.Dec()
-	err = splice(c, b, f.limits.stalled, f.allowedPolicy)
-	var refused *policyRefusedError
+	err = splice(c, b, f.limits.stalled, f.rules)
+	var refused *channelRefusedError
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		f.metrics.stalled.Inc()
 		f.log.Warn().Stringer("remote", c.RemoteAddr()).Dur("stalled", f.limits.stalled).
 			Msg("opcua client disconnected: it stopped reading what the server sent")
 	case errors.As(err, &refused):
-		f.metrics.refused.WithLabelValues(refusedPolicy).Inc()
-		if f.policyRefused != nil {
-			f.policyRefused(c.RemoteAddr(), refused.policy)
+		f.metrics.refused.WithLabelValues(refused.reason()).Inc()
+		if f.channelRefused != nil {
+			f.channelRefused(c.RemoteAddr(), refused)
 		}
 	}
 }
 
-func (f *front) allowedPolicy(uri string) bool {
-	return f.policies == nil || f.policies[uri]
+// channelRules say which secure channels the front lets through to the
+// library, which opens a channel with any policy and mode it knows.
+type channelRules struct {
+	// policies are the security policy URIs an OpenSecureChannel may ask
+	// for (nil: any).
+	policies map[string]bool
+	// encryptOnly are the policies offered with SignAndEncrypt only: a
+	// channel with one of them that signs without encrypting is refused.
+	encryptOnly map[string]bool
 }
+
+func (r channelRules) allows(policy string) bool { return r.policies == nil || r.policies[policy] }
 
 // readHello reads c's first message with a deadline and returns it whole
 // if it is a Hello; otherwise why not (a refused reason) and what failed.
@@ -338,11 +347,11 @@ func readAnswer(b net.Conn, timeout time.Duration) ([]byte, error) {
 // direction ends, then closes both: OPC UA has no half-open state worth
 // keeping, and a client that vanished must not hold the library's side
 // open (nor the other way round). A write to the client that takes longer
-// than stalled ends it too, and so does an OpenSecureChannel with a policy
-// allowed refuses; the error says why it ended.
-func splice(client, library net.Conn, stalled time.Duration, allowed func(policy string) bool) error {
+// than stalled ends it too, and so does a channel the rules refuse; the
+// error says why it ended.
+func splice(client, library net.Conn, stalled time.Duration, rules channelRules) error {
 	done := make(chan error, 2)
-	go func() { done <- copyRequests(library, client, allowed) }()
+	go func() { done <- copyRequests(library, client, rules) }()
 	go func() { done <- copyWithDeadline(client, library, stalled) }()
 	err := <-done
 	client.Close()
@@ -352,28 +361,70 @@ func splice(client, library net.Conn, stalled time.Duration, allowed func(policy
 }
 
 // maxOPNLen bounds an OpenSecureChannel message, which carries a
-// certificate or two: a few KiB in practice.
-const maxOPNLen = 1 << 20
+// certificate or two: a few KiB in practice. maxClassifiedLen bounds the
+// message read whole to tell a signed-only channel from an encrypted one;
+// the first request on a channel is a small one (CreateSession,
+// GetEndpoints), and a larger one passes unread.
+const (
+	maxOPNLen        = 1 << 20
+	maxClassifiedLen = 1 << 20
+)
 
-// policyRefusedError ends a connection whose OpenSecureChannel asked for a
-// security policy the server does not offer.
-type policyRefusedError struct{ policy string }
+// channelRefusedError ends a connection whose secure channel the rules
+// refuse: a policy not offered, or Sign where only SignAndEncrypt is.
+type channelRefusedError struct {
+	policy   string
+	signOnly bool
+}
 
-func (e *policyRefusedError) Error() string {
+func (e *channelRefusedError) Error() string {
+	if e.signOnly {
+		return fmt.Sprintf("secure channel with security policy %q signs without encrypting, and this server offers that policy with SignAndEncrypt only", e.policy)
+	}
 	return fmt.Sprintf("OpenSecureChannel with security policy %q, which this server does not offer", e.policy)
 }
 
+// reason is the label of scadad_opcua_connections_refused_total.
+func (e *channelRefusedError) reason() string {
+	if e.signOnly {
+		return refusedMode
+	}
+	return refusedPolicy
+}
+
+func (e *channelRefusedError) status() ua.StatusCode {
+	if e.signOnly {
+		return ua.StatusBadSecurityModeRejected
+	}
+	return ua.StatusBadSecurityPolicyRejected
+}
+
 // copyRequests copies the client's messages to the library, each whole
-// (Part 6, 7.1.2: an 8-byte header with the message size), and refuses an
-// OpenSecureChannel whose security policy allowed refuses. Its asymmetric
-// security header, which names the policy, is never encrypted. The first
-// refusal is answered with an Error message (the library has sent nothing
-// since its Acknowledge, so nothing interleaves with it).
-func copyRequests(library net.Conn, client net.Conn, allowed func(policy string) bool) error {
+// (Part 6, 7.1.2: an 8-byte header with the message size), and refuses a
+// channel the rules do not allow:
+//   - an OpenSecureChannel whose security policy is not offered. Its
+//     asymmetric security header, which names the policy, is never
+//     encrypted.
+//   - on a policy offered with SignAndEncrypt only, a channel that signs
+//     without encrypting. The mode travels encrypted in the
+//     OpenSecureChannel, but the channel's first request shows it: signed
+//     only, its body after the 24 bytes of headers is a plain service
+//     request, which ciphertext never decodes as.
+//
+// A refusal is answered with an Error message: the library then has
+// nothing left to send (it answered the OpenSecureChannel, and holds no
+// request), so nothing interleaves with it.
+func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(library, 64<<10)
 	hdr := make([]byte, uacpHeaderLen)
-	first := true
+	policy, classify := "", false
+	refuse := func(e *channelRefusedError) error {
+		_ = w.Flush() // what was let through before goes on
+		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = client.Write(errorMessage(e.status(), e.Error()))
+		return e
+	}
 	for {
 		if _, err := io.ReadFull(r, hdr); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -385,27 +436,36 @@ func copyRequests(library net.Conn, client net.Conn, allowed func(policy string)
 		if size < uacpHeaderLen {
 			return fmt.Errorf("client message of %d bytes, shorter than its header", size)
 		}
-		if string(hdr[:3]) == "OPN" {
+		switch {
+		case string(hdr[:3]) == "OPN":
 			if size > maxOPNLen {
 				return fmt.Errorf("OpenSecureChannel of %d bytes, more than %d", size, maxOPNLen)
 			}
-			msg := make([]byte, size)
-			copy(msg, hdr)
-			if _, err := io.ReadFull(r, msg[uacpHeaderLen:]); err != nil {
+			msg, err := readRest(r, hdr, size)
+			if err != nil {
 				return err
 			}
-			if policy := openPolicy(msg); !allowed(policy) {
-				if first {
-					_ = client.SetWriteDeadline(time.Now().Add(time.Second))
-					_, _ = client.Write(errorMessage(ua.StatusBadSecurityPolicyRejected, "security policy not offered by this server"))
-				}
-				return &policyRefusedError{policy: policy}
+			policy = openPolicy(msg)
+			if !rules.allows(policy) {
+				return refuse(&channelRefusedError{policy: policy})
 			}
-			first = false
+			classify = rules.encryptOnly[policy]
 			if _, err := w.Write(msg); err != nil {
 				return err
 			}
-		} else {
+		case classify && string(hdr[:4]) == "MSGF" && size <= maxClassifiedLen:
+			msg, err := readRest(r, hdr, size)
+			if err != nil {
+				return err
+			}
+			if plainRequest(msg) {
+				return refuse(&channelRefusedError{policy: policy, signOnly: true})
+			}
+			classify = false
+			if _, err := w.Write(msg); err != nil {
+				return err
+			}
+		default:
 			if _, err := w.Write(hdr); err != nil {
 				return err
 			}
@@ -420,6 +480,49 @@ func copyRequests(library net.Conn, client net.Conn, allowed func(policy string)
 			}
 		}
 	}
+}
+
+// readRest reads the rest of a message of size bytes whose header is hdr.
+func readRest(r io.Reader, hdr []byte, size int) ([]byte, error) {
+	msg := make([]byte, size)
+	copy(msg, hdr)
+	_, err := io.ReadFull(r, msg[uacpHeaderLen:])
+	return msg, err
+}
+
+// symmetricHeadersLen is what precedes a message's body: the message
+// header, the secure channel id, the token id and the sequence header.
+const symmetricHeadersLen = uacpHeaderLen + 4 + 4 + 8
+
+// plainRequest reports whether a whole MSG message carries its body in
+// clear: a service request type id (a four-byte node id in namespace 0)
+// and a request that decodes, before a signature of 20 or 32 bytes (the
+// HMACs of the policies gopcua knows). The bytes are the client's: a
+// decoder panic means they are no request.
+func plainRequest(msg []byte) (plain bool) {
+	defer func() {
+		if recover() != nil {
+			plain = false
+		}
+	}()
+	if len(msg) < symmetricHeadersLen+4 {
+		return false
+	}
+	body := msg[symmetricHeadersLen:]
+	if body[0] != byte(ua.NodeIDTypeFourByte) || body[1] != 0 {
+		return false
+	}
+	for _, sig := range []int{32, 20} {
+		if len(body) <= sig {
+			continue
+		}
+		if _, v, err := ua.DecodeService(body[:len(body)-sig]); err == nil {
+			if _, ok := v.(ua.Request); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // openPolicy is the security policy URI an OpenSecureChannel message asks

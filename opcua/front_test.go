@@ -201,7 +201,7 @@ func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() {
-				done <- splice(frontClient, frontLibrary, 200*time.Millisecond, func(string) bool { return true })
+				done <- splice(frontClient, frontLibrary, 200*time.Millisecond, channelRules{})
 			}()
 			select {
 			case err := <-done:

@@ -271,11 +271,11 @@ func (s *Server) Start(ctx context.Context) error {
 		dial: defaultFrontDial, maxWaiting: defaultMaxWaiting, stalled: defaultStalled,
 	}, s.log, s.metrics)
 	s.front.backendDead = func(backend string, why error) { go s.restartLibrary(backend, why) }
-	s.front.policies = s.offeredPolicies()
-	s.front.policyRefused = func(remote net.Addr, policy string) {
-		s.warnOnce("policy:"+policy, func(e *zerolog.Event) *zerolog.Event {
-			return e.Stringer("remote", remote).Str("policy", policy)
-		}, "OPC UA secure channel refused: the client asked for a security policy this server does not offer")
+	s.front.rules = s.channelRules()
+	s.front.channelRefused = func(remote net.Addr, why *channelRefusedError) {
+		s.warnOnce(why.reason()+":"+why.policy, func(e *zerolog.Event) *zerolog.Event {
+			return e.Stringer("remote", remote).Str("policy", why.policy).Str("reason", why.Error())
+		}, "OPC UA secure channel refused")
 	}
 	s.mu.Lock()
 	s.startedAt = s.clock.Now()
@@ -750,7 +750,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy} {
+	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy, refusedMode} {
 		m.refused.WithLabelValues(r)
 	}
 	return m, nil
@@ -788,18 +788,31 @@ func (g libraryLogger) Error(msg string, args ...any) {
 	g.l.Error().Msg(line)
 }
 
-// offeredPolicies are the security policy URIs a client may open a
-// channel with: the configured ones, and None, which every server offers
-// for discovery (sessions on it are refused unless a None profile is
-// configured: admitChannel).
-func (s *Server) offeredPolicies() map[string]bool {
-	out := map[string]bool{ua.SecurityPolicyURINone: true}
+// channelRules are the channels the front lets through: the configured
+// policies, and None, which every server offers for discovery (sessions on
+// it are refused unless a None profile is configured: admitChannel); and,
+// for a policy configured with SignAndEncrypt but not Sign, encryption.
+func (s *Server) channelRules() channelRules {
+	r := channelRules{policies: map[string]bool{ua.SecurityPolicyURINone: true}, encryptOnly: map[string]bool{}}
+	signs := map[string]bool{}
 	for _, p := range s.cfg.Security {
-		if r, err := resolveSecurity([]SecurityProfile{p}); err == nil {
-			out[r[0].policyURI] = true
+		res, err := resolveSecurity([]SecurityProfile{p})
+		if err != nil {
+			continue
+		}
+		uri := res[0].policyURI
+		r.policies[uri] = true
+		switch res[0].mode {
+		case ua.MessageSecurityModeSign:
+			signs[uri] = true
+		case ua.MessageSecurityModeSignAndEncrypt:
+			r.encryptOnly[uri] = true
 		}
 	}
-	return out
+	for uri := range signs {
+		delete(r.encryptOnly, uri)
+	}
+	return r
 }
 
 // warnEvery is how often the same refusal is logged again as a warning.

@@ -256,35 +256,92 @@ func openMessage(policy *string) []byte {
 	return uacpMessage("OPNF", append(body, bytes.Repeat([]byte{0xAB}, 300)...))
 }
 
-func TestCopyRequestsChecksTheOpenSecureChannelPolicy(t *testing.T) {
-	offered, weak := ua.SecurityPolicyURIBasic256Sha256, ua.SecurityPolicyURIBasic128Rsa15
-	allowed := func(p string) bool { return p == offered || p == ua.SecurityPolicyURINone }
+// symmetricMessage is a MSG message with body after the 16 bytes of
+// channel, token and sequence headers, and a 32-byte stand-in signature.
+func symmetricMessage(body []byte) []byte {
+	rest := make([]byte, 16, 16+len(body)+32)
+	rest = append(append(rest, body...), bytes.Repeat([]byte{0x5A}, 32)...)
+	return uacpMessage("MSGF", rest)
+}
+
+// plainCreateSession is a CreateSessionRequest body as a client on a
+// signed-only channel sends it: type id, then the request, in clear.
+func plainCreateSession(t *testing.T) []byte {
+	t.Helper()
+	req := &ua.CreateSessionRequest{RequestHeader: &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)},
+		ClientDescription: &ua.ApplicationDescription{ApplicationURI: "urn:test", ApplicationName: &ua.LocalizedText{Text: "test"}},
+		SessionName: "s", RequestedSessionTimeout: 60000}
+	id, err := ua.NewFourByteNodeID(0, ua.ServiceTypeID(req)).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ua.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(id, b...)
+}
+
+func TestPlainRequest(t *testing.T) {
+	if !plainRequest(symmetricMessage(plainCreateSession(t))) {
+		t.Fatal("a CreateSessionRequest in clear not recognised")
+	}
+	// Ciphertext, here random bytes, never passes for a request; nor
+	// random bytes that begin like a four-byte node id.
+	rnd := make([]byte, 1024)
+	for i := range 20000 {
+		if _, err := rand.Read(rnd); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			rnd[0], rnd[1] = 0x01, 0x00
+		}
+		if plainRequest(symmetricMessage(rnd)) {
+			t.Fatalf("random body %x... taken for a request", rnd[:8])
+		}
+	}
+	if plainRequest(symmetricMessage(nil)) || plainRequest([]byte("MSGF")) {
+		t.Fatal("a message too short for a body taken for a request")
+	}
+}
+
+func TestCopyRequestsChecksTheChannel(t *testing.T) {
+	offered, weak, encrypted := ua.SecurityPolicyURIBasic256Sha256, ua.SecurityPolicyURIBasic128Rsa15, ua.SecurityPolicyURIAes128Sha256RsaOaep
+	rules := channelRules{
+		policies:    map[string]bool{offered: true, encrypted: true, ua.SecurityPolicyURINone: true},
+		encryptOnly: map[string]bool{encrypted: true},
+	}
 	msg := uacpMessage("MSGF", bytes.Repeat([]byte{1}, 70_000)) // more than one buffer
+	plain := symmetricMessage(plainCreateSession(t))
+	cipher := symmetricMessage(bytes.Repeat([]byte{0xC3}, 512))
 	tests := []struct {
 		name       string
 		in         [][]byte
 		wantPassed int // messages the library gets
 		refused    string
-		errorSent  bool
+		signOnly   bool
 	}{
 		{"offered policy, then messages", [][]byte{openMessage(&offered), msg, msg}, 3, "", false},
-		{"policy not offered", [][]byte{openMessage(&weak), msg}, 0, weak, true},
-		{"null policy", [][]byte{openMessage(nil)}, 0, "", true},
+		{"policy not offered", [][]byte{openMessage(&weak), msg}, 0, weak, false},
+		{"null policy", [][]byte{openMessage(nil)}, 0, "", false},
 		{"a renewal that changes the policy", [][]byte{openMessage(&offered), msg, openMessage(&weak)}, 2, weak, false},
+		{"signed and encrypted where encryption is required", [][]byte{openMessage(&encrypted), cipher, plain}, 3, "", false},
+		{"signed only where encryption is required", [][]byte{openMessage(&encrypted), plain, msg}, 1, encrypted, true},
+		{"signed only where Sign is offered", [][]byte{openMessage(&offered), plain, msg}, 3, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client, frontClient := tcpPair(t)
 			frontLibrary, library := tcpPair(t)
 			done := make(chan error, 1)
-			go func() { done <- copyRequests(frontLibrary, frontClient, allowed) }()
+			go func() { done <- copyRequests(frontLibrary, frontClient, rules) }()
 			go func() {
 				for _, m := range tt.in {
 					if _, err := client.Write(m); err != nil {
 						return
 					}
 				}
-				if tt.refused == "" && tt.wantPassed > 0 {
+				if tt.wantPassed == len(tt.in) {
 					client.(*net.TCPConn).CloseWrite()
 				}
 			}()
@@ -303,23 +360,20 @@ func TestCopyRequestsChecksTheOpenSecureChannelPolicy(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("library got %d bytes, want %d (the first %d messages, unchanged)", len(got), len(want), tt.wantPassed)
 			}
-			var refused *policyRefusedError
 			if tt.wantPassed == len(tt.in) {
 				if err != nil {
 					t.Fatalf("ended with %v", err)
 				}
 				return
 			}
-			if !errors.As(err, &refused) || refused.policy != tt.refused {
-				t.Fatalf("ended with %v, want a refusal of %q", err, tt.refused)
+			var refused *channelRefusedError
+			if !errors.As(err, &refused) || refused.policy != tt.refused || refused.signOnly != tt.signOnly {
+				t.Fatalf("ended with %v, want a refusal of %q (sign only: %v)", err, tt.refused, tt.signOnly)
 			}
 			frontClient.Close()
 			answer, _ := io.ReadAll(client)
-			if sent := bytes.HasPrefix(answer, []byte("ERRF")); sent != tt.errorSent {
-				t.Fatalf("client got %q, want an Error message: %v", answer, tt.errorSent)
-			}
-			if tt.errorSent && ua.StatusCode(binary.LittleEndian.Uint32(answer[8:])) != ua.StatusBadSecurityPolicyRejected {
-				t.Fatalf("error code %x", answer[8:12])
+			if !bytes.HasPrefix(answer, []byte("ERRF")) || ua.StatusCode(binary.LittleEndian.Uint32(answer[8:])) != refused.status() {
+				t.Fatalf("client got %q, want an Error message with %v", answer, refused.status())
 			}
 		})
 	}
@@ -364,6 +418,25 @@ func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
 	}
 	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedPolicy)); got != 1 {
 		t.Fatalf("policy refusals counted %v, want 1", got)
+	}
+
+	// Sign on a server that offers Basic256Sha256 with SignAndEncrypt
+	// only: the library would serve it; the front refuses it.
+	c, err := gopcua.NewClient(ts.Endpoint(),
+		gopcua.Certificate(clientCert), gopcua.PrivateKey(testKey()), gopcua.RemoteCertificate(eps[0].ServerCertificate),
+		gopcua.AuthAnonymous(), gopcua.SecurityFromEndpoint(eps[0], ua.UserTokenTypeAnonymous),
+		gopcua.SecurityMode(ua.MessageSecurityModeSign), // after SecurityFromEndpoint, which sets its own
+		gopcua.AutoReconnect(false), gopcua.DialTimeout(3*time.Second), gopcua.RequestTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Connect(ctx)
+	c.Close(context.Background())
+	if err == nil {
+		t.Fatal("a signed-only channel was served where only SignAndEncrypt is offered")
+	}
+	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedMode)); got != 1 {
+		t.Fatalf("mode refusals counted %v, want 1 (%v)", got, err)
 	}
 }
 
