@@ -28,9 +28,11 @@ import (
 // front the library's handshake read finds the Hello already there.
 //
 // After the Hello the front copies what the library sends as bytes, and
-// what the client sends message by message, so that it can refuse an
-// OpenSecureChannel with a security policy the server does not offer (the
-// library opens a channel with any policy it knows). It alters nothing.
+// what the client sends message by message, so that it can refuse a
+// channel the library would open but should not (a policy not offered, a
+// certificate not trusted, Sign where only SignAndEncrypt is offered) and
+// a request in clear that the library's decoder would crash on
+// (copyRequests). It alters nothing.
 type front struct {
 	ln      net.Listener
 	limits  frontLimits
@@ -75,12 +77,14 @@ type frontLimits struct {
 // Why the front closed a connection before the library saw it (label
 // reason of scadad_opcua_connections_refused_total).
 const (
-	refusedNoHello  = "no_hello"        // closed, reset or silent before a whole Hello
-	refusedNotHello = "not_hello"       // the first message was not a Hello
-	refusedBusy     = "busy"            // too many connections waiting for their Hello
-	refusedBackend  = "backend"         // the library's listener did not take it
-	refusedPolicy   = "security_policy" // an OpenSecureChannel asked for a policy not offered
-	refusedMode     = "security_mode"   // a channel signs only where SignAndEncrypt alone is offered
+	refusedNoHello     = "no_hello"        // closed, reset or silent before a whole Hello
+	refusedNotHello    = "not_hello"       // the first message was not a Hello
+	refusedBusy        = "busy"            // too many connections waiting for their Hello
+	refusedBackend     = "backend"         // the library's listener did not take it
+	refusedPolicy      = "security_policy" // an OpenSecureChannel asked for a policy not offered
+	refusedMode        = "security_mode"   // a channel signs only where SignAndEncrypt alone is offered
+	refusedCertificate = "certificate"     // a secure channel opened with a certificate not trusted
+	refusedMalformed   = "malformed"       // a request in clear the library's decoder panics on
 )
 
 // The first message of an OPC UA TCP connection (Part 6, 7.1.2): an 8-byte
@@ -292,6 +296,11 @@ type channelRules struct {
 	// encryptOnly are the policies offered with SignAndEncrypt only: a
 	// channel with one of them that signs without encrypting is refused.
 	encryptOnly map[string]bool
+	// trusts, when set, checks the certificate a secure channel is opened
+	// with (DER): the library would decrypt and decode whatever a client
+	// with any certificate sends, and its decoder can be crashed
+	// (WORKAROUNDS.md row 18).
+	trusts func(der []byte) error
 }
 
 func (r channelRules) allows(policy string) bool { return r.policies == nil || r.policies[policy] }
@@ -370,55 +379,67 @@ const (
 	maxClassifiedLen = 1 << 20
 )
 
-// channelRefusedError ends a connection whose secure channel the rules
-// refuse: a policy not offered, or Sign where only SignAndEncrypt is.
+// channelRefusedError ends a connection the rules refuse: a policy not
+// offered, Sign where only SignAndEncrypt is, a certificate not trusted, or
+// a request in clear that the library's decoder would crash on.
 type channelRefusedError struct {
-	policy   string
-	signOnly bool
+	policy string
+	why    string        // says what was refused
+	label  string        // of scadad_opcua_connections_refused_total
+	code   ua.StatusCode // of the Error message the client gets
 }
 
-func (e *channelRefusedError) Error() string {
-	if e.signOnly {
-		return fmt.Sprintf("secure channel with security policy %q signs without encrypting, and this server offers that policy with SignAndEncrypt only", e.policy)
-	}
-	return fmt.Sprintf("OpenSecureChannel with security policy %q, which this server does not offer", e.policy)
+func (e *channelRefusedError) Error() string         { return e.why }
+func (e *channelRefusedError) reason() string        { return e.label }
+func (e *channelRefusedError) status() ua.StatusCode { return e.code }
+
+func policyNotOffered(policy string) *channelRefusedError {
+	return &channelRefusedError{policy: policy, label: refusedPolicy, code: ua.StatusBadSecurityPolicyRejected,
+		why: fmt.Sprintf("OpenSecureChannel with security policy %q, which this server does not offer", policy)}
 }
 
-// reason is the label of scadad_opcua_connections_refused_total.
-func (e *channelRefusedError) reason() string {
-	if e.signOnly {
-		return refusedMode
-	}
-	return refusedPolicy
+func signOnly(policy string) *channelRefusedError {
+	return &channelRefusedError{policy: policy, label: refusedMode, code: ua.StatusBadSecurityModeRejected,
+		why: fmt.Sprintf("secure channel with security policy %q signs without encrypting, and this server offers that policy with SignAndEncrypt only", policy)}
 }
 
-func (e *channelRefusedError) status() ua.StatusCode {
-	if e.signOnly {
-		return ua.StatusBadSecurityModeRejected
+func senderUntrusted(policy string, err error) *channelRefusedError {
+	code := ua.StatusBadCertificateUntrusted
+	var u *untrustedError
+	if errors.As(err, &u) {
+		code = u.code
 	}
-	return ua.StatusBadSecurityPolicyRejected
+	return &channelRefusedError{policy: policy, label: refusedCertificate, code: code, why: err.Error()}
+}
+
+func undecodable(policy string, panicked any) *channelRefusedError {
+	return &channelRefusedError{policy: policy, label: refusedMalformed, code: ua.StatusBadDecodingError,
+		why: fmt.Sprintf("a request the OPC UA decoder cannot take (%v)", panicked)}
 }
 
 // copyRequests copies the client's messages to the library, each whole
 // (Part 6, 7.1.2: an 8-byte header with the message size), and refuses a
 // channel the rules do not allow:
-//   - an OpenSecureChannel whose security policy is not offered. Its
-//     asymmetric security header, which names the policy, is never
-//     encrypted.
+//   - an OpenSecureChannel whose security policy is not offered, or whose
+//     certificate is not trusted. Its asymmetric security header, which
+//     names both, is never encrypted.
 //   - on a policy offered with SignAndEncrypt only, a channel that signs
 //     without encrypting. The mode travels encrypted in the
 //     OpenSecureChannel, but the channel's first request shows it: signed
 //     only, its body after the 24 bytes of headers is a plain service
 //     request, which ciphertext never decodes as.
+//   - on a channel whose requests travel in clear (None, or Sign), a
+//     request the library's decoder panics on (WORKAROUNDS.md row 18):
+//     each is decoded here first, where a panic is recovered.
 //
 // A refusal is answered with an Error message: the library then has
-// nothing left to send (it answered the OpenSecureChannel, and holds no
-// request), so nothing interleaves with it.
+// nothing left to send for this client's requests (it answered the last
+// one, or never got the one refused), so nothing interleaves with it.
 func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(library, 64<<10)
 	hdr := make([]byte, uacpHeaderLen)
-	policy, classify := "", false
+	var ch channelState
 	refuse := func(e *channelRefusedError) error {
 		_ = w.Flush() // what was let through before goes on
 		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
@@ -445,23 +466,33 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 			if err != nil {
 				return err
 			}
-			policy = openPolicy(msg)
+			policy, cert := openSecurity(msg)
 			if !rules.allows(policy) {
-				return refuse(&channelRefusedError{policy: policy})
+				return refuse(policyNotOffered(policy))
 			}
-			classify = rules.encryptOnly[policy]
+			if policy != ua.SecurityPolicyURINone && rules.trusts != nil {
+				if err := rules.trusts(cert); err != nil {
+					return refuse(senderUntrusted(policy, err))
+				}
+			}
+			ch.opened(policy, rules)
+			if policy == ua.SecurityPolicyURINone {
+				// The OpenSecureChannel itself is in clear.
+				if p := decodePanic(openBody(msg)); p != nil {
+					return refuse(undecodable(policy, p))
+				}
+			}
 			if _, err := w.Write(msg); err != nil {
 				return err
 			}
-		case classify && string(hdr[:4]) == "MSGF" && size <= maxClassifiedLen:
+		case string(hdr[:3]) == "MSG" && ch.inspects() && size <= maxClassifiedLen:
 			msg, err := readRest(r, hdr, size)
 			if err != nil {
 				return err
 			}
-			if plainRequest(msg) {
-				return refuse(&channelRefusedError{policy: policy, signOnly: true})
+			if e := ch.request(msg); e != nil {
+				return refuse(e)
 			}
-			classify = false
 			if _, err := w.Write(msg); err != nil {
 				return err
 			}
@@ -480,6 +511,92 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 			}
 		}
 	}
+}
+
+// channelState is what copyRequests knows of a client's secure channel.
+type channelState struct {
+	policy      string
+	encryptOnly bool
+	// classified: the first request showed whether the channel encrypts;
+	// clear: its requests travel in clear (None, or Sign).
+	classified, clear bool
+	// pending holds the bodies of a request's chunks before its last.
+	pending []byte
+}
+
+func (c *channelState) opened(policy string, rules channelRules) {
+	*c = channelState{policy: policy, encryptOnly: rules.encryptOnly[policy]}
+	if policy == ua.SecurityPolicyURINone {
+		c.classified, c.clear = true, true
+	}
+}
+
+// inspects says whether the channel's requests are read whole: to learn
+// whether it encrypts, and then, if it does not, to decode them first.
+func (c *channelState) inspects() bool { return !c.classified || c.clear }
+
+// request looks at one MSG message (a request or a chunk of one) of a
+// channel that inspects, and says why it is refused, if it is.
+func (c *channelState) request(msg []byte) *channelRefusedError {
+	final := msg[3] == 'F'
+	if !c.classified {
+		if !final {
+			return nil // a first request in chunks: it tells later
+		}
+		c.classified, c.clear = true, plainRequest(msg)
+		if c.clear && c.encryptOnly {
+			return signOnly(c.policy)
+		}
+	}
+	if !c.clear {
+		return nil
+	}
+	sig := signatureLen(c.policy)
+	if len(msg) < symmetricHeadersLen+sig {
+		return nil // the library refuses it
+	}
+	body := msg[symmetricHeadersLen : len(msg)-sig]
+	switch msg[3] {
+	case 'C':
+		if len(c.pending)+len(body) > maxClassifiedLen {
+			c.pending = nil // too large to hold: it goes on unread
+			return nil
+		}
+		c.pending = append(c.pending, body...)
+		return nil
+	case 'A':
+		c.pending = nil
+		return nil
+	}
+	whole := append(c.pending, body...)
+	c.pending = nil
+	if p := decodePanic(whole); p != nil {
+		return undecodable(c.policy, p)
+	}
+	return nil
+}
+
+// signatureLen is the length of the symmetric signature (an HMAC) that
+// ends each message of a channel with policy: SHA-1 for the two
+// deprecated policies, SHA-256 for the others, none for None.
+func signatureLen(policy string) int {
+	switch policy {
+	case ua.SecurityPolicyURINone, "":
+		return 0
+	case ua.SecurityPolicyURIBasic128Rsa15, ua.SecurityPolicyURIBasic256:
+		return 20
+	default:
+		return 32
+	}
+}
+
+// decodePanic decodes a request body (type id and request) as the
+// library will, and returns what the decoder panicked with, if it did.
+// A decoding error is not ours to judge: the library answers it.
+func decodePanic(body []byte) (panicked any) {
+	defer func() { panicked = recover() }()
+	_, _, _ = ua.DecodeService(body)
+	return nil
 }
 
 // readRest reads the rest of a message of size bytes whose header is hdr.
@@ -525,19 +642,48 @@ func plainRequest(msg []byte) (plain bool) {
 	return false
 }
 
-// openPolicy is the security policy URI an OpenSecureChannel message asks
-// for: after the header and the secure channel id, a length-prefixed
-// string. "" when the message is too short for it or the string is null.
-func openPolicy(msg []byte) string {
-	const at = uacpHeaderLen + 4
-	if len(msg) < at+4 {
-		return ""
+// openSecurity reads an OpenSecureChannel message's asymmetric security
+// header (Part 6, 6.7.2.3): after the message header and the secure
+// channel id, the security policy URI and the sender's certificate, each
+// length-prefixed. "" and nil for what is missing or null.
+func openSecurity(msg []byte) (policy string, cert []byte) {
+	at := uacpHeaderLen + 4
+	p, at := lengthPrefixed(msg, at)
+	c, _ := lengthPrefixed(msg, at)
+	return string(p), c
+}
+
+// openBody is what follows an OpenSecureChannel message's asymmetric
+// security header (the receiver thumbprint its last field) and sequence
+// header: the request itself, in clear when the policy is None.
+func openBody(msg []byte) []byte {
+	at := uacpHeaderLen + 4
+	for range 3 { // policy, sender certificate, receiver thumbprint
+		_, at = lengthPrefixed(msg, at)
 	}
-	n := int32(binary.LittleEndian.Uint32(msg[at:]))
-	if n <= 0 || int(n) > len(msg)-at-4 {
-		return ""
+	at += 8 // sequence number, request id
+	if at > len(msg) {
+		return nil
 	}
-	return string(msg[at+4 : at+4+int(n)])
+	return msg[at:]
+}
+
+// lengthPrefixed reads a String or ByteString at b[at:] (an int32 length,
+// -1 for null, then the bytes) and returns it and where the next field
+// starts; nil when it is null or does not fit.
+func lengthPrefixed(b []byte, at int) ([]byte, int) {
+	if at < 0 || at+4 > len(b) {
+		return nil, len(b)
+	}
+	n := int(int32(binary.LittleEndian.Uint32(b[at:])))
+	at += 4
+	if n <= 0 {
+		return nil, at
+	}
+	if n > len(b)-at {
+		return nil, len(b)
+	}
+	return b[at : at+n], at + n
 }
 
 // errorMessage is an OPC UA TCP Error message (Part 6, 7.1.2.5): a status

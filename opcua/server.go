@@ -750,7 +750,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy, refusedMode} {
+	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy, refusedMode, refusedCertificate, refusedMalformed} {
 		m.refused.WithLabelValues(r)
 	}
 	return m, nil
@@ -811,6 +811,9 @@ func (s *Server) channelRules() channelRules {
 	}
 	for uri := range signs {
 		delete(r.encryptOnly, uri)
+	}
+	if s.cfg.TrustedClientsDir != "" {
+		r.trusts = func(der []byte) error { return s.trust.check(der, s.clock.Now()) }
 	}
 	return r
 }

@@ -199,8 +199,13 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	}
 	opts := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: clientKey, Timeout: 3 * time.Second}
 
-	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil || !strings.Contains(err.Error(), "BadCertificateUntrusted") {
-		t.Fatalf("unknown client certificate: got %v, want BadCertificateUntrusted", err)
+	// Refused at the OpenSecureChannel, with an Error message
+	// BadCertificateUntrusted (which gopcua's client reports as EOF).
+	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil {
+		t.Fatal("a session with an unknown client certificate")
+	}
+	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedCertificate)); got != 1 {
+		t.Fatalf("certificate refusals at the door counted %v, want 1", got)
 	}
 	entries, err := os.ReadDir(rejected)
 	if err != nil || len(entries) != 1 {
@@ -270,7 +275,7 @@ func plainCreateSession(t *testing.T) []byte {
 	t.Helper()
 	req := &ua.CreateSessionRequest{RequestHeader: &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)},
 		ClientDescription: &ua.ApplicationDescription{ApplicationURI: "urn:test", ApplicationName: &ua.LocalizedText{Text: "test"}},
-		SessionName: "s", RequestedSessionTimeout: 60000}
+		SessionName:       "s", RequestedSessionTimeout: 60000}
 	id, err := ua.NewFourByteNodeID(0, ua.ServiceTypeID(req)).Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +372,7 @@ func TestCopyRequestsChecksTheChannel(t *testing.T) {
 				return
 			}
 			var refused *channelRefusedError
-			if !errors.As(err, &refused) || refused.policy != tt.refused || refused.signOnly != tt.signOnly {
+			if !errors.As(err, &refused) || refused.policy != tt.refused || (refused.reason() == refusedMode) != tt.signOnly {
 				t.Fatalf("ended with %v, want a refusal of %q (sign only: %v)", err, tt.refused, tt.signOnly)
 			}
 			frontClient.Close()
