@@ -370,10 +370,10 @@ func splice(client, library net.Conn, stalled time.Duration, rules channelRules)
 }
 
 // maxOPNLen bounds an OpenSecureChannel message, which carries a
-// certificate or two: a few KiB in practice. maxClassifiedLen bounds the
-// message read whole to tell a signed-only channel from an encrypted one;
-// the first request on a channel is a small one (CreateSession,
-// GetEndpoints), and a larger one passes unread.
+// certificate or two: a few KiB in practice. maxClassifiedLen bounds a
+// message read whole (to tell a signed-only channel from an encrypted one,
+// or to decode a request in clear first) and the chunks of one request put
+// together: requests are small, and a larger one passes unread.
 const (
 	maxOPNLen        = 1 << 20
 	maxClassifiedLen = 1 << 20
@@ -432,9 +432,10 @@ func undecodable(policy string, panicked any) *channelRefusedError {
 //     request the library's decoder panics on (WORKAROUNDS.md row 18):
 //     each is decoded here first, where a panic is recovered.
 //
-// A refusal is answered with an Error message: the library then has
-// nothing left to send for this client's requests (it answered the last
-// one, or never got the one refused), so nothing interleaves with it.
+// A refusal is answered with an Error message, and the connection closed.
+// Before a session the library has nothing else to send; later it may be
+// writing a Publish response at that moment, and the client then gets the
+// Error between two pieces of it: a connection about to close either way.
 func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(library, 64<<10)
