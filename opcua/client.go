@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -160,9 +161,37 @@ func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcu
 	}
 	if err := c.Connect(ctx); err != nil {
 		o.Close(c)
-		return nil, fmt.Errorf("connect %s: %w", endpoint, err)
+		return nil, fmt.Errorf("connect %s: %w%s", endpoint, err, o.hint(ctx, endpoint, sec, err))
 	}
 	return c, nil
+}
+
+// hint says what an operator can do about a refused connection: a server
+// that offers no endpoint for these options, or (gopcua's client reports
+// a server's Error message during the handshake as EOF) a server that
+// does not trust this client's certificate.
+func (o ClientOptions) hint(ctx context.Context, endpoint string, sec resolvedSecurity, err error) string {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, ua.StatusBadSecurityModeRejected) {
+		return ""
+	}
+	eps, gerr := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()))
+	if gerr != nil {
+		return ""
+	}
+	if !o.canOpenSession(eps) {
+		var offered []string
+		for _, ep := range eps {
+			offered = append(offered, strings.TrimPrefix(ep.SecurityPolicyURI, "http://opcfoundation.org/UA/SecurityPolicy#")+"/"+
+				strings.TrimPrefix(ep.SecurityMode.String(), "MessageSecurityMode"))
+		}
+		return fmt.Sprintf(" (the server offers %s, not %s with this identity: give a security policy and mode it offers, a client certificate and, if it wants one, a user)",
+			strings.Join(slices.Compact(slices.Sorted(slices.Values(offered))), ", "), strings.TrimPrefix(sec.policyURI, "http://opcfoundation.org/UA/SecurityPolicy#")+"/"+
+				strings.TrimPrefix(sec.mode.String(), "MessageSecurityMode"))
+	}
+	if sec.mode != ua.MessageSecurityModeNone && errors.Is(err, io.EOF) {
+		return " (the server closed the connection during the handshake: it may not trust this client's certificate; a scadad node keeps refused ones in <data_dir>/opcua/pki/rejected)"
+	}
+	return ""
 }
 
 // Cancel deletes a subscription on its server within the options' timeout,

@@ -93,8 +93,12 @@ func TestProberReachesASecureOnlyPeer(t *testing.T) {
 	if len(vs) != 1 || !vs[0].Reachable || vs[0].ServiceLevel != 0 || vs[0].Err != "" {
 		t.Fatalf("verdicts %+v", vs)
 	}
-	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), ClientOptions{Timeout: time.Second}); err == nil {
+	_, err := ReadServiceLevel(context.Background(), ts.Endpoint(), ClientOptions{Timeout: time.Second})
+	if err == nil {
 		t.Fatal("a None session on a secure-only server was served: the probe's fallback proves nothing")
+	}
+	if !strings.Contains(err.Error(), "the server offers Basic256Sha256/SignAndEncrypt, not None/None") {
+		t.Fatalf("the refusal does not say what the server offers: %v", err)
 	}
 }
 

@@ -201,8 +201,8 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 
 	// Refused at the OpenSecureChannel, with an Error message
 	// BadCertificateUntrusted (which gopcua's client reports as EOF).
-	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil {
-		t.Fatal("a session with an unknown client certificate")
+	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil || !strings.Contains(err.Error(), "may not trust this client's certificate") {
+		t.Fatalf("a session with an unknown client certificate: %v, want a refusal that says why it may be", err)
 	}
 	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedCertificate)); got != 1 {
 		t.Fatalf("certificate refusals at the door counted %v, want 1", got)
