@@ -36,6 +36,26 @@ func (m *subscriptions) revise(intervalMS float64, keepAlive, lifetime uint32) (
 	return interval, keepAlive, lifetime
 }
 
+// ownedLocking finds the subscription id of the request's session after
+// checking count (the request's ids or items; negative: none to check),
+// and returns it with the engine's lock held: the caller unlocks it. On an
+// error the lock is not held.
+func (m *subscriptions) ownedLocking(h *ua.RequestHeader, id uint32, count int) (*subscription, time.Time, error) {
+	if count >= 0 {
+		if err := m.checkCount(count); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	sub, ok := m.ownedLocked(tokenKey(h.AuthenticationToken), id)
+	if !ok {
+		m.mu.Unlock()
+		return nil, time.Time{}, ua.StatusBadSubscriptionIDInvalid
+	}
+	return sub, now, nil
+}
+
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (m *subscriptions) createSubscription(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
@@ -85,13 +105,11 @@ func (m *subscriptions) modifySubscription(_ *uasc.SecureChannel, r ua.Request, 
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
 	interval, keepAlive, lifetime := m.revise(req.RequestedPublishingInterval, req.RequestedMaxKeepAliveCount, req.RequestedLifetimeCount)
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sub, ok := m.ownedLocked(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID)
-	if !ok {
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, -1)
+	if err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	if interval != sub.interval {
 		sub.interval = interval
 		sub.nextTick = now.Add(interval)
@@ -303,19 +321,14 @@ func (m *subscriptions) createMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if err := m.checkCount(len(req.ItemsToCreate)); err != nil {
-		return nil, err
-	}
 	if req.TimestampsToReturn > ua.TimestampsToReturnNeither {
 		return nil, ua.StatusBadTimestampsToReturnInvalid
 	}
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sub, ok := m.ownedLocked(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID)
-	if !ok {
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, len(req.ItemsToCreate))
+	if err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	results := make([]*ua.MonitoredItemCreateResult, len(req.ItemsToCreate))
 	for i, itReq := range req.ItemsToCreate {
 		trigger, code := m.checkItem(itReq)
@@ -358,19 +371,14 @@ func (m *subscriptions) modifyMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if err := m.checkCount(len(req.ItemsToModify)); err != nil {
-		return nil, err
-	}
 	if req.TimestampsToReturn > ua.TimestampsToReturnNeither {
 		return nil, ua.StatusBadTimestampsToReturnInvalid
 	}
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sub, ok := m.ownedLocked(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID)
-	if !ok {
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, len(req.ItemsToModify))
+	if err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	results := make([]*ua.MonitoredItemModifyResult, len(req.ItemsToModify))
 	for i, mod := range req.ItemsToModify {
 		res := &ua.MonitoredItemModifyResult{FilterResult: ua.NewExtensionObject(nil)}
@@ -406,19 +414,14 @@ func (m *subscriptions) setMonitoringMode(_ *uasc.SecureChannel, r ua.Request, _
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if err := m.checkCount(len(req.MonitoredItemIDs)); err != nil {
-		return nil, err
-	}
 	if !validMode(req.MonitoringMode) {
 		return nil, ua.StatusBadMonitoringModeInvalid
 	}
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sub, ok := m.ownedLocked(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID)
-	if !ok {
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, len(req.MonitoredItemIDs))
+	if err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	results := make([]ua.StatusCode, len(req.MonitoredItemIDs))
 	for i, id := range req.MonitoredItemIDs {
 		it, ok := sub.items[id]
@@ -451,16 +454,11 @@ func (m *subscriptions) deleteMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if err := m.checkCount(len(req.MonitoredItemIDs)); err != nil {
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, len(req.MonitoredItemIDs))
+	if err != nil {
 		return nil, err
 	}
-	now := m.clock.Now()
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	sub, ok := m.ownedLocked(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID)
-	if !ok {
-		return nil, ua.StatusBadSubscriptionIDInvalid
-	}
 	results := make([]ua.StatusCode, len(req.MonitoredItemIDs))
 	for i, id := range req.MonitoredItemIDs {
 		it, ok := sub.items[id]
