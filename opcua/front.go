@@ -537,23 +537,14 @@ func (c *channelState) opened(policy string, rules channelRules) {
 func (c *channelState) inspects() bool { return !c.classified || c.clear }
 
 // request looks at one MSG message (a request or a chunk of one) of a
-// channel that inspects, and says why it is refused, if it is.
+// channel that inspects, and says why it is refused, if it is. The chunks
+// of a request are put together (up to maxClassifiedLen) first: the first
+// request of a channel tells whether it encrypts, and every request of a
+// channel that does not is decoded.
 func (c *channelState) request(msg []byte) *channelRefusedError {
-	final := msg[3] == 'F'
-	if !c.classified {
-		if !final {
-			return nil // a first request in chunks: it tells later
-		}
-		c.classified, c.clear = true, plainRequest(msg)
-		if c.clear && c.encryptOnly {
-			return signOnly(c.policy)
-		}
-	}
-	if !c.clear {
-		return nil
-	}
 	sig := signatureLen(c.policy)
 	if len(msg) < symmetricHeadersLen+sig {
+		c.pending = nil
 		return nil // the library refuses it
 	}
 	body := msg[symmetricHeadersLen : len(msg)-sig]
@@ -571,6 +562,15 @@ func (c *channelState) request(msg []byte) *channelRefusedError {
 	}
 	whole := append(c.pending, body...)
 	c.pending = nil
+	if !c.classified {
+		c.classified, c.clear = true, isRequest(whole)
+		if c.clear && c.encryptOnly {
+			return signOnly(c.policy)
+		}
+		if !c.clear {
+			return nil
+		}
+	}
 	if p := decodePanic(whole); p != nil {
 		return undecodable(c.policy, p)
 	}
@@ -612,35 +612,25 @@ func readRest(r io.Reader, hdr []byte, size int) ([]byte, error) {
 // header, the secure channel id, the token id and the sequence header.
 const symmetricHeadersLen = uacpHeaderLen + 4 + 4 + 8
 
-// plainRequest reports whether a whole MSG message carries its body in
-// clear: a service request type id (a four-byte node id in namespace 0)
-// and a request that decodes, before a signature of 20 or 32 bytes (the
-// HMACs of the policies gopcua knows). The bytes are the client's: a
-// decoder panic means they are no request.
-func plainRequest(msg []byte) (plain bool) {
+// isRequest reports whether body (a request's chunk bodies put together,
+// signatures taken off) is a service request in clear: a request type id
+// (a four-byte node id in namespace 0) and a request that decodes. The
+// bytes are the client's: a decoder panic means they are no request.
+func isRequest(body []byte) (plain bool) {
 	defer func() {
 		if recover() != nil {
 			plain = false
 		}
 	}()
-	if len(msg) < symmetricHeadersLen+4 {
+	if len(body) < 4 || body[0] != byte(ua.NodeIDTypeFourByte) || body[1] != 0 {
 		return false
 	}
-	body := msg[symmetricHeadersLen:]
-	if body[0] != byte(ua.NodeIDTypeFourByte) || body[1] != 0 {
+	_, v, err := ua.DecodeService(body)
+	if err != nil {
 		return false
 	}
-	for _, sig := range []int{32, 20} {
-		if len(body) <= sig {
-			continue
-		}
-		if _, v, err := ua.DecodeService(body[:len(body)-sig]); err == nil {
-			if _, ok := v.(ua.Request); ok {
-				return true
-			}
-		}
-	}
-	return false
+	_, ok := v.(ua.Request)
+	return ok
 }
 
 // openSecurity reads an OpenSecureChannel message's asymmetric security

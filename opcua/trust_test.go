@@ -269,6 +269,16 @@ func symmetricMessage(body []byte) []byte {
 	return uacpMessage("MSGF", rest)
 }
 
+// chunked splits body into two MSG chunks ("C" then "F"), each with its
+// headers and a 32-byte stand-in signature, as a signed-only channel sends
+// a request larger than a chunk.
+func chunked(body []byte) [][]byte {
+	half := len(body) / 2
+	first := symmetricMessage(body[:half])
+	first[3] = 'C'
+	return [][]byte{first, symmetricMessage(body[half:])}
+}
+
 // plainCreateSession is a CreateSessionRequest body as a client on a
 // signed-only channel sends it: type id, then the request, in clear.
 func plainCreateSession(t *testing.T) []byte {
@@ -287,8 +297,8 @@ func plainCreateSession(t *testing.T) []byte {
 	return append(id, b...)
 }
 
-func TestPlainRequest(t *testing.T) {
-	if !plainRequest(symmetricMessage(plainCreateSession(t))) {
+func TestIsRequest(t *testing.T) {
+	if !isRequest(plainCreateSession(t)) {
 		t.Fatal("a CreateSessionRequest in clear not recognised")
 	}
 	// Ciphertext, here random bytes, never passes for a request; nor
@@ -301,12 +311,12 @@ func TestPlainRequest(t *testing.T) {
 		if i%2 == 0 {
 			rnd[0], rnd[1] = 0x01, 0x00
 		}
-		if plainRequest(symmetricMessage(rnd)) {
+		if isRequest(rnd) {
 			t.Fatalf("random body %x... taken for a request", rnd[:8])
 		}
 	}
-	if plainRequest(symmetricMessage(nil)) || plainRequest([]byte("MSGF")) {
-		t.Fatal("a message too short for a body taken for a request")
+	if isRequest(nil) || isRequest([]byte{1, 0}) {
+		t.Fatal("a body too short taken for a request")
 	}
 }
 
@@ -332,6 +342,7 @@ func TestCopyRequestsChecksTheChannel(t *testing.T) {
 		{"a renewal that changes the policy", [][]byte{openMessage(&offered), msg, openMessage(&weak)}, 2, weak, false},
 		{"signed and encrypted where encryption is required", [][]byte{openMessage(&encrypted), cipher, plain}, 3, "", false},
 		{"signed only where encryption is required", [][]byte{openMessage(&encrypted), plain, msg}, 1, encrypted, true},
+		{"signed only, the first request in two chunks", append([][]byte{openMessage(&encrypted)}, chunked(plainCreateSession(t))...), 2, encrypted, true},
 		{"signed only where Sign is offered", [][]byte{openMessage(&offered), plain, msg}, 3, "", false},
 	}
 	for _, tt := range tests {
