@@ -3,10 +3,12 @@ package storeforward
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/scadad/scadad/fsm"
 )
@@ -23,8 +25,14 @@ func TestHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	srv := httptest.NewServer(e.Handler())
-	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &fasthttp.Server{Handler: e.Handler(), MaxRequestBodySize: fsm.MaxPayloadBytes}
+	go server.Serve(ln)
+	defer server.Shutdown()
+	srvURL := "http://" + ln.Addr().String()
 
 	cases := []struct {
 		name     string
@@ -42,6 +50,8 @@ func TestHandler(t *testing.T) {
 		{"unknown target lists targets", "POST", "/v1/sf/nope", "x", nil, false, 404, []string{`"known_targets":["capped","hist","ops"]`, `unknown_target`}},
 		{"too large", "POST", "/v1/sf/hist", strings.Repeat("x", 17), nil, false, 413, []string{`"limit":16`}},
 		{"wrong method", "GET", "/v1/sf/hist", "", nil, false, 405, []string{"method GET not allowed"}},
+		{"no target", "POST", "/v1/sf/", "x", nil, false, 404, []string{`"code":"not_found"`}},
+		{"a path below a target", "POST", "/v1/sf/hist/more", "x", nil, false, 404, []string{`"code":"not_found"`}},
 		{"compressed body", "POST", "/v1/sf/hist", "x", map[string]string{"Content-Encoding": "gzip"}, false, 415, []string{"Content-Encoding"}},
 		{"key too long", "POST", "/v1/sf/ops", "x", map[string]string{"Idempotency-Key": strings.Repeat("k", 600)}, false, 400, []string{"message id"}},
 		{"under its max_pending", "POST", "/v1/sf/capped", "x", map[string]string{"Idempotency-Key": "c1"}, false, 201, []string{`"id":"c1"`}},
@@ -51,7 +61,7 @@ func TestHandler(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p.down.Store(c.down)
-			req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
+			req, _ := http.NewRequest(c.method, srvURL+c.path, strings.NewReader(c.body))
 			for k, v := range c.headers {
 				req.Header.Set(k, v)
 			}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/valyala/fasthttp"
 	stdlog "log"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -240,7 +240,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return nil
 	})
 
-	var httpServer *http.Server
+	var httpServer *fasthttp.Server
 	if cfg.HTTP.Listen != "" {
 		ready := func() (bool, string) {
 			st := roles.Current()
@@ -249,17 +249,12 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 			return true, ""
 		}
-		httpServer = &http.Server{Addr: cfg.HTTP.Listen, Handler: healthMux(acting, ready, reg, sfHTTP, cfg.HTTP.Pprof), ReadHeaderTimeout: 5 * time.Second}
+		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, log)
 		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
 		}
-		goRun("http", func(context.Context) error {
-			if err := httpServer.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
+		goRun("http", func(context.Context) error { return httpServer.Serve(httpLis) })
 	}
 	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", version).Msg("scadad started")
 
@@ -290,7 +285,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	cancel()
 	if httpServer != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		httpServer.Shutdown(sctx)
+		_ = httpServer.ShutdownWithContext(sctx) // requests still open after 2 s end with the process
 		scancel()
 	}
 	grpcServer.Stop()

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -38,7 +38,7 @@ const sfRemoveDelay = 20 * time.Millisecond
 
 // startStoreForward builds the enqueuer and the deliverer, follows the
 // site config's targets, and runs delivery (which itself follows the role).
-func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, goRun func(string, func(context.Context) error)) (*sfService, http.Handler, error) {
+func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, goRun func(string, func(context.Context) error)) (*sfService, fasthttp.RequestHandler, error) {
 	metrics, err := storeforward.NewMetrics(reg, state)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward metrics: %w", err)
