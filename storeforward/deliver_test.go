@@ -350,6 +350,9 @@ func TestDeliveryStopsWhenRoleLeavesActive(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
 	}
+	// Before the deliverer has taken the Active role it is not active
+	// either: wait for the deliveries that change the role first.
+	waitFor(t, "the first deliveries", 10*time.Second, func() bool { return delivered.Load() >= stopAfter })
 	waitFor(t, "delivery to stop", 10*time.Second, func() bool {
 		st := h.d.Status()
 		return !st.Active && len(st.Workers) == 0
