@@ -2,12 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"net"
 	"net/url"
 	"testing"
 	"time"
 
+	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/internal/testcluster"
@@ -15,13 +17,18 @@ import (
 
 // TestOPCUAMalformedRequestsDoNotKillTheServer sends, over a plain
 // (security None) channel and before any session, requests whose length
-// fields would make gopcua's decoder allocate gigabytes or panic on a
-// goroutine nothing recovers: either ended the whole scadad process (the
-// first with v0.9.0, the second with v0.9.1; WORKAROUNDS.md row 18). The
-// Active must go on serving, as Active.
+// fields make gopcua's decoder allocate gigabytes or panic on a goroutine
+// nothing recovers: the first ended the whole scadad process with v0.9.0,
+// the second with v0.9.1, and the third (a Variant declaring 2^31-1 array
+// dimensions, 8 GiB) stalls the process long enough to lose the Active
+// role (WORKAROUNDS.md row 18). On a site with a None profile the front
+// decodes what travels in clear first (the first two); on a secure-only
+// site a None channel carries discovery alone (all three). The Active must
+// go on serving, as Active.
 func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 	sim, c, active, standby := opcuaPair(t)
-	deploySite(t, c, testcluster.SiteConfigGateway("hostile", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	lab := testcluster.SiteConfigGateway("hostile", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	deploySite(t, c, lab)
 	waitRedundancyLevels(t, active, standby, "")
 
 	header := &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)}
@@ -37,24 +44,52 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 		t.Fatal("no Double array in the encoded Write")
 	}
 	binary.LittleEndian.PutUint32(negative[at+1:], 0xFFFFFFFE)
-
+	// The same Write with array dimensions: 2^31-1 of them.
 	dims := encodeRequest(t, write)
-	at = bytes.Index(dims, []byte{0x8B, 1, 0, 0, 0})
-	dims[at] = 0xCB // with dimensions
+	dims[at] = 0xCB
 	dims = append(dims[:at+13], append([]byte{0xFF, 0xFF, 0xFF, 0x7F}, dims[at+13:]...)...)
+
+	stillActive := func(what string) {
+		t.Helper()
+		waitFor(t, 10*time.Second, active.ID+" still Active after "+what, func() bool {
+			h, ok := active.Health()
+			return ok && h.Role == "active"
+		})
+		if !active.Running() {
+			t.Fatalf("%s ended the Active's process", what)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"an array of 2^31-1 strings", hugeArray}, {"a variant array of length -2", negative}} {
+		sendPlainRequest(t, active.OPCUA, tc.body)
+		stillActive(tc.name + " (a site with a None profile)")
+		waitFor(t, 10*time.Second, "ServiceLevel 250 on the Active after "+tc.name, func() bool { return serviceLevel(active.OPCUA) == 250 })
+	}
+
+	secure := bytes.Replace(lab, []byte("  security: [{policy: None, mode: None}]\n"), []byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n"), 1)
+	if bytes.Equal(secure, lab) {
+		t.Fatal("site config template changed: no security line to replace")
+	}
+	deploySite(t, c, secure)
+	waitFor(t, 20*time.Second, "the Active's OPC UA server back with its secure endpoint", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		eps, err := gopcua.GetEndpoints(ctx, active.OPCUA)
+		return err == nil && len(eps) == 1 && eps[0].SecurityMode == ua.MessageSecurityModeSignAndEncrypt
+	})
 	for _, tc := range []struct {
 		name string
 		body []byte
 	}{{"an array of 2^31-1 strings", hugeArray}, {"a variant array of length -2", negative}, {"a variant of 2^31-1 dimensions", dims}} {
 		sendPlainRequest(t, active.OPCUA, tc.body)
-		if !active.Running() {
-			t.Fatalf("%s killed the Active's process", tc.name)
-		}
-		waitFor(t, 10*time.Second, "ServiceLevel 250 on the Active after "+tc.name, func() bool { return serviceLevel(active.OPCUA) == 250 })
-		if !active.Running() {
-			t.Fatalf("%s killed the Active's process", tc.name)
-		}
+		stillActive(tc.name + " (a secure-only site)")
 	}
+	// Counted once the front has closed both sides of each.
+	waitFor(t, 5*time.Second, "the front's refusal of the two Writes on the secure-only site's None channel", func() bool {
+		return metricLine(active, `scadad_opcua_connections_refused_total{reason="security_mode"}`) == "2"
+	})
 }
 
 // encodeRequest is req's body on the wire: its type id, then the request.

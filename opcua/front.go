@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
@@ -296,6 +297,11 @@ type channelRules struct {
 	// encryptOnly are the policies offered with SignAndEncrypt only: a
 	// channel with one of them that signs without encrypting is refused.
 	encryptOnly map[string]bool
+	// discoveryOnly: no None profile is configured, so a None channel
+	// carries discovery (GetEndpoints, FindServers) and nothing else, and
+	// nothing in a request header's AdditionalHeader: what the library's
+	// decoder is then given in clear, by anyone, holds no Variant.
+	discoveryOnly bool
 	// trusts, when set, checks the certificate a secure channel is opened
 	// with (DER): the library would decrypt and decode whatever a client
 	// with any certificate sends, and its decoder can be crashed
@@ -412,6 +418,11 @@ func senderUntrusted(policy string, err error) *channelRefusedError {
 	return &channelRefusedError{policy: policy, label: refusedCertificate, code: code, why: err.Error()}
 }
 
+func notDiscovery(why string) *channelRefusedError {
+	return &channelRefusedError{policy: ua.SecurityPolicyURINone, label: refusedMode, code: ua.StatusBadSecurityModeRejected,
+		why: "a channel without security carries discovery only here: " + why}
+}
+
 func undecodable(policy string, panicked any) *channelRefusedError {
 	return &channelRefusedError{policy: policy, label: refusedMalformed, code: ua.StatusBadDecodingError,
 		why: fmt.Sprintf("a request the OPC UA decoder cannot take (%v)", panicked)}
@@ -479,14 +490,18 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 			ch.opened(policy, rules)
 			if policy == ua.SecurityPolicyURINone {
 				// The OpenSecureChannel itself is in clear.
-				if p := decodePanic(openBody(msg)); p != nil {
+				body := openBody(msg)
+				if rules.discoveryOnly && (len(body) < 4 || !plainRequestHeader(body[4:])) {
+					return refuse(notDiscovery("an OpenSecureChannel request header with an AdditionalHeader, or malformed"))
+				}
+				if p := decodePanic(body); p != nil {
 					return refuse(undecodable(policy, p))
 				}
 			}
 			if _, err := w.Write(msg); err != nil {
 				return err
 			}
-		case string(hdr[:3]) == "MSG" && ch.inspects() && size <= maxClassifiedLen:
+		case (string(hdr[:3]) == "MSG" || string(hdr[:3]) == "CLO") && ch.inspects() && size <= maxClassifiedLen:
 			msg, err := readRest(r, hdr, size)
 			if err != nil {
 				return err
@@ -516,8 +531,9 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 
 // channelState is what copyRequests knows of a client's secure channel.
 type channelState struct {
-	policy      string
-	encryptOnly bool
+	policy        string
+	encryptOnly   bool
+	discoveryOnly bool // a None channel on a site without a None profile
 	// classified: the first request showed whether the channel encrypts;
 	// clear: its requests travel in clear (None, or Sign).
 	classified, clear bool
@@ -528,7 +544,7 @@ type channelState struct {
 func (c *channelState) opened(policy string, rules channelRules) {
 	*c = channelState{policy: policy, encryptOnly: rules.encryptOnly[policy]}
 	if policy == ua.SecurityPolicyURINone {
-		c.classified, c.clear = true, true
+		c.classified, c.clear, c.discoveryOnly = true, true, rules.discoveryOnly
 	}
 }
 
@@ -571,10 +587,91 @@ func (c *channelState) request(msg []byte) *channelRefusedError {
 			return nil
 		}
 	}
+	if c.discoveryOnly {
+		if why := discoveryRequest(whole); why != "" {
+			return notDiscovery(why)
+		}
+	}
 	if p := decodePanic(whole); p != nil {
 		return undecodable(c.policy, p)
 	}
 	return nil
+}
+
+// discoveryTypes are the requests a None channel carries on a site that
+// offers no None profile: what a client needs to find the secure
+// endpoints, and the channel's close. Their fields are strings and arrays
+// of strings, which the decoder bounds by the message's length.
+var discoveryTypes = map[uint16]bool{
+	id.CloseSecureChannelRequest_Encoding_DefaultBinary:   true,
+	id.GetEndpointsRequest_Encoding_DefaultBinary:         true,
+	id.FindServersRequest_Encoding_DefaultBinary:          true,
+	id.FindServersOnNetworkRequest_Encoding_DefaultBinary: true,
+}
+
+// discoveryRequest says why body (type id and request, in clear) is not a
+// plain discovery request: another type, or a request header whose
+// AdditionalHeader carries something (an extension object, which could
+// hold any registered type). "" when it is one.
+func discoveryRequest(body []byte) string {
+	if len(body) < 4 || body[0] != byte(ua.NodeIDTypeFourByte) || body[1] != 0 {
+		return "a request type id that is not a service's"
+	}
+	typ := binary.LittleEndian.Uint16(body[2:])
+	if !discoveryTypes[typ] {
+		return fmt.Sprintf("request type %d on a channel without security; this server offers sessions on Sign or SignAndEncrypt channels only", typ)
+	}
+	if !plainRequestHeader(body[4:]) {
+		return "a request header with an AdditionalHeader, or malformed"
+	}
+	return ""
+}
+
+// plainRequestHeader reports whether b starts with a RequestHeader (Part
+// 4, 7.32) whose AdditionalHeader is empty: an authentication token node
+// id, a timestamp, the request handle, the diagnostics mask, an audit
+// entry id, a timeout hint, then the extension object's type id and an
+// encoding byte of 0 (no body).
+func plainRequestHeader(b []byte) bool {
+	at, ok := skipNodeID(b, 0)
+	if !ok {
+		return false
+	}
+	at += 8 + 4 + 4 // timestamp, request handle, return diagnostics
+	if _, at = lengthPrefixed(b, at); at > len(b) {
+		return false
+	}
+	at += 4 // timeout hint
+	if at, ok = skipNodeID(b, at); !ok || at >= len(b) {
+		return false
+	}
+	return b[at] == 0
+}
+
+// skipNodeID returns where the NodeId (binary encoding, Part 6, 5.2.2.9)
+// at b[at:] ends. An expanded node id's flags are refused: a request
+// header has none.
+func skipNodeID(b []byte, at int) (int, bool) {
+	if at >= len(b) {
+		return 0, false
+	}
+	size := 0
+	switch ua.NodeIDType(b[at]) {
+	case ua.NodeIDTypeTwoByte:
+		size = 2
+	case ua.NodeIDTypeFourByte:
+		size = 4
+	case ua.NodeIDTypeNumeric:
+		size = 7
+	case ua.NodeIDTypeGUID:
+		size = 19
+	case ua.NodeIDTypeString, ua.NodeIDTypeByteString:
+		_, end := lengthPrefixed(b, at+3)
+		return end, end <= len(b) && at+7 <= len(b)
+	default:
+		return 0, false
+	}
+	return at + size, at+size <= len(b)
 }
 
 // signatureLen is the length of the symmetric signature (an HMAC) that

@@ -815,6 +815,7 @@ func (s *Server) channelRules() channelRules {
 	if s.cfg.TrustedClientsDir != "" {
 		r.trusts = func(der []byte) error { return s.trust.check(der, s.clock.Now()) }
 	}
+	r.discoveryOnly = !s.offersNone
 	return r
 }
 
