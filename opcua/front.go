@@ -86,6 +86,7 @@ const (
 	refusedMode        = "security_mode"   // a channel signs only where SignAndEncrypt alone is offered
 	refusedCertificate = "certificate"     // a secure channel opened with a certificate not trusted
 	refusedMalformed   = "malformed"       // a request in clear the library's decoder panics on
+	refusedTooLarge    = "too_large"       // a request in clear too large to check first
 )
 
 // The first message of an OPC UA TCP connection (Part 6, 7.1.2): an 8-byte
@@ -377,9 +378,11 @@ func splice(client, library net.Conn, stalled time.Duration, rules channelRules)
 
 // maxOPNLen bounds an OpenSecureChannel message, which carries a
 // certificate or two: a few KiB in practice. maxClassifiedLen bounds a
-// message read whole (to tell a signed-only channel from an encrypted one,
-// or to decode a request in clear first) and the chunks of one request put
-// together: requests are small, and a larger one passes unread.
+// request read whole (to tell a signed-only channel from an encrypted one,
+// or to decode a request in clear first), its chunks put together: a
+// larger one is refused, since unread it would reach the library's
+// decoder unchecked. Requests are small (a Write of 1,000 values is tens
+// of KiB).
 const (
 	maxOPNLen        = 1 << 20
 	maxClassifiedLen = 1 << 20
@@ -421,6 +424,11 @@ func senderUntrusted(policy string, err error) *channelRefusedError {
 func notDiscovery(why string) *channelRefusedError {
 	return &channelRefusedError{policy: ua.SecurityPolicyURINone, label: refusedMode, code: ua.StatusBadSecurityModeRejected,
 		why: "a channel without security carries discovery only here: " + why}
+}
+
+func tooLarge(policy string, size int) *channelRefusedError {
+	return &channelRefusedError{policy: policy, label: refusedTooLarge, code: ua.StatusBadRequestTooLarge,
+		why: fmt.Sprintf("a request of %d bytes in clear (or before the channel's mode is known), more than %d", size, maxClassifiedLen)}
 }
 
 func undecodable(policy string, panicked any) *channelRefusedError {
@@ -501,7 +509,12 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 			if _, err := w.Write(msg); err != nil {
 				return err
 			}
-		case (string(hdr[:3]) == "MSG" || string(hdr[:3]) == "CLO") && ch.inspects() && size <= maxClassifiedLen:
+		case (string(hdr[:3]) == "MSG" || string(hdr[:3]) == "CLO") && ch.inspects():
+			if size > maxClassifiedLen {
+				// Passed on unread, it would reach the library's decoder
+				// unchecked.
+				return refuse(tooLarge(ch.policy, size))
+			}
 			msg, err := readRest(r, hdr, size)
 			if err != nil {
 				return err
@@ -567,8 +580,7 @@ func (c *channelState) request(msg []byte) *channelRefusedError {
 	switch msg[3] {
 	case 'C':
 		if len(c.pending)+len(body) > maxClassifiedLen {
-			c.pending = nil // too large to hold: it goes on unread
-			return nil
+			return tooLarge(c.policy, len(c.pending)+len(body))
 		}
 		c.pending = append(c.pending, body...)
 		return nil

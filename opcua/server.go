@@ -750,7 +750,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{DenySecondary, DenyDetached, DenyRoleUnknown} {
 		m.denied.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy, refusedMode, refusedCertificate, refusedMalformed} {
+	for _, r := range []string{refusedNoHello, refusedNotHello, refusedBusy, refusedBackend, refusedPolicy, refusedMode, refusedCertificate, refusedMalformed, refusedTooLarge} {
 		m.refused.WithLabelValues(r)
 	}
 	return m, nil

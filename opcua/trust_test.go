@@ -347,6 +347,7 @@ func TestCopyRequestsChecksTheChannel(t *testing.T) {
 		{"signed only where encryption is required", [][]byte{openMessage(&encrypted), plain, msg}, 1, encrypted, true},
 		{"signed only, the first request in two chunks", append([][]byte{openMessage(&encrypted)}, chunked(plainCreateSession(t))...), 2, encrypted, true},
 		{"signed only where Sign is offered", [][]byte{openMessage(&offered), plain, msg}, 3, "", false},
+		{"a request in clear too large to check", [][]byte{openMessage(&offered), plain, symmetricMessage(bytes.Repeat([]byte{1}, maxClassifiedLen+1))}, 2, offered, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
