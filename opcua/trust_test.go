@@ -204,9 +204,11 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	if _, err := ReadServiceLevel(context.Background(), ts.Endpoint(), opts); err == nil || !strings.Contains(err.Error(), "may not trust this client's certificate") {
 		t.Fatalf("a session with an unknown client certificate: %v, want a refusal that says why it may be", err)
 	}
-	if got := metricValue(t, ts.metrics.refused.WithLabelValues(refusedCertificate)); got != 1 {
-		t.Fatalf("certificate refusals at the door counted %v, want 1", got)
-	}
+	// Counted once the front has closed both sides, just after the
+	// client saw its connection end.
+	eventually(t, 5*time.Second, "the certificate refusal at the door counted", func() bool {
+		return metricValue(t, ts.metrics.refused.WithLabelValues(refusedCertificate)) == 1
+	})
 	entries, err := os.ReadDir(rejected)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("rejected folder: %v %v", entries, err)
