@@ -228,7 +228,7 @@ func (s *Server) createSession(lib server.Handler) server.Handler {
 func (s *Server) admitChannel(req *ua.CreateSessionRequest, res *ua.CreateSessionResponse) ua.StatusCode {
 	secured := res.ServerSignature != nil && len(res.ServerSignature.Signature) > 0
 	if !secured {
-		if s.offersNone {
+		if s.offersNone() {
 			return ua.StatusOK
 		}
 		// Every server answers discovery on a None channel; a session

@@ -47,10 +47,9 @@ type Server struct {
 	thumbprint string
 	key        any // *rsa.PrivateKey, kept for user-token decryption
 	// trust decides which client certificates may open sessions on
-	// secure channels; offersNone is whether a None profile is
-	// configured (otherwise a None channel serves discovery only).
-	trust      trustList
-	offersNone bool
+	// secure channels; security is the configured profiles, resolved.
+	trust    trustList
+	security []resolvedSecurity
 
 	sessions *sessionTable
 	notify   *notifier
@@ -192,7 +191,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		metrics:    m,
 		key:        key,
 		trust:      trustList{trusted: c.TrustedClientsDir, rejected: c.RejectedClientsDir},
-		offersNone: slices.ContainsFunc(sec, func(r resolvedSecurity) bool { return r.mode == ua.MessageSecurityModeNone }),
+		security:   sec,
 		notify:     newNotifier(),
 		state:      deps.Roles.Current(),
 		dataFresh:  true,
@@ -795,14 +794,10 @@ func (g libraryLogger) Error(msg string, args ...any) {
 func (s *Server) channelRules() channelRules {
 	r := channelRules{policies: map[string]bool{ua.SecurityPolicyURINone: true}, encryptOnly: map[string]bool{}}
 	signs := map[string]bool{}
-	for _, p := range s.cfg.Security {
-		res, err := resolveSecurity([]SecurityProfile{p})
-		if err != nil {
-			continue
-		}
-		uri := res[0].policyURI
+	for _, res := range s.security {
+		uri := res.policyURI
 		r.policies[uri] = true
-		switch res[0].mode {
+		switch res.mode {
 		case ua.MessageSecurityModeSign:
 			signs[uri] = true
 		case ua.MessageSecurityModeSignAndEncrypt:
@@ -815,8 +810,14 @@ func (s *Server) channelRules() channelRules {
 	if s.cfg.TrustedClientsDir != "" {
 		r.trusts = func(der []byte) error { return s.trust.check(der, s.clock.Now()) }
 	}
-	r.discoveryOnly = !s.offersNone
+	r.discoveryOnly = !s.offersNone()
 	return r
+}
+
+// offersNone says whether a None profile is configured; otherwise a None
+// channel serves discovery only.
+func (s *Server) offersNone() bool {
+	return slices.ContainsFunc(s.security, func(r resolvedSecurity) bool { return r.mode == ua.MessageSecurityModeNone })
 }
 
 // warnEvery is how often the same refusal is logged again as a warning.
