@@ -284,13 +284,10 @@ func chunked(body []byte) [][]byte {
 	return [][]byte{first, symmetricMessage(body[half:])}
 }
 
-// plainCreateSession is a CreateSessionRequest body as a client on a
-// signed-only channel sends it: type id, then the request, in clear.
-func plainCreateSession(t *testing.T) []byte {
+// encodeRequest is req's body on the wire, as a client sends it in clear:
+// its type id, then the request.
+func encodeRequest(t *testing.T, req any) []byte {
 	t.Helper()
-	req := &ua.CreateSessionRequest{RequestHeader: &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)},
-		ClientDescription: &ua.ApplicationDescription{ApplicationURI: "urn:test", ApplicationName: &ua.LocalizedText{Text: "test"}},
-		SessionName:       "s", RequestedSessionTimeout: 60000}
 	id, err := ua.NewFourByteNodeID(0, ua.ServiceTypeID(req)).Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +297,20 @@ func plainCreateSession(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return append(id, b...)
+}
+
+// requestHeader is a client's plain request header.
+func requestHeader() *ua.RequestHeader {
+	return &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)}
+}
+
+// plainCreateSession is a CreateSessionRequest body as a client on a
+// signed-only channel sends it.
+func plainCreateSession(t *testing.T) []byte {
+	t.Helper()
+	return encodeRequest(t, &ua.CreateSessionRequest{RequestHeader: requestHeader(),
+		ClientDescription: &ua.ApplicationDescription{ApplicationURI: "urn:test", ApplicationName: &ua.LocalizedText{Text: "test"}},
+		SessionName:       "s", RequestedSessionTimeout: 60000})
 }
 
 func TestIsRequest(t *testing.T) {
@@ -512,36 +523,22 @@ func TestClientChecksTheServerCertificate(t *testing.T) {
 }
 
 func TestDiscoveryRequest(t *testing.T) {
-	header := func() *ua.RequestHeader {
-		return &ua.RequestHeader{AuthenticationToken: ua.NewTwoByteNodeID(0), Timestamp: time.Now(), AdditionalHeader: ua.NewExtensionObject(nil)}
-	}
-	encode := func(req any) []byte {
-		id, err := ua.NewFourByteNodeID(0, ua.ServiceTypeID(req)).Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := ua.Encode(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return append(id, b...)
-	}
-	withAdditional := header()
+	withAdditional := requestHeader()
 	withAdditional.AdditionalHeader = ua.NewExtensionObject(&ua.Argument{Name: "x", DataType: ua.NewTwoByteNodeID(11), ArrayDimensions: []uint32{1}, Description: &ua.LocalizedText{}})
-	stringToken := header()
+	stringToken := requestHeader()
 	stringToken.AuthenticationToken = ua.NewStringNodeID(3, "session-token")
-	getEndpoints := encode(&ua.GetEndpointsRequest{RequestHeader: header(), EndpointURL: "opc.tcp://x:4840"})
+	getEndpoints := encodeRequest(t, &ua.GetEndpointsRequest{RequestHeader: requestHeader(), EndpointURL: "opc.tcp://x:4840"})
 	tests := []struct {
 		name string
 		body []byte
 		ok   bool
 	}{
 		{"GetEndpoints", getEndpoints, true},
-		{"FindServers", encode(&ua.FindServersRequest{RequestHeader: header(), EndpointURL: "opc.tcp://x:4840"}), true},
-		{"CloseSecureChannel", encode(&ua.CloseSecureChannelRequest{RequestHeader: header()}), true},
-		{"GetEndpoints with a string token", encode(&ua.GetEndpointsRequest{RequestHeader: stringToken, EndpointURL: "opc.tcp://x:4840"}), true},
+		{"FindServers", encodeRequest(t, &ua.FindServersRequest{RequestHeader: requestHeader(), EndpointURL: "opc.tcp://x:4840"}), true},
+		{"CloseSecureChannel", encodeRequest(t, &ua.CloseSecureChannelRequest{RequestHeader: requestHeader()}), true},
+		{"GetEndpoints with a string token", encodeRequest(t, &ua.GetEndpointsRequest{RequestHeader: stringToken, EndpointURL: "opc.tcp://x:4840"}), true},
 		{"CreateSession", plainCreateSession(t), false},
-		{"GetEndpoints with an AdditionalHeader", encode(&ua.GetEndpointsRequest{RequestHeader: withAdditional, EndpointURL: "opc.tcp://x:4840"}), false},
+		{"GetEndpoints with an AdditionalHeader", encodeRequest(t, &ua.GetEndpointsRequest{RequestHeader: withAdditional, EndpointURL: "opc.tcp://x:4840"}), false},
 		{"truncated header", getEndpoints[:9], false},
 		{"no type id", []byte{0, 1}, false},
 	}
