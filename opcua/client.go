@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -208,6 +209,17 @@ func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
 // client does not reconnect by itself: its owner decides when to retry.
 func Dial(ctx context.Context, endpoint string, o ClientOptions, extra ...gopcua.Option) (*gopcua.Client, error) {
 	return o.dial(ctx, endpoint, extra...)
+}
+
+// ReadPasswordFile reads a user's password kept in a file (so no password
+// travels in a site config or on a command line), without the line break
+// an editor leaves at its end.
+func ReadPasswordFile(path string) (string, error) {
+	pw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("password file: %w", err)
+	}
+	return strings.TrimRight(string(pw), "\r\n"), nil
 }
 
 // LoadClientIdentity reads a client application certificate and its RSA

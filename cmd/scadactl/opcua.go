@@ -62,11 +62,9 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		if *passwordFile == "" {
 			return usagef("opcua %s: --user needs --password-file", args[0])
 		}
-		b, err := os.ReadFile(*passwordFile)
-		if err != nil {
-			return usagef("opcua %s: read --password-file: %v", args[0], err)
+		if opts.Password, err = opcua.ReadPasswordFile(*passwordFile); err != nil {
+			return usagef("opcua %s: --password-file: %v", args[0], err)
 		}
-		opts.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	urls := splitList(args[1])
 	switch args[0] {

@@ -141,7 +141,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})
 	}
 	for _, u := range site.OPCUA.Identities.Users {
-		pw, err := readPasswordFile(u.PasswordFile)
+		pw, err := opcua.ReadPasswordFile(u.PasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("opcua user %s: %w", u.Username, err)
 		}
@@ -271,17 +271,6 @@ func opcuaType(t siteconfig.DataType) opcua.DataType {
 	default:
 		return opcua.TypeDouble
 	}
-}
-
-// readPasswordFile reads a password kept in a file on this node (so no
-// secret travels in the replicated site config), without the line end an
-// editor leaves.
-func readPasswordFile(path string) (string, error) {
-	pw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	return strings.TrimRight(string(pw), "\r\n"), nil
 }
 
 // ownOPCUACheck refuses a site config with an OPC UA client connection

@@ -341,7 +341,7 @@ func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
 		}
 		if err == nil && u.Identity.Type == siteconfig.IdentityUsername {
 			opts.Username = u.Identity.Username
-			opts.Password, err = readPasswordFile(u.Identity.PasswordFile)
+			opts.Password, err = opcua.ReadPasswordFile(u.Identity.PasswordFile)
 		}
 		if err != nil {
 			log.Error().Err(err).Str("connection", c.Name).Msg("opc ua client connection left out; its attributes stay Bad")
