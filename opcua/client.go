@@ -182,12 +182,10 @@ func (o ClientOptions) hint(ctx context.Context, endpoint string, sec resolvedSe
 	if !o.canOpenSession(eps) {
 		var offered []string
 		for _, ep := range eps {
-			offered = append(offered, strings.TrimPrefix(ep.SecurityPolicyURI, "http://opcfoundation.org/UA/SecurityPolicy#")+"/"+
-				strings.TrimPrefix(ep.SecurityMode.String(), "MessageSecurityMode"))
+			offered = append(offered, resolvedSecurity{policyURI: ep.SecurityPolicyURI, mode: ep.SecurityMode}.String())
 		}
 		return fmt.Sprintf(" (the server offers %s, not %s with this identity: give a security policy and mode it offers, a client certificate and, if it wants one, a user)",
-			strings.Join(slices.Compact(slices.Sorted(slices.Values(offered))), ", "), strings.TrimPrefix(sec.policyURI, "http://opcfoundation.org/UA/SecurityPolicy#")+"/"+
-				strings.TrimPrefix(sec.mode.String(), "MessageSecurityMode"))
+			strings.Join(slices.Compact(slices.Sorted(slices.Values(offered))), ", "), sec)
 	}
 	if sec.mode != ua.MessageSecurityModeNone && errors.Is(err, io.EOF) {
 		return " (the server closed the connection during the handshake: it may not trust this client's certificate; a scadad node keeps refused ones in <data_dir>/opcua/pki/rejected)"

@@ -228,13 +228,22 @@ func (c *Config) withDefaults() Config {
 
 func (c *Config) endpointURL() string { return fmt.Sprintf("opc.tcp://%s:%d", c.Host, c.Port) }
 
+// policyURIPrefix begins the URI of every security policy the OPC UA
+// specification defines; the short names are what follows it.
+const policyURIPrefix = "http://opcfoundation.org/UA/SecurityPolicy#"
+
+// String is the profile as the site config writes it: "Basic256Sha256/SignAndEncrypt".
+func (r resolvedSecurity) String() string {
+	return strings.TrimPrefix(r.policyURI, policyURIPrefix) + "/" + strings.TrimPrefix(r.mode.String(), "MessageSecurityMode")
+}
+
 func resolveSecurity(profiles []SecurityProfile) ([]resolvedSecurity, error) {
 	supported := uapolicy.SupportedPolicies()
 	out := make([]resolvedSecurity, 0, len(profiles))
 	for _, p := range profiles {
 		uri := p.Policy
 		if !strings.HasPrefix(uri, "http://") {
-			uri = "http://opcfoundation.org/UA/SecurityPolicy#" + p.Policy
+			uri = policyURIPrefix + p.Policy
 		}
 		found := false
 		for _, s := range supported {
