@@ -338,11 +338,10 @@ func (s *Server) activateSession(lib server.Handler) server.Handler {
 			return resp, err
 		}
 		if res, ok := resp.(*ua.ActivateSessionResponse); ok {
-			if !s.sessions.activate(req.RequestHeader.AuthenticationToken, identity, s.cfg.MaxSessions) {
+			if !s.sessions.activate(req.RequestHeader.AuthenticationToken, identity, res.ServerNonce, s.cfg.MaxSessions) {
 				s.metrics.rejected.WithLabelValues("too-many-sessions").Inc()
 				return nil, ua.StatusBadTooManySessions
 			}
-			s.sessions.setNonce(req.RequestHeader.AuthenticationToken, res.ServerNonce)
 		}
 		return resp, nil
 	}

@@ -94,12 +94,15 @@ func (t *sessionTable) nonce(token *ua.NodeID) ([]byte, bool) {
 func (t *sessionTable) full(max int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return max > 0 && t.active >= max
+	return t.fullLocked(max)
 }
 
-// activate marks a session activated as who, unless it is a first
-// activation and max sessions (0: no cap) are activated already.
-func (t *sessionTable) activate(token *ua.NodeID, who identity, max int) bool {
+func (t *sessionTable) fullLocked(max int) bool { return max > 0 && t.active >= max }
+
+// activate marks a session activated as who, keeping the server nonce
+// its ActivateSession answer carried for the next one, unless it is a
+// first activation and max sessions (0: no cap) are activated already.
+func (t *sessionTable) activate(token *ua.NodeID, who identity, nonce []byte, max int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.sessions[tokenKey(token)]
@@ -107,23 +110,13 @@ func (t *sessionTable) activate(token *ua.NodeID, who identity, max int) bool {
 		return false
 	}
 	if !e.activated {
-		if max > 0 && t.active >= max {
+		if t.fullLocked(max) {
 			return false
 		}
 		t.active++
 	}
-	e.activated, e.who, e.used = true, who, t.now()
+	e.activated, e.who, e.nonce, e.used = true, who, nonce, t.now()
 	return true
-}
-
-// setNonce keeps the server nonce an ActivateSession answer carried, for
-// the session's next one.
-func (t *sessionTable) setNonce(token *ua.NodeID, nonce []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.sessions[tokenKey(token)]; ok {
-		e.nonce = nonce
-	}
 }
 
 // identity returns who an activated session is, and counts the request

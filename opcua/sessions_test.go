@@ -22,17 +22,20 @@ func TestSessionTable(t *testing.T) {
 	if _, ok := tab.identity(a); ok {
 		t.Fatal("a session not yet activated is served")
 	}
-	if !tab.activate(a, identity{name: "op"}, 2) || !tab.activate(b, identity{name: "view"}, 2) {
+	if !tab.activate(a, identity{name: "op"}, nil, 2) || !tab.activate(b, identity{name: "view"}, nil, 2) {
 		t.Fatal("activation under the cap refused")
 	}
 	if !tab.full(2) || tab.full(3) || tab.full(0) {
 		t.Fatal("full() does not follow the cap")
 	}
-	if tab.activate(c, identity{name: "third"}, 2) {
+	if tab.activate(c, identity{name: "third"}, nil, 2) {
 		t.Fatal("a third session activated past a cap of 2")
 	}
-	if !tab.activate(a, identity{name: "op"}, 2) {
+	if !tab.activate(a, identity{name: "op"}, []byte{9}, 2) {
 		t.Fatal("re-activating an active session counts against the cap")
+	}
+	if n, ok := tab.nonce(a); !ok || len(n) != 1 || n[0] != 9 {
+		t.Fatalf("the nonce of the last ActivateSession answer is not kept: %v", n)
 	}
 	if who, ok := tab.identity(b); !ok || who.name != "view" {
 		t.Fatalf("identity of b: %+v %v", who, ok)

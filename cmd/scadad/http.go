@@ -57,9 +57,10 @@ func healthMux(roles interface{ Current() role.State }, ready func() (bool, stri
 // enqueue serves no enqueue endpoint.
 func newHTTPServer(mux http.Handler, enqueue fasthttp.RequestHandler, log zerolog.Logger) *fasthttp.Server {
 	rest := fasthttpadaptor.NewFastHTTPHandler(mux)
+	enqueuePath := []byte(storeforward.EnqueuePath)
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			if enqueue != nil && bytes.HasPrefix(ctx.Path(), []byte(storeforward.EnqueuePath)) {
+			if enqueue != nil && bytes.HasPrefix(ctx.Path(), enqueuePath) {
 				enqueue(ctx)
 				return
 			}
