@@ -19,7 +19,7 @@ func TestBPFDropProgram(t *testing.T) {
 		copy(pkt[30:34], net.ParseIP(dst).To4())
 		return pkt
 	}
-	target := net.ParseIP("10.201.7.12")
+	target := net.ParseIP("192.0.2.12")
 	cases := []struct {
 		name string
 		p    float64
@@ -27,13 +27,13 @@ func TestBPFDropProgram(t *testing.T) {
 		rand uint32
 		drop bool
 	}{
-		{"ipv4 to target dropped", 1, frame(0x0800, "10.201.7.12"), 0, true},
-		{"ipv4 elsewhere passes", 1, frame(0x0800, "10.201.7.13"), 0, false},
-		{"arp passes", 1, frame(0x0806, "10.201.7.12"), 0, false},
+		{"ipv4 to target dropped", 1, frame(0x0800, "192.0.2.12"), 0, true},
+		{"ipv4 elsewhere passes", 1, frame(0x0800, "192.0.2.13"), 0, false},
+		{"arp passes", 1, frame(0x0806, "192.0.2.12"), 0, false},
 		{"short frame passes", 1, []byte{0, 1, 2}, 0, false},
-		{"loss: low random drops", 0.25, frame(0x0800, "10.201.7.12"), 1 << 20, true},
-		{"loss: high random passes", 0.25, frame(0x0800, "10.201.7.12"), 3 << 30, false},
-		{"loss: other destination never dropped", 0.25, frame(0x0800, "10.201.7.99"), 0, false},
+		{"loss: low random drops", 0.25, frame(0x0800, "192.0.2.12"), 1 << 20, true},
+		{"loss: high random passes", 0.25, frame(0x0800, "192.0.2.12"), 3 << 30, false},
+		{"loss: other destination never dropped", 0.25, frame(0x0800, "192.0.2.99"), 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,10 +53,10 @@ func TestBPFDropProgram(t *testing.T) {
 }
 
 func TestBPFLossRate(t *testing.T) {
-	prog := bpfDropProgram(net.ParseIP("10.0.0.1"), 0.3)
+	prog := bpfDropProgram(net.ParseIP("192.0.2.1"), 0.3)
 	pkt := make([]byte, 34)
 	pkt[12] = 0x08
-	copy(pkt[30:], []byte{10, 0, 0, 1})
+	copy(pkt[30:], []byte{192, 0, 2, 1})
 	var x uint32 = 2463534242
 	xorshift := func() uint32 { x ^= x << 13; x ^= x >> 17; x ^= x << 5; return x }
 	drops := 0

@@ -139,7 +139,7 @@ func deleteNamespace(name string) error {
 func newNetns(nodeIDs []string) (n *netnsNet, err error) {
 	n = &netnsNet{
 		prefix:  fmt.Sprintf("%s%d-", nsPrefixBase, os.Getpid()),
-		subnet:  [3]byte{10, 201, 7},
+		subnet:  [3]byte{192, 0, 2},
 		hosts:   map[string]string{},
 		nodes:   map[string]bool{},
 		applied: map[string]bool{},
