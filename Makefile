@@ -1,4 +1,4 @@
-# The README's commands. `make test` is what CI runs.
+# The commands of the README and docs/. `make test` is what CI runs.
 GO ?= go
 
 .PHONY: test build run-dev lint alerts-test

@@ -15,7 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Runtime defaults: see Runtime and the README's performance section.
+// Runtime defaults: see Runtime and bench/results/2026-12-01-5dd764a.md.
 const (
 	DefaultGCPercent      = 400
 	DefaultMemoryLimitMiB = 80
@@ -137,7 +137,7 @@ type Runtime struct {
 	// GCPercent is the heap growth that triggers a garbage collection, as
 	// GOGC. The enqueue path allocates per message and keeps little, so a
 	// collection every 100 % of a small live heap costs more CPU than the
-	// memory it saves; see the README's performance section.
+	// memory it saves; see bench/results/2026-12-01-5dd764a.md.
 	GCPercent int `yaml:"gc_percent"`
 	// MemoryLimitMiB is the Go runtime's soft memory limit, as GOMEMLIMIT:
 	// near it the collector runs regardless of GCPercent, which keeps the

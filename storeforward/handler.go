@@ -24,8 +24,7 @@ import (
 // delivery.
 //
 // It is a fasthttp handler: the endpoint is the hot path of every producer,
-// and net/http's per-request work was 42 % of the leader's CPU per message
-// (README, Performance). fasthttp reads the whole body before the handler
+// where net/http's per-request work cost the most CPU (docs/performance.md). fasthttp reads the whole body before the handler
 // runs, within the server's MaxRequestBodySize (fsm.MaxPayloadBytes is
 // enough for every target); the target's own limit is checked here.
 func (e *Enqueuer) Handler() fasthttp.RequestHandler {

@@ -1003,7 +1003,7 @@ func exitOnSignal() {
 func (b *bench) deployPhase() (*deployResult, error) {
 	site := siteconfig.Generate(50, 250)
 	// The OPC UA server here speaks SecurityPolicy None only (see the
-	// README's gopcua notes), so the generated site must not ask for more.
+	// docs/opcua.md's gopcua notes), so the generated site must not ask for more.
 	site.OPCUA.Security = []siteconfig.SecurityPair{{Policy: "None", Mode: "None"}}
 	site.Targets = append(site.Targets, siteconfig.Target{Name: "bench", URL: b.sink.URL, BackoffFloor: 30 * time.Second, BackoffMax: 30 * time.Second})
 	first, err := siteconfig.Canonical(site)

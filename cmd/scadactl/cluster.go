@@ -90,7 +90,7 @@ func certificates(certUnix, caUnix int64, now time.Time) string {
 		case left <= 0:
 			return fmt.Sprintf("%s EXPIRED %s", what, until.Format("2006-01-02"))
 		case left <= 30*24*time.Hour:
-			return fmt.Sprintf("%s until %s (EXPIRES IN %d DAYS: see README, Renewing certificates)", what, until.Format("2006-01-02"), days)
+			return fmt.Sprintf("%s until %s (EXPIRES IN %d DAYS: see docs/operations.md, Renewing certificates)", what, until.Format("2006-01-02"), days)
 		default:
 			return fmt.Sprintf("%s until %s (%d days)", what, until.Format("2006-01-02"), days)
 		}

@@ -38,7 +38,7 @@ func TestCertificatesLine(t *testing.T) {
 		want     string
 	}{
 		{"far off", now.Unix() + 400*day, now.Unix() + 3000*day, "node until 2028-04-04 (400 days), site CA until 2035-05-18 (3000 days)"},
-		{"node within 30 days", now.Unix() + 12*day, now.Unix() + 3000*day, "node until 2027-03-13 (EXPIRES IN 12 DAYS: see README, Renewing certificates), site CA until 2035-05-18 (3000 days)"},
+		{"node within 30 days", now.Unix() + 12*day, now.Unix() + 3000*day, "node until 2027-03-13 (EXPIRES IN 12 DAYS: see docs/operations.md, Renewing certificates), site CA until 2035-05-18 (3000 days)"},
 		{"CA lapsed", now.Unix() + 400*day, now.Unix() - day, "node until 2028-04-04 (400 days), site CA EXPIRED 2027-02-28"},
 		{"unknown", 0, now.Unix() + 3000*day, "node unknown, site CA until 2035-05-18 (3000 days)"},
 	}

@@ -29,10 +29,8 @@ import (
 
 // apiStreamWorkers is how many goroutines wait to serve control API calls.
 // A call finding none idle gets a new goroutine, whose stack grows by
-// copying on every call; with 64 enqueue clients each waiting ~10 ms for its
-// commit, a handful of workers were always busy and stack copies took 6 % of
-// the leader's CPU. 128 covers that load; enqueue rate +11 % (5 of 5
-// alternating runs against GOMAXPROCS workers).
+// copying on every call, so there must be enough for every enqueue client
+// waiting on its commit (measured: bench/results/2026-12-01-5dd764a.md).
 const apiStreamWorkers = 128
 
 // runDaemon wires the parts and runs until ctx ends, then shuts down in

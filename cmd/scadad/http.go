@@ -51,8 +51,8 @@ func healthMux(roles interface{ Current() role.State }, ready func() (bool, stri
 }
 
 // newHTTPServer serves the node's HTTP listener on fasthttp: the enqueue
-// endpoint directly (every producer's hot path: net/http's per-request
-// work was 42 % of the leader's CPU per message), everything else (health,
+// endpoint directly (every producer's hot path, where net/http's
+// per-request work cost the most CPU: docs/performance.md), everything else (health,
 // metrics, profiles: net/http handlers) through fasthttp's adaptor. A nil
 // enqueue serves no enqueue endpoint.
 func newHTTPServer(mux http.Handler, enqueue fasthttp.RequestHandler, log zerolog.Logger) *fasthttp.Server {

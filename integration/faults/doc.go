@@ -19,5 +19,5 @@
 // namespaces (not root, no ip), it falls back to a loopback mode that says
 // loudly what it cannot do.
 //
-// See README.md for the command lines.
+// See README.md here and docs/faults.md for the command lines.
 package faults
