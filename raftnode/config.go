@@ -103,6 +103,8 @@ type Config struct {
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
 
+	// Logger is the caller's, already naming the node (scadad's carries
+	// node=<id>): raftnode adds no node key of its own, so no line has two.
 	Logger zerolog.Logger
 	Clock  Clock
 	// Rand returns a float in [0,1); it jitters the probe period.

@@ -191,9 +191,19 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
 	ev.Msg(msg)
 }
 
+// raftKey renames a key raft uses that our own loggers already carry: raft
+// logs "node" as its String() ("Node at ADDR [Candidate]"), and a second
+// node key would make log tools attribute the line to no node.
+func raftKey(key string) string {
+	if key == "node" {
+		return "raft_node"
+	}
+	return key
+}
+
 func addFields(ev *zerolog.Event, args []interface{}) *zerolog.Event {
 	for i := 0; i < len(args); i += 2 {
-		key := fmt.Sprint(args[i])
+		key := raftKey(fmt.Sprint(args[i]))
 		if i+1 >= len(args) {
 			ev = ev.Interface("EXTRA_VALUE_AT_END", args[i])
 			break

@@ -89,7 +89,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	log := cfg.Logger.With().Str("component", "raftnode").Str("node", cfg.NodeID).Logger()
+	log := cfg.Logger.With().Str("component", "raftnode").Logger()
 	// The first state published carries the epoch this node's state already
 	// holds: consumers never see it go backwards, and a restart does not
 	// show as an epoch raised from 0 (scadad_cluster_epoch, the
@@ -98,7 +98,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:        cfg,
 		log:        log,
-		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Str("node", cfg.NodeID).Logger(), ""),
+		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Logger(), ""),
 		contact:    newContacts(cfg.Clock),
 		bc:         role.NewBroadcaster(initial),
 		obsCh:      make(chan raft.Observation, 64),
