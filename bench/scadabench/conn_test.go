@@ -121,3 +121,20 @@ func TestConnEnqueuer(t *testing.T) {
 		t.Fatalf("%d idle connections kept, want 2 (the two the concurrent enqueues used)", idle)
 	}
 }
+
+// -heartbeat-ms and -election-ms set the cluster timings, and a field
+// -node-config sets explicitly wins over them.
+func TestTimingFlagsMergeUnderNodeConfig(t *testing.T) {
+	got := timingYAML(200, 300, "cluster:\n  election_timeout: 400ms\nstore_forward:\n  batch_max_messages: 8\n")
+	for _, want := range []string{"heartbeat_timeout: 200ms", "leader_lease_timeout: 100ms", "election_timeout: 400ms", "batch_max_messages: 8"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("merged YAML lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "300ms") {
+		t.Errorf("-node-config's election_timeout should win over -election-ms:\n%s", got)
+	}
+	if got := timingYAML(0, 0, "x: 1\n"); got != "x: 1\n" {
+		t.Errorf("no timing flags: %q, want -node-config unchanged", got)
+	}
+}

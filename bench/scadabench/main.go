@@ -298,9 +298,12 @@ func parseFlags() options {
 	flag.IntVar(&o.bufferSize, "buffer-size", 1024, "buffer: payload bytes per message")
 	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on every node's HTTP listener")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of every node during each write and deliver run into this folder (implies -pprof)")
-	flag.StringVar(&o.extra, "node-config", "", "YAML appended to every node config (e.g. tuning store_forward)")
+	flag.StringVar(&o.extra, "node-config", "", "YAML merged over every node config: any field can be set, a block such as cluster: merges field by field (e.g. tuning store_forward)")
+	heartbeat := flag.Int("heartbeat-ms", 0, "cluster.heartbeat_timeout in ms: how long a follower may go without hearing from the leader before it stands for election (raft's leader heartbeats every tenth of it); leader_lease_timeout becomes half of it. 0 keeps the node default. -node-config wins over it")
+	election := flag.Int("election-ms", 0, "cluster.election_timeout in ms: how long a candidate waits for votes before it tries again. 0 keeps the node default. -node-config wins over it")
 	flag.BoolVar(&o.keep, "keep", false, "print the data dir (it is removed anyway unless you copy it)")
 	flag.Parse()
+	o.extra = timingYAML(*heartbeat, *election, o.extra)
 	o.clients, o.sizes = intList("clients", clients), intList("value-size", sizes)
 	if o.cpuProfile != "" {
 		o.pprof = true
@@ -321,6 +324,33 @@ func parseFlags() options {
 		fatalf("bad -api %q: want grpc, stream, http or floor", o.api)
 	}
 	return o
+}
+
+// timingYAML puts -heartbeat-ms and -election-ms under -node-config's YAML,
+// which is merged over them so an explicit field wins.
+func timingYAML(heartbeatMs, electionMs int, extra string) string {
+	if heartbeatMs < 0 || electionMs < 0 {
+		fatalf("-heartbeat-ms %d and -election-ms %d must not be negative", heartbeatMs, electionMs)
+	}
+	var b strings.Builder
+	if heartbeatMs > 0 || electionMs > 0 {
+		b.WriteString("cluster:\n")
+	}
+	if heartbeatMs > 0 {
+		hb := time.Duration(heartbeatMs) * time.Millisecond
+		fmt.Fprintf(&b, "  heartbeat_timeout: %s\n  leader_lease_timeout: %s\n", hb, hb/2)
+	}
+	if electionMs > 0 {
+		fmt.Fprintf(&b, "  election_timeout: %s\n", time.Duration(electionMs)*time.Millisecond)
+	}
+	if b.Len() == 0 {
+		return extra
+	}
+	merged, err := testcluster.MergeYAML(b.String(), extra)
+	if err != nil {
+		fatalf("-node-config: %v", err)
+	}
+	return merged
 }
 
 func intList(name, s string) []int {

@@ -29,7 +29,8 @@ type Options struct {
 	Witness bool
 	// OverrideAfter is the pair-mode override window (default 2 s here).
 	OverrideAfter time.Duration
-	// Extra is YAML appended to every node config.
+	// Extra is YAML merged over every node config: its fields replace the
+	// generated ones, and a block (cluster:) merges field by field.
 	Extra string
 	// Dir holds everything; a new temporary folder when empty.
 	Dir string
@@ -205,9 +206,12 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 		}
 		fmt.Fprintf(&b, "tls:\n  ca: %s\n  cert: %s\n  key: %s\n", filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, n.ID+".crt"), filepath.Join(c.Certs, n.ID+".key"))
 		fmt.Fprintf(&b, "http:\n  listen: %q\n  pprof: %v\nlog:\n  level: %s\n", n.HTTPAddr, o.Pprof, level)
-		b.WriteString(o.Extra)
+		conf, err := MergeYAML(b.String(), o.Extra)
+		if err != nil {
+			return nil, err
+		}
 		n.Config = filepath.Join(n.Dir, "node.yaml")
-		if err := os.WriteFile(n.Config, []byte(b.String()), 0o644); err != nil {
+		if err := os.WriteFile(n.Config, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
 	}
