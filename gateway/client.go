@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
+	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/role"
 )
 
@@ -202,7 +203,7 @@ func New(cfg Config) (*Client, error) {
 // redialParams keep grpc's dial attempts to a gateway that is down about
 // a second apart (1 s ± 20 % at most); Run's own backoff paces sessions.
 var redialParams = grpc.ConnectParams{
-	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 	MinConnectTimeout: 5 * time.Second,
 }
 
@@ -273,7 +274,7 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		delay = nextBackoff(delay, c.cfg.ReconnectFloor, c.cfg.ReconnectMax, c.cfg.Rand())
+		delay = backoff.Next(delay, c.cfg.ReconnectFloor, c.cfg.ReconnectMax, c.cfg.Rand())
 	}
 }
 
@@ -742,14 +743,4 @@ func (c *Client) Read(ctx context.Context, tag string) (DataChange, error) {
 	}
 	r := rep.GetRead()
 	return DataChange{Tag: tag, Value: ValueFromProto(r.GetValue()), Quality: Quality(r.GetQuality()), Timestamp: r.GetTimestamp().AsTime()}, nil
-}
-
-// nextBackoff doubles current with ±20 % jitter (jitterUnit uniform in
-// [0,1]) and clamps to [floor, max]; a max below floor means fixed at floor.
-func nextBackoff(current, floor, maxInterval time.Duration, jitterUnit float64) time.Duration {
-	ceiling := max(maxInterval, floor)
-	current = max(current, floor)
-	j := min(max(jitterUnit, 0), 1)
-	next := time.Duration(float64(current) * 2 * (0.8 + 0.4*j))
-	return min(max(next, floor), ceiling)
 }

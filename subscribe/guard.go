@@ -1,6 +1,10 @@
 package subscribe
 
-import "time"
+import (
+	"time"
+
+	"github.com/scadad/scadad/internal/backoff"
+)
 
 // Event names what a Guard step decided; the worker logs by it.
 type Event int
@@ -188,5 +192,5 @@ func (g *Guard) armInFlight(now time.Time) {
 }
 
 func (g *Guard) backOff() {
-	g.interval = NextInterval(g.interval, g.policy.Floor, g.policy.Max, g.rand())
+	g.interval = backoff.Next(g.interval, g.policy.Floor, g.policy.Max, g.rand())
 }

@@ -3,6 +3,8 @@ package subscribe
 import (
 	"testing"
 	"time"
+
+	"github.com/scadad/scadad/internal/backoff"
 )
 
 var t0 = time.Date(2026, 8, 26, 10, 0, 0, 0, time.UTC)
@@ -198,7 +200,7 @@ func TestGuardConnectionGoodResets(t *testing.T) {
 	// The new attempt fails too: the next waits the floor, not 60 s.
 	now = now.Add(time.Second)
 	g.Reply(now, good.Send, true)
-	if want := now.Add(NextInterval(5*time.Second, 5*time.Second, 60*time.Second, noJitter())); !g.Due().Equal(want) {
+	if want := now.Add(backoff.Next(5*time.Second, 5*time.Second, 60*time.Second, noJitter())); !g.Due().Equal(want) {
 		t.Fatalf("after a failure following Good due at %v, want %v", g.Due().Sub(now), want.Sub(now))
 	}
 }

@@ -55,15 +55,3 @@ func (p RetryPolicy) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// NextInterval is the pure backoff step: double current, apply ±20 % jitter
-// from jitterUnit (uniform in [0,1]; 0.5 = none) so instances on one
-// connection do not retry in lockstep, and clamp to [floor, max]. A max
-// below floor degrades to a fixed floor interval.
-func NextInterval(current, floor, maxInterval time.Duration, jitterUnit float64) time.Duration {
-	ceiling := max(maxInterval, floor)
-	current = max(current, floor)
-	j := min(max(jitterUnit, 0), 1)
-	next := time.Duration(float64(current) * 2 * (0.8 + 0.4*j))
-	return min(max(next, floor), ceiling)
-}

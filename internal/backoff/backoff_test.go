@@ -29,3 +29,28 @@ func TestDelay(t *testing.T) {
 		}
 	}
 }
+
+func TestNext(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name                  string
+		current, floor, maxIv time.Duration
+		jitter                float64
+		want                  time.Duration
+	}{
+		{"doubles with no jitter", 5 * s, 5 * s, 60 * s, 0.5, 10 * s},
+		{"jitter low edge -20%", 5 * s, 5 * s, 60 * s, 0, 8 * s},
+		{"jitter high edge +20%", 5 * s, 5 * s, 60 * s, 1, 12 * s},
+		{"never above max", 40 * s, 5 * s, 60 * s, 1, 60 * s},
+		{"never below floor", 1 * s, 5 * s, 60 * s, 0, 8 * s},
+		{"max below floor is fixed floor", 5 * s, 5 * s, 1 * s, 0.5, 5 * s},
+		{"jitter clamped", 5 * s, 5 * s, 60 * s, 7, 12 * s},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Next(tt.current, tt.floor, tt.maxIv, tt.jitter); got != tt.want {
+				t.Fatalf("Next = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
