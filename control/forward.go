@@ -235,11 +235,6 @@ func forwardContext(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
 }
 
-// forwardContextFor is forwardContext for a request caller sent.
-func forwardContextFor(ctx context.Context, caller string) context.Context {
-	return metadata.AppendToOutgoingContext(forwardContext(ctx), onBehalfKey, caller)
-}
-
 // wasForwarded reports whether an incoming request came from a follower.
 func wasForwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)

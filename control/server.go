@@ -131,7 +131,7 @@ func (s *Server) forwardOr(ctx context.Context, giveWay bool) (controlpb.Control
 	if err != nil || c == nil {
 		return c, ctx, err
 	}
-	fctx := forwardContextFor(ctx, actor(ctx))
+	fctx := onBehalfContext(ctx, forwardContext(ctx))
 	if giveWay {
 		// The forwarded call gives way if the leader changes meanwhile (it
 		// may have frozen); its goroutine ends with the incoming call.
@@ -140,21 +140,25 @@ func (s *Server) forwardOr(ctx context.Context, giveWay bool) (controlpb.Control
 	return c, fctx, nil
 }
 
-// author is who sent a request: the caller's certificate name, or, for a
-// request a cluster member forwarded, the name that member says sent it to
-// it ("operator via node-a"). Only members may speak for someone else.
+// author is who sent a request, as the audit log names it: the caller's
+// certificate name, "alice via node-b" for a call a follower forwarded, or
+// the node itself. A member of the previous release forwards the name
+// alone, which only a member may do.
 func (s *Server) author(ctx context.Context) string {
-	caller := actor(ctx)
-	if _, member := memberNamed(s.Configured, caller); !member {
-		return caller
+	c, ok := CallerFrom(ctx)
+	if !ok {
+		c = Caller{Name: actor(ctx)}
+		_, c.Node = memberNamed(s.Configured, c.Name)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, behalf := range md.Get(onBehalfKey) {
-		if behalf != "" {
-			return behalf + " via " + caller
+	if c.Node {
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, behalf := range md.Get(onBehalfKey) {
+			if behalf != "" {
+				return behalf + " via " + c.Name
+			}
 		}
 	}
-	return caller
+	return c.String()
 }
 
 // Status reports this node and what it knows of the cluster.
@@ -391,7 +395,7 @@ func (s *Server) Audit(ctx context.Context, req *controlpb.AuditRequest) (*contr
 // audit records an operator action; failures are logged, not fatal, since
 // the action itself already happened.
 func (s *Server) audit(ctx context.Context, kind, detail string) {
-	if err := s.Forward.Audit(ctx, "operator@"+s.NodeID, kind, detail); err != nil {
+	if err := s.Forward.Audit(ctx, s.author(ctx), kind, detail); err != nil {
 		s.Log.Warn().Err(err).Str("kind", kind).Msg("audit entry not recorded")
 	}
 }

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -144,6 +145,7 @@ func (s *Server) SFRetry(ctx context.Context, req *controlpb.SFSelectRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	s.audit(ctx, "sf-retry", selectionDetail(req, n))
 	return &controlpb.SFSelectResponse{Affected: int32(n)}, nil
 }
 
@@ -153,5 +155,14 @@ func (s *Server) SFDiscard(ctx context.Context, req *controlpb.SFSelectRequest) 
 	if err != nil {
 		return nil, err
 	}
+	s.audit(ctx, "sf-discard", selectionDetail(req, n))
 	return &controlpb.SFSelectResponse{Affected: int32(n)}, nil
+}
+
+// selectionDetail says in the audit log what a retry or discard chose.
+func selectionDetail(req *controlpb.SFSelectRequest, affected int) string {
+	if req.AllOfTarget != "" {
+		return fmt.Sprintf("all parked messages of %s (%d)", req.AllOfTarget, affected)
+	}
+	return fmt.Sprintf("%d of %d ids asked for", affected, len(req.Ids))
 }

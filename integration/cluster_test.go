@@ -420,7 +420,7 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 		t.Fatalf("sf discard ID --yes: exit %d, %q, %v; want the flag taken", code, errs, err)
 	}
 
-	out, errs, code, err = c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client")
+	out, errs, code, err = c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client", "--role", "viewer")
 	if err != nil || code != 0 {
 		t.Fatalf("certs issue: exit %d, %q %q, %v", code, out, errs, err)
 	}
@@ -436,7 +436,7 @@ func TestScadactlHelpAndFlagsAfterTheCommand(t *testing.T) {
 	if _, err := controlpb.NewControlClient(conn).Status(ctx, &controlpb.StatusRequest{}); err != nil {
 		t.Fatalf("the running cluster refused the issued client certificate: %v", err)
 	}
-	if _, errs, code, _ := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client"); code == 0 || !strings.Contains(errs, "--overwrite") {
+	if _, errs, code, _ := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "ops2", "--client", "--role", "viewer"); code == 0 || !strings.Contains(errs, "--overwrite") {
 		t.Fatalf("certs issue over an existing name: exit %d, %q; want a refusal naming --overwrite", code, errs)
 	}
 

@@ -58,6 +58,9 @@ type LeafSpec struct {
 	// ExtraSANs are added to the node defaults (127.0.0.1, ::1, localhost and
 	// Name). Entries that parse as IP addresses become IP SANs.
 	ExtraSANs []string
+	// Role is what a client certificate's holder may do; node certificates
+	// carry none.
+	Role Role
 }
 
 // GenerateCA creates an ECDSA P-256 certificate authority for site, valid
@@ -138,8 +141,17 @@ func (ca *CA) Issue(spec LeafSpec) (*Leaf, error) {
 	case ClientUsage:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		addSANs(tmpl, spec.ExtraSANs)
+		if spec.Role != RoleNone {
+			if _, err := ParseRole(string(spec.Role)); err != nil {
+				return nil, fmt.Errorf("issue certificate for %q: %w", spec.Name, err)
+			}
+			tmpl.Subject.OrganizationalUnit = []string{roleOUPrefix + string(spec.Role)}
+		}
 	default:
 		return nil, fmt.Errorf("issue certificate for %q: unknown usage %d", spec.Name, spec.Usage)
+	}
+	if spec.Usage == NodeUsage && spec.Role != RoleNone {
+		return nil, fmt.Errorf("issue certificate for %q: %w: a node certificate carries no role", spec.Name, ErrInvalidInput)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
@@ -161,9 +173,16 @@ func (ca *CA) IssueNode(name string, validity time.Duration) (*Leaf, error) {
 	return ca.Issue(LeafSpec{Name: name, Usage: NodeUsage, NotAfter: time.Now().Add(validity)})
 }
 
-// IssueClient signs a client certificate valid for validity from now.
+// IssueClient signs an admin client certificate valid for validity from
+// now.
 func (ca *CA) IssueClient(name string, validity time.Duration) (*Leaf, error) {
-	return ca.Issue(LeafSpec{Name: name, Usage: ClientUsage, NotAfter: time.Now().Add(validity)})
+	return ca.IssueClientRole(name, RoleAdmin, validity)
+}
+
+// IssueClientRole signs a client certificate carrying role, valid for
+// validity from now.
+func (ca *CA) IssueClientRole(name string, role Role, validity time.Duration) (*Leaf, error) {
+	return ca.Issue(LeafSpec{Name: name, Usage: ClientUsage, Role: role, NotAfter: time.Now().Add(validity)})
 }
 
 // Pool returns a certificate pool holding only this CA.

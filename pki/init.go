@@ -45,7 +45,8 @@ func WithExtraSANs(name string, sans ...string) InitOption {
 }
 
 // Init writes a new site PKI into dir: ca.crt/ca.key and <name>.crt/<name>.key
-// for every node and client, valid for validity (the CA too, unless
+// for every node and client (the clients as admins), and the issuance
+// record, valid for validity (the CA too, unless
 // WithCAValidity says otherwise). Keys are written 0600. It
 // refuses to touch a dir that already holds ca.crt unless WithOverwrite is
 // given.
@@ -84,6 +85,10 @@ func Init(dir string, site string, nodes []string, clients []string, validity ti
 	if err := writePair(dir, "ca", ca.CertPEM, ca.KeyPEM); err != nil {
 		return err
 	}
+	// A new CA starts a new record: what the old one signed is off the site.
+	if err := os.Remove(filepath.Join(dir, IssuedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("init PKI in %s: reset the issuance record: %w", dir, err)
+	}
 	for _, n := range nodes {
 		leaf, err := ca.Issue(LeafSpec{Name: n, Usage: NodeUsage, NotAfter: notAfter, ExtraSANs: o.extraSANs[n]})
 		if err != nil {
@@ -92,13 +97,21 @@ func Init(dir string, site string, nodes []string, clients []string, validity ti
 		if err := writePair(dir, n, leaf.CertPEM, leaf.KeyPEM); err != nil {
 			return err
 		}
+		if err := recordIssued(dir, leaf, NodeUsage, RoleNone); err != nil {
+			return err
+		}
 	}
 	for _, c := range clients {
-		leaf, err := ca.Issue(LeafSpec{Name: c, Usage: ClientUsage, NotAfter: notAfter, ExtraSANs: o.extraSANs[c]})
+		// The first operators are the site's admins: someone must be able
+		// to issue the rest.
+		leaf, err := ca.Issue(LeafSpec{Name: c, Usage: ClientUsage, Role: RoleAdmin, NotAfter: notAfter, ExtraSANs: o.extraSANs[c]})
 		if err != nil {
 			return fmt.Errorf("init PKI in %s: %w", dir, err)
 		}
 		if err := writePair(dir, c, leaf.CertPEM, leaf.KeyPEM); err != nil {
+			return err
+		}
+		if err := recordIssued(dir, leaf, ClientUsage, RoleAdmin); err != nil {
 			return err
 		}
 	}
@@ -161,10 +174,10 @@ var ErrLeafExists = errors.New("certificate already exists")
 
 // Issue signs one more certificate with the site CA kept in dir (ca.crt and
 // ca.key, as Init writes them) and writes <name>.crt/<name>.key beside it:
-// a replacement node, a new operator. Its validity ends no later than the
-// CA's. An existing certificate of that name is replaced only with
-// overwrite.
-func Issue(dir, name string, usage Usage, validity time.Duration, overwrite bool, extraSANs ...string) error {
+// a replacement node, a new operator with role (RoleNone for a node). Its
+// validity ends no later than the CA's. An existing certificate of that
+// name is replaced only with overwrite. The issuance record gets a line.
+func Issue(dir, name string, usage Usage, role Role, validity time.Duration, overwrite bool, extraSANs ...string) error {
 	if validity <= 0 {
 		return fmt.Errorf("issue %q in %s: %w: validity %s must be positive", name, dir, ErrInvalidInput, validity)
 	}
@@ -196,9 +209,12 @@ func Issue(dir, name string, usage Usage, validity time.Duration, overwrite bool
 		notAfter = caCert.NotAfter
 	}
 	ca := &CA{Cert: caCert, Key: key}
-	leaf, err := ca.Issue(LeafSpec{Name: name, Usage: usage, NotAfter: notAfter, ExtraSANs: extraSANs})
+	leaf, err := ca.Issue(LeafSpec{Name: name, Usage: usage, Role: role, NotAfter: notAfter, ExtraSANs: extraSANs})
 	if err != nil {
 		return fmt.Errorf("issue %q in %s: %w", name, dir, err)
 	}
-	return writePair(dir, name, leaf.CertPEM, leaf.KeyPEM)
+	if err := writePair(dir, name, leaf.CertPEM, leaf.KeyPEM); err != nil {
+		return err
+	}
+	return recordIssued(dir, leaf, usage, role)
 }

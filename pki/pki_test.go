@@ -359,7 +359,7 @@ func TestIssueFromTheSiteCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca := filepath.Join(dir, "ca.crt")
-	if err := Issue(dir, "node-c", NodeUsage, 365*24*time.Hour, false, "10.0.0.7"); err != nil {
+	if err := Issue(dir, "node-c", NodeUsage, RoleNone, 365*24*time.Hour, false, "10.0.0.7"); err != nil {
 		t.Fatalf("issue node-c: %v", err)
 	}
 	srv, err := LoadServerTLS(ca, filepath.Join(dir, "node-c.crt"), filepath.Join(dir, "node-c.key"))
@@ -384,7 +384,7 @@ func TestIssueFromTheSiteCA(t *testing.T) {
 	if name, err := handshake(t, srv, cli, "node-c"); err != nil || name != "operator" {
 		t.Fatalf("the existing operator with the new node: %q, %v", name, err)
 	}
-	if err := Issue(dir, "ops2", ClientUsage, time.Hour, false); err != nil {
+	if err := Issue(dir, "ops2", ClientUsage, RoleViewer, time.Hour, false); err != nil {
 		t.Fatalf("issue client: %v", err)
 	}
 	if _, err := LoadClientTLS(ca, filepath.Join(dir, "ops2.crt"), filepath.Join(dir, "ops2.key")); err != nil {
@@ -392,13 +392,13 @@ func TestIssueFromTheSiteCA(t *testing.T) {
 	}
 
 	before, _ := os.ReadFile(filepath.Join(dir, "node-a.crt"))
-	if err := Issue(dir, "node-a", NodeUsage, time.Hour, false); !errors.Is(err, ErrLeafExists) || !strings.Contains(err.Error(), "--overwrite") {
+	if err := Issue(dir, "node-a", NodeUsage, RoleNone, time.Hour, false); !errors.Is(err, ErrLeafExists) || !strings.Contains(err.Error(), "--overwrite") {
 		t.Fatalf("issue over node-a: err = %v, want ErrLeafExists naming --overwrite", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, "node-a.crt")); string(after) != string(before) {
 		t.Fatal("a refused issue changed node-a.crt")
 	}
-	if err := Issue(dir, "node-a", NodeUsage, time.Hour, true); err != nil {
+	if err := Issue(dir, "node-a", NodeUsage, RoleNone, time.Hour, true); err != nil {
 		t.Fatalf("issue over node-a with overwrite: %v", err)
 	}
 
@@ -410,10 +410,10 @@ func TestIssueFromTheSiteCA(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "ca.key"), foreignKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := Issue(dir, "node-d", NodeUsage, time.Hour, false); !errors.Is(err, ErrInvalidInput) {
+	if err := Issue(dir, "node-d", NodeUsage, RoleNone, time.Hour, false); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("issue with a CA key of another site: err = %v, want ErrInvalidInput", err)
 	}
-	if err := Issue(t.TempDir(), "node-d", NodeUsage, time.Hour, false); !errors.Is(err, ErrMissing) {
+	if err := Issue(t.TempDir(), "node-d", NodeUsage, RoleNone, time.Hour, false); !errors.Is(err, ErrMissing) {
 		t.Fatalf("issue without a CA: err = %v, want ErrMissing", err)
 	}
 }

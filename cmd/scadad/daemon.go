@@ -173,8 +173,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		CertNotAfter: validity.Cert,
 		CANotAfter:   validity.CA,
 	}
+	// Every control and heal RPC passes the caller's role check first, on
+	// every node, forwarded calls included.
+	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
 	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		grpc.NumStreamWorkers(apiStreamWorkers))
+		grpc.NumStreamWorkers(apiStreamWorkers), grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))
 	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
 	healing.register(grpcServer, srv)
 	apiLis, err := net.Listen("tcp", cfg.API.Listen)
