@@ -3,6 +3,7 @@ package opcua
 import (
 	"bufio"
 	"context"
+	"crypto/rsa"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,12 +29,12 @@ import (
 // the endpoint refusing everyone until the process restarted. Past the
 // front the library's handshake read finds the Hello already there.
 //
-// After the Hello the front copies what the library sends as bytes, and
-// what the client sends message by message, so that it can refuse a
-// channel the library would open but should not (a policy not offered, a
-// certificate not trusted, Sign where only SignAndEncrypt is offered) and
-// a request in clear that the library's decoder would crash on
-// (copyRequests). It alters nothing.
+// After the Hello the front passes messages both ways, each re-secured by
+// the connection's channelRelay (relay.go: the library's secure channel
+// renews tokens wrongly), and refuses a channel the library would open but
+// should not (a policy not offered, a certificate not trusted, Sign where
+// only SignAndEncrypt is offered) and a request that the library's decoder
+// would crash on (copyRequests).
 type front struct {
 	ln      net.Listener
 	limits  frontLimits
@@ -47,6 +48,10 @@ type front struct {
 	// told of each refusal and must not block.
 	rules          channelRules
 	channelRefused func(remote net.Addr, why *channelRefusedError)
+	// key and cert are the server's, with which the front terminates
+	// each client's secure channel (relay.go); nil key: None only.
+	key  *rsa.PrivateKey
+	cert []byte
 
 	mu       sync.Mutex
 	backend  string // the library's loopback listener new connections go to
@@ -86,7 +91,8 @@ const (
 	refusedMode        = "security_mode"   // a channel signs only where SignAndEncrypt alone is offered
 	refusedCertificate = "certificate"     // a secure channel opened with a certificate not trusted
 	refusedMalformed   = "malformed"       // a request in clear the library's decoder panics on
-	refusedTooLarge    = "too_large"       // a request in clear too large to check first
+	refusedTooLarge    = "too_large"       // a request too large to check first
+	refusedSecurity    = "security"        // a message the relay cannot open or pass on (signature, token)
 )
 
 // The first message of an OPC UA TCP connection (Part 6, 7.1.2): an 8-byte
@@ -274,7 +280,7 @@ func (f *front) serve(c net.Conn) {
 	}
 	f.metrics.connections.Inc()
 	defer f.metrics.connections.Dec()
-	err = splice(c, b, f.limits.stalled, f.rules)
+	err = splice(c, b, f.limits.stalled, f.rules, newChannelRelay(f.key, f.cert))
 	var refused *channelRefusedError
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -365,11 +371,12 @@ func readAnswer(b net.Conn, timeout time.Duration) ([]byte, error) {
 // open (nor the other way round). A write to the client that takes longer
 // than stalled ends it too, and so does a channel the rules refuse; the
 // error says why it ended.
-func splice(client, library net.Conn, stalled time.Duration, rules channelRules) error {
+func splice(client, library net.Conn, stalled time.Duration, rules channelRules, relay *channelRelay) error {
 	done := make(chan error, 2)
-	go func() { done <- copyRequests(library, client, rules) }()
-	go func() { done <- copyWithDeadline(client, library, stalled) }()
+	go func() { done <- copyRequests(library, client, rules, relay) }()
+	go func() { done <- copyResponses(client, library, stalled, relay) }()
 	err := <-done
+	relay.close()
 	client.Close()
 	library.Close()
 	<-done
@@ -436,26 +443,26 @@ func undecodable(policy string, panicked any) *channelRefusedError {
 		why: fmt.Sprintf("a request the OPC UA decoder cannot take (%v)", panicked)}
 }
 
-// copyRequests copies the client's messages to the library, each whole
-// (Part 6, 7.1.2: an 8-byte header with the message size), and refuses a
-// channel the rules do not allow:
+// copyRequests passes the client's messages to the library, each read
+// whole (Part 6, 7.1.2: an 8-byte header with the message size) and
+// re-secured by relay, and refuses a channel the rules do not allow:
 //   - an OpenSecureChannel whose security policy is not offered, or whose
-//     certificate is not trusted. Its asymmetric security header, which
-//     names both, is never encrypted.
+//     certificate is not trusted (its asymmetric security header, never
+//     encrypted, names both);
 //   - on a policy offered with SignAndEncrypt only, a channel that signs
-//     without encrypting. The mode travels encrypted in the
-//     OpenSecureChannel, but the channel's first request shows it: signed
-//     only, its body after the 24 bytes of headers is a plain service
-//     request, which ciphertext never decodes as.
-//   - on a channel whose requests travel in clear (None, or Sign), a
-//     request the library's decoder panics on (WORKAROUNDS.md row 18):
-//     each is decoded here first, where a panic is recovered.
+//     without encrypting (the relay reads the mode from the
+//     OpenSecureChannel request);
+//   - a message the relay cannot open (a signature that does not verify,
+//     a token the channel does not know);
+//   - a request the library's decoder panics on (WORKAROUNDS.md row 18):
+//     the relay gives every request in clear, whatever the channel's mode,
+//     and each is decoded here first, where a panic is recovered.
 //
 // A refusal is answered with an Error message, and the connection closed.
 // Before a session the library has nothing else to send; later it may be
 // writing a Publish response at that moment, and the client then gets the
 // Error between two pieces of it: a connection about to close either way.
-func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
+func copyRequests(library net.Conn, client net.Conn, rules channelRules, relay *channelRelay) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(library, 64<<10)
 	hdr := make([]byte, uacpHeaderLen)
@@ -474,18 +481,22 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 			return err
 		}
 		size := int(binary.LittleEndian.Uint32(hdr[4:8]))
-		if size < uacpHeaderLen {
-			return fmt.Errorf("client message of %d bytes, shorter than its header", size)
+		if size < symHeaderLen {
+			return fmt.Errorf("client message of %d bytes, shorter than its headers", size)
 		}
+		kind := string(hdr[:3])
 		switch {
-		case string(hdr[:3]) == "OPN":
-			if size > maxOPNLen {
-				return fmt.Errorf("OpenSecureChannel of %d bytes, more than %d", size, maxOPNLen)
-			}
-			msg, err := readRest(r, hdr, size)
-			if err != nil {
-				return err
-			}
+		case kind == "OPN" && size > maxOPNLen:
+			return fmt.Errorf("OpenSecureChannel of %d bytes, more than %d", size, maxOPNLen)
+		case kind != "OPN" && size > maxClassifiedLen:
+			// Too large to read whole and check first.
+			return refuse(tooLarge(ch.policy, size))
+		}
+		msg, err := readRest(r, hdr, size)
+		if err != nil {
+			return err
+		}
+		if kind == "OPN" {
 			policy, cert := openSecurity(msg)
 			if !rules.allows(policy) {
 				return refuse(policyNotOffered(policy))
@@ -495,43 +506,20 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 					return refuse(senderUntrusted(policy, err))
 				}
 			}
-			ch.opened(policy, rules)
-			if policy == ua.SecurityPolicyURINone {
-				// The OpenSecureChannel itself is in clear.
-				body := openBody(msg)
-				if rules.discoveryOnly && (len(body) < 4 || !plainRequestHeader(body[4:])) {
-					return refuse(notDiscovery("an OpenSecureChannel request header with an AdditionalHeader, or malformed"))
-				}
-				if p := decodePanic(body); p != nil {
-					return refuse(undecodable(policy, p))
-				}
-			}
-			if _, err := w.Write(msg); err != nil {
-				return err
-			}
-		case (string(hdr[:3]) == "MSG" || string(hdr[:3]) == "CLO") && ch.inspects():
-			if size > maxClassifiedLen {
-				// Passed on unread, it would reach the library's decoder
-				// unchecked.
-				return refuse(tooLarge(ch.policy, size))
-			}
-			msg, err := readRest(r, hdr, size)
-			if err != nil {
-				return err
-			}
-			if e := ch.request(msg); e != nil {
+		}
+		out, body, err := relay.fromClient(msg)
+		if err != nil {
+			return refuse(relayRefused(ch.policy, err))
+		}
+		if kind == "OPN" {
+			if e := ch.opened(relay, rules, body); e != nil {
 				return refuse(e)
 			}
-			if _, err := w.Write(msg); err != nil {
-				return err
-			}
-		default:
-			if _, err := w.Write(hdr); err != nil {
-				return err
-			}
-			if _, err := io.CopyN(w, r, int64(size-uacpHeaderLen)); err != nil {
-				return err
-			}
+		} else if e := ch.request(msg[3], body); e != nil {
+			return refuse(e)
+		}
+		if _, err := w.Write(out); err != nil {
+			return err
 		}
 		// Several messages already read go on in one write.
 		if r.Buffered() == 0 {
@@ -542,42 +530,84 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules) error {
 	}
 }
 
+// relayRefused is the refusal of a message the relay could not pass on.
+func relayRefused(policy string, err error) *channelRefusedError {
+	code := ua.StatusBadSecurityChecksFailed
+	var re *relayError
+	if errors.As(err, &re) {
+		code = re.code
+	}
+	return &channelRefusedError{policy: policy, label: refusedSecurity, code: code, why: err.Error()}
+}
+
+// copyResponses passes the library's messages to the client, each read
+// whole and re-secured by relay, each write bounded by stalled.
+func copyResponses(client, library net.Conn, stalled time.Duration, relay *channelRelay) error {
+	r := bufio.NewReaderSize(library, 64<<10)
+	hdr := make([]byte, uacpHeaderLen)
+	for {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		size := int(binary.LittleEndian.Uint32(hdr[4:8]))
+		if size < uacpHeaderLen || size > maxServerMessageLen {
+			return fmt.Errorf("server message of %d bytes", size)
+		}
+		msg, err := readRest(r, hdr, size)
+		if err != nil {
+			return err
+		}
+		out, err := relay.fromLibrary(msg)
+		if err != nil {
+			return fmt.Errorf("pass on the server's %s message: %w", msg[:3], err)
+		}
+		if err := client.SetWriteDeadline(time.Now().Add(stalled)); err != nil {
+			return err
+		}
+		if _, err := client.Write(out); err != nil {
+			return err
+		}
+	}
+}
+
+// maxServerMessageLen bounds a message chunk from the library, which
+// splits what it sends into chunks of the negotiated size (64 KiB).
+const maxServerMessageLen = 16 << 20
+
 // channelState is what copyRequests knows of a client's secure channel.
 type channelState struct {
 	policy        string
-	encryptOnly   bool
 	discoveryOnly bool // a None channel on a site without a None profile
-	// classified: the first request showed whether the channel encrypts;
-	// clear: its requests travel in clear (None, or Sign).
-	classified, clear bool
 	// pending holds the bodies of a request's chunks before its last.
 	pending []byte
 }
 
-func (c *channelState) opened(policy string, rules channelRules) {
-	*c = channelState{policy: policy, encryptOnly: rules.encryptOnly[policy]}
-	if policy == ua.SecurityPolicyURINone {
-		c.classified, c.clear, c.discoveryOnly = true, true, rules.discoveryOnly
+// opened checks the channel's OpenSecureChannel request (body, in clear).
+func (c *channelState) opened(relay *channelRelay, rules channelRules, body []byte) *channelRefusedError {
+	relay.mu.Lock()
+	policy, mode := relay.policy, relay.mode
+	relay.mu.Unlock()
+	*c = channelState{policy: policy, discoveryOnly: policy == ua.SecurityPolicyURINone && rules.discoveryOnly}
+	if mode == ua.MessageSecurityModeSign && rules.encryptOnly[policy] {
+		return signOnly(policy)
 	}
+	if c.discoveryOnly && (len(body) < 4 || !plainRequestHeader(body[4:])) {
+		return notDiscovery("an OpenSecureChannel request header with an AdditionalHeader, or malformed")
+	}
+	if p := decodePanic(body); p != nil {
+		return undecodable(policy, p)
+	}
+	return nil
 }
 
-// inspects says whether the channel's requests are read whole: to learn
-// whether it encrypts, and then, if it does not, to decode them first.
-func (c *channelState) inspects() bool { return !c.classified || c.clear }
-
-// request looks at one MSG message (a request or a chunk of one) of a
-// channel that inspects, and says why it is refused, if it is. The chunks
-// of a request are put together (up to maxClassifiedLen) first: the first
-// request of a channel tells whether it encrypts, and every request of a
-// channel that does not is decoded.
-func (c *channelState) request(msg []byte) *channelRefusedError {
-	sig := signatureLen(c.policy)
-	if len(msg) < symmetricHeadersLen+sig {
-		c.pending = nil
-		return nil // the library refuses it
-	}
-	body := msg[symmetricHeadersLen : len(msg)-sig]
-	switch msg[3] {
+// request looks at one chunk of a request (its body in clear) and says why
+// it is refused, if it is. The chunks of a request are put together (up to
+// maxClassifiedLen) and the whole request is decoded first.
+func (c *channelState) request(chunk byte, body []byte) *channelRefusedError {
+	switch chunk {
 	case 'C':
 		if len(c.pending)+len(body) > maxClassifiedLen {
 			return tooLarge(c.policy, len(c.pending)+len(body))
@@ -590,15 +620,6 @@ func (c *channelState) request(msg []byte) *channelRefusedError {
 	}
 	whole := append(c.pending, body...)
 	c.pending = nil
-	if !c.classified {
-		c.classified, c.clear = true, isRequest(whole)
-		if c.clear && c.encryptOnly {
-			return signOnly(c.policy)
-		}
-		if !c.clear {
-			return nil
-		}
-	}
 	if c.discoveryOnly {
 		if why := discoveryRequest(whole); why != "" {
 			return notDiscovery(why)
@@ -686,20 +707,6 @@ func skipNodeID(b []byte, at int) (int, bool) {
 	return at + size, at+size <= len(b)
 }
 
-// signatureLen is the length of the symmetric signature (an HMAC) that
-// ends each message of a channel with policy: SHA-1 for the two
-// deprecated policies, SHA-256 for the others, none for None.
-func signatureLen(policy string) int {
-	switch policy {
-	case ua.SecurityPolicyURINone, "":
-		return 0
-	case ua.SecurityPolicyURIBasic128Rsa15, ua.SecurityPolicyURIBasic256:
-		return 20
-	default:
-		return 32
-	}
-}
-
 // decodePanic decodes a request body (type id and request) as the
 // library will, and returns what the decoder panicked with, if it did.
 // A decoding error is not ours to judge: the library answers it.
@@ -717,31 +724,6 @@ func readRest(r io.Reader, hdr []byte, size int) ([]byte, error) {
 	return msg, err
 }
 
-// symmetricHeadersLen is what precedes a message's body: the message
-// header, the secure channel id, the token id and the sequence header.
-const symmetricHeadersLen = uacpHeaderLen + 4 + 4 + 8
-
-// isRequest reports whether body (a request's chunk bodies put together,
-// signatures taken off) is a service request in clear: a request type id
-// (a four-byte node id in namespace 0) and a request that decodes. The
-// bytes are the client's: a decoder panic means they are no request.
-func isRequest(body []byte) (plain bool) {
-	defer func() {
-		if recover() != nil {
-			plain = false
-		}
-	}()
-	if len(body) < 4 || body[0] != byte(ua.NodeIDTypeFourByte) || body[1] != 0 {
-		return false
-	}
-	_, v, err := ua.DecodeService(body)
-	if err != nil {
-		return false
-	}
-	_, ok := v.(ua.Request)
-	return ok
-}
-
 // openSecurity reads an OpenSecureChannel message's asymmetric security
 // header (Part 6, 6.7.2.3): after the message header and the secure
 // channel id, the security policy URI and the sender's certificate, each
@@ -751,21 +733,6 @@ func openSecurity(msg []byte) (policy string, cert []byte) {
 	p, at := lengthPrefixed(msg, at)
 	c, _ := lengthPrefixed(msg, at)
 	return string(p), c
-}
-
-// openBody is what follows an OpenSecureChannel message's asymmetric
-// security header (the receiver thumbprint its last field) and sequence
-// header: the request itself, in clear when the policy is None.
-func openBody(msg []byte) []byte {
-	at := uacpHeaderLen + 4
-	for range 3 { // policy, sender certificate, receiver thumbprint
-		_, at = lengthPrefixed(msg, at)
-	}
-	at += 8 // sequence number, request id
-	if at > len(msg) {
-		return nil
-	}
-	return msg[at:]
 }
 
 // lengthPrefixed reads a String or ByteString at b[at:] (an int32 length,
@@ -796,28 +763,6 @@ func errorMessage(code ua.StatusCode, reason string) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(code))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(reason)))
 	return append(b, reason...)
-}
-
-// copyWithDeadline is io.Copy with each write to dst bounded by d.
-func copyWithDeadline(dst, src net.Conn, d time.Duration) error {
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := src.Read(buf)
-		if n > 0 {
-			if err := dst.SetWriteDeadline(time.Now().Add(d)); err != nil {
-				return err
-			}
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
 }
 
 // close stops accepting, closes every connection the front holds and waits

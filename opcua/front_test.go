@@ -184,7 +184,9 @@ func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
 			frontLibrary, library := tcpPair(t)
 			const total = 16 << 20 // far beyond what socket buffers hold
 			go func() {
-				chunk := make([]byte, 64<<10)
+				// 64 KiB Error messages: the front passes them on as
+				// they are.
+				chunk := errorMessage(ua.StatusBadInternalError, string(make([]byte, 64<<10-16)))
 				for sent := 0; sent < total; sent += len(chunk) {
 					if _, err := library.Write(chunk); err != nil {
 						return
@@ -201,7 +203,7 @@ func TestSpliceCutsOffAClientThatStopsReading(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() {
-				done <- splice(frontClient, frontLibrary, 200*time.Millisecond, channelRules{})
+				done <- splice(frontClient, frontLibrary, 200*time.Millisecond, channelRules{}, newChannelRelay(nil, nil))
 			}()
 			select {
 			case err := <-done:

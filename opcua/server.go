@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net"
@@ -45,7 +46,8 @@ type Server struct {
 	// thumbprint is the server certificate's, as clients show it when
 	// asked to trust it.
 	thumbprint string
-	key        any // *rsa.PrivateKey, kept for user-token decryption
+	key        any    // *rsa.PrivateKey, kept for user-token decryption and the front
+	cert       []byte // the server's certificate (DER), for the front
 	// trust decides which client certificates may open sessions on
 	// secure channels; security is the configured profiles, resolved.
 	trust    trustList
@@ -198,6 +200,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		kick:       make(chan struct{}, 1),
 	}
 	s.appURI = applicationURIOf(cert)
+	s.cert = cert
 	s.thumbprint = Thumbprint(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
 	s.subs = newSubscriptions(clock, s.log, m,
@@ -271,6 +274,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}, s.log, s.metrics)
 	s.front.backendDead = func(backend string, why error) { go s.restartLibrary(backend, why) }
 	s.front.rules = s.channelRules()
+	s.front.key, _ = s.key.(*rsa.PrivateKey)
+	s.front.cert = s.cert
 	s.front.channelRefused = func(remote net.Addr, why *channelRefusedError) {
 		s.warnOnce(why.reason()+":"+why.policy, func(e *zerolog.Event) *zerolog.Event {
 			return e.Stringer("remote", remote).Str("policy", why.policy).Str("reason", why.Error())
