@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/scadad/scadad/internal/testcluster"
+)
+
+// interopDir holds the node-opcua scripts and their lock file; .ci/run
+// installs the packages there with npm ci.
+func interopDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "interop", "js")
+}
+
+// needNode skips, loudly, where node is not installed, and fails where it
+// is but the scripts' packages are not (npm ci in integration/interop/js).
+func needNode(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("SKIPPED: the node-opcua interop suite needs node (Node 20) on PATH; .ci/run installs it with npm ci")
+	}
+	dir = interopDir(t)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-opcua")); err != nil {
+		t.Fatalf("node-opcua is not installed: run `npm ci` in %s (.ci/run does): %v", dir, err)
+	}
+	return node, dir
+}
+
+// runNode runs script with env and decodes the one JSON line it prints.
+func runNode(t *testing.T, ctx context.Context, node, dir, script string, env map[string]string, out any) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, script))
+	cmd.Dir = dir
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	last := lines[len(lines)-1]
+	if jerr := json.Unmarshal(last, out); jerr != nil || err != nil {
+		t.Fatalf("node %s: %v (output %s)\nstdout:\n%s\nstderr:\n%s", script, err, last, stdout.Bytes(), stderr.Bytes())
+	}
+}
+
+// interopClient writes a client certificate made by scadactl, as PEM for
+// node-opcua, and trusts it on node n.
+func interopClient(t *testing.T, c *testcluster.Cluster, nodes ...*testcluster.Node) (certPEM, keyPEM string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	if out, errOut, code, err := c.Ctl(ctx, nil, "opcua", "client-cert", "--uri", "urn:test:nodeopcua", "--dir", dir, "--name", "node"); err != nil || code != 0 {
+		t.Fatalf("scadactl opcua client-cert: %v exit %d\n%s%s", err, code, out, errOut)
+	}
+	der, err := os.ReadFile(filepath.Join(dir, "node.der"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = filepath.Join(dir, "node.cert.pem")
+	if err := os.WriteFile(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		trusted := filepath.Join(n.Dir, "data", "opcua", "pki", "trusted")
+		if err := os.MkdirAll(trusted, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(trusted, "node.der"), der, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certPEM, filepath.Join(dir, "node.key.pem")
+}
+
+// interopSite is the site config of the interop suite: None with anonymous
+// users (discovery, the plain cases) and Basic256Sha256 SignAndEncrypt with
+// a user name.
+func interopSite(t *testing.T, sim *testcluster.Sim) []byte {
+	t.Helper()
+	pw := filepath.Join(t.TempDir(), "operator.pass")
+	if err := os.WriteFile(pw, []byte("op-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	site := testcluster.SiteConfigGateway("interop", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	secure := "  security: [{policy: None, mode: None}, {policy: Basic256Sha256, mode: SignAndEncrypt}]\n" +
+		"  identities:\n    anonymous: true\n    anonymous_can_write: false\n    users:\n" +
+		"      - {username: operator, password_file: " + pw + ", can_write: true}\n"
+	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
+	if bytes.Equal(changed, site) {
+		t.Fatal("site config template changed: no security and identities lines to replace")
+	}
+	return changed
+}
+
+type renewResult struct {
+	Reads    int      `json:"reads"`
+	Failures []string `json:"failures"`
+	Tokens   []uint32 `json:"tokens"`
+	Renewals int      `json:"renewals"`
+	Closed   bool     `json:"closed"`
+}
+
+// TestOPCUANodeOPCUAInterop drives real scadad processes (two voters and
+// a witness) with node-opcua, a third-party stack stricter than gopcua.
+func TestOPCUANodeOPCUAInterop(t *testing.T) {
+	node, dir := needNode(t)
+	sim, c, active, standby := opcuaPair(t, "-change", "100ms")
+	certPEM, keyPEM := interopClient(t, c, active, standby)
+	deploySite(t, c, interopSite(t, sim))
+	waitRedundancyLevels(t, active, standby, " after the deploy")
+
+	// A session that lives through five token renewals and more (a 2 s
+	// lifetime, renewed at 75 %), reading every 250 ms: each renewal must
+	// bring a new TokenId and no read may fail, on SignAndEncrypt with a
+	// user name and a trusted certificate, and on None.
+	t.Run("renewals", func(t *testing.T) {
+		for _, tc := range []struct{ name, policy, mode, user, pass string }{
+			{"SignAndEncrypt", "Basic256Sha256", "SignAndEncrypt", "operator", "op-secret"},
+			{"None", "None", "None", "", ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				var got renewResult
+				runNode(t, ctx, node, dir, "renew.js", map[string]string{
+					"ENDPOINT": active.OPCUA, "POLICY": tc.policy, "MODE": tc.mode, "USER": tc.user, "PASS": tc.pass,
+					"CERT": certPEM, "KEY": keyPEM, "PKI": t.TempDir(), "LIFETIME_MS": "2000", "DURATION_MS": "9000",
+				}, &got)
+				t.Logf("%s: %d reads, %d renewals, tokens %v", tc.name, got.Reads, got.Renewals, got.Tokens)
+				if len(got.Failures) > 0 || got.Closed {
+					t.Fatalf("%d reads failed (closed: %v): %v", len(got.Failures), got.Closed, got.Failures)
+				}
+				if got.Renewals < 5 {
+					t.Fatalf("%d renewals in 9 s with a 2 s token lifetime, want 5 or more", got.Renewals)
+				}
+				if got.Reads < 20 {
+					t.Fatalf("%d good reads in 9 s, want 20 or more", got.Reads)
+				}
+				seen := map[uint32]bool{}
+				for _, id := range got.Tokens {
+					if seen[id] {
+						t.Fatalf("TokenId %d given twice: %v", id, got.Tokens)
+					}
+					seen[id] = true
+				}
+			})
+		}
+	})
+}
