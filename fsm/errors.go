@@ -3,6 +3,8 @@ package fsm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/scadad/scadad/internal/boltsafe"
 )
 
 // Code classifies a deterministic command failure.
@@ -90,3 +92,17 @@ type StorageError struct{ Err error }
 
 func (e *StorageError) Error() string { return "fsm storage: " + e.Err.Error() }
 func (e *StorageError) Unwrap() error { return e.Err }
+
+// ErrDamagedState is returned by Open for a state file that cannot be
+// read whole: truncated, failing bbolt's consistency check, or one bbolt
+// panicked or faulted on. The file is derived state: discarding it lets
+// raft rebuild it from the snapshots and the log.
+var ErrDamagedState = errors.New("fsm: state file is damaged")
+
+// damaged marks err as ErrDamagedState when it is a damaged file.
+func damaged(path string, err error) error {
+	if errors.Is(err, boltsafe.ErrDamaged) {
+		return fmt.Errorf("%w: %w", ErrDamagedState, err)
+	}
+	return fmt.Errorf("open fsm state %s: %w", path, err)
+}

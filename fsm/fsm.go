@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/scadad/scadad/internal/boltsafe"
 )
 
 // Options configure Open.
@@ -58,6 +61,11 @@ type Options struct {
 	// and Close commit first, so the file never lags a snapshot raft may
 	// compact its log to. Zero commits every batch.
 	CommitBytes int
+	// VerifyOnOpen runs the full check of the file (bbolt's consistency
+	// check and a read of every byte) at Open. Open runs it anyway after an
+	// unclean stop (a marker of DeferSync left from this boot); the size
+	// check (no page beyond the end of the file) runs always.
+	VerifyOnOpen bool
 }
 
 func (o Options) bootID() string {
@@ -145,6 +153,11 @@ func Open(path string, opts Options) (*FSM, error) {
 	if err := checkUnsynced(path, boot); err != nil {
 		return nil, err
 	}
+	_, markerErr := os.Stat(path + unsyncedSuffix)
+	full := opts.VerifyOnOpen || markerErr == nil
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: full}); err != nil {
+		return nil, damaged(path, err)
+	}
 	deferred := opts.DeferSync && !opts.NoSync && boot != ""
 	if deferred {
 		if err := markUnsynced(path, boot); err != nil {
@@ -153,14 +166,20 @@ func Open(path string, opts Options) (*FSM, error) {
 		opts.NoSync = true // bbolt's flag; the marker keeps the file trustworthy
 	}
 	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{}), deferred: deferred}
-	db, err := openDB(path, opts)
+	err := boltsafe.Guard(path, func() error {
+		db, err := openDB(path, opts)
+		if err != nil {
+			return err
+		}
+		f.db = db
+		if err := f.loadMeta(); err != nil {
+			_ = db.Close()
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	f.db = db
-	if err := f.loadMeta(); err != nil {
-		_ = db.Close()
-		return nil, err
+		return nil, damaged(path, err)
 	}
 	m := f.Meta()
 	f.log.Info().Str("path", path).Uint64("applied_index", m.AppliedIndex).

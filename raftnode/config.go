@@ -131,6 +131,10 @@ type Config struct {
 	// raft: a heal interrupted after it fenced this node resumes without the
 	// node becoming Active on its old cluster first (see Fence).
 	StartFenced bool
+	// VerifyLogStore runs the full check of raft.db before it is opened
+	// (bbolt's consistency check and a read of every byte); the size check
+	// runs always.
+	VerifyLogStore bool
 }
 
 // Defaults tuned for a LAN pair: about one second from a leader's death to a

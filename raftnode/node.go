@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.etcd.io/bbolt"
 
+	"github.com/scadad/scadad/internal/boltsafe"
 	"github.com/scadad/scadad/role"
 )
 
@@ -226,9 +227,17 @@ func (n *Node) logStorePath() string { return filepath.Join(n.cfg.DataDir, "raft
 // (DataDir/snapshots, two retained).
 func (n *Node) openStores() error {
 	dbPath := n.logStorePath()
-	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if err := boltsafe.Verify(context.Background(), dbPath, boltsafe.Options{Full: n.cfg.VerifyLogStore}); err != nil {
+		return damagedLog(dbPath, err)
+	}
+	var store *raftboltdb.BoltStore
+	err := boltsafe.Guard(dbPath, func() error {
+		var err error
+		store, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("open raft store %s: %w", dbPath, err)
+		return damagedLog(dbPath, err)
 	}
 	var both logStableStore = store
 	var pages *releasingStore
@@ -249,6 +258,17 @@ func (n *Node) openStores() error {
 	n.store, n.stable, n.logs, n.snaps = store, both, logs, snaps
 	n.pages.Store(pages)
 	return nil
+}
+
+// ErrDamagedLog is returned by New for a raft log file (raft.db) that cannot
+// be read whole.
+var ErrDamagedLog = errors.New("raft log store is damaged")
+
+func damagedLog(path string, err error) error {
+	if errors.Is(err, boltsafe.ErrDamaged) {
+		return fmt.Errorf("%w: %w", ErrDamagedLog, err)
+	}
+	return fmt.Errorf("open raft store %s: %w", path, err)
 }
 
 func (n *Node) newTransport() *noPipelineTransport {

@@ -1,6 +1,8 @@
 package raftnode
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,6 +32,9 @@ func openSnapshotStore(parent string, retain int, hlog *hclogAdapter, log zerolo
 	if err := s.removePartial(); err != nil {
 		return nil, err
 	}
+	if err := s.checkMetas(); err != nil {
+		return nil, err
+	}
 	fs, err := raft.NewFileSnapshotStoreWithLogger(parent, retain, hlog.Named("snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store in %s: %w", parent, err)
@@ -56,6 +61,40 @@ func (s *snapshotStore) removePartial() error {
 			return fmt.Errorf("remove partial snapshot %s: %w", path, err)
 		}
 		s.log.Warn().Str("snapshot", e.Name()).Msg("removed a partial snapshot left by a crash or a failed write")
+	}
+	return nil
+}
+
+// ErrDamagedSnapshot is returned for a snapshot whose metadata cannot be
+// read. raft's store would skip it without a word and then, its log
+// compacted up to that snapshot, panic looking for entries it no longer has.
+var ErrDamagedSnapshot = errors.New("raft snapshot is damaged")
+
+// checkMetas reads every snapshot's meta.json as raft will.
+func (s *snapshotStore) checkMetas() error {
+	entries, err := os.ReadDir(s.dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list snapshots in %s: %w", s.dir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(s.dir, e.Name(), "meta.json")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%w: read %s: %v", ErrDamagedSnapshot, path, err)
+		}
+		var meta raft.SnapshotMeta
+		if err := json.Unmarshal(data, &meta); err != nil {
+			return fmt.Errorf("%w: %s is not valid snapshot metadata: %v", ErrDamagedSnapshot, path, err)
+		}
+		if meta.ID != e.Name() || meta.Index == 0 {
+			return fmt.Errorf("%w: %s names snapshot %q at index %d, not the snapshot of its folder", ErrDamagedSnapshot, path, meta.ID, meta.Index)
+		}
 	}
 	return nil
 }

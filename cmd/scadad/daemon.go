@@ -61,7 +61,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	state, err := openState(fsmPath(cfg), log)
 	if err != nil {
-		return fmt.Errorf("open state: %w", err)
+		return withRecovery(fmt.Errorf("open state: %w", err))
 	}
 	defer state.Close()
 
@@ -121,7 +121,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		StartFenced:        startFenced,
 	})
 	if err != nil {
-		return fmt.Errorf("start raft: %w", err)
+		return withRecovery(fmt.Errorf("start raft: %w", err))
 	}
 	roles := node.Role()
 	// Side effects follow the role only while a quorum keeps confirming it
@@ -320,6 +320,18 @@ func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 // raft log is), so a file the OS may have lost writes of, after a power
 // loss or a kernel crash, is discarded: raft then restores the newest
 // snapshot and replays the log after it.
+// withRecovery adds to an error about a damaged file what the operator
+// can do about it.
+func withRecovery(err error) error {
+	switch {
+	case errors.Is(err, fsm.ErrDamagedState):
+		return fmt.Errorf("%w. The state file is derived from raft: move it aside and start scadad again to rebuild it from the raft snapshots and log, or restore a backup (scadactl snapshot restore)", err)
+	case errors.Is(err, raftnode.ErrDamagedLog), errors.Is(err, raftnode.ErrDamagedSnapshot):
+		return fmt.Errorf("%w. Move this node's raft folder aside and start scadad again: it rejoins and the leader sends it a snapshot (with no healthy peer, restore a backup with scadactl snapshot restore)", err)
+	}
+	return err
+}
+
 func openState(path string, log zerolog.Logger) (*fsm.FSM, error) {
 	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped,
 		CommitBytes: stateCommitBytes}

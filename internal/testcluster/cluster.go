@@ -343,6 +343,22 @@ func (n *Node) Exited() bool {
 	}
 }
 
+// ExitCode is the exit status of n's process once it has ended by itself
+// (see Exited), and -1 while it runs or was never started.
+func (n *Node) ExitCode() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return -1
+	}
+	select {
+	case <-n.exited:
+		return n.cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
 // PID is n's process id, 0 when it is not running.
 func (n *Node) PID() int {
 	n.mu.Lock()
