@@ -420,14 +420,14 @@ func (s *Server) SnapshotSave(req *controlpb.SnapshotSaveRequest, stream control
 	}
 	snap, err := s.State.Snapshot()
 	if err != nil {
-		return status.Errorf(codes.Internal, "snapshot: %v", err)
+		return status.Errorf(codes.Internal, "snapshot of %s: %v", s.NodeID, err)
 	}
 	defer snap.Release()
 	sink := &streamSink{send: func(p []byte) error {
 		return stream.Send(&controlpb.SnapshotChunk{Data: p})
 	}}
 	if err := snap.Persist(sink); err != nil {
-		return status.Errorf(codes.Internal, "snapshot: %v", err)
+		return status.Errorf(codes.Internal, "snapshot of %s: %v", s.NodeID, err)
 	}
 	return sink.flush()
 }

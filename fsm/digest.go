@@ -4,9 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/scadad/scadad/internal/boltsafe"
 )
 
 // Digest returns a SHA-256 over a canonical walk of every bucket, key and
@@ -15,22 +18,35 @@ import (
 func (f *FSM) Digest() (string, error) {
 	var sum string
 	err := f.viewCommitted(func(tx *bolt.Tx) error {
-		var err error
-		sum, err = digestTx(tx)
-		return err
+		return boltsafe.Guard(f.path, func() error {
+			var err error
+			sum, err = digestTx(tx)
+			return err
+		})
 	})
-	return sum, err
+	if err != nil {
+		return "", fmt.Errorf("digest of the state %s: %w", f.path, err)
+	}
+	return sum, nil
 }
 
 func digestTx(tx *bolt.Tx) (string, error) {
+	sum, err := digestTxRaw(tx)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum), nil
+}
+
+func digestTxRaw(tx *bolt.Tx) ([]byte, error) {
 	h := sha256.New()
 	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 		return digestBucket(h, 0, name, b)
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return h.Sum(nil), nil
 }
 
 func digestBucket(h hash.Hash, depth uint32, name []byte, b *bolt.Bucket) error {

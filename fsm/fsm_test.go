@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -264,6 +265,9 @@ func TestRestoreRefusesCorruptSnapshots(t *testing.T) {
 		{"flipped total", flip(len(good) - 33)},
 		{"absurd frame length", wrongLen},
 		{"valid stream of something else", notBolt},
+		{"one byte after the end marker", append(bytes.Clone(good), 0)},
+		{"two snapshots concatenated", append(bytes.Clone(good), good...)},
+		{"a state page corrupted before framing", reframedCorrupt(t, good)},
 	}
 	dst := openTestFSM(t)
 	w := newLogWriter(t)
@@ -300,8 +304,45 @@ func TestRestoreRefusesCorruptSnapshots(t *testing.T) {
 	}
 }
 
+// reframedCorrupt is what a sender with a corrupt page in its state file
+// streams: the framing and its SHA-256 are computed over the corrupt bytes,
+// so only the state digest the snapshot carries can tell.
+func reframedCorrupt(t *testing.T, good []byte) []byte {
+	t.Helper()
+	var state bytes.Buffer
+	if _, err := decodeSnapshot(bytes.NewReader(good), &state); err != nil {
+		t.Fatal(err)
+	}
+	b := state.Bytes()
+	// A byte inside the last page that holds data: a value, not bbolt's
+	// page header, so bbolt's own check need not notice.
+	at := -1
+	for i := len(b) - 1; i > 4*4096; i-- {
+		if b[i] != 0 {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		t.Fatal("no data byte to corrupt")
+	}
+	b[at] ^= 0x20
+	return frameState(t, b, good)
+}
+
 // frame wraps arbitrary bytes in a well-formed snapshot stream.
 func frame(t *testing.T, body []byte) []byte {
+	t.Helper()
+	return frameWithDigest(t, body, make([]byte, sha256.Size))
+}
+
+// frameState frames a state file with the state digest of the stream good.
+func frameState(t *testing.T, state, good []byte) []byte {
+	t.Helper()
+	return frameWithDigest(t, state, good[len(good)-sha256.Size:])
+}
+
+func frameWithDigest(t *testing.T, body, stateDigest []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	out.WriteString(snapshotMagic)
@@ -312,7 +353,7 @@ func frame(t *testing.T, body []byte) []byte {
 	if err := gz.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.Close(); err != nil {
+	if err := fw.Close(stateDigest); err != nil {
 		t.Fatal(err)
 	}
 	return out.Bytes()

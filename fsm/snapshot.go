@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -20,13 +21,17 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/boltsafe"
 )
 
 const (
 	snapshotMagic = "SCADAFSM"
-	// SnapshotFormat is the snapshot stream format this build writes and
-	// reads (see the package documentation).
-	SnapshotFormat = 1
+	// SnapshotFormat is the snapshot stream format this build writes (see
+	// the package documentation); it reads formats 1 and 2. Format 2 adds
+	// the state digest to the end marker.
+	SnapshotFormat = 2
+	// oldestSnapshotFormat is the oldest format this build reads.
+	oldestSnapshotFormat = 1
 	// frameSize is how much compressed data one frame carries; maxFrame is
 	// the largest frame a reader accepts.
 	frameSize = 256 << 10
@@ -101,13 +106,30 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return cw.n, err
 	}
-	if _, err := s.tx.WriteTo(gz); err != nil {
+	path := s.tx.DB().Path()
+	err = boltsafe.Guard(path, func() error {
+		_, err := s.tx.WriteTo(gz)
+		return err
+	})
+	if err != nil {
 		return cw.n, fmt.Errorf("write snapshot body: %w", err)
 	}
 	if err := gz.Close(); err != nil {
 		return cw.n, fmt.Errorf("finish snapshot compression: %w", err)
 	}
-	if err := fw.Close(); err != nil {
+	// The digest of the state the body holds, from the same transaction:
+	// the receiver checks the state it decoded against it before use. A
+	// state that cannot be walked whole is no snapshot.
+	var digest []byte
+	err = boltsafe.Guard(path, func() error {
+		var err error
+		digest, err = digestTxRaw(s.tx)
+		return err
+	})
+	if err != nil {
+		return cw.n, fmt.Errorf("%w: state %s cannot be read whole: %w", ErrDamagedState, path, err)
+	}
+	if err := fw.Close(digest); err != nil {
 		return cw.n, fmt.Errorf("write snapshot trailer: %w", err)
 	}
 	return cw.n, nil
@@ -183,14 +205,17 @@ func (fw *frameWriter) emit() error {
 	return nil
 }
 
-func (fw *frameWriter) Close() error {
+// Close ends the stream; stateDigest (format 2, nil for format 1) follows
+// the body's SHA-256.
+func (fw *frameWriter) Close(stateDigest []byte) error {
 	if err := fw.emit(); err != nil {
 		return err
 	}
-	end := make([]byte, 0, 4+8+sha256.Size)
+	end := make([]byte, 0, 4+8+2*sha256.Size)
 	end = binary.BigEndian.AppendUint32(end, 0)
 	end = binary.BigEndian.AppendUint64(end, fw.total)
 	end = fw.h.Sum(end)
+	end = append(end, stateDigest...)
 	_, err := fw.w.Write(end)
 	return err
 }
@@ -200,12 +225,15 @@ func (fw *frameWriter) Close() error {
 // wrapping ErrSnapshotCorrupt. Errors are sticky.
 type frameReader struct {
 	r         io.Reader
+	format    uint32
 	h         hash.Hash
 	remaining int
 	total     uint64
 	done      bool
 	err       error
 	sum       string
+	// stateDigest is the end marker's state digest (format 2).
+	stateDigest string
 }
 
 func (fr *frameReader) Read(p []byte) (int, error) {
@@ -270,6 +298,22 @@ func (fr *frameReader) nextFrame() error {
 		return fmt.Errorf("%w: body SHA-256 %x, end marker says %x", ErrSnapshotCorrupt, got, end[8:])
 	}
 	fr.sum = hex.EncodeToString(got)
+	if fr.format >= 2 {
+		var digest [sha256.Size]byte
+		if _, err := io.ReadFull(fr.r, digest[:]); err != nil {
+			return truncated(err, "state digest")
+		}
+		fr.stateDigest = hex.EncodeToString(digest[:])
+	}
+	// Nothing may follow the end marker: bytes after it (or a second
+	// snapshot) mean the file is not the snapshot it claims to be.
+	var one [1]byte
+	switch n, err := io.ReadFull(fr.r, one[:]); {
+	case n > 0:
+		return fmt.Errorf("%w: bytes after the end marker", ErrSnapshotCorrupt)
+	case err != nil && !errors.Is(err, io.EOF):
+		return fmt.Errorf("read snapshot after the end marker: %w", err)
+	}
 	fr.done = true
 	return nil
 }
@@ -283,10 +327,11 @@ func truncated(err error, where string) error {
 
 // streamInfo is what decoding a stream learns.
 type streamInfo struct {
-	format     uint32
-	bodyBytes  uint64
-	stateBytes int64
-	sha256     string
+	format      uint32
+	bodyBytes   uint64
+	stateBytes  int64
+	sha256      string
+	stateDigest string // "" for format 1
 }
 
 // decodeSnapshot verifies a snapshot stream and writes the bbolt file it
@@ -302,10 +347,10 @@ func decodeSnapshot(r io.Reader, dst io.Writer) (streamInfo, error) {
 		return info, fmt.Errorf("%w: not a scadad snapshot (magic %q)", ErrSnapshotCorrupt, hdr[:8])
 	}
 	info.format = binary.BigEndian.Uint32(hdr[8:12])
-	if info.format != SnapshotFormat {
-		return info, fmt.Errorf("%w: snapshot format %d, this build reads %d", ErrSnapshotCorrupt, info.format, SnapshotFormat)
+	if info.format < oldestSnapshotFormat || info.format > SnapshotFormat {
+		return info, fmt.Errorf("%w: snapshot format %d, this build reads %d..%d", ErrSnapshotCorrupt, info.format, oldestSnapshotFormat, SnapshotFormat)
 	}
-	fr := &frameReader{r: br, h: sha256.New()}
+	fr := &frameReader{r: br, h: sha256.New(), format: info.format}
 	gz, err := gzip.NewReader(fr)
 	if err != nil {
 		return info, fmt.Errorf("%w: body: %v", ErrSnapshotCorrupt, firstNonNil(fr.err, err))
@@ -321,7 +366,7 @@ func decodeSnapshot(r io.Reader, dst io.Writer) (streamInfo, error) {
 	} else if extra != 0 {
 		return info, fmt.Errorf("%w: %d bytes after the compressed body", ErrSnapshotCorrupt, extra)
 	}
-	info.bodyBytes, info.stateBytes, info.sha256 = fr.total, n, fr.sum
+	info.bodyBytes, info.stateBytes, info.sha256, info.stateDigest = fr.total, n, fr.sum, fr.stateDigest
 	return info, nil
 }
 
@@ -359,13 +404,14 @@ func (f *FSM) prepareRestore(r io.Reader, tmp string) (Meta, error) {
 	if err := removeIfExists(tmp); err != nil {
 		return Meta{}, fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
-	if _, err := writeVerified(r, tmp); err != nil {
+	stream, err := writeVerified(r, tmp)
+	if err != nil {
 		return Meta{}, err
 	}
 	var meta Meta
-	err := withStateFile(tmp, f.opts, func(tx *bolt.Tx) error {
+	err = withStateFile(tmp, f.opts, func(tx *bolt.Tx) error {
 		meta = readMeta(tx)
-		return nil
+		return checkStateDigest(tx, stream)
 	})
 	return meta, err
 }
@@ -390,9 +436,38 @@ func writeVerified(r io.Reader, path string) (streamInfo, error) {
 	return info, err
 }
 
-// withStateFile opens a decoded state file read-only, checks it is a scadad
-// state of a schema this build reads, and runs fn on it.
+// checkStateDigest compares a decoded state with the digest its snapshot
+// carries (format 2).
+func checkStateDigest(tx *bolt.Tx, stream streamInfo) error {
+	if stream.stateDigest == "" {
+		return nil
+	}
+	got, err := digestTx(tx)
+	if err != nil {
+		return fmt.Errorf("%w: state cannot be read whole: %v", ErrSnapshotCorrupt, err)
+	}
+	if got != stream.stateDigest {
+		return fmt.Errorf("%w: the state holds digest %s, the snapshot says %s", ErrSnapshotCorrupt, got, stream.stateDigest)
+	}
+	return nil
+}
+
+// withStateFile opens a decoded state file read-only, checks it whole
+// (bbolt's consistency check, every page read) and that it is a scadad state
+// of a schema this build reads, and runs fn on it. A panic or fault of bbolt
+// on it is an error wrapping ErrSnapshotCorrupt.
 func withStateFile(path string, opts Options, fn func(tx *bolt.Tx) error) error {
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: true}); err != nil {
+		return fmt.Errorf("%w: not a valid state file: %v", ErrSnapshotCorrupt, err)
+	}
+	err := boltsafe.Guard(path, func() error { return viewStateFile(path, opts, fn) })
+	if errors.Is(err, boltsafe.ErrDamaged) {
+		return fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	return err
+}
+
+func viewStateFile(path string, opts Options, fn func(tx *bolt.Tx) error) error {
 	bo := opts.boltOptions(true)
 	bo.InitialMmapSize = 0
 	db, err := bolt.Open(path, 0o600, bo)
@@ -504,7 +579,13 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 	}
 	info := SnapshotInfo{FormatVersion: stream.format, BodyBytes: stream.bodyBytes, StateBytes: stream.stateBytes, BodySHA256: stream.sha256}
 	err = withStateFile(path, Options{}, func(tx *bolt.Tx) error {
-		return describeState(tx, &info)
+		if err := describeState(tx, &info); err != nil {
+			return err
+		}
+		if stream.stateDigest != "" && info.Digest != stream.stateDigest {
+			return fmt.Errorf("%w: the state holds digest %s, the snapshot says %s", ErrSnapshotCorrupt, info.Digest, stream.stateDigest)
+		}
+		return nil
 	})
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("inspect snapshot: %w", err)
