@@ -42,12 +42,15 @@
 //	sf/targets/              target → TargetCounters
 //	audit/                   uint64 BE seq → AuditRecord
 //
-// # Snapshot format (version 1)
+// # Snapshot format (version 2; version 1 is read too)
 //
 //	"SCADAFSM" | uint32 BE format version | uint32 BE flags (0)
 //	frames:  uint32 BE length (1..MaxFrame) | bytes      — the gzip of bbolt tx.WriteTo
 //	end:     uint32 BE 0 | uint64 BE total framed bytes | SHA-256 of the framed bytes
+//	         | state digest (FSM.Digest of the same read transaction; version 2)
 //
-// A stream that ends before the end marker is truncated; a digest mismatch is
-// corruption. Either way Restore refuses it and the running state is kept.
+// A stream that ends before the end marker is truncated; a digest mismatch,
+// bytes after the end marker, a decoded state that fails bbolt's consistency
+// check or whose digest differs from the one carried are corruption. Either
+// way Restore refuses it and the running state is kept.
 package fsm
