@@ -281,6 +281,12 @@ func (c *Config) raftConfig(logger *hclogAdapter) *raft.Config {
 		rc.ElectionTimeout = c.WitnessElectionTimeout
 	}
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	if c.isWitness() {
+		// Below the witness's heartbeat timeout, so its dead-leader watch
+		// can lower that timeout to the lease (deadLeaderLoop); a witness
+		// leads only while it hands off.
+		rc.LeaderLeaseTimeout = min(c.LeaderLeaseTimeout, max(rc.HeartbeatTimeout/2, 5*time.Millisecond))
+	}
 	rc.CommitTimeout = c.CommitTimeout
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.SnapshotInterval = c.SnapshotInterval

@@ -112,10 +112,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.roleLoop()
 	go n.guardLoop()
 	go n.verifyLoop()
+	go n.deadLeaderLoop()
 	return n, nil
 }
 

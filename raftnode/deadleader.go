@@ -1,0 +1,118 @@
+package raftnode
+
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// raft's follower checks its leader's last contact only when its heartbeat
+// timer fires, and re-arms the timer (a random HeartbeatTimeout to twice
+// that) only then, not on each heartbeat: a leader that dies just after a
+// check is noticed up to three heartbeat timeouts after its last word. The
+// dead-leader watch checks the last contact every heartbeat interval
+// (raft's leader heartbeats every tenth of the heartbeat timeout) and,
+// once it is a heartbeat timeout old, makes raft stand for election at
+// once through its public API: ReloadConfig with a heartbeat timeout below
+// the current one fires the follower's timer now, and the contact it then
+// checks is older than the lowered timeout. The configured timeout is
+// given back as soon as the node has left the follower state (or heard
+// from a leader again).
+//
+// The threshold is the heartbeat timeout plus a jitter of up to a fifth of
+// it, drawn afresh after each contact, so two surviving voters do not stand
+// at the same instant and split the vote.
+
+// deadLeaderAction is what the watch does on one check.
+type deadLeaderAction int
+
+const (
+	watchIdle    deadLeaderAction = iota
+	watchNudge                    // lower the heartbeat timeout: stand now
+	watchRestore                  // give the configured timeout back
+)
+
+// deadLeaderWatch decides, one check at a time, whether a follower's
+// leader is dead. It holds no raft handle, so it is tested on its own.
+type deadLeaderWatch struct {
+	timeout time.Duration  // the node's heartbeat timeout
+	rand    func() float64 // [0,1)
+	// lastSeen is the contact the threshold was drawn for.
+	lastSeen  time.Time
+	threshold time.Duration
+	nudged    bool
+}
+
+func (w *deadLeaderWatch) check(state raft.RaftState, lastContact, now time.Time) deadLeaderAction {
+	if w.nudged {
+		if state != raft.Follower || !lastContact.Equal(w.lastSeen) {
+			w.nudged = false
+			return watchRestore
+		}
+		return watchIdle
+	}
+	if state != raft.Follower || lastContact.IsZero() {
+		return watchIdle
+	}
+	if !lastContact.Equal(w.lastSeen) || w.threshold == 0 {
+		w.lastSeen = lastContact
+		w.threshold = w.timeout + time.Duration(w.rand()*float64(w.timeout)/5)
+	}
+	if now.Sub(lastContact) < w.threshold {
+		return watchIdle
+	}
+	w.nudged = true
+	return watchNudge
+}
+
+// deadLeaderLoop runs the watch against the current raft instance.
+func (n *Node) deadLeaderLoop() {
+	defer n.wg.Done()
+	rc := n.cfg.raftConfig(n.hlog)
+	// The lowered timeout must stay at or above the lease (raft refuses a
+	// config with a longer lease) and below the configured timeout (raft
+	// fires the follower's timer only when it shrinks).
+	lowered := rc.LeaderLeaseTimeout
+	if lowered >= rc.HeartbeatTimeout {
+		n.log.Warn().Dur("heartbeat_timeout", rc.HeartbeatTimeout).Dur("leader_lease_timeout", rc.LeaderLeaseTimeout).
+			Msg("the leader lease equals the heartbeat timeout: a dead leader is noticed by raft's own timer alone (up to three heartbeat timeouts)")
+		return
+	}
+	interval := max(rc.HeartbeatTimeout/10, time.Millisecond)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	w := &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: n.cfg.Rand}
+	var watched *raft.Raft
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r, recovering := n.current()
+		if r == nil || recovering {
+			continue
+		}
+		if r != watched {
+			// A new instance (after an override) starts with the config.
+			watched = r
+			w = &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: n.cfg.Rand}
+		}
+		switch w.check(r.State(), r.LastContact(), time.Now()) {
+		case watchNudge:
+			n.log.Info().Dur("since_contact", time.Since(r.LastContact()).Round(time.Millisecond)).
+				Msg("no word from the leader for a heartbeat timeout: standing for election now")
+			n.setHeartbeatTimeout(r, lowered)
+		case watchRestore:
+			n.setHeartbeatTimeout(r, rc.HeartbeatTimeout)
+		}
+	}
+}
+
+func (n *Node) setHeartbeatTimeout(r *raft.Raft, d time.Duration) {
+	cur := r.ReloadableConfig()
+	cur.HeartbeatTimeout = d
+	if err := r.ReloadConfig(cur); err != nil {
+		n.log.Error().Err(err).Dur("heartbeat_timeout", d).Msg("dead-leader watch: cannot set raft's heartbeat timeout")
+	}
+}

@@ -1,0 +1,94 @@
+package raftnode
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func TestDeadLeaderWatchNudgesOnceAHeartbeatTimeoutPasses(t *testing.T) {
+	w := &deadLeaderWatch{timeout: time.Second, rand: func() float64 { return 0.5 }} // threshold 1.1 s
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		state raft.RaftState
+		last  time.Time
+		now   time.Duration // after t0
+		want  deadLeaderAction
+	}{
+		{raft.Follower, time.Time{}, 0, watchIdle}, // never heard from a leader
+		{raft.Follower, t0, 500 * time.Millisecond, watchIdle},
+		{raft.Follower, t0, 1050 * time.Millisecond, watchIdle}, // inside the jitter
+		{raft.Follower, t0, 1100 * time.Millisecond, watchNudge},
+		{raft.Follower, t0, 1200 * time.Millisecond, watchIdle},  // nudged once
+		{raft.Candidate, t0, 1300 * time.Millisecond, watchRestore}, // raft stood
+		{raft.Candidate, t0, 1400 * time.Millisecond, watchIdle},
+		{raft.Follower, t0.Add(2 * time.Second), 2100 * time.Millisecond, watchIdle}, // a new leader
+		{raft.Follower, t0.Add(2 * time.Second), 3150 * time.Millisecond, watchNudge},
+		{raft.Follower, t0.Add(3200 * time.Millisecond), 3200 * time.Millisecond, watchRestore}, // it spoke again
+		{raft.Leader, t0, 9 * time.Second, watchIdle},
+	}
+	for i, s := range steps {
+		if got := w.check(s.state, s.last, t0.Add(s.now)); got != s.want {
+			t.Fatalf("step %d (%v, contact %v, at +%s): %v, want %v", i, s.state, s.last.Sub(t0), s.now, got, s.want)
+		}
+	}
+}
+
+// A follower must stand for election about one heartbeat timeout after
+// its leader's last word, not whenever raft's own timer (re-armed only when
+// it fires, a random one to two timeouts) next looks: up to three timeouts.
+func TestDeadLeaderNoticedAHeartbeatTimeoutAfterLastContact(t *testing.T) {
+	t.Parallel()
+	const hb = time.Second
+	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
+	h.tweak = func(c *Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = hb, hb, 250*time.Millisecond
+	}
+	for _, id := range []string{"a", "b", "w"} {
+		h.start(id)
+	}
+	// Allowed: the timeout, its jitter (a fifth), one check interval (a
+	// tenth) and scheduling slack on a loaded machine. raft's own timer
+	// stays under it in a third of the trials.
+	limit := hb + hb/5 + hb/10 + 200*time.Millisecond
+	for trial := range 3 {
+		old := h.waitOneActive(20 * time.Second)
+		survivor := "a"
+		if old == "a" {
+			survivor = "b"
+		}
+		r := h.node(survivor).Raft()
+		stood := make(chan time.Duration, 1)
+		done := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if st := r.State(); st != raft.Follower {
+					stood <- time.Since(r.LastContact())
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		h.kill(old)
+		var took time.Duration
+		select {
+		case took = <-stood:
+		case <-time.After(10 * hb):
+			close(done)
+			t.Fatalf("trial %d: %s never stood for election after %s died", trial, survivor, old)
+		}
+		close(done)
+		t.Logf("trial %d: %s stood %s after its last contact with %s", trial, survivor, took.Round(time.Millisecond), old)
+		if took > limit {
+			t.Fatalf("trial %d: %s stood %s after the leader's last contact, want at most %s (heartbeat timeout %s)", trial, survivor, took.Round(time.Millisecond), limit, hb)
+		}
+		h.waitOneActive(20 * time.Second)
+		h.start(old)
+	}
+}
