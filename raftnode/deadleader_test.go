@@ -20,7 +20,7 @@ func TestDeadLeaderWatchNudgesOnceAHeartbeatTimeoutPasses(t *testing.T) {
 		{raft.Follower, t0, 500 * time.Millisecond, watchIdle},
 		{raft.Follower, t0, 1050 * time.Millisecond, watchIdle}, // inside the jitter
 		{raft.Follower, t0, 1100 * time.Millisecond, watchNudge},
-		{raft.Follower, t0, 1200 * time.Millisecond, watchIdle},  // nudged once
+		{raft.Follower, t0, 1200 * time.Millisecond, watchIdle},     // nudged once
 		{raft.Candidate, t0, 1300 * time.Millisecond, watchRestore}, // raft stood
 		{raft.Candidate, t0, 1400 * time.Millisecond, watchIdle},
 		{raft.Follower, t0.Add(2 * time.Second), 2100 * time.Millisecond, watchIdle}, // a new leader

@@ -66,6 +66,7 @@ type options struct {
 	ids                          string
 	api, httpClient              string
 	voters, failovers, count     int
+	stall                        time.Duration
 	conns                        int
 	deliverN, deliverInFlight    int
 	witness, keep, sinkFsync     bool
@@ -97,6 +98,15 @@ type failoverResult struct {
 	MinMs    float64   `json:"min_ms"`
 	MedianMs float64   `json:"median_ms"`
 	MaxMs    float64   `json:"max_ms"`
+}
+
+// stallResult: how many SIGSTOPs of the Active for -stall the cluster rode
+// out (the same node Active afterwards, in the same term).
+type stallResult struct {
+	StallMs    float64  `json:"stall_ms"`
+	Runs       int      `json:"runs"`
+	RodeOut    int      `json:"rode_out"`
+	FailedOver []string `json:"failed_over,omitempty"`
 }
 
 type deliverResult struct {
@@ -162,6 +172,7 @@ type report struct {
 	NumCPU   int             `json:"cpus"`
 	Write    []writeResult   `json:"write"`
 	Failover *failoverResult `json:"failover,omitempty"`
+	Stall    *stallResult    `json:"stall,omitempty"`
 	Deliver  *deliverResult  `json:"deliver,omitempty"`
 	Deploy   *deployResult   `json:"deploy,omitempty"`
 	Buffer   *bufferResult   `json:"buffer,omitempty"`
@@ -257,6 +268,14 @@ func main() {
 		fmt.Printf("field data (%d runs, %d failed): SIGKILL of the Active -> a Good gateway value newer than the kill read from the survivor: min=%.0fms median=%.0fms max=%.0fms\n", len(r.DataRunsMs), r.DataFailed, r.DataMinMs, r.DataMedianMs, r.DataMaxMs)
 		fmt.Printf("notification gap (%d runs, %d failed): a subscribed client following the failover, last value from the killed Active -> first from the survivor: min=%.0fms median=%.0fms max=%.0fms\n", len(r.GapRunsMs), r.GapFailed, r.GapMinMs, r.GapMedianMs, r.GapMaxMs)
 	}
+	if strings.Contains(o.phases, "stall") && o.failovers > 0 {
+		r, err := b.stallPhase()
+		if err != nil {
+			fatalf("stall phase: %v", err)
+		}
+		rep.Stall = r
+		fmt.Printf("stall (%d runs): SIGSTOP of the Active for %s, then SIGCONT: rode out %d, failed over %d\n", r.Runs, o.stall, r.RodeOut, len(r.FailedOver))
+	}
 	if strings.Contains(o.phases, "failover") && o.failovers > 0 {
 		f, err := b.failoverPhase()
 		if err != nil {
@@ -285,7 +304,8 @@ func parseFlags() options {
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
 	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) or floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc)")
 	flag.StringVar(&o.httpClient, "http-client", "transport", "-api http: transport (net/http's Client and Transport) or conn (each connection written and read directly, http.ReadResponse for answers: a load generator's cost, as wrk's)")
-	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K")
+	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K (also the stall phase's)")
+	flag.DurationVar(&o.stall, "stall", 300*time.Millisecond, "stall phase: how long the Active is stopped (SIGSTOP, then SIGCONT) in each of -failovers runs; the cluster rides it out when the same node is Active afterwards in the same term")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "failover: start a new probe enqueue this often until one succeeds")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", time.Second, "failover: timeout of each probe")
 	flag.DurationVar(&o.foMax, "failover-max", 30*time.Second, "failover: give up on a run after this long")
@@ -979,6 +999,47 @@ func (b *bench) failoverPhase() (*failoverResult, error) {
 	if r := slices.Sorted(slices.Values(res.RunsMs)); len(r) > 0 {
 		res.MinMs, res.MaxMs = r[0], r[len(r)-1]
 		res.MedianMs = (r[(len(r)-1)/2] + r[len(r)/2]) / 2
+	}
+	return res, nil
+}
+
+// stallPhase stops the Active with SIGSTOP for -stall, resumes it, and
+// checks that no failover followed: once the cluster is settled again the
+// same node is Active with the same epoch (an election, even one the old
+// leader won back, raises the term).
+func (b *bench) stallPhase() (*stallResult, error) {
+	res := &stallResult{StallMs: float64(b.o.stall.Microseconds()) / 1000}
+	for run := 1; run <= b.o.failovers; run++ {
+		lead, err := b.leader()
+		if err == nil {
+			time.Sleep(b.o.settle)
+			lead, err = b.leader()
+		}
+		if err != nil {
+			return res, err
+		}
+		before, ok := lead.Health()
+		if !ok {
+			return res, fmt.Errorf("%s does not answer /health/active", lead.ID)
+		}
+		b.c.Pause(lead)
+		time.Sleep(b.o.stall)
+		b.c.Resume(lead)
+		// Long enough for any election the stall started to finish.
+		time.Sleep(b.o.settle)
+		after, err := b.leader()
+		if err != nil {
+			return res, err
+		}
+		h, _ := after.Health()
+		res.Runs++
+		if after == lead && h.Epoch == before.Epoch {
+			res.RodeOut++
+			fmt.Printf("stall %d/%d: %s stopped for %s, still Active at epoch %s\n", run, b.o.failovers, lead.ID, b.o.stall, h.Epoch)
+		} else {
+			res.FailedOver = append(res.FailedOver, fmt.Sprintf("%s@%s->%s@%s", lead.ID, before.Epoch, after.ID, h.Epoch))
+			fmt.Printf("stall %d/%d: %s stopped for %s: failed over, %s Active at epoch %s (was %s)\n", run, b.o.failovers, lead.ID, b.o.stall, after.ID, h.Epoch, before.Epoch)
+		}
 	}
 	return res, nil
 }
