@@ -11,6 +11,15 @@
 // bump records (the OnOverride callback the wirer supplies does), run any
 // workload, talk plaintext, or keep package-level state.
 //
+// # Dead leader
+//
+// raft's follower looks at its leader's last contact only when its own
+// heartbeat timer fires, re-armed then for a random one to two timeouts,
+// so it notices a dead leader one to three timeouts after its last word.
+// The dead-leader watch (deadleader.go) checks the last contact every
+// heartbeat interval and makes raft stand at once when it is a timeout
+// (plus jitter) old, through raft's public ReloadConfig.
+//
 // # Override and rejoin
 //
 // A pair-mode node that has had no contact at all with its peer for
