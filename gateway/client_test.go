@@ -19,6 +19,7 @@ import (
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
 
@@ -62,18 +63,6 @@ func (r *recorder) last() gateway.State {
 	return r.states[len(r.states)-1]
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 type rig struct {
 	sim    *sim.Sim
 	client *gateway.Client
@@ -115,7 +104,7 @@ func startRig(t *testing.T, scfg sim.Config, ccfg gateway.Config) *rig {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; _ = c.Close() })
-	waitFor(t, "session open", func() bool { return c.State().Good })
+	testwait.For(t, 10*time.Second, "session open", func() bool { return c.State().Good })
 	return r
 }
 
@@ -179,7 +168,7 @@ func TestSubscribeNegotiatesBulkSupervisory(t *testing.T) {
 				}
 			}
 			// Data changes reach the handler only for the items we hold.
-			waitFor(t, "initial values", func() bool { return r.rec.eventCount("Z28061.Last") > 0 })
+			testwait.For(t, 10*time.Second, "initial values", func() bool { return r.rec.eventCount("Z28061.Last") > 0 })
 			if n := r.rec.eventCount("bad.Missing"); n != 0 {
 				t.Errorf("got %d events for a failed tag", n)
 			}
@@ -248,10 +237,10 @@ func TestGracefulStreamEndIsNotADisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := r.client.State()
-	waitFor(t, "events", func() bool { return r.rec.eventCount("T.A") > 0 })
+	testwait.For(t, 10*time.Second, "events", func() bool { return r.rec.eventCount("T.A") > 0 })
 	r.sim.EndEventStreams()
 	n := r.rec.eventCount("T.A")
-	waitFor(t, "events after the stream ended", func() bool { return r.rec.eventCount("T.A") > n+3 })
+	testwait.For(t, 10*time.Second, "events after the stream ended", func() bool { return r.rec.eventCount("T.A") > n+3 })
 	if after := r.client.State(); after != before {
 		t.Fatalf("state changed from %+v to %+v after a graceful stream end", before, after)
 	}
@@ -264,10 +253,11 @@ func TestReconnectsAfterGatewayRestart(t *testing.T) {
 	r := startRig(t, sim.Config{}, gateway.Config{})
 	first := r.client.State().Session
 	r.sim.Restart()
-	waitFor(t, "new session", func() bool {
+	testwait.For(t, 10*time.Second, "new session", func() bool {
 		st := r.client.State()
 		return st.Good && st.Session > first
 	})
+
 	sawBad := false
 	r.rec.mu.Lock()
 	for _, s := range r.rec.states {
@@ -287,8 +277,8 @@ func TestReconnectsAfterGatewayRestart(t *testing.T) {
 func TestProbeMarksWedgeBadAndRecoveryGood(t *testing.T) {
 	r := startRig(t, sim.Config{}, gateway.Config{ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond})
 	r.sim.Wedge(300 * time.Millisecond)
-	waitFor(t, "bad during wedge", func() bool { return !r.rec.last().Good })
-	waitFor(t, "good after wedge", func() bool { return r.rec.last().Good })
+	testwait.For(t, 10*time.Second, "bad during wedge", func() bool { return !r.rec.last().Good })
+	testwait.For(t, 10*time.Second, "good after wedge", func() bool { return r.rec.last().Good })
 	if got := r.sim.Stats().SessionsOpened; got != 1 {
 		t.Fatalf("a wedge must not cost the session; sessions opened = %d", got)
 	}
@@ -353,7 +343,7 @@ func TestRemoveItemsStopsEvents(t *testing.T) {
 	}
 	n := r.rec.eventCount("T.A")
 	m := r.rec.eventCount("T.B")
-	waitFor(t, "events for the kept tag", func() bool { return r.rec.eventCount("T.B") > m+3 })
+	testwait.For(t, 10*time.Second, "events for the kept tag", func() bool { return r.rec.eventCount("T.B") > m+3 })
 	if got := r.rec.eventCount("T.A"); got != n {
 		t.Fatalf("removed tag got %d more events", got-n)
 	}
@@ -401,10 +391,11 @@ func TestUnreachableGatewayReadsNotGood(t *testing.T) {
 	defer func() { cancel(); <-done; _ = c.Close() }()
 	// A gateway that never answers must read 0, not be absent: an alert on
 	// connection_good == 0 would otherwise never fire for it.
-	waitFor(t, "connection_good 0 for the unreachable gateway", func() bool {
+	testwait.For(t, 10*time.Second, "connection_good 0 for the unreachable gateway", func() bool {
 		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "dead")
 		return err == nil && ok && v == 0
 	})
+
 }
 
 // TestStoppedClientLeavesNoConnectionGauge: a client that stops (its
@@ -433,10 +424,11 @@ func TestStoppedClientLeavesNoConnectionGauge(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
-	waitFor(t, "connection_good 1 for the running client", func() bool {
+	testwait.For(t, 10*time.Second, "connection_good 1 for the running client", func() bool {
 		v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old")
 		return err == nil && ok && v == 1
 	})
+
 	cancel()
 	<-done
 	if v, ok, err := promtest.Value(reg, "scadad_gateway_connection_good", "old"); err != nil || ok {

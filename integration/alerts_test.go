@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // alertRules is the rules file shipped for operators.
@@ -59,14 +60,14 @@ instances:
 	}
 
 	var missing []string
-	waitFor(t, 30*time.Second, "every metric the alert rules use on the Active's /metrics", func() bool {
+	testwait.For(t, 30*time.Second, "every metric the alert rules use on the Active's /metrics", func() bool {
 		body, err := scrapeMetrics(active)
 		if err != nil {
 			return false
 		}
 		missing = missing[:0]
 		for _, name := range names {
-			// A sample line, not only HELP/TYPE: "name{" or "name ".
+
 			if !strings.Contains(body, "\n"+name+"{") && !strings.Contains(body, "\n"+name+" ") {
 				missing = append(missing, name)
 			}
@@ -76,6 +77,7 @@ instances:
 		}
 		return len(missing) == 0
 	})
+
 }
 
 // alertMetricNames returns the scadad_* metric names used by the rules'

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -65,19 +66,21 @@ func TestWitnessClusterFormsAndSurvivesSIGKILLOfActive(t *testing.T) {
 	// still show an idle survivor as caught up, not one entry behind.
 	for _, n := range []*testcluster.Node{second, c.Node("witness")} {
 		var last *controlpb.StatusResponse
-		waitFor(t, 10*time.Second, n.ID+" shows commit = applied", func() bool {
+		testwait.For(t, 10*time.Second, n.ID+" shows commit = applied", func() bool {
 			last = status(t, c, n)
 			return last.CommitIndex > 0 && last.AppliedIndex == last.CommitIndex
 		})
+
 		t.Logf("%s: commit/applied %d/%d", n.ID, last.CommitIndex, last.AppliedIndex)
 	}
 
 	// The killed node comes back as Standby, never a second Active.
 	start(t, c, first)
-	waitFor(t, 20*time.Second, first.ID+" back as standby", func() bool {
+	testwait.For(t, 20*time.Second, first.ID+" back as standby", func() bool {
 		h, ok := first.Health()
 		return ok && h.Role == "standby"
 	})
+
 	if a := c.Actives(); len(a) != 1 || a[0] != second {
 		t.Fatalf("after the restart the Actives are %v, want only %s", ids(a), second.ID)
 	}
@@ -127,10 +130,11 @@ func TestPairSurvivorOverridesAfterWindow(t *testing.T) {
 	}
 	killedAt := time.Now()
 	c.Kill(first)
-	waitFor(t, 30*time.Second, survivor.ID+" Active alone", func() bool {
+	testwait.For(t, 30*time.Second, survivor.ID+" Active alone", func() bool {
 		h, ok := survivor.Health()
 		return ok && h.Active
 	})
+
 	took := time.Since(killedAt)
 	t.Logf("override took %s (window %s)", took.Round(time.Millisecond), window)
 	if took < window {
@@ -156,13 +160,14 @@ func TestPairSurvivorOverridesAfterWindow(t *testing.T) {
 
 	// The crashed node comes back and joins as Standby: one cluster.
 	start(t, c, first)
-	waitFor(t, 30*time.Second, first.ID+" rejoined as standby with two voters", func() bool {
+	testwait.For(t, 30*time.Second, first.ID+" rejoined as standby with two voters", func() bool {
 		h, ok := first.Health()
 		if !ok || h.Role != "standby" {
 			return false
 		}
 		return status(t, c, survivor).Voters == 2
 	})
+
 	if a := c.Actives(); len(a) != 1 || a[0] != survivor {
 		t.Fatalf("Actives after rejoin: %v, want only %s", ids(a), survivor.ID)
 	}
@@ -178,15 +183,17 @@ func TestPairColdStartAloneThenPeerJoins(t *testing.T) {
 				late = c.Node("node-b")
 			}
 			start(t, c, alone)
-			waitFor(t, 30*time.Second, firstID+" Active alone", func() bool {
+			testwait.For(t, 30*time.Second, firstID+" Active alone", func() bool {
 				h, ok := alone.Health()
 				return ok && h.Active
 			})
+
 			start(t, c, late)
-			waitFor(t, 30*time.Second, late.ID+" joined as standby", func() bool {
+			testwait.For(t, 30*time.Second, late.ID+" joined as standby", func() bool {
 				h, ok := late.Health()
 				return ok && h.Role == "standby"
 			})
+
 			if a := c.Actives(); len(a) != 1 || a[0] != alone {
 				t.Fatalf("Actives: %v, want only %s", ids(a), alone.ID)
 			}
@@ -194,7 +201,7 @@ func TestPairColdStartAloneThenPeerJoins(t *testing.T) {
 			if lateStatus.LeaderId != alone.ID {
 				t.Fatalf("%s follows %q, want %s: two clusters", late.ID, lateStatus.LeaderId, alone.ID)
 			}
-			waitFor(t, 10*time.Second, "two voters", func() bool { return status(t, c, alone).Voters == 2 })
+			testwait.For(t, 10*time.Second, "two voters", func() bool { return status(t, c, alone).Voters == 2 })
 		})
 	}
 }
@@ -278,14 +285,14 @@ func TestMembersRemoveAndAddBack(t *testing.T) {
 	if _, errs, code, err := c.Ctl(ctx, nil, "members", "remove", "witness"); err != nil || code != 0 {
 		t.Fatalf("members remove: exit %d: %s %v", code, errs, err)
 	}
-	waitFor(t, 10*time.Second, "two voters after removing the witness", func() bool { return status(t, c, active).Voters == 2 })
+	testwait.For(t, 10*time.Second, "two voters after removing the witness", func() bool { return status(t, c, active).Voters == 2 })
 	if _, _, code, _ := c.Ctl(ctx, nil, "members", "remove", "nobody"); code != 5 {
 		t.Fatalf("removing an unknown member exited %d, want 5 (not found)", code)
 	}
 	if _, errs, code, err := c.Ctl(ctx, nil, "members", "add", "witness", w.RaftAddr); err != nil || code != 0 {
 		t.Fatalf("members add: exit %d: %s %v", code, errs, err)
 	}
-	waitFor(t, 10*time.Second, "three voters after adding the witness back", func() bool { return status(t, c, active).Voters == 3 })
+	testwait.For(t, 10*time.Second, "three voters after adding the witness back", func() bool { return status(t, c, active).Voters == 3 })
 }
 
 func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
@@ -295,11 +302,12 @@ func TestMetricsExposeRoleAndApplyLatency(t *testing.T) {
 	deploySite(t, c, testcluster.SiteConfig("metrics", map[string]string{"a": "http://127.0.0.1:9/a"}, 5))
 	var body string
 	// The gauges are sampled once a second.
-	waitFor(t, 10*time.Second, "the Active's role in /metrics", func() bool {
+	testwait.For(t, 10*time.Second, "the Active's role in /metrics", func() bool {
 		var err error
 		body, err = scrapeMetrics(active)
 		return err == nil && strings.Contains(body, `scadad_role{role="active"} 1`)
 	})
+
 	for _, want := range []string{`scadad_role{role="active"} 1`, "scadad_apply_seconds_count", "scadad_raft_term", "scadad_fsm_applied_index", "scadad_cluster_epoch"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics of the Active lacks %q", want)

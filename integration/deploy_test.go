@@ -20,6 +20,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -107,7 +108,7 @@ func TestDeployNodeKilledMidDeployCatchesUp(t *testing.T) {
 		t.Fatalf("push with one voter killed mid-way exited %d", code)
 	}
 	start(t, c, standby)
-	waitFor(t, 60*time.Second, standby.ID+" applied revision 2 after its restart", func() bool {
+	testwait.For(t, 60*time.Second, standby.ID+" applied revision 2 after its restart", func() bool {
 		for _, n := range deployStatus(t, c).Nodes {
 			if n.NodeId == standby.ID && n.Revision == 2 && n.Ok {
 				return true
@@ -115,6 +116,7 @@ func TestDeployNodeKilledMidDeployCatchesUp(t *testing.T) {
 		}
 		return false
 	})
+
 }
 
 // bigSite is a generated config of about a megabyte: several chunks.
@@ -215,7 +217,7 @@ func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
 	if r := applyRaw(t, cli, &fsmpb.Command{Body: &fsmpb.Command_Deploy{Deploy: &fsmpb.Deploy{Target: "site", ExpectRevision: good, Sha256: isha}}}); r.ErrorCode != "" {
 		t.Fatalf("deploy of the intact invalid artifact: %s %s", r.ErrorCode, r.Error)
 	}
-	waitFor(t, 20*time.Second, "every node reports the invalid revision failed", func() bool {
+	testwait.For(t, 20*time.Second, "every node reports the invalid revision failed", func() bool {
 		st := deployStatus(t, c)
 		failed := 0
 		for _, n := range st.Nodes {
@@ -225,6 +227,7 @@ func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
 		}
 		return failed == len(c.Nodes)
 	})
+
 	// The nodes still run the good config: its target accepts enqueues.
 	if !enqueue(active, "a", "still-good", []byte("x")) {
 		t.Fatal("after the failed apply the last good config's target is gone")
@@ -232,7 +235,7 @@ func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
 	// Rolling back to the good revision heals the failure everywhere.
 	var rb controlpb.DeployPushResponse
 	ctlJSON(t, c, nil, &rb, "deploy", "rollback", "--to", fmt.Sprint(good))
-	waitFor(t, 20*time.Second, "every node applied the rollback", func() bool {
+	testwait.For(t, 20*time.Second, "every node applied the rollback", func() bool {
 		ok := 0
 		for _, n := range deployStatus(t, c).Nodes {
 			if n.Revision == rb.Revision && n.Ok {
@@ -241,6 +244,7 @@ func TestDeployCorruptArtifactsKeepLastGood(t *testing.T) {
 		}
 		return ok == len(c.Nodes)
 	})
+
 }
 
 func TestDeployRollbackRestoresBehaviour(t *testing.T) {
@@ -260,7 +264,7 @@ func TestDeployRollbackRestoresBehaviour(t *testing.T) {
 
 	var rb controlpb.DeployPushResponse
 	ctlJSON(t, c, nil, &rb, "deploy", "rollback")
-	waitFor(t, 20*time.Second, "every node applied the rollback", func() bool {
+	testwait.For(t, 20*time.Second, "every node applied the rollback", func() bool {
 		ok := 0
 		for _, n := range deployStatus(t, c).Nodes {
 			if n.Revision == rb.Revision && n.Ok {
@@ -269,6 +273,7 @@ func TestDeployRollbackRestoresBehaviour(t *testing.T) {
 		}
 		return ok == len(c.Nodes)
 	})
+
 	if !enqueue(active, "sink", "to-a-2", []byte("3")) {
 		t.Fatal("enqueue failed")
 	}
@@ -348,10 +353,11 @@ func TestDeployThroughTheStandbyGivesWayWhenTheActiveFreezes(t *testing.T) {
 		_, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "deploy", "push", file)
 		done <- outcome{errs, code, err}
 	}()
-	waitFor(t, 15*time.Second, standby.ID+" Active", func() bool {
+	testwait.For(t, 15*time.Second, standby.ID+" Active", func() bool {
 		h, ok := standby.Health()
 		return ok && h.Role == "active"
 	})
+
 	select {
 	case o := <-done:
 		if o.err != nil || (o.code != 0 && (o.code != 3 || !strings.Contains(o.errs, "leader changed"))) {

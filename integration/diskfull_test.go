@@ -16,6 +16,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // smallDisk moves the standby voter's data dir onto a 256 MiB tmpfs and
@@ -50,10 +51,11 @@ func smallDisk(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) (
 		t.Fatalf("restore data: %v %s", err, out)
 	}
 	start(t, c, victim)
-	waitFor(t, 20*time.Second, victim.ID+" back as standby", func() bool {
+	testwait.For(t, 20*time.Second, victim.ID+" back as standby", func() bool {
 		h, ok := victim.Health()
 		return ok && h.Role == "standby"
 	})
+
 	fill := func() func() {
 		var fs syscall.Statfs_t
 		if err := syscall.Statfs(data, &fs); err != nil {
@@ -114,7 +116,7 @@ func TestDiskFullOnANode(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, 30*time.Second, victim.ID+" to report the full disk", func() bool { return reportsFull(victim) })
+	testwait.For(t, 30*time.Second, victim.ID+" to report the full disk", func() bool { return reportsFull(victim) })
 	// The rest of the cluster carries on.
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("after-%d", i)
@@ -127,7 +129,7 @@ func TestDiskFullOnANode(t *testing.T) {
 	// the leader it is (unless a failed state store has stopped it, as it
 	// may at any moment here).
 	var behind string
-	waitFor(t, 20*time.Second, "the full node's status to say it is behind (or the node to stop)", func() bool {
+	testwait.For(t, 20*time.Second, "the full node's status to say it is behind (or the node to stop)", func() bool {
 		if victim.Exited() {
 			return true
 		}
@@ -135,13 +137,14 @@ func TestDiskFullOnANode(t *testing.T) {
 		behind = regexp.MustCompile(`leader commit .* entries behind\)`).FindString(out)
 		return err == nil && code == 0 && behind != ""
 	})
+
 	if behind != "" {
 		t.Logf("status on the full node: %s", behind)
 	} else {
 		t.Logf("%s stopped before its status could be read", victim.ID)
 	}
 	unfill()
-	waitFor(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, active, victim) })
+	testwait.For(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, active, victim) })
 	if err := sink.SetFailing(false); err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +166,11 @@ func TestDiskFullOnTheActive(t *testing.T) {
 	c, sink, active := sfSetupPending(t)
 	victim, fill := smallDisk(t, c, active)
 	ctlJSON(t, c, nil, &controlpb.FailoverResponse{}, "failover", "--to", victim.ID)
-	waitFor(t, 20*time.Second, victim.ID+" Active", func() bool {
+	testwait.For(t, 20*time.Second, victim.ID+" Active", func() bool {
 		h, ok := victim.Health()
 		return ok && h.Role == "active"
 	})
+
 	unfill := fill()
 	acked := map[string]bool{}
 	payload := bytes.Repeat([]byte("x"), 16<<10)
@@ -183,7 +187,7 @@ func TestDiskFullOnTheActive(t *testing.T) {
 		if err != nil {
 			// Its state store failed: it stops, as it should (and its
 			// service manager would restart it).
-			waitFor(t, 30*time.Second, fmt.Sprintf("%s to stop after failing a request (%v)", victim.ID, err), victim.Exited)
+			testwait.For(t, 30*time.Second, fmt.Sprintf("%s to stop after failing a request (%v)", victim.ID, err), victim.Exited)
 			break
 		}
 		body, _ := io.ReadAll(resp.Body)
@@ -200,17 +204,18 @@ func TestDiskFullOnTheActive(t *testing.T) {
 			t.Fatalf("enqueue %s on %s: %d %s", id, victim.ID, resp.StatusCode, body)
 		}
 	}
-	waitFor(t, 30*time.Second, victim.ID+" to report the full disk", func() bool { return reportsFull(victim) })
+	testwait.For(t, 30*time.Second, victim.ID+" to report the full disk", func() bool { return reportsFull(victim) })
 	// Another voter takes over (the full node may have stopped: a failed
 	// state store exits for the service manager to restart it).
 	var leader *testcluster.Node
-	waitFor(t, 30*time.Second, "another voter Active", func() bool {
+	testwait.For(t, 30*time.Second, "another voter Active", func() bool {
 		a := c.Actives()
 		if len(a) == 1 && a[0] != victim {
 			leader = a[0]
 		}
 		return leader != nil
 	})
+
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("after-%d", i)
 		if !enqueue(leader, "sink", id, []byte("y")) {
@@ -219,7 +224,7 @@ func TestDiskFullOnTheActive(t *testing.T) {
 		acked[id] = true
 	}
 	unfill()
-	waitFor(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, leader, victim) })
+	testwait.For(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, leader, victim) })
 	if err := sink.SetFailing(false); err != nil {
 		t.Fatal(err)
 	}

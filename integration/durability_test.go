@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestStateRebuiltAfterSitePowerLoss: the FSM's state files are written
@@ -40,9 +42,10 @@ func TestStateRebuiltAfterSitePowerLoss(t *testing.T) {
 	start(t, c)
 	waitOneActive(t, c, 30*time.Second)
 	for _, n := range c.Nodes {
-		waitFor(t, 10*time.Second, n.ID+" to report its discarded state", func() bool {
+		testwait.For(t, 10*time.Second, n.ID+" to report its discarded state", func() bool {
 			return strings.Contains(n.LogTail(2000), "state file not trusted after an OS restart")
 		})
+
 	}
 	if err := sink.SetFailing(false); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // healPair starts a pair whose node-to-node links can be cut, a recording
@@ -69,7 +70,7 @@ func seqIDs(prefix string, n int) []string {
 func waitDualActive(t *testing.T, c *testcluster.Cluster, links *testcluster.Links) {
 	t.Helper()
 	links.Cut(true)
-	waitFor(t, 30*time.Second, "both nodes Active (dual-active)", func() bool { return len(c.Actives()) == 2 })
+	testwait.For(t, 30*time.Second, "both nodes Active (dual-active)", func() bool { return len(c.Actives()) == 2 })
 }
 
 // waitHealed waits for one Active and two voters on both nodes and
@@ -77,7 +78,7 @@ func waitDualActive(t *testing.T, c *testcluster.Cluster, links *testcluster.Lin
 func waitHealed(t *testing.T, c *testcluster.Cluster, timeout time.Duration) (winner, loser *testcluster.Node, took time.Duration) {
 	t.Helper()
 	start := time.Now()
-	waitFor(t, timeout, "one Active, one Standby, two voters", func() bool {
+	testwait.For(t, timeout, "one Active, one Standby, two voters", func() bool {
 		winner, loser = nil, nil
 		for _, n := range c.Nodes {
 			st, err := nodeStatus(n, c)
@@ -93,6 +94,7 @@ func waitHealed(t *testing.T, c *testcluster.Cluster, timeout time.Duration) (wi
 		}
 		return winner != nil && loser != nil
 	})
+
 	return winner, loser, time.Since(start)
 }
 
@@ -214,7 +216,7 @@ func TestHealSurvivesSIGKILL(t *testing.T) {
 			// Kill the victim at the first sign of the merge in its log.
 			sign := map[string]string{"loser": "FENCE:", "winner": "heal: merge begun"}[victim]
 			var killed *testcluster.Node
-			waitFor(t, 60*time.Second, "the merge to start ("+sign+")", func() bool {
+			testwait.For(t, 60*time.Second, "the merge to start ("+sign+")", func() bool {
 				for _, n := range c.Nodes {
 					if strings.Contains(n.LogTail(200), sign) {
 						killed = n
@@ -223,6 +225,7 @@ func TestHealSurvivesSIGKILL(t *testing.T) {
 				}
 				return false
 			})
+
 			c.Kill(killed)
 			t.Logf("killed the %s %s mid-merge", victim, killed.ID)
 			if err := c.Start(killed); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/storeforward"
 )
 
@@ -76,10 +77,11 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 	deploySite(t, c, append(site, historyRules...))
 
 	var got map[string][]historyMessage
-	waitFor(t, 30*time.Second, "5 messages of each history rule at the sink", func() bool {
+	testwait.For(t, 30*time.Second, "5 messages of each history rule at the sink", func() bool {
 		got = historyReceived(t, sink)
 		return len(got["changes"]) >= 5 && len(got["cyclic"]) >= 5
 	})
+
 	firstEpoch := got["cyclic"][0].epoch
 	for _, m := range got["changes"] {
 		for _, v := range m.payload.Values {
@@ -119,7 +121,7 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 	// subscriptions, delivering under its own epoch.
 	killed := time.Now()
 	c.Kill(active)
-	waitFor(t, 30*time.Second, "samples taken by the new Active at the sink", func() bool {
+	testwait.For(t, 30*time.Second, "samples taken by the new Active at the sink", func() bool {
 		n := 0
 		for _, m := range historyReceived(t, sink)["cyclic"] {
 			if m.epoch != firstEpoch && len(m.payload.Values) > 0 && m.payload.Values[0].SampledAt.After(killed) {
@@ -128,6 +130,7 @@ func TestHistoryForwardedFromTheGatewayToTheSink(t *testing.T) {
 		}
 		return n >= 3
 	})
+
 	var survivor *testcluster.Node
 	for _, n := range c.Nodes {
 		if n != active && !n.Witness {
@@ -182,7 +185,7 @@ history:
 	deploySite(t, c, []byte(site))
 
 	var seen map[string]int
-	waitFor(t, 30*time.Second, "good values of Pump1.Speed and Pump1.Flow at the sink", func() bool {
+	testwait.For(t, 30*time.Second, "good values of Pump1.Speed and Pump1.Flow at the sink", func() bool {
 		seen = map[string]int{}
 		for _, m := range historyReceived(t, sink)["changes"] {
 			for _, v := range m.payload.Values {
@@ -193,6 +196,7 @@ history:
 		}
 		return seen["Speed"] >= 3 && seen["Flow"] >= 3
 	})
+
 	t.Logf("good values at the sink: %v", seen)
 }
 
@@ -204,9 +208,10 @@ func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
 	sink := startSink(t, "-bodies")
 	site := testcluster.SiteConfigGateway("hist-late", sim.Addr, map[string]string{"historian": sink.URL}, 0)
 	deploySite(t, c, site)
-	waitFor(t, 20*time.Second, "the unchanging Pump1.Speed Good on the Active (its one value arrived)", func() bool {
+	testwait.For(t, 20*time.Second, "the unchanging Pump1.Speed Good on the Active (its one value arrived)", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
+
 	deploySite(t, c, append(site, `history:
   - name: late
     target: historian
@@ -215,7 +220,7 @@ func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
     max_batch: 100
     max_batch_delay: 100ms
 `...))
-	waitFor(t, 20*time.Second, "Pump1.Speed and Pump1.SpeedSP at the sink", func() bool {
+	testwait.For(t, 20*time.Second, "Pump1.Speed and Pump1.SpeedSP at the sink", func() bool {
 		seen := map[string]bool{}
 		for _, m := range historyReceived(t, sink)["late"] {
 			for _, v := range m.payload.Values {
@@ -224,6 +229,7 @@ func TestHistoryRuleAddedLaterForwardsCurrentValues(t *testing.T) {
 		}
 		return seen["Pump1.Speed"] && seen["Pump1.SpeedSP"]
 	})
+
 }
 
 // With hot_standby the Standby's workers run all along and do not
@@ -247,7 +253,7 @@ history:
     max_batch_delay: 100ms
 `...))
 	var firstEpoch string
-	waitFor(t, 20*time.Second, "Pump1.SpeedSP from the first Active at the sink", func() bool {
+	testwait.For(t, 20*time.Second, "Pump1.SpeedSP from the first Active at the sink", func() bool {
 		for _, m := range historyReceived(t, sink)["hot"] {
 			for _, v := range m.payload.Values {
 				if v.Attribute == "SpeedSP" {
@@ -258,9 +264,10 @@ history:
 		}
 		return false
 	})
+
 	c.Kill(active)
 	waitOneActive(t, c, 20*time.Second)
-	waitFor(t, 20*time.Second, "Pump1.SpeedSP forwarded again by the new Active", func() bool {
+	testwait.For(t, 20*time.Second, "Pump1.SpeedSP forwarded again by the new Active", func() bool {
 		for _, m := range historyReceived(t, sink)["hot"] {
 			for _, v := range m.payload.Values {
 				if v.Attribute == "SpeedSP" && m.epoch != firstEpoch {
@@ -270,4 +277,5 @@ history:
 		}
 		return false
 	})
+
 }

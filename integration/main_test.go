@@ -83,15 +83,6 @@ func otherVoter(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) 
 	return nil
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := testcluster.Poll(ctx, cond); err != nil {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
-}
-
 func ctlJSON(t *testing.T, c *testcluster.Cluster, nodes []*testcluster.Node, v any, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

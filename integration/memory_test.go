@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestMappedStatePagesLeaveTheResidentSize: bbolt reads its files through
@@ -43,9 +44,10 @@ func TestMappedStatePagesLeaveTheResidentSize(t *testing.T) {
 		return files["fsm.db"] + files["raft.db"]
 	}
 	for _, n := range c.Nodes {
-		waitFor(t, 10*time.Second, fmt.Sprintf("%s's resident bbolt pages under %d kB", n.ID, limitKB), func() bool {
+		testwait.For(t, 10*time.Second, fmt.Sprintf("%s's resident bbolt pages under %d kB", n.ID, limitKB), func() bool {
 			return bbolt(n) < limitKB
 		})
+
 	}
 	t.Logf("resident bbolt pages per node after the fill: %d %d %d kB", bbolt(c.Nodes[0]), bbolt(c.Nodes[1]), bbolt(c.Nodes[2]))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestOPCUAMalformedRequestsDoNotKillTheServer sends, over a plain
@@ -51,10 +52,11 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 
 	stillActive := func(what string) {
 		t.Helper()
-		waitFor(t, 10*time.Second, active.ID+" still Active after "+what, func() bool {
+		testwait.For(t, 10*time.Second, active.ID+" still Active after "+what, func() bool {
 			h, ok := active.Health()
 			return ok && h.Role == "active"
 		})
+
 		if !active.Running() {
 			t.Fatalf("%s ended the Active's process", what)
 		}
@@ -65,7 +67,7 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 	}{{"an array of 2^31-1 strings", hugeArray}, {"a variant array of length -2", negative}} {
 		sendPlainRequest(t, active.OPCUA, tc.body)
 		stillActive(tc.name + " (a site with a None profile)")
-		waitFor(t, 10*time.Second, "ServiceLevel 250 on the Active after "+tc.name, func() bool { return serviceLevel(active.OPCUA) == 250 })
+		testwait.For(t, 10*time.Second, "ServiceLevel 250 on the Active after "+tc.name, func() bool { return serviceLevel(active.OPCUA) == 250 })
 	}
 
 	secure := bytes.Replace(lab, []byte("  security: [{policy: None, mode: None}]\n"), []byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n"), 1)
@@ -73,12 +75,13 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 		t.Fatal("site config template changed: no security line to replace")
 	}
 	deploySite(t, c, secure)
-	waitFor(t, 20*time.Second, "the Active's OPC UA server back with its secure endpoint", func() bool {
+	testwait.For(t, 20*time.Second, "the Active's OPC UA server back with its secure endpoint", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		eps, err := gopcua.GetEndpoints(ctx, active.OPCUA)
 		return err == nil && len(eps) == 1 && eps[0].SecurityMode == ua.MessageSecurityModeSignAndEncrypt
 	})
+
 	for _, tc := range []struct {
 		name string
 		body []byte
@@ -87,9 +90,10 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 		stillActive(tc.name + " (a secure-only site)")
 	}
 	// Counted once the front has closed both sides of each.
-	waitFor(t, 5*time.Second, "the front's refusal of the two Writes on the secure-only site's None channel", func() bool {
+	testwait.For(t, 5*time.Second, "the front's refusal of the two Writes on the secure-only site's None channel", func() bool {
 		return metricLine(active, `scadad_opcua_connections_refused_total{reason="security_mode"}`) == "2"
 	})
+
 }
 
 // encodeRequest is req's body on the wire: its type id, then the request.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // A local process that connects to the OPC UA library's own loopback port
@@ -24,7 +25,7 @@ func TestOPCUALibraryStoppedByALocalResetIsReplaced(t *testing.T) {
 	sim, c, active, standby := opcuaPair(t, "-change", "0")
 	deploySite(t, c, testcluster.SiteConfigGateway("reset", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
 	waitRedundancyLevels(t, active, standby, "")
-	waitFor(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
+	testwait.For(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
 
@@ -41,15 +42,18 @@ func TestOPCUALibraryStoppedByALocalResetIsReplaced(t *testing.T) {
 
 	// The first Hello after the reset goes unanswered (the peer's probe or
 	// ours); HelloTimeout (10 s) later the library is replaced.
-	waitFor(t, 40*time.Second, "the restart counted on the Active", func() bool {
+	testwait.For(t, 40*time.Second, "the restart counted on the Active", func() bool {
 		return metricLine(active, "scadad_opcua_server_restarts_total") == "1"
 	})
-	waitFor(t, 20*time.Second, "ServiceLevel 250 read from the Active again", func() bool {
+
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 read from the Active again", func() bool {
 		return serviceLevel(active.OPCUA) == 250
 	})
-	waitFor(t, 10*time.Second, "the unchanging Pump1.Speed Good on the replaced library", func() bool {
+
+	testwait.For(t, 10*time.Second, "the unchanging Pump1.Speed Good on the replaced library", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
+
 	t.Logf("served again %v after the reset", time.Since(reset).Round(time.Millisecond))
 	if now := libraryPort(t, active); now == library {
 		t.Fatalf("the library still listens on %s", now)

@@ -15,6 +15,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 )
 
@@ -73,11 +74,12 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		// Refused at the door (an Error message BadCertificateUntrusted,
 		// which gopcua's client reports as EOF), and kept for the operator.
 		var rejected []string
-		waitFor(t, 20*time.Second, n.ID+" refusing the unknown client certificate and keeping it", func() bool {
+		testwait.For(t, 20*time.Second, n.ID+" refusing the unknown client certificate and keeping it", func() bool {
 			_, refusal := level(n, operator)
 			rejected, _ = filepath.Glob(filepath.Join(pki, "rejected", "*.der"))
 			return refusal != nil && len(rejected) == 1
 		})
+
 		rejected, err := filepath.Glob(filepath.Join(pki, "rejected", "*.der"))
 		if err != nil || len(rejected) != 1 {
 			t.Fatalf("%s's rejected folder: %v %v", n.ID, rejected, err)
@@ -92,16 +94,17 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 
 	// 240 on the Standby needs its peer's verdict that it is reachable:
 	// the probe must get through to a secure-only endpoint.
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby, read over SignAndEncrypt", func() bool {
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby, read over SignAndEncrypt", func() bool {
 		a, errA := level(active, operator)
 		s, errS := level(standby, operator)
 		return errA == nil && errS == nil && a == 250 && s == 240
 	})
+
 	// Each node's probe of its peer, as it reports it: reachable, with no
 	// error. (The levels alone would not show a failing probe for its
 	// first seconds: a verdict about a just-started server does not count.)
 	for _, n := range []*testcluster.Node{active, standby} {
-		waitFor(t, 20*time.Second, n.ID+"'s probe reaching its secure-only peer", func() bool {
+		testwait.For(t, 20*time.Second, n.ID+"'s probe reaching its secure-only peer", func() bool {
 			var st controlpb.StatusResponse
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -109,9 +112,10 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 				return false
 			}
 			v := st.OpcuaVerdicts[0]
-			// A verdict from after the deploy restarted the servers.
+
 			return v.Reachable && v.Error == "" && time.Unix(0, v.AtUnixNano).After(deployed)
 		})
+
 	}
 	var pick struct {
 		Picked string `json:"picked"`
@@ -180,21 +184,23 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 			t.Logf("watch output:\n%s", watched.String())
 		}
 	}()
-	waitFor(t, 20*time.Second, "the watching client receiving values from the Active", func() bool {
+	testwait.For(t, 20*time.Second, "the watching client receiving values from the Active", func() bool {
 		return strings.Count(watched.String(), active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
 	})
 
 	killed := time.Now()
 	c.Kill(active)
-	waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250 over SignAndEncrypt", func() bool {
+	testwait.For(t, 15*time.Second, "the survivor's ServiceLevel 250 over SignAndEncrypt", func() bool {
 		lvl, err := level(standby, operator)
 		return err == nil && lvl == 250
 	})
+
 	t.Logf("survivor advertised 250 (read over SignAndEncrypt) %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	waitGoodChanging(t, sc, siteNode(t, sc, "Pump1.Speed"), 20*time.Second, "live values on the survivor over SignAndEncrypt")
-	waitFor(t, 20*time.Second, "the watching client to follow the failover and receive new values from the survivor", func() bool {
+	testwait.For(t, 20*time.Second, "the watching client to follow the failover and receive new values from the survivor", func() bool {
 		got := watched.String()
 		return strings.Contains(got, "failover "+active.OPCUA+" -> "+standby.OPCUA) && strings.Contains(got, "notification gap") &&
 			strings.Count(got, standby.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
 	})
+
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 )
 
@@ -84,7 +85,7 @@ func serviceLevel(endpoint string) int {
 func waitGoodChanging(t *testing.T, c *gopcua.Client, node *ua.NodeID, timeout time.Duration, what string) {
 	t.Helper()
 	var first any
-	waitFor(t, timeout, what, func() bool {
+	testwait.For(t, timeout, what, func() bool {
 		dv, err := readValue(c, node)
 		if err != nil || dv.Status != ua.StatusOK || dv.Value == nil {
 			return false
@@ -95,6 +96,7 @@ func waitGoodChanging(t *testing.T, c *gopcua.Client, node *ua.NodeID, timeout t
 		}
 		return dv.Value.Value() != first
 	})
+
 }
 
 func writeDouble(t *testing.T, c *gopcua.Client, node *ua.NodeID, v float64) ua.StatusCode {
@@ -138,9 +140,10 @@ func opcuaPair(t *testing.T, simArgs ...string) (sim *testcluster.Sim, c *testcl
 // standby.
 func waitRedundancyLevels(t *testing.T, active, standby *testcluster.Node, when string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby"+when, func() bool {
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby"+when, func() bool {
 		return serviceLevel(active.OPCUA) == 250 && serviceLevel(standby.OPCUA) == 240
 	})
+
 }
 
 func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
@@ -195,7 +198,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 	// SIGKILL the Active: the survivor advertises 250 and serves live values.
 	killed := time.Now()
 	c.Kill(active)
-	waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
+	testwait.For(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
 	t.Logf("survivor advertised 250 %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	speed2 := siteNode(t, sc, "Pump1.Speed")
 	waitGoodChanging(t, sc, speed2, 20*time.Second, "changing values on the survivor")
@@ -206,7 +209,7 @@ func TestOPCUARedundancyFailoverAndWriteGate(t *testing.T) {
 		c.Kill(n)
 	}
 	start(t, c, active)
-	waitFor(t, 20*time.Second, active.ID+"'s OPC UA server back without quorum", func() bool { return serviceLevel(active.OPCUA) >= 0 })
+	testwait.For(t, 20*time.Second, active.ID+"'s OPC UA server back without quorum", func() bool { return serviceLevel(active.OPCUA) >= 0 })
 	lone := uaClient(t, active.OPCUA)
 	if st := writeDouble(t, lone, siteNode(t, lone, "Pump1.SpeedSP"), 7); st == ua.StatusOK {
 		t.Fatal("a write was accepted in the boot window of a multi-voter cluster")
@@ -239,7 +242,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 			t.Logf("watch output:\n%s", out.String())
 		}
 	})
-	waitFor(t, 20*time.Second, "the watch on the Active, its value changing", func() bool {
+	testwait.For(t, 20*time.Second, "the watch on the Active, its value changing", func() bool {
 		got := out.String()
 		return strings.Contains(got, active.OPCUA+" ServiceLevel 250") && strings.Count(got, active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
 	})
@@ -251,9 +254,10 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 	if took > 8*time.Second {
 		t.Errorf("stopping the Active took %v with an OPC UA client connected", took.Round(time.Millisecond))
 	}
-	waitFor(t, 20*time.Second, "the watch to leave the stopped node", func() bool {
+	testwait.For(t, 20*time.Second, "the watch to leave the stopped node", func() bool {
 		return strings.Contains(out.String(), "leaving "+active.OPCUA)
 	})
+
 	if got := out.String(); !strings.Contains(got, "leaving "+active.OPCUA+": ServiceLevel dropped 250 -> 0") {
 		t.Fatalf("the client did not hear ServiceLevel 0 before the node went:\n%s", got)
 	}
@@ -280,19 +284,21 @@ func TestGatewayOutageShowsOnTheActive(t *testing.T) {
 		}
 		return nil
 	}
-	waitFor(t, 20*time.Second, "the gateway connection up on the Active", func() bool {
+	testwait.For(t, 20*time.Second, "the gateway connection up on the Active", func() bool {
 		dc := gateway()
 		return dc != nil && dc.Up && strings.HasPrefix(dc.Detail, "1/1")
 	})
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 	ac := uaClient(t, active.OPCUA)
 	speed := siteNode(t, ac, "Pump1.Speed")
 	waitGoodChanging(t, ac, speed, 20*time.Second, "a good, changing Pump1.Speed on the Active")
 	sim.Close()
-	waitFor(t, 20*time.Second, "the Active's status showing the gateway connection down", func() bool {
+	testwait.For(t, 20*time.Second, "the Active's status showing the gateway connection down", func() bool {
 		dc := gateway()
 		return dc != nil && !dc.Up && strings.HasPrefix(dc.Detail, "0/1")
 	})
+
 	if dv, err := readValue(ac, speed); err != nil || dv.Status == ua.StatusOK {
 		t.Fatalf("Pump1.Speed with the gateway gone: %v, %v; want a Bad quality", dv, err)
 	}
@@ -309,21 +315,23 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	site := testcluster.SiteConfigGateway("ns", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
 	deploySite(t, c, site)
 	waitRedundancyLevels(t, active, standby, "")
-	waitFor(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
+	testwait.For(t, 20*time.Second, "a Good Pump1.Speed on the Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad", "Pump1.Speed")
 	})
+
 	changed := bytes.Replace(site, []byte("namespace_uri: urn:test:scadad\n"), []byte("namespace_uri: urn:test:scadad:v2\n"), 1)
 	if bytes.Equal(changed, site) {
 		t.Fatal("site config template changed: no namespace_uri line to change")
 	}
 	deploySite(t, c, changed)
 	for _, n := range []*testcluster.Node{active, standby} {
-		waitFor(t, 20*time.Second, n.ID+" serving the new namespace", func() bool {
+		testwait.For(t, 20*time.Second, n.ID+" serving the new namespace", func() bool {
 			return hasNamespace(n.OPCUA, "urn:test:scadad:v2")
 		})
+
 	}
 	waitRedundancyLevels(t, active, standby, " after the restart")
-	waitFor(t, 10*time.Second, "the unchanging Pump1.Speed Good again on the restarted Active", func() bool {
+	testwait.For(t, 10*time.Second, "the unchanging Pump1.Speed Good again on the restarted Active", func() bool {
 		return goodValue(active.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
 	})
 
@@ -335,9 +343,10 @@ func TestOPCUAServerFollowsADeployThatChangesIt(t *testing.T) {
 	}
 	start(t, c)
 	again := waitOneActive(t, c, 20*time.Second)
-	waitFor(t, 20*time.Second, "the unchanging Pump1.Speed Good on "+again.ID+" after a restart of every node", func() bool {
+	testwait.For(t, 20*time.Second, "the unchanging Pump1.Speed Good on "+again.ID+" after a restart of every node", func() bool {
 		return goodValue(again.OPCUA, "urn:test:scadad:v2", "Pump1.Speed")
 	})
+
 }
 
 // goodValue reports whether the server at endpoint reads node name of the

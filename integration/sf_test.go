@@ -16,6 +16,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // sfSetup starts a 2+witness cluster, a recording sink, and deploys a site
@@ -74,9 +75,10 @@ func deploySite(t *testing.T, c *testcluster.Cluster, site []byte) uint64 {
 	}
 	var push controlpb.DeployPushResponse
 	ctlJSON(t, c, nil, &push, "deploy", "push", file)
-	waitFor(t, 20*time.Second, fmt.Sprintf("every node applied revision %d", push.Revision), func() bool {
+	testwait.For(t, 20*time.Second, fmt.Sprintf("every node applied revision %d", push.Revision), func() bool {
 		return everyNodeApplied(c, push.Revision)
 	})
+
 	return push.Revision
 }
 
@@ -249,19 +251,21 @@ func TestSFTargetFailsThenRecoversAndParking(t *testing.T) {
 		}
 		acked[id] = true
 	}
-	waitFor(t, 30*time.Second, "all 20 messages parked after 3 attempts", func() bool {
+	testwait.For(t, 30*time.Second, "all 20 messages parked after 3 attempts", func() bool {
 		var stats []*controlpb.SFTargetStats
 		ctlJSON(t, c, nil, &stats, "sf", "stats")
 		return len(stats) == 1 && stats[0].Parked == 20 && stats[0].Pending == 0
 	})
+
 	// sf list answers from the answering node's replica, which may trail
 	// the Active's figures by a commit timeout.
 	var parked []*controlpb.SFMessage
-	waitFor(t, 10*time.Second, "sf list --parked showing all 20", func() bool {
+	testwait.For(t, 10*time.Second, "sf list --parked showing all 20", func() bool {
 		parked = nil
 		ctlJSON(t, c, nil, &parked, "sf", "list", "--parked", "--target", "sink")
 		return len(parked) == 20
 	})
+
 	if parked[0].ParkReason == "" {
 		t.Fatalf("sf list --parked: first %+v; want a park reason", parked[0])
 	}
@@ -304,10 +308,11 @@ func TestSFFollowerDownForBurstThenAllNodesRestart(t *testing.T) {
 		t.Fatalf("%d of 200 acknowledged with one voter down", len(acked))
 	}
 	start(t, c, standby)
-	waitFor(t, 20*time.Second, standby.ID+" back", func() bool {
+	testwait.For(t, 20*time.Second, standby.ID+" back", func() bool {
 		h, ok := standby.Health()
 		return ok && h.Role == "standby"
 	})
+
 	// Everything down, then everything up: the buffer is on disk.
 	for _, n := range c.Nodes {
 		c.Kill(n)
@@ -332,20 +337,22 @@ func TestSFStatsThroughTheStandby(t *testing.T) {
 	standby := follower(c, active)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitFor(t, 20*time.Second, "the Standby's sf stats showing the Active's last error", func() bool {
+	testwait.For(t, 20*time.Second, "the Standby's sf stats showing the Active's last error", func() bool {
 		var stats []*controlpb.SFTargetStats
 		if err := c.CtlJSON(ctx, []*testcluster.Node{standby}, &stats, "sf", "stats"); err != nil {
 			return false
 		}
 		return len(stats) == 1 && stats[0].Pending == 1 && strings.Contains(stats[0].LastError, "503")
 	})
+
 	// The replica may trail the Active by a commit timeout.
 	var local []*controlpb.SFTargetStats
-	waitFor(t, 10*time.Second, "the Standby's replica holding the message", func() bool {
+	testwait.For(t, 10*time.Second, "the Standby's replica holding the message", func() bool {
 		local = nil
 		err := c.CtlJSON(ctx, []*testcluster.Node{standby}, &local, "sf", "stats", "--local")
 		return err == nil && len(local) == 1 && local[0].Pending == 1
 	})
+
 	if local[0].LastError != "" {
 		t.Fatalf("sf stats --local on the Standby = %+v; want no error (it does not deliver)", local)
 	}
@@ -388,9 +395,10 @@ func TestSFOperatorWritesShowOnTheStandbyAtOnce(t *testing.T) {
 		}
 		return ids
 	}
-	waitFor(t, 30*time.Second, "all messages parked after one attempt, on the Standby's replica", func() bool {
+	testwait.For(t, 30*time.Second, "all messages parked after one attempt, on the Standby's replica", func() bool {
 		return len(parked()) == n
 	})
+
 	if err := sink.SetFailing(false); err != nil {
 		t.Fatal(err)
 	}
@@ -432,10 +440,11 @@ func TestSFEnqueueThroughTheStandbyRidesOutAFrozenActive(t *testing.T) {
 	}()
 	result := make(chan bool, 1)
 	go func() { result <- enqueue(standby, "sink", "frozen-1", []byte("x")) }()
-	waitFor(t, 15*time.Second, standby.ID+" Active", func() bool {
+	testwait.For(t, 15*time.Second, standby.ID+" Active", func() bool {
 		h, ok := standby.Health()
 		return ok && h.Role == "active"
 	})
+
 	took := time.Now()
 	select {
 	case ok := <-result:
@@ -486,11 +495,12 @@ func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
 	}
 	// Each node checks its own replica: wait until the Standby's holds
 	// the three.
-	waitFor(t, 10*time.Second, "the Standby's replica holding 3", func() bool {
+	testwait.For(t, 10*time.Second, "the Standby's replica holding 3", func() bool {
 		var local []*controlpb.SFTargetStats
 		ctlJSON(t, c, []*testcluster.Node{standby}, &local, "sf", "stats", "--local")
 		return len(local) == 1 && local[0].Pending == 3
 	})
+
 	for _, n := range []*testcluster.Node{active, standby} {
 		code, body := post(n, "cap-over-"+n.ID)
 		if code != http.StatusInsufficientStorage || !strings.Contains(body, `"code":"target_full"`) || !strings.Contains(body, "max_pending is 3") {
@@ -515,7 +525,8 @@ func TestSFMaxPendingRefusesOnEveryNode(t *testing.T) {
 	if err := sink.SetFailing(false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the capped target taking messages again", func() bool {
+	testwait.For(t, 30*time.Second, "the capped target taking messages again", func() bool {
 		return enqueue(active, "sink", "cap-after", []byte("x"))
 	})
+
 }

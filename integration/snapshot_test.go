@@ -13,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
@@ -75,13 +76,14 @@ func TestSnapshotSaveThenRestoreIntoFreshCluster(t *testing.T) {
 	}
 	// Every node of the new cluster now holds the source's state.
 	for _, n := range dst.Nodes {
-		waitFor(t, 20*time.Second, n.ID+" has the restored state", func() bool {
+		testwait.For(t, 20*time.Second, n.ID+" has the restored state", func() bool {
 			var stats []*controlpb.SFTargetStats
 			if err := dst.CtlJSON(ctx, []*testcluster.Node{n}, &stats, "sf", "stats", "--local"); err != nil {
 				return false
 			}
 			return len(stats) == 1 && stats[0].Target == "sink" && stats[0].Pending == 50
 		})
+
 	}
 	var dstHistory controlpb.DeployHistoryResponse
 	ctlJSON(t, dst, nil, &dstHistory, "deploy", "history")
@@ -166,14 +168,16 @@ func TestMembersAndManualOverrideGuard(t *testing.T) {
 	// With the peer gone, the operator may override before the window.
 	c.Kill(active)
 	// Contact from just before the kill still counts for a moment.
-	waitFor(t, 10*time.Second, "the manual override accepted once the peer is silent", func() bool {
+	testwait.For(t, 10*time.Second, "the manual override accepted once the peer is silent", func() bool {
 		_, _, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "--yes", "override")
 		return err == nil && code == 0
 	})
-	waitFor(t, 10*time.Second, standby.ID+" Active after the manual override", func() bool {
+
+	testwait.For(t, 10*time.Second, standby.ID+" Active after the manual override", func() bool {
 		h, ok := standby.Health()
 		return ok && h.Active
 	})
+
 }
 
 // TestSnapshotRestoreIntoTheRunningCluster: restoring a backup into the
@@ -200,9 +204,10 @@ func TestSnapshotRestoreIntoTheRunningCluster(t *testing.T) {
 	if _, errs, code, err := c.Ctl(ctx, nil, "--yes", "snapshot", "restore", file); err != nil || code != 0 {
 		t.Fatalf("snapshot restore: exit %d: %s %v", code, errs, err)
 	}
-	waitFor(t, 30*time.Second, fmt.Sprintf("every node running and reporting revision %d again (not %d)", before.Current, newer), func() bool {
+	testwait.For(t, 30*time.Second, fmt.Sprintf("every node running and reporting revision %d again (not %d)", before.Current, newer), func() bool {
 		return everyNodeApplied(c, before.Current)
 	})
+
 	for _, n := range c.Nodes {
 		if n.Witness {
 			continue

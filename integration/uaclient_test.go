@@ -12,6 +12,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 )
 
@@ -30,7 +31,7 @@ func TestOPCUAClientConnection(t *testing.T) {
 	start(t, up)
 	upNode := waitOneActive(t, up, 20*time.Second)
 	deploySite(t, up, testcluster.SiteConfigGateway("upstream", upSim.Addr, nil, 5))
-	waitFor(t, 20*time.Second, "the upstream's ServiceLevel 250", func() bool { return serviceLevel(upNode.OPCUA) == 250 })
+	testwait.For(t, 20*time.Second, "the upstream's ServiceLevel 250", func() bool { return serviceLevel(upNode.OPCUA) == 250 })
 
 	sim := startSim(t, "-change", "100ms")
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
@@ -38,14 +39,14 @@ func TestOPCUAClientConnection(t *testing.T) {
 	active := waitOneActive(t, c, 20*time.Second)
 
 	deploySite(t, c, mirrorSite(sim.Addr, upNode.OPCUA, ""))
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 
 	ac := uaClient(t, active.OPCUA)
 	mirror := siteNode(t, ac, "Mirror.Speed")
 	waitGoodChanging(t, ac, mirror, 30*time.Second, "a good, changing Mirror.Speed read through the client connection")
 
 	// scadactl status lists both connections, up.
-	waitFor(t, 20*time.Second, "scadactl status: gw (mxaccess) and upstream (opcua) up", func() bool {
+	testwait.For(t, 20*time.Second, "scadactl status: gw (mxaccess) and upstream (opcua) up", func() bool {
 		return connUp(status(t, c, active), "gw", "mxaccess") && connUp(status(t, c, active), "upstream", "opcua")
 	})
 
@@ -56,10 +57,11 @@ func TestOPCUAClientConnection(t *testing.T) {
 	if st := writeDouble(t, ac, siteNode(t, ac, "Mirror.SpeedSP"), 42); st != ua.StatusOK {
 		t.Fatalf("the Active refused a write to an attribute on the client connection: %v", st)
 	}
-	waitFor(t, 10*time.Second, "the write to Mirror.SpeedSP at the upstream's gateway as Pump1.SpeedSP", func() bool {
+	testwait.For(t, 10*time.Second, "the write to Mirror.SpeedSP at the upstream's gateway as Pump1.SpeedSP", func() bool {
 		after, err := upSim.Stats()
 		return err == nil && after.Commands["Write"]+after.Commands["write"] > before.Commands["Write"]+before.Commands["write"]
 	})
+
 	// Mirror.Speed is read-only: the write gate refuses it before anything
 	// goes upstream.
 	if st := writeDouble(t, ac, mirror, 1); st == ua.StatusOK {
@@ -69,11 +71,12 @@ func TestOPCUAClientConnection(t *testing.T) {
 	// SIGKILL of the upstream: the attribute turns Bad on the Active, and
 	// comes back once the upstream is up again.
 	up.Kill(upNode)
-	waitFor(t, 15*time.Second, "Mirror.Speed Bad after the upstream was killed", func() bool {
+	testwait.For(t, 15*time.Second, "Mirror.Speed Bad after the upstream was killed", func() bool {
 		dv, err := readValue(ac, mirror)
 		return err == nil && dv.Status != ua.StatusOK
 	})
-	waitFor(t, 15*time.Second, "scadactl status: upstream down, with the reason", func() bool {
+
+	testwait.For(t, 15*time.Second, "scadactl status: upstream down, with the reason", func() bool {
 		for _, cs := range status(t, c, active).Connections {
 			if cs.Name == "upstream" {
 				return !cs.Up && cs.Detail != ""
@@ -81,6 +84,7 @@ func TestOPCUAClientConnection(t *testing.T) {
 		}
 		return false
 	})
+
 	start(t, up, upNode)
 	waitGoodChanging(t, ac, mirror, 30*time.Second, "Mirror.Speed good and changing again after the upstream restarted")
 }
@@ -165,7 +169,7 @@ func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
       identity: {type: username, username: site, password_file: `+passFile+`}
       server_certificate_file: `+filepath.Join(upNode.Dir, "data", "opcua", "pki", "own", "cert.der")+`
 `))
-	waitFor(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
 
 	ac := uaClient(t, active.OPCUA)
 	mirror := siteNode(t, ac, "Mirror.Speed")
@@ -177,10 +181,11 @@ func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
 	if st := writeDouble(t, ac, siteNode(t, ac, "Mirror.SpeedSP"), 42); st != ua.StatusOK {
 		t.Fatalf("a write through the secure client connection: %v", st)
 	}
-	waitFor(t, 10*time.Second, "the write at the upstream's gateway", func() bool {
+	testwait.For(t, 10*time.Second, "the write at the upstream's gateway", func() bool {
 		after, err := upSim.Stats()
 		return err == nil && after.Commands["Write"]+after.Commands["write"] > before.Commands["Write"]+before.Commands["write"]
 	})
+
 	if rejected, _ := filepath.Glob(filepath.Join(upNode.Dir, "data", "opcua", "pki", "rejected", "*")); len(rejected) != 0 {
 		t.Fatalf("the upstream refused a certificate: %v", rejected)
 	}

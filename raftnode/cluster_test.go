@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/role"
 )
@@ -59,7 +60,7 @@ func TestWitnessClusterFormsOneActive(t *testing.T) {
 	if nl.LeaderID != active || nl.LeaderAddr != h.member(active).RaftAddr {
 		t.Errorf("NotLeaderError names %s at %s, want %s at %s", nl.LeaderID, nl.LeaderAddr, active, h.member(active).RaftAddr)
 	}
-	waitFor(t, 5*time.Second, "v1 on every node", func() (bool, string) {
+	testwait.ForDetail(t, 5*time.Second, "v1 on every node", func() (bool, string) {
 		for id, f := range h.fsms {
 			if !slices.Equal(f.Values(), []string{"v1"}) {
 				return false, id + " has " + strings.Join(f.Values(), ",")
@@ -67,6 +68,7 @@ func TestWitnessClusterFormsOneActive(t *testing.T) {
 		}
 		return true, ""
 	})
+
 	members, err := h.node(active).Members()
 	if err != nil {
 		t.Fatal(err)
@@ -112,13 +114,15 @@ func TestLeaderShutdownElectsNewActive(t *testing.T) {
 	}
 	// The old leader restarts on its data and rejoins as Standby.
 	h.start(old)
-	waitFor(t, 15*time.Second, "old leader back as Standby", func() (bool, string) {
+	testwait.ForDetail(t, 15*time.Second, "old leader back as Standby", func() (bool, string) {
 		r := h.roles()
 		return r[old].Role == role.Standby && r[next].Role == role.Active, stateString(r)
 	})
-	waitFor(t, 5*time.Second, "old leader caught up", func() (bool, string) {
+
+	testwait.ForDetail(t, 5*time.Second, "old leader caught up", func() (bool, string) {
 		return slices.Equal(h.fsms[old].Values(), []string{"before", "after"}), strings.Join(h.fsms[old].Values(), ",")
 	})
+
 }
 
 func TestWitnessThatWinsHandsOff(t *testing.T) {
@@ -137,9 +141,10 @@ func TestWitnessThatWinsHandsOff(t *testing.T) {
 	if err := r.LeadershipTransferToServer("w", raft.ServerAddress(h.member("w").RaftAddr)).Error(); err != nil {
 		t.Fatalf("force transfer to witness: %v", err)
 	}
-	waitFor(t, 10*time.Second, "witness to win and hand off", func() (bool, string) {
+	testwait.ForDetail(t, 10*time.Second, "witness to win and hand off", func() (bool, string) {
 		return strings.Contains(h.logs["w"].String(), "witness won an election"), "no handoff logged yet"
 	})
+
 	next := h.waitOneActive(15 * time.Second)
 	if next == "w" {
 		t.Fatal("witness kept leadership")
@@ -200,10 +205,11 @@ func TestLeadershipTransferWithoutATarget(t *testing.T) {
 		if err != nil {
 			t.Fatalf("transfer %d from %s: %v", i+1, active, err)
 		}
-		waitFor(t, 10*time.Second, "the other voter Active", func() (bool, string) {
+		testwait.ForDetail(t, 10*time.Second, "the other voter Active", func() (bool, string) {
 			r := h.roles()
 			return r[want].Role == role.Active && r[active].Role == role.Standby, stateString(r)
 		})
+
 		if n := strings.Count(h.logs[witness].String(), "witness won an election"); n != handoffs {
 			t.Fatalf("transfer %d from %s went to the witness", i+1, active)
 		}
@@ -222,9 +228,10 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 		survivor = "b"
 	}
 	h.apply(old, "v1")
-	waitFor(t, 5*time.Second, "v1 replicated", func() (bool, string) {
+	testwait.ForDetail(t, 5*time.Second, "v1 replicated", func() (bool, string) {
 		return slices.Equal(h.fsms[survivor].Values(), []string{"v1"}), strings.Join(h.fsms[survivor].Values(), ",")
 	})
+
 	// A manual override is refused while the peer answers.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -263,21 +270,24 @@ func TestPairOverrideThenPeerRejoins(t *testing.T) {
 	// The peer returns with its old state and must rejoin as Standby of the
 	// survivor's cluster: one cluster, the survivor still Active.
 	h.start(old)
-	waitFor(t, 20*time.Second, "peer rejoins as Standby", func() (bool, string) {
+	testwait.ForDetail(t, 20*time.Second, "peer rejoins as Standby", func() (bool, string) {
 		r := h.roles()
 		return r[old].Role == role.Standby && r[survivor].Role == role.Active && r[survivor].Voters == 2 && r[old].Voters == 2, stateString(r)
 	})
-	waitFor(t, 5*time.Second, "rejoined FSM caught up", func() (bool, string) {
+
+	testwait.ForDetail(t, 5*time.Second, "rejoined FSM caught up", func() (bool, string) {
 		f := h.fsms[old]
 		return f.ClusterEpoch() == nextEpoch(0, h.members, survivor) && slices.Equal(f.Values(), []string{"v1", "v2"}), strings.Join(f.Values(), ",")
 	})
+
 	if h.overrides[old].Load() != 0 {
 		t.Fatal("the returning peer ran an override")
 	}
 	h.apply(survivor, "v3")
-	waitFor(t, 5*time.Second, "v3 replicated to the rejoined peer", func() (bool, string) {
+	testwait.ForDetail(t, 5*time.Second, "v3 replicated to the rejoined peer", func() (bool, string) {
 		return slices.Equal(h.fsms[old].Values(), []string{"v1", "v2", "v3"}), strings.Join(h.fsms[old].Values(), ",")
 	})
+
 }
 
 func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
@@ -300,14 +310,16 @@ func TestPairColdStartAloneThenLatePeerJoins(t *testing.T) {
 			}
 			h.apply(first, "alone")
 			h.start(late)
-			waitFor(t, 20*time.Second, "late peer joins as Standby", func() (bool, string) {
+			testwait.ForDetail(t, 20*time.Second, "late peer joins as Standby", func() (bool, string) {
 				r := h.roles()
 				return r[late].Role == role.Standby && r[first].Role == role.Active && r[first].Voters == 2, stateString(r)
 			})
-			waitFor(t, 5*time.Second, "late peer caught up", func() (bool, string) {
+
+			testwait.ForDetail(t, 5*time.Second, "late peer caught up", func() (bool, string) {
 				f := h.fsms[late]
 				return f.ClusterEpoch() == nextEpoch(0, h.members, first) && slices.Equal(f.Values(), []string{"alone"}), strings.Join(f.Values(), ",")
 			})
+
 			if h.overrides[late].Load() != 0 {
 				t.Fatal("late peer ran an override")
 			}
@@ -366,10 +378,11 @@ func TestPairNoOverrideWhilePeerPortAnswers(t *testing.T) {
 		func() peerStatus { return peerStatus{ID: "b", State: "Candidate", Voters: []string{"a", "b"}} }, zerolog.Nop())
 	t.Cleanup(func() { _ = mute.close() })
 	a := h.start("a")
-	waitFor(t, 5*time.Second, "a to see its configuration", func() (bool, string) {
+	testwait.ForDetail(t, 5*time.Second, "a to see its configuration", func() (bool, string) {
 		st := a.Role().Current()
 		return st.Voters == 2, fmt.Sprintf("%+v", st)
 	})
+
 	deadline := time.Now().Add(3 * testOverrideAfter)
 	for time.Now().Before(deadline) {
 		st := a.Role().Current()
@@ -453,15 +466,17 @@ func TestForeignCANodeCannotJoin(t *testing.T) {
 	for _, id := range []string{"a", "b", "w"} {
 		h.start(id)
 	}
-	waitFor(t, 15*time.Second, "a and b to form a cluster without w", func() (bool, string) {
+	testwait.ForDetail(t, 15*time.Second, "a and b to form a cluster without w", func() (bool, string) {
 		r := h.roles()
 		ok := (r["a"].Role == role.Active && r["b"].Role == role.Standby) || (r["b"].Role == role.Active && r["a"].Role == role.Standby)
 		return ok, stateString(r)
 	})
-	waitFor(t, 10*time.Second, "a clear refusal in the logs", func() (bool, string) {
+
+	testwait.ForDetail(t, 10*time.Second, "a clear refusal in the logs", func() (bool, string) {
 		logs := h.logs["a"].String() + h.logs["b"].String()
 		return strings.Contains(logs, "refused raft connection") && strings.Contains(logs, "foreign CA"), "not logged yet"
 	})
+
 	if st := h.node("w").Role().Current(); st.Role != role.Detached || st.Leader != "" {
 		t.Fatalf("foreign node state %+v, want Detached without a leader", st)
 	}
@@ -512,7 +527,7 @@ func stateString(r map[string]role.State) string {
 func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 	t.Parallel()
 	h := splitPair(t)
-	waitFor(t, 10*time.Second, "both to flag the split", func() (bool, string) {
+	testwait.ForDetail(t, 10*time.Second, "both to flag the split", func() (bool, string) {
 		for _, id := range []string{"a", "b"} {
 			ms, err := h.node(id).Members()
 			if err != nil {
@@ -529,6 +544,7 @@ func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 		}
 		return true, ""
 	})
+
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		for id, st := range h.roles() {
@@ -551,16 +567,18 @@ func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 	if err := h.node("b").Rejoin(ctx, func(context.Context) error { h.fsms["b"].reset(); return nil }); err != nil {
 		t.Fatalf("rejoin: %v", err)
 	}
-	waitFor(t, 20*time.Second, "b back as Standby of a's cluster", func() (bool, string) {
+	testwait.ForDetail(t, 20*time.Second, "b back as Standby of a's cluster", func() (bool, string) {
 		r := h.roles()
 		return r["a"].Role == role.Active && r["b"].Role == role.Standby && r["a"].Voters == 2 && r["b"].Voters == 2, stateString(r)
 	})
-	waitFor(t, 5*time.Second, "b holds a's history only", func() (bool, string) {
+
+	testwait.ForDetail(t, 5*time.Second, "b holds a's history only", func() (bool, string) {
 		a, b := h.fsms["a"].Values(), h.fsms["b"].Values()
 		return slices.Equal(a, b) && slices.Contains(b, "a-split") && !slices.Contains(b, "b-split") && h.fsms["b"].ClusterEpoch() == h.fsms["a"].ClusterEpoch(),
 			fmt.Sprintf("a=%v b=%v", a, b)
 	})
-	waitFor(t, 5*time.Second, "the split flag cleared", func() (bool, string) {
+
+	testwait.ForDetail(t, 5*time.Second, "the split flag cleared", func() (bool, string) {
 		ms, err := h.node("a").Members()
 		if err != nil {
 			return false, err.Error()
@@ -572,6 +590,7 @@ func TestPairPartitionDualActiveThenRejoin(t *testing.T) {
 		}
 		return true, ""
 	})
+
 }
 
 // TestUnfinishedOverrideIsBumpedAfterRestart covers a crash between the

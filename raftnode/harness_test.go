@@ -21,6 +21,7 @@ import (
 
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/role"
 )
@@ -340,30 +341,12 @@ func (h *harness) roles() map[string]role.State {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitOneActive waits until exactly one running node is Active and every
 // other running node is Standby or Witness, and returns the Active one.
 func (h *harness) waitOneActive(timeout time.Duration) string {
 	h.t.Helper()
 	var active string
-	waitFor(h.t, timeout, "exactly one Active", func() (bool, string) {
+	testwait.ForDetail(h.t, timeout, "exactly one Active", func() (bool, string) {
 		active = ""
 		roles := h.roles()
 		for id, st := range roles {
@@ -380,6 +363,7 @@ func (h *harness) waitOneActive(timeout time.Duration) string {
 		}
 		return active != "", fmt.Sprint(roles)
 	})
+
 	return active
 }
 

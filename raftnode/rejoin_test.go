@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
 
@@ -28,10 +29,11 @@ func splitPair(t *testing.T) *harness {
 	for _, p := range proxies {
 		p.block(true)
 	}
-	waitFor(t, testOverrideAfter+15*time.Second, "both sides to override", func() (bool, string) {
+	testwait.ForDetail(t, testOverrideAfter+15*time.Second, "both sides to override", func() (bool, string) {
 		r := h.roles()
 		return r["a"].Role == role.Active && r["b"].Role == role.Active && r["a"].Voters == 1 && r["b"].Voters == 1, stateString(r)
 	})
+
 	for _, p := range proxies {
 		p.block(false)
 	}
@@ -79,10 +81,11 @@ func TestFenceUnfenceAndRejoin(t *testing.T) {
 	if err := h.node("b").Unfence(ctx); err != nil {
 		t.Fatalf("unfence: %v", err)
 	}
-	waitFor(t, 15*time.Second, "b Active on its own cluster again", func() (bool, string) {
+	testwait.ForDetail(t, 15*time.Second, "b Active on its own cluster again", func() (bool, string) {
 		r := h.roles()
 		return r["b"].Role == role.Active && r["b"].Voters == 1, stateString(r)
 	})
+
 	if !slices.Contains(h.fsms["b"].Values(), "b-split") {
 		t.Fatal("unfence lost b's own history")
 	}
@@ -109,12 +112,14 @@ func TestFenceUnfenceAndRejoin(t *testing.T) {
 	if h.node("b").Fenced() {
 		t.Fatal("still fenced after Rejoin")
 	}
-	waitFor(t, 20*time.Second, "b Standby of a's cluster", func() (bool, string) {
+	testwait.ForDetail(t, 20*time.Second, "b Standby of a's cluster", func() (bool, string) {
 		r := h.roles()
 		return r["a"].Role == role.Active && r["b"].Role == role.Standby && r["a"].Voters == 2, stateString(r)
 	})
-	waitFor(t, 5*time.Second, "b holds a's history", func() (bool, string) {
+
+	testwait.ForDetail(t, 5*time.Second, "b holds a's history", func() (bool, string) {
 		a, b := h.fsms["a"].Values(), h.fsms["b"].Values()
 		return slices.Equal(a, b) && !slices.Contains(b, "b-split"), fmt.Sprintf("a=%v b=%v", a, b)
 	})
+
 }

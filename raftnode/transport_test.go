@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/lockedbuf"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -116,9 +117,10 @@ func TestStreamRefusesWhatIsNotAMember(t *testing.T) {
 			if err := dialAs(tc.site, tc.as, tc.alpn); err == nil {
 				t.Fatal("connection was admitted")
 			}
-			waitFor(t, 3*time.Second, "refusal logged", func() (bool, string) {
+			testwait.ForDetail(t, 3*time.Second, "refusal logged", func() (bool, string) {
 				return strings.Contains(logs.String(), tc.logSays), logs.String()
 			})
+
 		})
 	}
 

@@ -3,6 +3,8 @@ package raftnode
 import (
 	"testing"
 	"time"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func TestActiveFreshOnlyOnAVerifiedLeader(t *testing.T) {
@@ -12,9 +14,10 @@ func TestActiveFreshOnlyOnAVerifiedLeader(t *testing.T) {
 		h.start(id)
 	}
 	leader := h.waitOneActive(15 * time.Second)
-	waitFor(t, 5*time.Second, "the leader verified by a quorum", func() (bool, string) {
+	testwait.ForDetail(t, 5*time.Second, "the leader verified by a quorum", func() (bool, string) {
 		return h.node(leader).ActiveFresh(300 * time.Millisecond), ""
 	})
+
 	for _, id := range []string{"a", "b", "w"} {
 		if id != leader && h.node(id).ActiveFresh(time.Hour) {
 			t.Fatalf("follower %s reports a fresh leadership", id)

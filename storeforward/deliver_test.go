@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
 
@@ -71,13 +72,15 @@ func TestDeliveryFIFOWithHeadersAndBatchedRemoval(t *testing.T) {
 		h.enqueue(t, "two", fmt.Sprintf("two-%02d", i), fmt.Sprint("b", i))
 	}
 	h.roles.Publish(activeState(2, 7))
-	waitFor(t, "every message at the sinks", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "every message at the sinks", func() bool {
 		return len(s1.requests()) >= n && len(s2.requests()) >= n
 	})
+
 	close(release)
-	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "removal of every delivered message", func() bool {
 		return h.stats(t, "one").Pending == 0 && h.stats(t, "two").Pending == 0
 	})
+
 	for name, s := range map[string]*sink{"one": s1, "two": s2} {
 		got := s.requests()
 		if len(got) != n {
@@ -130,13 +133,13 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 		h.enqueue(t, "one", fmt.Sprintf("m%02d", i), "x")
 	}
 	h.roles.Publish(activeState(1, 1))
-	waitFor(t, "every message delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= n })
-	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
+	testwait.For(t, 10*time.Second, "every message delivered", func() bool { return h.d.Live()["one"].Delivered >= n })
+	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 0 {
 		t.Fatalf("%d SFDelivered before the remove delay passed", len(got))
 	}
 	clock.fire()
-	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool { return h.stats(t, "one").Pending == 0 })
+	testwait.For(t, 10*time.Second, "removal of every delivered message", func() bool { return h.stats(t, "one").Pending == 0 })
 	removals := h.p.commands(isDelivered)
 	if len(removals) != 1 || len(removals[0].GetSfDelivered().Ids) != n {
 		t.Fatalf("removals %v, want one SFDelivered of all %d ids", removals, n)
@@ -164,21 +167,21 @@ func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
 		h.enqueue(t, "one", fmt.Sprintf("a%02d", i), "x")
 	}
 	h.roles.Publish(activeState(1, 1))
-	waitFor(t, "the first wave delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= 10 })
-	waitFor(t, "the remover's wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
+	testwait.For(t, 10*time.Second, "the first wave delivered", func() bool { return h.d.Live()["one"].Delivered >= 10 })
+	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.waiting() > 0 })
 	clock.fire()
-	waitFor(t, "the first removal under way", 10*time.Second, held.Load)
+	testwait.For(t, 10*time.Second, "the first removal under way", held.Load)
 	for i := range 10 {
 		h.enqueue(t, "one", fmt.Sprintf("b%02d", i), "x")
 	}
-	waitFor(t, "the second wave delivered", 10*time.Second, func() bool { return h.d.Live()["one"].Delivered >= 20 })
+	testwait.For(t, 10*time.Second, "the second wave delivered", func() bool { return h.d.Live()["one"].Delivered >= 20 })
 	close(hold)
-	waitFor(t, "the remover's next wait", 10*time.Second, func() bool { return clock.waiting() > 0 })
+	testwait.For(t, 10*time.Second, "the remover's next wait", func() bool { return clock.waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 1 {
 		t.Fatalf("%d SFDelivered before the second delay passed, want 1", len(got))
 	}
 	clock.fire()
-	waitFor(t, "removal of every delivered message", 10*time.Second, func() bool { return h.stats(t, "one").Pending == 0 })
+	testwait.For(t, 10*time.Second, "removal of every delivered message", func() bool { return h.stats(t, "one").Pending == 0 })
 	if got := h.p.commands(isDelivered); len(got) != 2 || len(got[1].GetSfDelivered().Ids) != 10 {
 		t.Fatalf("removals %v, want a second SFDelivered of the 10 ids gathered meanwhile", got)
 	}
@@ -200,7 +203,7 @@ func TestDeliveryFailureThenRecovery(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
 	}
-	waitFor(t, "a few failed attempts", 10*time.Second, func() bool { return len(s.requests()) >= 5 })
+	testwait.For(t, 10*time.Second, "a few failed attempts", func() bool { return len(s.requests()) >= 5 })
 	for _, r := range s.requests() {
 		if r.ID != "m00" {
 			t.Fatalf("while the head fails, %s was sent (FIFO broken)", r.ID)
@@ -210,7 +213,7 @@ func TestDeliveryFailureThenRecovery(t *testing.T) {
 		t.Fatalf("stats while failing: %+v %v", st, err)
 	}
 	failing.Store(false)
-	waitFor(t, "all delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	testwait.For(t, 10*time.Second, "all delivered", func() bool { return h.stats(t, "up").Pending == 0 })
 	var ok []string
 	for _, r := range s.requests() {
 		if r.ID != "m00" || len(ok) == 0 {
@@ -252,10 +255,11 @@ func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
 	for _, id := range []string{"ok-1", "bad-1", "ok-2", "bad-2", "ok-3"} {
 		h.enqueue(t, "up", id, id)
 	}
-	waitFor(t, "queue drained", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "queue drained", func() bool {
 		st := h.stats(t, "up")
 		return st.Pending == 0 && st.Parked == 2
 	})
+
 	counts := map[string]int{}
 	var order []string
 	for _, r := range s.requests() {
@@ -296,7 +300,7 @@ func TestOperatorRetryAndDiscard(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		h.enqueue(t, "up", id, id)
 	}
-	waitFor(t, "all parked", 10*time.Second, func() bool { return h.stats(t, "up").Parked == 3 })
+	testwait.For(t, 10*time.Second, "all parked", func() bool { return h.stats(t, "up").Parked == 3 })
 	healed.Store(true)
 
 	ctx := context.Background()
@@ -304,10 +308,11 @@ func TestOperatorRetryAndDiscard(t *testing.T) {
 	if err != nil || res.Moved != 1 || len(res.NotParked) != 1 || res.NotParked[0] != "nope" {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
-	waitFor(t, "a delivered after retry", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "a delivered after retry", func() bool {
 		st := h.stats(t, "up")
 		return st.Delivered == 1 && st.Pending == 0
 	})
+
 	res, err = h.op.Discard(ctx, Selection{AllOfTarget: "up"}, "operator said so")
 	if err != nil || res.Moved != 2 {
 		t.Fatalf("discard all: %+v %v", res, err)
@@ -352,17 +357,18 @@ func TestDeliveryStopsWhenRoleLeavesActive(t *testing.T) {
 	}
 	// Before the deliverer has taken the Active role it is not active
 	// either: wait for the deliveries that change the role first.
-	waitFor(t, "the first deliveries", 10*time.Second, func() bool { return delivered.Load() >= stopAfter })
-	waitFor(t, "delivery to stop", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "the first deliveries", func() bool { return delivered.Load() >= stopAfter })
+	testwait.For(t, 10*time.Second, "delivery to stop", func() bool {
 		st := h.d.Status()
 		return !st.Active && len(st.Workers) == 0
 	})
+
 	if got := len(s.requests()); got != stopAfter {
 		t.Fatalf("%d deliveries, want exactly %d: delivery continued after the role change", got, stopAfter)
 	}
 	// Resume under a new epoch: the rest arrive, stamped with it.
 	h.roles.Publish(activeState(1, 3))
-	waitFor(t, "the rest delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	testwait.For(t, 10*time.Second, "the rest delivered", func() bool { return h.stats(t, "up").Pending == 0 })
 	got := s.requests()
 	for i, r := range got[stopAfter:] {
 		if r.Epoch != "1.3" {
@@ -409,7 +415,7 @@ func TestRoleLossCancelsInFlightDelivery(t *testing.T) {
 	}
 	start := time.Now()
 	h.roles.Publish(role.State{Role: role.Detached})
-	waitFor(t, "delivery to stop", 10*time.Second, func() bool { return len(h.d.Status().Workers) == 0 })
+	testwait.For(t, 10*time.Second, "delivery to stop", func() bool { return len(h.d.Status().Workers) == 0 })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("stopping took %v", d)
 	}
@@ -429,7 +435,7 @@ func TestNeverAnsweringTargetIsBoundedByTimeout(t *testing.T) {
 	}
 	start := time.Now()
 	h.enqueue(t, "black-hole", "m", "x")
-	waitFor(t, "the message parked", 10*time.Second, func() bool { return h.stats(t, "black-hole").Parked == 1 })
+	testwait.For(t, 10*time.Second, "the message parked", func() bool { return h.stats(t, "black-hole").Parked == 1 })
 	if d := time.Since(start); d < 2*tg.Timeout {
 		t.Fatalf("parked after %v, before two timeouts of %v", d, tg.Timeout)
 	}
@@ -457,14 +463,14 @@ func TestSetTargetsReconfiguresByDifference(t *testing.T) {
 	if err := h.d.SetTargets([]Target{mk("a", "a1"), mk("b", "b1")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "workers a and b", 5*time.Second, func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,b" })
+	testwait.For(t, 5*time.Second, "workers a and b", func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,b" })
 	if err := h.d.SetTargets([]Target{mk("a", "a2"), mk("c", "c1")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "workers a and c", 5*time.Second, func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,c" })
+	testwait.For(t, 5*time.Second, "workers a and c", func() bool { return strings.Join(h.d.Status().Workers, ",") == "a,c" })
 	h.enqueue(t, "a", "x1", "x")
 	h.enqueue(t, "c", "x2", "x")
-	waitFor(t, "delivered", 5*time.Second, func() bool { return h.stats(t, "a").Pending == 0 && h.stats(t, "c").Pending == 0 })
+	testwait.For(t, 5*time.Second, "delivered", func() bool { return h.stats(t, "a").Pending == 0 && h.stats(t, "c").Pending == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if hits["a2"] != 1 || hits["c1"] != 1 || hits["a1"] != 0 {
@@ -488,15 +494,16 @@ func TestEpochChangeWhileActiveRestampsDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.enqueue(t, "up", "before", "x")
-	waitFor(t, "first delivery", 5*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	testwait.For(t, 5*time.Second, "first delivery", func() bool { return h.stats(t, "up").Pending == 0 })
 	// An availability override bumps the cluster epoch; the node stays Active.
 	h.roles.Publish(activeState(2, 1))
-	waitFor(t, "workers under the new epoch", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "workers under the new epoch", func() bool {
 		st := h.d.Status()
 		return st.Epoch == role.Epoch{Cluster: 2, Term: 1} && len(st.Workers) == 1
 	})
+
 	h.enqueue(t, "up", "after", "x")
-	waitFor(t, "second delivery", 5*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	testwait.For(t, 5*time.Second, "second delivery", func() bool { return h.stats(t, "up").Pending == 0 })
 	got := s.requests()
 	if len(got) != 2 || got[0].Epoch != "1.1" || got[1].Epoch != "2.1" || got[1].ID != "after" {
 		t.Fatalf("requests %+v", got)
@@ -538,9 +545,10 @@ func TestDeliveryWindow(t *testing.T) {
 				h.enqueue(t, "up", fmt.Sprintf("m%02d", i), "x")
 			}
 			h.roles.Publish(activeState(1, 1))
-			waitFor(t, "every message delivered and removed", 10*time.Second, func() bool {
+			testwait.For(t, 10*time.Second, "every message delivered and removed", func() bool {
 				return h.stats(t, "up").Pending == 0
 			})
+
 			mu.Lock()
 			defer mu.Unlock()
 			if peak != window {
@@ -601,15 +609,16 @@ func TestHTTPSTargetTrustsItsCAFile(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, "both targets failing for their own reason", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "both targets failing for their own reason", func() bool {
 		return strings.Contains(lastError("private-ca"), "read ca_file") &&
 			strings.Contains(lastError("system-roots"), "certificate signed by unknown authority")
 	})
+
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the private-CA target delivered", 10*time.Second, func() bool { return h.stats(t, "private-ca").Pending == 0 })
+	testwait.For(t, 10*time.Second, "the private-CA target delivered", func() bool { return h.stats(t, "private-ca").Pending == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got["p1"] != 1 || got["s1"] != 0 {
@@ -655,24 +664,25 @@ func TestHTTPSTargetFollowsACARotatedInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.enqueue(t, "historian", "before", "x")
-	waitFor(t, "delivery under the old CA", 10*time.Second, func() bool { return h.stats(t, "historian").Pending == 0 })
+	testwait.For(t, 10*time.Second, "delivery under the old CA", func() bool { return h.stats(t, "historian").Pending == 0 })
 
 	// The historian moves to its new certificate; keep-alive connections
 	// made under the old one go too.
 	current.Store(&newCert)
 	srv.CloseClientConnections()
 	h.enqueue(t, "historian", "after", "x")
-	waitFor(t, "the new certificate refused while ca_file holds the old CA", 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "the new certificate refused while ca_file holds the old CA", func() bool {
 		st, err := h.op.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(st) == 1 && st[0].Pending == 1 && strings.Contains(st[0].LastError, "certificate signed by unknown authority")
 	})
+
 	if err := os.WriteFile(caFile, newCA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery once ca_file holds the new CA", 10*time.Second, func() bool { return h.stats(t, "historian").Pending == 0 })
+	testwait.For(t, 10*time.Second, "delivery once ca_file holds the new CA", func() bool { return h.stats(t, "historian").Pending == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got["before"] != 1 || got["after"] != 1 {
@@ -742,7 +752,7 @@ func TestMaxPendingRefusesUntilDeliveriesCatchUp(t *testing.T) {
 	}
 
 	up.Store(true)
-	waitFor(t, "the capped target delivered", 10*time.Second, func() bool { return h.stats(t, "capped").Pending == 0 })
+	testwait.For(t, 10*time.Second, "the capped target delivered", func() bool { return h.stats(t, "capped").Pending == 0 })
 	h.enqueue(t, "capped", "c3", "x")
-	waitFor(t, "c3 delivered", 10*time.Second, func() bool { return h.stats(t, "capped").Pending == 0 })
+	testwait.For(t, 10*time.Second, "c3 delivered", func() bool { return h.stats(t, "capped").Pending == 0 })
 }

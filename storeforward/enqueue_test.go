@@ -13,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // holdFirst makes p block the first SFEnqueue it sees until release is
@@ -127,11 +128,12 @@ func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 	<-held
 	// Busy: the next lone message waits for the delay timer.
 	second := enqueueAsync(e, "second")
-	waitFor(t, "the batch timer", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "the batch timer", func() bool {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
 		return len(clock.timers) == 1
 	})
+
 	if n := len(p.commands(isEnqueue)); n != 0 {
 		t.Fatalf("%d commands committed while the first was held", n)
 	}
@@ -181,11 +183,12 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 			results <- res
 		}()
 	}
-	waitFor(t, "both enqueues in the loop", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "both enqueues in the loop", func() bool {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
 		return len(clock.timers) == 1
 	})
+
 	// The second may still be on its way into the batch; fire until both
 	// answered.
 	var got []EnqueueResult

@@ -123,18 +123,6 @@ func (c *manualClock) fire() {
 	c.timers = nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // received is one request a test sink got.
 type received struct {
 	ID      string

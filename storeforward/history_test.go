@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 type enqueueCall struct {
@@ -85,15 +87,16 @@ func TestHistoryBatchesBySizeAndDelayIntoTheStore(t *testing.T) {
 			t.Fatal("offer dropped")
 		}
 	}
-	waitFor(t, "two full batches", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
-	waitFor(t, "the 7th value taken in", 5*time.Second, func() bool { return len(fwd.updates) == 0 })
+	testwait.For(t, 5*time.Second, "two full batches", func() bool { return len(rec.snapshot()) == 2 })
+	testwait.For(t, 5*time.Second, "the 7th value taken in", func() bool { return len(fwd.updates) == 0 })
 	if n := len(rec.snapshot()); n != 2 {
 		t.Fatalf("%d batches before the delay passed", n)
 	}
-	waitFor(t, "the partial batch", 5*time.Second, func() bool {
-		clock.Advance(time.Minute) // the 7th value's batch delay passes
+	testwait.For(t, 5*time.Second, "the partial batch", func() bool {
+		clock.Advance(time.Minute)
 		return len(rec.snapshot()) == 3
 	})
+
 	calls := rec.snapshot()
 	sizes := []int{3, 3, 1}
 	for i, c := range calls {
@@ -106,10 +109,11 @@ func TestHistoryBatchesBySizeAndDelayIntoTheStore(t *testing.T) {
 		t.Fatalf("value %+v", v)
 	}
 	// The recorder sees a call before the store commits it.
-	waitFor(t, "3 batches stored", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "3 batches stored", func() bool {
 		st, _ := f.SFStats()
 		return st["historian"].Pending == 3
 	})
+
 }
 
 func TestHistorySelectionAndDeadband(t *testing.T) {
@@ -141,15 +145,15 @@ func TestHistorySelectionAndDeadband(t *testing.T) {
 		}
 	}
 	// Wait until the forwarder took everything in, then let the delay pass.
-	waitFor(t, "updates taken in", 5*time.Second, func() bool { return len(fwd.updates) == 0 })
+	testwait.For(t, 5*time.Second, "updates taken in", func() bool { return len(fwd.updates) == 0 })
 	var calls []enqueueCall
-	waitFor(t, "the batch", 5*time.Second, func() bool {
-		// The last update may still be in the loop's hands; advancing
-		// again is harmless.
+	testwait.For(t, 5*time.Second, "the batch", func() bool {
+
 		clock.Advance(time.Minute)
 		calls = rec.snapshot()
 		return len(calls) == 1
 	})
+
 	if got := len(calls[0].payload.Values); got != want {
 		t.Fatalf("%d values forwarded, want %d: %+v", got, want, calls[0].payload.Values)
 	}
@@ -170,15 +174,16 @@ func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
 		Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 2}}})
 	fwd.Offer(TagUpdate{Instance: "a", Attribute: "x", Value: 1, Timestamp: t0})
 	fwd.Offer(TagUpdate{Instance: "a", Attribute: "x", Value: 2, Timestamp: t0})
-	waitFor(t, "first attempt", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
-	waitFor(t, "the waiting gauge", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "first attempt", func() bool { return len(rec.snapshot()) == 1 })
+	testwait.For(t, 5*time.Second, "the waiting gauge", func() bool {
 		return gathered(t, reg, "scadad_history_values_waiting", "") == 2
 	})
+
 	rec.mu.Lock()
 	rec.fail = false
 	rec.mu.Unlock()
 	retryDue := clock.Now().Add(100 * time.Millisecond) // floor, jitter 0.5 = none
-	waitFor(t, "the retry timer", 5*time.Second, func() bool { return clock.waitingAt(retryDue) })
+	testwait.For(t, 5*time.Second, "the retry timer", func() bool { return clock.waitingAt(retryDue) })
 	if n := len(rec.snapshot()); n != 1 {
 		t.Fatalf("%d attempts before the retry delay", n)
 	}
@@ -187,7 +192,7 @@ func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
 		t.Fatalf("retried before the backoff delay: %d attempts", n)
 	}
 	clock.Advance(25 * time.Millisecond)
-	waitFor(t, "retry", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
+	testwait.For(t, 5*time.Second, "retry", func() bool { return len(rec.snapshot()) == 2 })
 	calls := rec.snapshot()
 	if calls[0].id != calls[1].id || calls[0].id == "" {
 		t.Fatalf("retry used id %q after %q", calls[1].id, calls[0].id)
@@ -231,9 +236,9 @@ func TestHistorySplitsBatchesOverThePayloadLimit(t *testing.T) {
 		}
 		offerAll(t, fwd, u)
 	}
-	waitFor(t, "the oversized value dropped", 5*time.Second, func() bool { return fwd.Dropped() == 1 })
+	testwait.For(t, 5*time.Second, "the oversized value dropped", func() bool { return fwd.Dropped() == 1 })
 	var got []string
-	waitFor(t, "every other value stored", 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "every other value stored", func() bool {
 		msgs, err := f.SFPending("historian", 0, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -255,6 +260,7 @@ func TestHistorySplitsBatchesOverThePayloadLimit(t *testing.T) {
 		}
 		return len(got) >= len(want)
 	})
+
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("stored values\n%v\nwant (in order, exactly as offered)\n%v", got, want)
 	}
@@ -290,7 +296,7 @@ func offerAll(t *testing.T, fwd *HistoryForwarder, us ...TagUpdate) {
 			t.Fatal("offer dropped")
 		}
 	}
-	waitFor(t, "updates taken in", 5*time.Second, func() bool { return fwd.Taken() == want })
+	testwait.For(t, 5*time.Second, "updates taken in", func() bool { return fwd.Taken() == want })
 }
 
 type sampled struct {
@@ -325,19 +331,19 @@ func TestHistorySampleForwardsLatestValueEveryInterval(t *testing.T) {
 		t.Fatalf("%d messages before the first sample", n)
 	}
 	tick := start.Add(time.Second)
-	waitFor(t, "the sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+	testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.waitingAt(tick) })
 	clock.Advance(time.Second)
-	waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
 	clock.Advance(time.Millisecond)
-	waitFor(t, "the first sample", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
+	testwait.For(t, 5*time.Second, "the first sample", func() bool { return len(rec.snapshot()) == 1 })
 
 	// Unchanged values are sampled again: that is what sampling is for.
 	tick = start.Add(2 * time.Second)
-	waitFor(t, "the second sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+	testwait.For(t, 5*time.Second, "the second sample timer", func() bool { return clock.waitingAt(tick) })
 	clock.Advance(time.Second - time.Millisecond)
-	waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
 	clock.Advance(time.Millisecond)
-	waitFor(t, "the second sample", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
+	testwait.For(t, 5*time.Second, "the second sample", func() bool { return len(rec.snapshot()) == 2 })
 
 	calls := rec.snapshot()
 	want := []sampled{{"Pump1.Speed", 3.0}, {"Pump1.Temp", float64(50)}} // JSON numbers decode as float64
@@ -404,15 +410,15 @@ func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
 					offerAll(t, fwd, tc.second...)
 				}
 				tick := start.Add(time.Duration(i+1) * time.Second)
-				waitFor(t, "the sample timer", 5*time.Second, func() bool { return clock.waitingAt(tick) })
+				testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.waitingAt(tick) })
 				clock.Advance(tick.Sub(clock.Now()))
 				if full := len(msgs) - 1; full > 0 {
-					waitFor(t, "full batches", 5*time.Second, func() bool { return len(rec.snapshot()) == sent+full })
+					testwait.For(t, 5*time.Second, "full batches", func() bool { return len(rec.snapshot()) == sent+full })
 				}
-				waitFor(t, "the batch timer", 5*time.Second, func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+				testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
 				clock.Advance(time.Millisecond)
 				sent += len(msgs)
-				waitFor(t, "the sample's messages", 5*time.Second, func() bool { return len(rec.snapshot()) == sent })
+				testwait.For(t, 5*time.Second, "the sample's messages", func() bool { return len(rec.snapshot()) == sent })
 			}
 			calls := rec.snapshot()
 			k := 0
@@ -446,27 +452,27 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
 	advanceTo := func(at time.Time) {
 		t.Helper()
-		waitFor(t, "the timer", 5*time.Second, func() bool { return clock.waitingAt(at) })
+		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.waitingAt(at) })
 		clock.Advance(at.Sub(clock.Now()))
 	}
 	advanceTo(start.Add(time.Second))
 	advanceTo(start.Add(time.Second + time.Millisecond))
-	waitFor(t, "the sample while Active", 5*time.Second, func() bool { return len(rec.snapshot()) == 1 })
+	testwait.For(t, 5*time.Second, "the sample while Active", func() bool { return len(rec.snapshot()) == 1 })
 
 	// No longer Active: the next sample sends nothing and forgets the value.
 	// (A sample would arm its batch timer instead of the next tick's.)
 	active.Store(false)
 	advanceTo(start.Add(2 * time.Second))
-	waitFor(t, "the 2 s tick done", 5*time.Second, func() bool { return clock.waitingAt(start.Add(3 * time.Second)) })
+	testwait.For(t, 5*time.Second, "the 2 s tick done", func() bool { return clock.waitingAt(start.Add(3 * time.Second)) })
 	// Active again without a new value: still nothing to sample.
 	active.Store(true)
 	advanceTo(start.Add(3 * time.Second))
-	waitFor(t, "the 3 s tick done", 5*time.Second, func() bool { return clock.waitingAt(start.Add(4 * time.Second)) })
+	testwait.For(t, 5*time.Second, "the 3 s tick done", func() bool { return clock.waitingAt(start.Add(4 * time.Second)) })
 	// A fresh value is sampled at the next tick.
 	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 2.0, Quality: "good"})
 	advanceTo(start.Add(4 * time.Second))
 	advanceTo(start.Add(4*time.Second + time.Millisecond))
-	waitFor(t, "the sample after the new value", 5*time.Second, func() bool { return len(rec.snapshot()) == 2 })
+	testwait.For(t, 5*time.Second, "the sample after the new value", func() bool { return len(rec.snapshot()) == 2 })
 	calls := rec.snapshot()
 	if got := sampledValues(calls[1]); len(got) != 1 || got[0] != (sampled{"P.a", 2.0}) {
 		t.Fatalf("after regaining the Active role forwarded %v, want only the fresh value", got)
@@ -545,7 +551,7 @@ func TestHistorySentMetrics(t *testing.T) {
 		TagUpdate{Instance: "P", Attribute: "a", Value: 2.0},
 		TagUpdate{Instance: "P", Attribute: "a", Value: 3.0},
 	)
-	waitFor(t, "the full batch", 5*time.Second, func() bool { return fwd.Sent() == 1 })
+	testwait.For(t, 5*time.Second, "the full batch", func() bool { return fwd.Sent() == 1 })
 	if got := gathered(t, reg, "scadad_history_messages_total", "pumps"); got != 1 {
 		t.Fatalf("scadad_history_messages_total{rule=pumps} = %v, want 1", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/promtest"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func TestMetrics(t *testing.T) {
@@ -66,7 +67,7 @@ func TestMetrics(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "delivered", 10*time.Second, func() bool { return h.stats(t, "up").Pending == 0 })
+	testwait.For(t, 10*time.Second, "delivered", func() bool { return h.stats(t, "up").Pending == 0 })
 	if got := gathered(t, reg, "scadad_sf_delivered_total", "up"); got != 3 {
 		t.Fatalf("delivered = %v, want 3", got)
 	}

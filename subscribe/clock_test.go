@@ -2,7 +2,6 @@ package subscribe
 
 import (
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -89,15 +88,4 @@ func (c *fakeClock) pending() int {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

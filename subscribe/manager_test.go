@@ -13,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
 
@@ -116,9 +117,9 @@ func TestManagerRunsOnlyWhileActive(t *testing.T) {
 		t.Fatal("a detached node opened a gateway session")
 	}
 	r.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}})
-	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	testwait.For(t, 10*time.Second, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
 	// Values can arrive before the worker has taken the reply in.
-	waitFor(t, "every worker confirmed", func() bool {
+	testwait.For(t, 10*time.Second, "every worker confirmed", func() bool {
 		ws := r.m.Status()
 		for _, w := range ws {
 			if !w.Confirmed {
@@ -127,6 +128,7 @@ func TestManagerRunsOnlyWhileActive(t *testing.T) {
 		}
 		return len(ws) == 2
 	})
+
 	st := r.sim.Stats()
 	if n := st.Commands[gateway.KindSubscribeBulk]; n < 1 || n > 2 {
 		t.Errorf("SubscribeBulk commands = %d, want 1 or 2 (one per instance, or coalesced)", n)
@@ -135,27 +137,29 @@ func TestManagerRunsOnlyWhileActive(t *testing.T) {
 		t.Errorf("peak subscribe commands in flight = %d, want 1", st.PeakSubscribeInFlight)
 	}
 	r.roles.Publish(role.State{Role: role.Standby})
-	waitFor(t, "workers stop and the session closes", func() bool {
+	testwait.For(t, 10*time.Second, "workers stop and the session closes", func() bool {
 		return len(r.m.Status()) == 0 && r.sim.Stats().Sessions == 0
 	})
-	waitFor(t, "values marked not live after losing the role", func() bool {
+
+	testwait.For(t, 10*time.Second, "values marked not live after losing the role", func() bool {
 		q, _ := r.sink.quality("Z28061/A000")
 		return q == gateway.QualityBadNotConnected
 	})
+
 }
 
 func TestManagerHotStandbyRunsOnStandby(t *testing.T) {
 	r := startManager(t, sim.Config{}, true, 1, 3)
 	r.roles.Publish(role.State{Role: role.Standby})
-	waitFor(t, "all tags good on the hot standby", func() bool { return r.sink.allGood(r.cfg) })
+	testwait.For(t, 10*time.Second, "all tags good on the hot standby", func() bool { return r.sink.allGood(r.cfg) })
 	r.roles.Publish(role.State{Role: role.Witness})
-	waitFor(t, "workers stop on a witness", func() bool { return len(r.m.Status()) == 0 })
+	testwait.For(t, 10*time.Second, "workers stop on a witness", func() bool { return len(r.m.Status()) == 0 })
 }
 
 func TestManagerAppliesByDifference(t *testing.T) {
 	r := startManager(t, sim.Config{}, false, 3, 4)
 	r.roles.Publish(role.State{Role: role.Active})
-	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	testwait.For(t, 10*time.Second, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
 	before := map[string]*Worker{}
 	r.m.statusMu.Lock()
 	for k, w := range r.m.status {
@@ -169,10 +173,11 @@ func TestManagerAppliesByDifference(t *testing.T) {
 	if err := r.m.Apply(next); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "reconfigured", func() bool {
+	testwait.For(t, 10*time.Second, "reconfigured", func() bool {
 		st := r.m.Status()
 		return len(st) == 2 && r.sink.allGood(next)
 	})
+
 	r.m.statusMu.Lock()
 	defer r.m.statusMu.Unlock()
 	key := func(name string) string { return InstanceConfig{Name: name, Connection: "mx1"}.key() }
@@ -182,24 +187,27 @@ func TestManagerAppliesByDifference(t *testing.T) {
 	if w := r.m.status[key("Z28062")]; w == nil || w == before[key("Z28062")] {
 		t.Error("changed instance Z28062 kept its old worker")
 	}
-	waitFor(t, "removed instance's items gone from the gateway", func() bool {
+	testwait.For(t, 10*time.Second, "removed instance's items gone from the gateway", func() bool {
 		return r.sim.Stats().AdvisedItems == 4+5
 	})
+
 }
 
 func TestManagerPartialSuccessKeepsGoodTags(t *testing.T) {
 	r := startManager(t, sim.Config{BadTagPrefix: "Z28061.A001"}, false, 1, 3)
 	r.roles.Publish(role.State{Role: role.Active})
-	waitFor(t, "good tags good", func() bool {
+	testwait.For(t, 10*time.Second, "good tags good", func() bool {
 		a, _ := r.sink.quality("Z28061/A000")
 		c, _ := r.sink.quality("Z28061/A002")
 		return a.IsGood() && c.IsGood()
 	})
-	waitFor(t, "bad tag reported", func() bool {
+
+	testwait.For(t, 10*time.Second, "bad tag reported", func() bool {
 		q, ok := r.sink.quality("Z28061/A001")
 		return ok && q == gateway.QualityBadConfigError
 	})
-	waitFor(t, "confirmed", func() bool { st := r.m.Status(); return len(st) == 1 && st[0].Confirmed })
+
+	testwait.For(t, 10*time.Second, "confirmed", func() bool { st := r.m.Status(); return len(st) == 1 && st[0].Confirmed })
 	if st := r.m.Status(); st[0].Endpoint != r.cfg.Connections[0].Endpoint {
 		t.Errorf("status endpoint = %q, want the connection's %q", st[0].Endpoint, r.cfg.Connections[0].Endpoint)
 	}
@@ -211,12 +219,12 @@ func TestManagerPartialSuccessKeepsGoodTags(t *testing.T) {
 func TestManagerResubscribesAfterGatewayRestart(t *testing.T) {
 	r := startManager(t, sim.Config{ChangeInterval: 10 * time.Millisecond}, false, 2, 5)
 	r.roles.Publish(role.State{Role: role.Active})
-	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	testwait.For(t, 10*time.Second, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
 	r.sim.Restart()
-	waitFor(t, "new session", func() bool { return r.sim.Stats().SessionsOpened == 2 })
-	waitFor(t, "items advised on the new session", func() bool { return r.sim.Stats().AdvisedItems == 10 })
+	testwait.For(t, 10*time.Second, "new session", func() bool { return r.sim.Stats().SessionsOpened == 2 })
+	testwait.For(t, 10*time.Second, "items advised on the new session", func() bool { return r.sim.Stats().AdvisedItems == 10 })
 	mark := time.Now()
-	waitFor(t, "fresh values after restart", func() bool {
+	testwait.For(t, 10*time.Second, "fresh values after restart", func() bool {
 		r.sink.mu.Lock()
 		defer r.sink.mu.Unlock()
 		for _, u := range r.sink.last {
@@ -226,6 +234,7 @@ func TestManagerResubscribesAfterGatewayRestart(t *testing.T) {
 		}
 		return len(r.sink.last) == 10
 	})
+
 }
 
 // blockingConn is a TagConn whose calls the test releases.
@@ -280,10 +289,10 @@ func TestCoalescerOneGatewayCallPerConnection(t *testing.T) {
 	}
 	results := make(chan res, 3)
 	go func() { i, err := co.subscribe(ctx, nil, []string{"a1", "a2"}, nil); results <- res{i, err} }()
-	waitFor(t, "first call", func() bool { return b.nCalls() == 1 })
+	testwait.For(t, 10*time.Second, "first call", func() bool { return b.nCalls() == 1 })
 	go func() { i, err := co.subscribe(ctx, nil, []string{"b1"}, nil); results <- res{i, err} }()
 	go func() { i, err := co.subscribe(ctx, nil, []string{"c1", "c2", "c3"}, nil); results <- res{i, err} }()
-	waitFor(t, "queued requests", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return len(co.queue) == 2 })
+	testwait.For(t, 10*time.Second, "queued requests", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return len(co.queue) == 2 })
 	close(b.release)
 	got := map[string]bool{}
 	for range 3 {
@@ -325,7 +334,7 @@ func testDepartedRequester(t *testing.T, claimed bool, wantRemoved int) {
 	applied := make(chan []gateway.ItemResult, 1)
 	apply := func(items []gateway.ItemResult) (bool, error) { applied <- items; return claimed, nil }
 	go func() { _, err := co.subscribe(ctx1, nil, []string{"a"}, apply); errs <- err }()
-	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
+	testwait.For(t, 10*time.Second, "call", func() bool { return b.nCalls() == 1 })
 	cancel1()
 	if err := <-errs; err == nil {
 		t.Fatal("cancelled request returned no error")
@@ -340,7 +349,7 @@ func testDepartedRequester(t *testing.T, claimed bool, wantRemoved int) {
 	if items := <-applied; len(items) != 1 || items[0].Err != nil {
 		t.Fatalf("applied %v", items)
 	}
-	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+	testwait.For(t, 10*time.Second, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.removed) != wantRemoved {
@@ -355,7 +364,7 @@ func TestCoalescerLostReplyFreesLaneAtCeiling(t *testing.T) {
 	if err == nil {
 		t.Fatal("a never-answered call returned no error")
 	}
-	waitFor(t, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
+	testwait.For(t, 10*time.Second, "lane free", func() bool { co.mu.Lock(); defer co.mu.Unlock(); return !co.running })
 }
 
 func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
@@ -372,11 +381,11 @@ func TestManagerSlowLegacyFanOutConvergesAcrossPresumedLosses(t *testing.T) {
 	cfg := siteConfig(addr, 1, 80) // ~80 × 3 ms ≈ 240 ms of apartment time
 	m := runManager(t, Options{Role: role.NewBroadcaster(role.State{Role: role.Active}), Sink: snk,
 		Policy: RetryPolicy{Floor: 20 * time.Millisecond, Max: 40 * time.Millisecond, InFlightCeiling: 100 * time.Millisecond}}, cfg)
-	waitFor(t, "all tags good", func() bool { return snk.allGood(cfg) })
+	testwait.For(t, 10*time.Second, "all tags good", func() bool { return snk.allGood(cfg) })
 	if st := m.Status(); len(st) != 1 || st[0].Attempts < 2 {
 		t.Fatalf("status %+v: want more than one attempt (the test must exceed the ceiling)", st)
 	}
-	waitFor(t, "one advised item per tag", func() bool { return s.Stats().AdvisedItems == 80 })
+	testwait.For(t, 10*time.Second, "one advised item per tag", func() bool { return s.Stats().AdvisedItems == 80 })
 }
 
 func TestCoalescerCancelsCallWhenEveryRequesterStopped(t *testing.T) {
@@ -385,10 +394,10 @@ func TestCoalescerCancelsCallWhenEveryRequesterStopped(t *testing.T) {
 	life, stop := context.WithCancel(context.Background())
 	errs := make(chan error, 1)
 	go func() { _, err := co.subscribe(life, life, []string{"a"}, nil); errs <- err }()
-	waitFor(t, "call", func() bool { return b.nCalls() == 1 })
+	testwait.For(t, 10*time.Second, "call", func() bool { return b.nCalls() == 1 })
 	stop()
 	<-errs
-	waitFor(t, "gateway call cancelled", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == 0 })
+	testwait.For(t, 10*time.Second, "gateway call cancelled", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == 0 })
 }
 
 func TestManagerRouteForwardsWritesOnlyWhileRunning(t *testing.T) {
@@ -397,7 +406,7 @@ func TestManagerRouteForwardsWritesOnlyWhileRunning(t *testing.T) {
 		t.Fatal("route resolved while the node is not active")
 	}
 	r.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
-	waitFor(t, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
+	testwait.For(t, 10*time.Second, "all tags good", func() bool { return r.sink.allGood(r.cfg) })
 	w, tag, err := r.m.Route("Z28061", "A001")
 	if err != nil || tag != "Z28061.A001" {
 		t.Fatalf("route = %q, %v", tag, err)
@@ -441,8 +450,8 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 	m := runManager(t, Options{Role: role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 2}}), Sink: sink,
 		Policy: RetryPolicy{Floor: 50 * time.Millisecond, Max: 400 * time.Millisecond, InFlightCeiling: 2 * time.Second}}, cfg)
 
-	waitFor(t, "every attribute of both gateways good", func() bool { return sink.allGood(cfg) })
-	waitFor(t, "a confirmed worker per gateway", func() bool {
+	testwait.For(t, 10*time.Second, "every attribute of both gateways good", func() bool { return sink.allGood(cfg) })
+	testwait.For(t, 10*time.Second, "a confirmed worker per gateway", func() bool {
 		ws := m.Status()
 		if len(ws) != 2 {
 			return false
@@ -454,6 +463,7 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 		}
 		return true
 	})
+
 	for i, s := range sims {
 		// 2 would be a presumed-lost first reply on a very slow machine.
 		if n := s.Stats().Commands[gateway.KindSubscribeBulk]; n < 1 || n > 2 {
@@ -478,10 +488,11 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 	if err := m.Apply(one); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "mx2's attributes not live, mx1's still good", func() bool {
+	testwait.For(t, 10*time.Second, "mx2's attributes not live, mx1's still good", func() bool {
 		q2, _ := sink.quality("Z28061/mx2_A0")
 		return q2 == gateway.QualityBadNotConnected && sink.allGood(one) && len(m.Status()) == 1
 	})
+
 }
 
 func TestConfigValidateInstancesAcrossConnections(t *testing.T) {

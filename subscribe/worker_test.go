@@ -14,6 +14,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/internal/lockedbuf"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // fakeSub is a Subscription whose attempts the test answers by hand.
@@ -80,7 +81,7 @@ func startWorkerLogged(t *testing.T, p RetryPolicy, log zerolog.Logger) *workerR
 	go func() { defer close(done); r.w.Run(ctx) }()
 	r.stop = func() { cancel(); <-done }
 	t.Cleanup(r.stop)
-	waitFor(t, "first attempt", func() bool { return r.sub.n() == 1 })
+	testwait.For(t, 10*time.Second, "first attempt", func() bool { return r.sub.n() == 1 })
 	return r
 }
 
@@ -90,23 +91,24 @@ func (r *workerRig) step(t *testing.T, d time.Duration) {
 	t.Helper()
 	steps := r.w.Status().Steps
 	r.clock.Advance(d)
-	waitFor(t, "worker step", func() bool { return r.w.Status().Steps > steps })
+	testwait.For(t, 10*time.Second, "worker step", func() bool { return r.w.Status().Steps > steps })
 }
 
 // idle waits until the worker waits on a timer (or has none to wait on).
 func (r *workerRig) idle(t *testing.T) {
 	t.Helper()
-	waitFor(t, "worker idle", func() bool {
+	testwait.For(t, 10*time.Second, "worker idle", func() bool {
 		st := r.w.Status()
 		return r.clock.pending() == 1 || (st.Confirmed && r.clock.pending() == 0)
 	})
+
 }
 
 func (r *workerRig) answer(t *testing.T, i int, err error) {
 	t.Helper()
 	steps := r.w.Status().Steps
 	r.sub.call(i).reply <- err
-	waitFor(t, "reply handled", func() bool { return r.w.Status().Steps > steps })
+	testwait.For(t, 10*time.Second, "reply handled", func() bool { return r.w.Status().Steps > steps })
 	r.idle(t)
 }
 
@@ -123,12 +125,12 @@ func TestWorkerNoDuplicatesWhileInFlightThenOneReissue(t *testing.T) {
 		t.Fatalf("%d attempts while the first was in flight, want 1", n)
 	}
 	r.step(t, 200*time.Millisecond) // the ceiling
-	waitFor(t, "re-issue after the ceiling", func() bool { return r.sub.n() == 2 })
-	waitFor(t, "superseded attempt cancelled", func() bool { return r.sub.call(0).ctx.Err() != nil })
+	testwait.For(t, 10*time.Second, "re-issue after the ceiling", func() bool { return r.sub.n() == 2 })
+	testwait.For(t, 10*time.Second, "superseded attempt cancelled", func() bool { return r.sub.call(0).ctx.Err() != nil })
 	if st := r.w.Status(); st.Attempts != 2 || st.Interval != 400*time.Millisecond {
 		t.Fatalf("after presumed loss %+v, want attempt 2 and the backoff advanced to 400ms", st)
 	}
-	waitFor(t, "the cancelled attempt's reply ignored", func() bool { return r.w.Status().LastEvent == EventSuperseded })
+	testwait.For(t, 10*time.Second, "the cancelled attempt's reply ignored", func() bool { return r.w.Status().LastEvent == EventSuperseded })
 	r.idle(t)
 	for range 4 { // ticks at the new 400 ms interval, up to 3.6 s < the new ceiling at 4 s
 		r.step(t, 400*time.Millisecond)
@@ -150,7 +152,7 @@ func TestWorkerFailureBacksOffAndSuccessStops(t *testing.T) {
 		t.Fatal("retried before the backoff elapsed")
 	}
 	r.step(t, time.Millisecond)
-	waitFor(t, "retry", func() bool { return r.sub.n() == 2 })
+	testwait.For(t, 10*time.Second, "retry", func() bool { return r.sub.n() == 2 })
 	r.idle(t)
 	r.answer(t, 1, nil)
 	st := r.w.Status()
@@ -176,15 +178,15 @@ func TestWorkerConnectionGoodResetsBackoff(t *testing.T) {
 	for i := range 4 {
 		r.answer(t, i, errors.New("busy"))
 		r.step(t, r.w.Status().Interval)
-		waitFor(t, "retry", func() bool { return r.sub.n() == i+2 })
+		testwait.For(t, 10*time.Second, "retry", func() bool { return r.sub.n() == i+2 })
 		r.idle(t)
 	}
 	r.answer(t, 4, errors.New("busy")) // next wait would be 5 s
 	steps := r.w.Status().Steps
 	r.w.ConnectionGood()
-	waitFor(t, "reset", func() bool { return r.w.Status().Steps > steps })
+	testwait.For(t, 10*time.Second, "reset", func() bool { return r.w.Status().Steps > steps })
 	// No clock step: the retry goes out at once.
-	waitFor(t, "retry at once after Good", func() bool { return r.sub.n() == 6 })
+	testwait.For(t, 10*time.Second, "retry at once after Good", func() bool { return r.sub.n() == 6 })
 	if iv := r.w.Status().Interval; iv != 200*time.Millisecond {
 		t.Fatalf("interval after Good = %v, want the 200ms floor", iv)
 	}
@@ -202,7 +204,7 @@ func TestWorkerWaitingForTheSessionIsNoWarning(t *testing.T) {
 		t.Fatalf("a subscribe refused for want of a session logged:\n%s", got)
 	}
 	r.w.ConnectionGood()
-	waitFor(t, "retry at once when the session is good", func() bool { return r.sub.n() == 2 })
+	testwait.For(t, 10*time.Second, "retry at once when the session is good", func() bool { return r.sub.n() == 2 })
 	r.answer(t, 1, errors.New("gateway busy"))
 	if got := logs.String(); !strings.Contains(got, `"level":"warn"`) || !strings.Contains(got, "subscribe failed") {
 		t.Fatalf("another failure was not a warning:\n%s", got)
@@ -213,7 +215,7 @@ func TestWorkerInvalidateResubscribes(t *testing.T) {
 	r := startWorker(t, fast)
 	r.answer(t, 0, nil)
 	r.w.Invalidate()
-	waitFor(t, "resubscribe", func() bool { return r.sub.n() == 2 })
+	testwait.For(t, 10*time.Second, "resubscribe", func() bool { return r.sub.n() == 2 })
 	if r.w.Status().Confirmed {
 		t.Fatal("still confirmed after invalidate")
 	}

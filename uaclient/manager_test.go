@@ -22,6 +22,7 @@ import (
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 )
@@ -140,17 +141,6 @@ func (r *recorder) get(key string) (update, bool) {
 	return u, ok
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func connectionTo(u *upstream) Connection {
 	ns := u.srv.NodeID("Boiler", "Temp").Namespace()
 	return Connection{
@@ -217,11 +207,11 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	m := startManager(t, roles, rec, Config{Connections: []Connection{conn}})
 
 	// The current value arrives, then each change.
-	waitFor(t, "initial BoilerTemp 71.5", hasValue(rec, "Line1.BoilerTemp", 71.5))
+	testwait.For(t, 15*time.Second, "initial BoilerTemp 71.5", hasValue(rec, "Line1.BoilerTemp", 71.5))
 	if err := up.srv.TagUpdate("Boiler", "Burner", true, true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "Burner true", hasValue(rec, "Line1.Burner", true))
+	testwait.For(t, 15*time.Second, "Burner true", hasValue(rec, "Line1.Burner", true))
 	// A node the upstream does not have stays Bad; the others are served.
 	if u, ok := rec.get("Line1.Ghost"); !ok || u.quality != gateway.QualityBadConfigError {
 		t.Errorf("Ghost = %+v (seen %v), want Bad config error", u, ok)
@@ -229,7 +219,7 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	if err := up.srv.TagUpdate("Boiler", "Temp", 80.25, true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "BoilerTemp 80.25", hasValue(rec, "Line1.BoilerTemp", 80.25))
+	testwait.For(t, 15*time.Second, "BoilerTemp 80.25", hasValue(rec, "Line1.BoilerTemp", 80.25))
 	if v := metricValue(t, m.metrics.connected.WithLabelValues("plc")); v != 1 {
 		t.Errorf("scadad_opcua_client_connected = %v while subscribed, want 1", v)
 	}
@@ -257,10 +247,11 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	// The upstream goes away: the attributes turn Bad, the write fails
 	// with a clear error, and the session comes back with the server.
 	link.Cut(true)
-	waitFor(t, "BoilerTemp Bad after the link dropped", func() bool {
+	testwait.For(t, 15*time.Second, "BoilerTemp Bad after the link dropped", func() bool {
 		u, ok := rec.get("Line1.BoilerTemp")
 		return ok && !u.quality.IsGood() && u.value == nil
 	})
+
 	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 1.0); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Errorf("write while disconnected: %v, want not connected", err)
 	}
@@ -271,7 +262,7 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	link.Cut(false)
-	waitFor(t, "BoilerTemp 90 once the link is back", hasValue(rec, "Line1.BoilerTemp", 90.0))
+	testwait.For(t, 15*time.Second, "BoilerTemp 90 once the link is back", hasValue(rec, "Line1.BoilerTemp", 90.0))
 	if st := m.Status(); len(st) != 1 || !st[0].Connected || st[0].Items != 3 {
 		t.Errorf("status %+v, want one connected connection with 3 items", st)
 	}
@@ -300,11 +291,11 @@ func TestQuietUpstreamKeepsTheSession(t *testing.T) {
 	// The first notification gets a second of real time (100 s at 100x).
 	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg, InitialValuesWait: 100 * time.Second},
 		Config{Connections: []Connection{conn}})
-	waitFor(t, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
+	testwait.For(t, 15*time.Second, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
 	m.mu.Lock()
 	s := m.sessions["plc"]
 	m.mu.Unlock()
-	waitFor(t, "30 answered server-state reads (a minute of keep-alives at 100x)", func() bool { return s.stateReads.Load() >= 30 })
+	testwait.For(t, 15*time.Second, "30 answered server-state reads (a minute of keep-alives at 100x)", func() bool { return s.stateReads.Load() >= 30 })
 	if n := rec.badCount("Line1.BoilerTemp"); n != 0 {
 		t.Fatalf("the quiet session was dropped %d times", n)
 	}
@@ -333,11 +324,12 @@ func TestSilentSubscriptionIsOpenedAgain(t *testing.T) {
 	conn.Items = conn.Items[:1]
 	reg := prometheus.NewRegistry()
 	startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg}, Config{Connections: []Connection{conn}})
-	waitFor(t, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
-	waitFor(t, "the silent subscription opened again twice", func() bool {
+	testwait.For(t, 15*time.Second, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
+	testwait.For(t, 15*time.Second, "the silent subscription opened again twice", func() bool {
 		n, _, _ := promtest.Value(reg, "scadad_opcua_client_resubscribed_total", "plc")
 		return n >= 2
 	})
+
 	if n := rec.badCount("Line1.BoilerTemp"); n != 0 {
 		t.Fatalf("BoilerTemp went Bad %d times while the subscription was opened again", n)
 	}
@@ -353,18 +345,19 @@ func TestSessionsFollowTheRole(t *testing.T) {
 	m := startManager(t, roles, rec, Config{Connections: []Connection{connectionTo(up)}})
 
 	roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 4}})
-	waitFor(t, "a value once Active", hasValue(rec, "Line1.BoilerTemp", 10.0))
+	testwait.For(t, 15*time.Second, "a value once Active", hasValue(rec, "Line1.BoilerTemp", 10.0))
 	roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 5}})
-	waitFor(t, "no session and Bad values once Standby", func() bool {
+	testwait.For(t, 15*time.Second, "no session and Bad values once Standby", func() bool {
 		u, _ := rec.get("Line1.BoilerTemp")
 		return len(m.Status()) == 0 && !u.quality.IsGood()
 	})
+
 	// In hot-standby mode the Standby reads too.
 	cfg := Config{HotStandby: true, Connections: []Connection{connectionTo(up)}}
 	if err := m.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a value on a hot Standby", hasValue(rec, "Line1.BoilerTemp", 10.0))
+	testwait.For(t, 15*time.Second, "a value on a hot Standby", hasValue(rec, "Line1.BoilerTemp", 10.0))
 	if !m.Carries("Line1", "Burner") || m.Carries("Line1", "Other") {
 		t.Error("Carries does not follow the configuration")
 	}
@@ -492,8 +485,9 @@ func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
 	startManagerWith(t, Options{Role: roles, Sink: &recorder{}, Logger: zerolog.Nop(), Registerer: reg}, Config{Connections: []Connection{conn}})
 	// A connection that never comes up must read 0, not be absent: an
 	// alert on connected == 0 would otherwise never fire for it.
-	waitFor(t, "connected 0 for the unreachable upstream", func() bool {
+	testwait.For(t, 15*time.Second, "connected 0 for the unreachable upstream", func() bool {
 		v, ok, err := promtest.Value(reg, "scadad_opcua_client_connected", "dead")
 		return err == nil && ok && v == 0
 	})
+
 }

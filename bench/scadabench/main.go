@@ -56,6 +56,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/siteconfig"
@@ -427,7 +428,7 @@ func (b *bench) setup() error {
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "deploy", "push", file); err != nil || code != 0 {
 		return fmt.Errorf("deploy push: exit %d: %s %v", code, errs, err)
 	}
-	return testcluster.Poll(ctx, func() bool {
+	return testwait.Poll(ctx, func() bool {
 		cli, err := b.client(b.c.Nodes[0])
 		if err != nil {
 			return false
@@ -913,7 +914,7 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	stop := b.profile("deliver", 5*time.Second)
 	defer stop()
 	t0 := time.Now()
-	if err := testcluster.Poll(ctx, func() bool {
+	if err := testwait.Poll(ctx, func() bool {
 		p, err := b.pending(ctx)
 		return err == nil && p == 0
 	}); err != nil {
@@ -1138,7 +1139,7 @@ func (b *bench) deployPhase() (*deployResult, error) {
 			return 0, 0, err
 		}
 		pushed := time.Since(t0)
-		err = testcluster.Poll(ctx, func() bool {
+		err = testwait.Poll(ctx, func() bool {
 			st, err := cli.api.DeployStatus(ctx, &controlpb.DeployStatusRequest{})
 			if err != nil {
 				return false
@@ -1271,7 +1272,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		return nil, err
 	}
 	defer fc.Close()
-	if err := testcluster.Poll(ctx, func() bool {
+	if err := testwait.Poll(ctx, func() bool {
 		fs, err := fc.api.Status(ctx, &controlpb.StatusRequest{})
 		return err == nil && fs.AppliedIndex >= target
 	}); err != nil {
@@ -1349,7 +1350,7 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 		}
 		// Healthy means the Active advertises 250 and the Standby 240.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err = testcluster.Poll(ctx, func() bool {
+		err = testwait.Poll(ctx, func() bool {
 			a, errA := opcua.ReadServiceLevel(ctx, lead.OPCUA, opts)
 			s, errS := opcua.ReadServiceLevel(ctx, survivor.OPCUA, opts)
 			return errA == nil && errS == nil && a == 250 && s == 240
@@ -1359,7 +1360,7 @@ func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 			return res, fmt.Errorf("the pair never reached 250/240 before the kill")
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
-		err = testcluster.Poll(ctx, func() bool { return freshGoodValue(ctx, lead.OPCUA, opts, time.Now().Add(-time.Second)) })
+		err = testwait.Poll(ctx, func() bool { return freshGoodValue(ctx, lead.OPCUA, opts, time.Now().Add(-time.Second)) })
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("the Active %s never served live field data before the kill", lead.ID)
@@ -1445,13 +1446,13 @@ func watchGap(lead, survivor string, opts opcua.ClientOptions) (gap func(context
 	stop = func() { cancel(); <-done }
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
-	if err := testcluster.Poll(wctx, func() bool { return strings.Count(out.String(), lead+" ns=1;s=Pump1.Speed = ") >= 3 }); err != nil {
+	if err := testwait.Poll(wctx, func() bool { return strings.Count(out.String(), lead+" ns=1;s=Pump1.Speed = ") >= 3 }); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("the watching client got no values from the Active %s:\n%s", lead, out.String())
 	}
 	gap = func(ctx context.Context) (time.Duration, bool) {
 		var d time.Duration
-		err := testcluster.Poll(ctx, func() bool {
+		err := testwait.Poll(ctx, func() bool {
 			m := gapLine.FindStringSubmatch(out.String())
 			if m == nil {
 				return false

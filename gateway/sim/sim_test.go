@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func start(t *testing.T, cfg Config) (*Sim, pb.MxAccessGatewayClient) {
@@ -46,17 +47,6 @@ func open(t *testing.T, c pb.MxAccessGatewayClient) *pb.OpenSessionReply {
 
 func ping(sess string) *pb.MxCommandRequest {
 	return &pb.MxCommandRequest{SessionId: sess, Command: &pb.MxCommand{Kind: &pb.MxCommand_Ping{Ping: &pb.PingCommand{}}}}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestApartmentRunsOneCommandAtATime(t *testing.T) {
@@ -110,8 +100,8 @@ func TestDeadlineExceededButAbandonedCommandStillRuns(t *testing.T) {
 			if deadlines != 1 {
 				t.Fatalf("%d DeadlineExceeded, want 1 (the second waits 20ms queued + 20ms running > 30ms)", deadlines)
 			}
-			waitFor(t, "queue drained", func() bool { return s.Stats().QueueLength == 0 })
-			waitFor(t, "executions counted", func() bool { return s.Stats().Executed[gateway.KindPing] >= tt.wantExecuted })
+			testwait.For(t, 10*time.Second, "queue drained", func() bool { return s.Stats().QueueLength == 0 })
+			testwait.For(t, 10*time.Second, "executions counted", func() bool { return s.Stats().Executed[gateway.KindPing] >= tt.wantExecuted })
 			if got := s.Stats(); got.Executed[gateway.KindPing] != tt.wantExecuted || got.DeadlineExceeded != 1 {
 				t.Fatalf("executed %d, deadline exceeded %d; want %d and 1", got.Executed[gateway.KindPing], got.DeadlineExceeded, tt.wantExecuted)
 			}

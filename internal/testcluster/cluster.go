@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -420,23 +421,11 @@ func (c *Cluster) Actives() []*Node {
 	return out
 }
 
-// Poll calls cond every 20 ms until it is true or ctx ends.
-func Poll(ctx context.Context, cond func() bool) error {
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
 // WaitOneActive waits until exactly one running node is Active and every
 // other running node says standby or witness, and returns the Active.
 func (c *Cluster) WaitOneActive(ctx context.Context) (*Node, error) {
 	var active *Node
-	err := Poll(ctx, func() bool {
+	err := testwait.Poll(ctx, func() bool {
 		a := c.Actives()
 		if len(a) != 1 {
 			return false
