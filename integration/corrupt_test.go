@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestCorruptFilesExitWithASentence: a state file, raft log or snapshot
@@ -40,10 +41,11 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 	enqueueAll(t, active, seqIDs("corrupt", 400), make([]byte, 2048))
 	standby := otherVoter(t, c, active)
 	data := filepath.Join(standby.Dir, "data")
-	waitFor(t, 30*time.Second, standby.ID+" to take a snapshot", func() bool {
+	testwait.For(t, 30*time.Second, standby.ID+" to take a snapshot", func() bool {
 		metas, _ := filepath.Glob(filepath.Join(data, "raft", "snapshots", "*", "meta.json"))
 		return len(metas) > 0
 	})
+
 	c.Stop(standby)
 	backup := filepath.Join(t.TempDir(), "data")
 	copyDir(t, data, backup)
@@ -93,7 +95,7 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 			}
 			start(t, c, standby)
 			defer c.Kill(standby)
-			waitFor(t, 60*time.Second, standby.ID+" to exit on the damaged "+tc.file, standby.Exited)
+			testwait.For(t, 60*time.Second, standby.ID+" to exit on the damaged "+tc.file, standby.Exited)
 			out, _ := os.ReadFile(standby.LogPath())
 			if code := standby.ExitCode(); code != 1 {
 				t.Errorf("exit code %d, want 1", code)
@@ -113,10 +115,11 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 	}
 	copyDir(t, backup, data)
 	start(t, c, standby)
-	waitFor(t, 30*time.Second, standby.ID+" healthy again", func() bool {
+	testwait.For(t, 30*time.Second, standby.ID+" healthy again", func() bool {
 		h, ok := standby.Health()
 		return ok && h.Role != ""
 	})
+
 }
 
 func copyDir(t *testing.T, from, to string) {

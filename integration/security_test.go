@@ -11,6 +11,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // asRole runs scadactl against one node with the client certificate name.
@@ -91,7 +92,7 @@ func TestViewerCannotWriteThroughActiveOrStandby(t *testing.T) {
 	}
 	var audit struct{ Entries []*controlpb.AuditEntry }
 	want := "shiftlead via " + standby.ID
-	err := testcluster.Poll(ctx, func() bool {
+	err := testwait.Poll(ctx, func() bool {
 		out, _, code := asRole(ctx, c, "watcher", standby, "--output", "json", "audit")
 		if code != 0 || json.Unmarshal([]byte(out), &audit.Entries) != nil {
 			return false
