@@ -86,6 +86,12 @@ type Config struct {
 	// PeerVerdictTTL is how long a peer's verdict about this node counts
 	// (default 30 s).
 	PeerVerdictTTL time.Duration
+	// ElectionGrace is how long a node that was Standby or Active keeps
+	// a degraded ServiceLevel (200) instead of 0 while an election goes
+	// on (default 10 s): the survivor of an Active's crash must not send
+	// clients away while it takes over, and a node that stays without a
+	// leader longer is treated as detached.
+	ElectionGrace time.Duration
 	// PeerStartGrace is how long after Start a peer's verdict that it
 	// cannot reach this node does not count (default 5 s): the peer probes
 	// every 2 s, and what it found while this node was down is not about
@@ -198,6 +204,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.PeerVerdictTTL <= 0 {
 		out.PeerVerdictTTL = 30 * time.Second
+	}
+	if out.ElectionGrace <= 0 {
+		out.ElectionGrace = 10 * time.Second
 	}
 	if out.PeerStartGrace <= 0 {
 		out.PeerStartGrace = 5 * time.Second

@@ -68,6 +68,9 @@ type Server struct {
 	startedAt    time.Time // when Start began serving (PeerStartGrace)
 	shuttingDown bool
 	levelAt      time.Time
+	// electingSince is when the node, Standby or Active before, went into
+	// an election; zero when it is not in one it came to from service.
+	electingSince time.Time
 
 	// warned spaces repeated warnings about the same refused client
 	// (warnOnce): a client retrying every second must not flood the log.
@@ -516,6 +519,7 @@ func (s *Server) follow(ctx context.Context) {
 		select {
 		case st := <-ch:
 			s.mu.Lock()
+			s.followElection(s.state, st)
 			s.state = st
 			s.mu.Unlock()
 		case <-s.kick:
@@ -539,6 +543,18 @@ func (s *Server) expireSessions() {
 	s.metrics.sessions.Set(float64(s.sessions.count()))
 }
 
+// followElection notes when a node in service (Standby or Active) goes
+// into an election, and forgets it when the election ends. Called with
+// s.mu held.
+func (s *Server) followElection(prev, next role.State) {
+	switch {
+	case !next.Electing || next.Role != role.Detached:
+		s.electingSince = time.Time{}
+	case s.electingSince.IsZero() && (prev.Role == role.Standby || prev.Role == role.Active):
+		s.electingSince = s.clock.Now()
+	}
+}
+
 func (s *Server) health() Health {
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -553,6 +569,7 @@ func (s *Server) health() Health {
 		DataFresh:     s.dataFresh,
 		PeerReachesMe: reach,
 		ShuttingDown:  s.shuttingDown,
+		Electing:      !s.electingSince.IsZero() && now.Sub(s.electingSince) <= s.cfg.ElectionGrace,
 	}
 }
 

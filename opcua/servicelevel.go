@@ -61,6 +61,11 @@ type Health struct {
 	PeerReachesMe PeerReach
 	// ShuttingDown is set once Close begins.
 	ShuttingDown bool
+	// Electing: a Detached node that was Standby or Active until an
+	// election began, not long ago (Config.ElectionGrace). It is still a
+	// server clients may move to (it may be the next Active), so it is
+	// rated as a Standby without quorum contact, not as detached.
+	Electing bool
 }
 
 // ComputeServiceLevel maps health to the byte a node publishes. It is pure:
@@ -68,6 +73,9 @@ type Health struct {
 func ComputeServiceLevel(h Health) byte {
 	if h.ShuttingDown {
 		return LevelDown
+	}
+	if h.Role == role.Detached && h.Electing {
+		h.Role, h.QuorumContact = role.Standby, false
 	}
 	if h.Role != role.Active && h.Role != role.Standby {
 		return LevelDown

@@ -33,6 +33,10 @@ func TestComputeServiceLevel(t *testing.T) {
 		{"active, no quorum and stale", with(healthy(role.Active), func(h *Health) { h.QuorumContact, h.DataFresh = false, false }), LevelCritical},
 		{"standby, no quorum and stale", with(healthy(role.Standby), func(h *Health) { h.QuorumContact, h.DataFresh = false, false }), LevelCritical},
 		{"detached beats every other input", Health{Role: role.Detached}, LevelDown},
+		{"electing after service, data fresh", Health{Role: role.Detached, Electing: true, DataFresh: true}, LevelDegraded},
+		{"electing after service, stale data", Health{Role: role.Detached, Electing: true}, LevelCritical},
+		{"electing, shutting down", Health{Role: role.Detached, Electing: true, DataFresh: true, ShuttingDown: true}, LevelDown},
+		{"witness electing", Health{Role: role.Witness, Electing: true, DataFresh: true}, LevelDown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,5 +80,44 @@ func TestEffectivePeerReach(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A node goes 240 -> 200 -> 250 through an election it entered from
+// service, not 240 -> 0 -> 250; one that never served (a boot without a
+// quorum) stays at 0, and so does one whose election outlasts the grace.
+func TestServiceLevelThroughAnElection(t *testing.T) {
+	clk := newFakeClock()
+	s := &Server{cfg: Config{ElectionGrace: 10 * time.Second}, clock: clk, dataFresh: true}
+	step := func(st role.State) byte {
+		s.mu.Lock()
+		s.followElection(s.state, st)
+		s.state = st
+		s.mu.Unlock()
+		return ComputeServiceLevel(s.health())
+	}
+	booting := role.State{Role: role.Detached, Electing: true}
+	if lvl := step(booting); lvl != LevelDown {
+		t.Fatalf("a booting node without a leader: %d, want 0", lvl)
+	}
+	if lvl := step(role.State{Role: role.Standby, Leader: "a"}); lvl != LevelStandby {
+		t.Fatalf("standby: %d", lvl)
+	}
+	if lvl := step(booting); lvl != LevelDegraded {
+		t.Fatalf("the standby in an election: %d, want %d", lvl, LevelDegraded)
+	}
+	clk.Advance(9 * time.Second)
+	if lvl := step(role.State{Role: role.Detached, Electing: true, Leader: "b"}); lvl != LevelDegraded {
+		t.Fatalf("still electing after 9 s: %d, want %d", lvl, LevelDegraded)
+	}
+	clk.Advance(2 * time.Second)
+	if lvl := ComputeServiceLevel(s.health()); lvl != LevelDown {
+		t.Fatalf("electing beyond the grace: %d, want 0", lvl)
+	}
+	if lvl := step(role.State{Role: role.Active, Leader: "b"}); lvl != LevelActive {
+		t.Fatalf("active: %d", lvl)
+	}
+	if lvl := step(role.State{Role: role.Detached}); lvl != LevelDown {
+		t.Fatalf("detached, not electing (raft down, shutdown): %d, want 0", lvl)
 	}
 }

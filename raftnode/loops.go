@@ -104,11 +104,15 @@ func (n *Node) computeState(r *raft.Raft, recovering bool, prev role.State) role
 		// yet committed may still be applying its predecessor's entries; an
 		// overridden leader is Active only once its epoch bump is committed.
 		if n.cfg.isWitness() || n.epochPending.Load() || n.barrierTerm.Load() != term {
+			st.Electing = true
 			return st
 		}
 		st.Role = role.Active
+	case raft.Candidate:
+		st.Electing = true
 	case raft.Follower:
 		if leader == "" || time.Since(r.LastContact()) > 2*n.cfg.HeartbeatTimeout {
+			st.Electing = true
 			return st
 		}
 		if n.cfg.isWitness() {

@@ -521,7 +521,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.pubMu.Lock()
 		n.cancel()
 		cur := n.bc.Current()
-		cur.Role, cur.Leader = role.Detached, ""
+		cur.Role, cur.Leader, cur.Electing = role.Detached, "", false
 		n.bc.Publish(cur)
 		n.pubMu.Unlock()
 		done := make(chan error, 1)

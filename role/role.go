@@ -74,6 +74,13 @@ type State struct {
 	// 0 when unknown. The OPC UA write gate allows an unknown role only on a
 	// single-voter cluster.
 	Voters int `json:"voters"`
+	// Electing is set on a Detached voter whose raft runs and which is
+	// between leaders: a candidate, a follower that lost its leader, or
+	// a new leader whose barrier has not committed yet. It does not make
+	// the node Active for anything; it tells those that advertise
+	// health (OPC UA ServiceLevel) that the node is taking part in an
+	// election, not cut off or stopping.
+	Electing bool `json:"electing,omitempty"`
 }
 
 // Broadcaster hands the newest State to every watcher. Watchers that fall
