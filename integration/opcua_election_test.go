@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestSurvivorKeepsItsServiceLevelThroughTheElection: after a SIGKILL of
@@ -31,7 +32,7 @@ func TestSurvivorKeepsItsServiceLevelThroughTheElection(t *testing.T) {
 		before := low()
 		killed := time.Now()
 		c.Kill(active)
-		waitFor(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
+		testwait.For(t, 15*time.Second, "the survivor's ServiceLevel 250", func() bool { return serviceLevel(standby.OPCUA) == 250 })
 		t.Logf("round %d: survivor at 250 %s after the SIGKILL", round, time.Since(killed).Round(time.Millisecond))
 		if after := low(); after != before {
 			t.Fatalf("round %d: the survivor published a ServiceLevel below 200 %d time(s) during the election", round, after-before)
