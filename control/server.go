@@ -231,10 +231,18 @@ func (s *Server) members(st role.State) ([]*controlpb.MemberStatus, error) {
 	var out []*controlpb.MemberStatus
 	for _, m := range ms {
 		_, configured := api[m.ID]
-		out = append(out, &controlpb.MemberStatus{
+		ms := &controlpb.MemberStatus{
 			Id: m.ID, RaftAddr: m.Addr, ApiAddr: api[m.ID], Suffrage: m.Suffrage, Leader: m.Leader,
 			Witness: m.Witness, Configured: configured, InRaft: m.Suffrage != "absent",
-		})
+			Reachable: m.Reachable || m.Self,
+		}
+		if !m.ReachableSince.IsZero() {
+			ms.ReachableSinceUnixNano = m.ReachableSince.UnixNano()
+		}
+		if !m.LastContact.IsZero() {
+			ms.LastContactUnixNano = m.LastContact.UnixNano()
+		}
+		out = append(out, ms)
 	}
 	return out, nil
 }

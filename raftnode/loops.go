@@ -365,9 +365,17 @@ func (n *Node) probePeers(ctx context.Context) map[string]peerStatus {
 		}(m)
 	}
 	wg.Wait()
+	now := n.cfg.Clock.Now()
 	n.mu.Lock()
 	prev := n.reachable
 	n.reachable = out
+	for _, m := range n.cfg.Members {
+		_, was := prev[m.ID]
+		_, is := out[m.ID]
+		if _, known := n.reachableSince[m.ID]; (!known || was != is) && m.ID != n.cfg.NodeID {
+			n.reachableSince[m.ID] = now
+		}
+	}
 	n.mu.Unlock()
 	for _, m := range n.cfg.Members {
 		_, was := prev[m.ID]

@@ -57,7 +57,11 @@ type Node struct {
 	recovering bool
 	removed    map[string]bool       // members an operator removed: never re-added automatically
 	reachable  map[string]peerStatus // last probe answer per member
-	splitBrain map[string]peerStatus // peers found leading a cluster without us
+	// reachableSince is when each member's probe outcome last changed (or
+	// the first probe): how long a peer has been down is what an operator
+	// asks first.
+	reachableSince map[string]time.Time
+	splitBrain     map[string]peerStatus // peers found leading a cluster without us
 
 	epochPending atomic.Bool
 	barrierTerm  atomic.Uint64
@@ -106,6 +110,8 @@ func New(cfg Config) (*Node, error) {
 		removed:    make(map[string]bool),
 		reachable:  make(map[string]peerStatus),
 		splitBrain: make(map[string]peerStatus),
+
+		reachableSince: make(map[string]time.Time),
 	}
 	if err := n.open(); err != nil {
 		n.closeStores()

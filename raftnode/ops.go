@@ -187,8 +187,11 @@ type MemberStatus struct {
 	// LastContact is the last sign of life from this member (raft traffic,
 	// connection or probe); zero if never, or for this node itself.
 	LastContact time.Time
-	// Reachable reports whether the member answered the last probe.
-	Reachable bool
+	// Reachable reports whether the member answered the last probe, and
+	// ReachableSince since when that has been so (or since this node's
+	// first probe); zero for this node itself.
+	Reachable      bool
+	ReachableSince time.Time
 	// SplitBrain is set when the member answered while leading a
 	// configuration without this node (dual-active).
 	SplitBrain bool
@@ -216,6 +219,9 @@ func (n *Node) Members() ([]MemberStatus, error) {
 		ms := MemberStatus{ID: id, Addr: addr, Suffrage: suffrage, Witness: m.Witness, Leader: string(leader) == id, Self: id == n.cfg.NodeID}
 		if t, ok := n.contact.lastContact(id); ok && !ms.Self {
 			ms.LastContact = t
+		}
+		if !ms.Self {
+			ms.ReachableSince = n.reachableSince[id]
 		}
 		if st, ok := reachable[id]; ok && !ms.Self {
 			ms.Reachable = true

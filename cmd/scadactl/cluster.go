@@ -63,9 +63,11 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		if st.OverrideState != "" {
 			fmt.Fprintf(w, "override\t%s\n", st.OverrideState)
 		}
-		fmt.Fprintf(w, "\nMEMBER\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\n")
+		now := time.Now()
+		fmt.Fprintf(w, "\nMEMBER\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tREACHABLE\tLAST CONTACT\n")
 		for _, m := range st.Members {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%s\t%s\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness,
+				reachability(m, st.NodeId, now), lastContact(m, st.NodeId, now))
 		}
 		if len(st.Connections) > 0 {
 			fmt.Fprintf(w, "\nCONNECTION\tKIND\tENDPOINT\tUP\tDETAIL\n")
@@ -74,6 +76,33 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 			}
 		}
 	})
+}
+
+// reachability says whether the answering node reaches member m and
+// since when: "yes" for the answering node itself (self, or a member with
+// no since time that counts as reachable), "yes since 12:01:02 (3m0s)",
+// "NO since 12:01:02 (45s)" for a member that stopped answering probes.
+func reachability(m *controlpb.MemberStatus, self string, now time.Time) string {
+	if m.Id == self || (m.Reachable && m.ReachableSinceUnixNano == 0) {
+		return "yes (this node)"
+	}
+	word := "NO"
+	if m.Reachable {
+		word = "yes"
+	}
+	if m.ReachableSinceUnixNano == 0 {
+		return word
+	}
+	since := time.Unix(0, m.ReachableSinceUnixNano)
+	return fmt.Sprintf("%s since %s (%s)", word, since.Local().Format("15:04:05"), now.Sub(since).Round(time.Second))
+}
+
+// lastContact is how long ago the answering node last heard from m.
+func lastContact(m *controlpb.MemberStatus, self string, now time.Time) string {
+	if m.Id == self || m.LastContactUnixNano == 0 {
+		return "-"
+	}
+	return now.Sub(time.Unix(0, m.LastContactUnixNano)).Round(time.Millisecond).String() + " ago"
 }
 
 // certificates says until when the node's certificate and the site CA
@@ -134,9 +163,11 @@ func runMembers(ctx context.Context, g *globals, args []string) error {
 			return rpcErr("members list", err)
 		}
 		return g.printOut(resp.Members, func(w *tabwriter.Writer) {
-			fmt.Fprintf(w, "ID\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tCONFIGURED\tIN RAFT\n")
+			now := time.Now()
+			fmt.Fprintf(w, "ID\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tCONFIGURED\tIN RAFT\tREACHABLE\tLAST CONTACT\n")
 			for _, m := range resp.Members {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%v\t%v\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness, m.Configured, m.InRaft)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%v\t%v\t%s\t%s\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness, m.Configured, m.InRaft,
+					reachability(m, "", now), lastContact(m, "", now))
 			}
 		})
 	case "add":

@@ -212,6 +212,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	goRun("heal", healing.run)
+	leaders := &control.LeaderAudit{NodeID: cfg.NodeID, Roles: roles, State: state, Audit: fwd, Now: time.Now,
+		Log: log.With().Str("part", "leader-audit").Logger()}
+	goRun("leader-audit", leaders.Run)
 	goRun("deploy", applier.Run)
 	goRun("certificates", func(ctx context.Context) error {
 		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
@@ -278,6 +281,12 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		log.Info().Msg("sole voter: no other node to hand the Active role to")
 	} else if st.Role == role.Active {
 		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// The next leader's leader.elected entry then says planned failover.
+		actx, acancel := context.WithTimeout(tctx, time.Second)
+		if err := fwd.Audit(actx, cfg.NodeID, "failover", "shutdown of "+cfg.NodeID+": handing the Active role over"); err != nil {
+			log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
+		}
+		acancel()
 		if err := node.LeadershipTransfer(tctx, ""); err != nil {
 			log.Warn().Err(err).Msg("leadership transfer before shutdown failed; the peer will elect itself")
 		}
