@@ -30,6 +30,14 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 		t.Fatalf("found only %d scadad metrics in %s: %v", len(names), alertRules, names)
 	}
 
+	requireOnActiveMetrics(t, alertRules, names)
+}
+
+// requireOnActiveMetrics starts a site with what the shipped rules and
+// dashboards watch and waits until every one of names has a sample on the
+// Active's /metrics; source says whose names they are.
+func requireOnActiveMetrics(t *testing.T, source string, names []string) {
+	t.Helper()
 	sim := startSim(t)
 	sink := startSink(t)
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
@@ -60,14 +68,14 @@ instances:
 	}
 
 	var missing []string
-	testwait.For(t, 30*time.Second, "every metric the alert rules use on the Active's /metrics", func() bool {
+	testwait.For(t, 30*time.Second, "every metric "+source+" uses on the Active's /metrics", func() bool {
 		body, err := scrapeMetrics(active)
 		if err != nil {
 			return false
 		}
 		missing = missing[:0]
 		for _, name := range names {
-
+			// A sample line, not only HELP/TYPE: "name{" or "name ".
 			if !strings.Contains(body, "\n"+name+"{") && !strings.Contains(body, "\n"+name+" ") {
 				missing = append(missing, name)
 			}
@@ -77,7 +85,11 @@ instances:
 		}
 		return len(missing) == 0
 	})
-
+	// The site label the rules and dashboards group by is the deployed
+	// site config's name.
+	if v := metricLine(active, `scadad_site_info{site="alerts"}`); v != "1" {
+		t.Fatalf(`scadad_site_info{site="alerts"} on the Active is %q, want 1`, v)
+	}
 }
 
 // alertMetricNames returns the scadad_* metric names used by the rules'

@@ -9,6 +9,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // leaderEntries are the leader.elected entries of n's audit trail.
@@ -37,7 +38,7 @@ func TestCrashFailoverIsAuditedAndTheDeadMemberShownUnreachable(t *testing.T) {
 	start(t, c)
 	first := waitOneActive(t, c, 20*time.Second)
 	var firstEntry *controlpb.AuditEntry
-	waitFor(t, 10*time.Second, "leader.elected of the first Active", func() bool {
+	testwait.For(t, 10*time.Second, "leader.elected of the first Active", func() bool {
 		es := leaderEntries(t, c, first)
 		if len(es) > 0 && es[len(es)-1].Actor == first.ID {
 			firstEntry = es[len(es)-1]
@@ -54,7 +55,7 @@ func TestCrashFailoverIsAuditedAndTheDeadMemberShownUnreachable(t *testing.T) {
 	var fo controlpb.FailoverResponse
 	ctlJSON(t, c, nil, &fo, "failover", "--to", planned.ID)
 	var le control.LeaderElected
-	waitFor(t, 10*time.Second, "leader.elected of the planned failover", func() bool {
+	testwait.For(t, 10*time.Second, "leader.elected of the planned failover", func() bool {
 		es := leaderEntries(t, c, planned)
 		if len(es) == 0 || es[len(es)-1].Actor != planned.ID {
 			return false
@@ -70,7 +71,7 @@ func TestCrashFailoverIsAuditedAndTheDeadMemberShownUnreachable(t *testing.T) {
 	dead := planned
 	c.Kill(dead)
 	survivor := waitOneActive(t, c, 10*time.Second)
-	waitFor(t, 10*time.Second, "leader.elected of the crash failover", func() bool {
+	testwait.For(t, 10*time.Second, "leader.elected of the crash failover", func() bool {
 		es := leaderEntries(t, c, survivor)
 		if len(es) == 0 || es[len(es)-1].Actor != survivor.ID {
 			return false
@@ -87,7 +88,7 @@ func TestCrashFailoverIsAuditedAndTheDeadMemberShownUnreachable(t *testing.T) {
 	deadRow := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(dead.ID) + `\s.*\sNO since \d\d:\d\d:\d\d \(\d+s\)`)
 	for _, args := range [][]string{{"status"}, {"members", "list"}} {
 		var out string
-		waitFor(t, 10*time.Second, "the dead member shown unreachable by "+args[0], func() bool {
+		testwait.For(t, 10*time.Second, "the dead member shown unreachable by "+args[0], func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			o, _, code, err := c.Ctl(ctx, []*testcluster.Node{survivor}, append([]string{"--output", "table"}, args...)...)

@@ -141,6 +141,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err := registerDiskSpace(reg, cfg.DataDir); err != nil {
 		return err
 	}
+	site, err := newSiteInfo(reg)
+	if err != nil {
+		return err
+	}
 
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
 	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, timed)
@@ -216,6 +220,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Log: log.With().Str("part", "leader-audit").Logger()}
 	goRun("leader-audit", leaders.Run)
 	goRun("deploy", applier.Run)
+	goRun("site-info", func(ctx context.Context) error {
+		followSite(ctx, holder, func(u siteconfig.Update) { site.set(u.Site.Name) })
+		return nil
+	})
 	goRun("certificates", func(ctx context.Context) error {
 		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
 		return nil

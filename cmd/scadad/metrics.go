@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,4 +91,33 @@ func (t timedNode) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 		t.hist.Observe(time.Since(start).Seconds())
 	}
 	return out, err
+}
+
+// siteInfo exports scadad_site_info{site} = 1 with the name of the site
+// config this node runs ("" until one is deployed): one Prometheus can
+// watch many sites, and the shipped alert rules join on it to group by
+// site.
+type siteInfo struct {
+	gauge *prometheus.GaugeVec
+	name  string
+}
+
+func newSiteInfo(reg prometheus.Registerer) (*siteInfo, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scadad_site_info",
+		Help: "1, labelled with the name of the site config this node runs (empty until one is deployed)."}, []string{"site"})
+	if err := reg.Register(g); err != nil {
+		return nil, fmt.Errorf("register scadad_site_info: %w", err)
+	}
+	g.WithLabelValues("").Set(1)
+	return &siteInfo{gauge: g}, nil
+}
+
+// set names the site config now running.
+func (s *siteInfo) set(name string) {
+	if name == s.name {
+		return
+	}
+	s.gauge.DeleteLabelValues(s.name)
+	s.gauge.WithLabelValues(name).Set(1)
+	s.name = name
 }
