@@ -15,6 +15,7 @@ import (
 	"github.com/gopcua/opcua/uasc"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/role"
 )
@@ -103,7 +104,7 @@ func TestProberReachesASecureOnlyPeer(t *testing.T) {
 }
 
 func TestProberRunsOnItsClock(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	var mu sync.Mutex
 	calls := 0
 	reachable := true
@@ -386,7 +387,7 @@ func TestWatchLeavesASilentSubscription(t *testing.T) {
 // together) is info until it has been for probeStartGrace, then one
 // warning; a peer that was reachable and is lost is a warning at once.
 func TestProberLogsAStartingPeerQuietly(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	var buf lockedbuf.Buffer
 	reachable := false
 	p := NewProber(ProberConfig{

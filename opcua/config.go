@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
 )
 
@@ -158,16 +159,11 @@ type Writer interface {
 	Write(ctx context.Context, instance, attribute string, value any, epoch role.Epoch) error
 }
 
-// Clock is injected so ServiceLevel expiry is testable without sleeping.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
+// Clock is the project's one clock, injected so ServiceLevel expiry is
+// testable without sleeping.
+type Clock = clock.Clock
 
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func wallClock() Clock { return clock.System() }
 
 // Deps are the server's collaborators.
 type Deps struct {

@@ -79,7 +79,7 @@ func NewProber(c ProberConfig) *Prober {
 		p.interval = 2 * time.Second
 	}
 	if p.clock == nil {
-		p.clock = realClock{}
+		p.clock = wallClock()
 	}
 	if p.read == nil {
 		opts := c.Client

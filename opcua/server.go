@@ -148,7 +148,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	clock := deps.Clock
 	if clock == nil {
-		clock = realClock{}
+		clock = wallClock()
 	}
 	reg := deps.Registerer
 	if reg == nil {

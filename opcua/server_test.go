@@ -14,6 +14,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/role"
 )
 
@@ -91,7 +92,7 @@ func TestServiceLevelFollowsHealthInputs(t *testing.T) {
 }
 
 func TestPeerVerdictExpires(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	ts := startServerWithClock(t, activeState(), clock)
 	// Right after the start a failed verdict is the peer's view of the
 	// node that was down, not of this server: it does not count.

@@ -8,6 +8,8 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/clock/clocktest"
 )
 
 func TestSessionTable(t *testing.T) {
@@ -72,7 +74,7 @@ func TestSessionTable(t *testing.T) {
 // session past the cap, and the sessions of clients that went quiet expire
 // (the library would keep them for ever), which makes room again.
 func TestSessionsCappedAndExpired(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	ts := startServerWithClock(t, activeState(), clock, func(c *Config) { c.MaxSessions, c.ShutdownGrace = 2, -1 })
 	first := connect(t, ts.Endpoint(), gopcua.SessionTimeout(10*time.Second))
 	connect(t, ts.Endpoint(), gopcua.SessionTimeout(10*time.Second))

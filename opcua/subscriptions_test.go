@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/clock/clocktest"
 )
 
 // The subscription engine on its own: a fake clock, fake node values and
@@ -88,7 +90,7 @@ func (l *sentLog) all() []sent {
 type subFixture struct {
 	t       *testing.T
 	m       *subscriptions
-	clock   *fakeClock
+	clock   *clocktest.Fake
 	nodes   *fakeNodes
 	sent    *sentLog
 	metrics *metrics
@@ -106,7 +108,7 @@ func newSubFixture(t *testing.T) *subFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &subFixture{t: t, clock: newFakeClock(), nodes: &fakeNodes{values: map[string]*ua.DataValue{}}, sent: &sentLog{}, metrics: met}
+	f := &subFixture{t: t, clock: clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), nodes: &fakeNodes{values: map[string]*ua.DataValue{}}, sent: &sentLog{}, metrics: met}
 	f.nodes.set(nodeA, 1.0, ua.StatusOK, f.clock.Now())
 	f.nodes.set(nodeB, float32(2), ua.StatusOK, f.clock.Now())
 	f.nodes.set(serviceLevelID, byte(250), ua.StatusOK, f.clock.Now())

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/clock"
 )
 
 // Mode selects what a node does when it loses quorum.
@@ -44,15 +46,6 @@ type FSM interface {
 	// ClusterEpoch is the epoch bumped by every availability override.
 	ClusterEpoch() uint64
 }
-
-// Clock is the time source of the override and contact logic.
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // Config configures a Node. Zero durations take the LAN defaults.
 type Config struct {
@@ -106,7 +99,7 @@ type Config struct {
 	// Logger is the caller's, already naming the node (scadad's carries
 	// node=<id>): raftnode adds no node key of its own, so no line has two.
 	Logger zerolog.Logger
-	Clock  Clock
+	Clock  clock.Clock // the override and contact logic's time source; default the wall clock
 	// Rand returns a float in [0,1); it jitters the probe period.
 	Rand func() float64
 
@@ -177,7 +170,7 @@ func (c *Config) applyDefaults() {
 		c.TrailingLogs = DefaultTrailingLogs
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = clock.System()
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64

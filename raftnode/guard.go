@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/scadad/scadad/internal/clock"
 )
 
 // contacts remembers when each peer last showed a sign of life: raft bytes
@@ -11,14 +13,14 @@ import (
 // never heard from counts from the tracker's creation, so a cold-started
 // node waits a full window before it may override.
 type contacts struct {
-	clock Clock
+	clock clock.Clock
 	start time.Time
 	mu    sync.Mutex
 	last  map[string]time.Time
 }
 
-func newContacts(clock Clock) *contacts {
-	return &contacts{clock: clock, start: clock.Now(), last: make(map[string]time.Time)}
+func newContacts(c clock.Clock) *contacts {
+	return &contacts{clock: c, start: c.Now(), last: make(map[string]time.Time)}
 }
 
 func (c *contacts) touch(id string) {

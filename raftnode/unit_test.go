@@ -7,30 +7,14 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/clock/clocktest"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // overrideFixture is a pair-mode voter at t0 with one peer, b, and an
 // override window of 10 s; heard(ago) says b was last heard ago.
@@ -88,7 +72,7 @@ func TestOverrideDue(t *testing.T) {
 // TestContactWindowIsContinuous drives the tracker with a fake clock: any
 // contact restarts the window, and a never-heard peer counts from start.
 func TestContactWindowIsContinuous(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := newContacts(clock)
 	after := 10 * time.Second
 	due := func() bool {
@@ -99,16 +83,16 @@ func TestContactWindowIsContinuous(t *testing.T) {
 	if _, ever := c.lastContact("b"); ever {
 		t.Fatal("fresh tracker claims contact")
 	}
-	clock.advance(after - time.Second)
+	clock.Advance(after - time.Second)
 	if due() {
 		t.Fatal("due before a full window since start")
 	}
 	c.touch("b") // e.g. one probe answered just before the window ended
-	clock.advance(after - time.Millisecond)
+	clock.Advance(after - time.Millisecond)
 	if due() {
 		t.Fatal("due although the peer answered inside the window")
 	}
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	if !due() {
 		t.Fatal("not due after a full silent window")
 	}
@@ -116,7 +100,7 @@ func TestContactWindowIsContinuous(t *testing.T) {
 	if due() {
 		t.Fatal("due right after the window was restarted")
 	}
-	clock.advance(after)
+	clock.Advance(after)
 	if !due() {
 		t.Fatal("not due a full window after the restart")
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
 )
 
@@ -48,7 +49,7 @@ type DelivererOptions struct {
 	// Active node if the node dies within the wait (with the same
 	// Idempotency-Key, as any delivery around a failover).
 	RemoveDelay time.Duration
-	Clock       Clock
+	Clock       clock.Clock
 	// Jitter returns a uniform draw in [0,1) for backoff jitter.
 	Jitter  func() float64
 	Logger  zerolog.Logger
@@ -94,7 +95,7 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 		opts.RemoveBatch = min(2048, fsm.MaxBulk)
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock()
+		opts.Clock = clock.System()
 	}
 	if opts.Jitter == nil {
 		opts.Jitter = defaultJitter

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
@@ -121,7 +122,7 @@ func TestDeliveryFIFOWithHeadersAndBatchedRemoval(t *testing.T) {
 
 func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 	const n = 30
-	clock := &manualClock{}
+	clock := clocktest.New(time.Now())
 	h := newHarnessWith(t, role.State{Role: role.Standby}, func(o *DelivererOptions) {
 		o.RemoveDelay, o.Clock = 20*time.Millisecond, clock
 	})
@@ -134,11 +135,11 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 	}
 	h.roles.Publish(activeState(1, 1))
 	testwait.For(t, 10*time.Second, "every message delivered", func() bool { return h.d.Live()["one"].Delivered >= n })
-	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.waiting() > 0 })
+	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.Waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 0 {
 		t.Fatalf("%d SFDelivered before the remove delay passed", len(got))
 	}
-	clock.fire()
+	clock.FireAll()
 	testwait.For(t, 10*time.Second, "removal of every delivered message", func() bool { return h.stats(t, "one").Pending == 0 })
 	removals := h.p.commands(isDelivered)
 	if len(removals) != 1 || len(removals[0].GetSfDelivered().Ids) != n {
@@ -147,7 +148,7 @@ func TestRemoveDelayGathersDeliveredIDs(t *testing.T) {
 }
 
 func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
-	clock := &manualClock{}
+	clock := clocktest.New(time.Now())
 	hold := make(chan struct{})
 	var held atomic.Bool
 	h := newHarnessWith(t, role.State{Role: role.Standby}, func(o *DelivererOptions) {
@@ -168,19 +169,19 @@ func TestRemoveDelayAlsoGathersWhileARemovalCommits(t *testing.T) {
 	}
 	h.roles.Publish(activeState(1, 1))
 	testwait.For(t, 10*time.Second, "the first wave delivered", func() bool { return h.d.Live()["one"].Delivered >= 10 })
-	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.waiting() > 0 })
-	clock.fire()
+	testwait.For(t, 10*time.Second, "the remover's wait", func() bool { return clock.Waiting() > 0 })
+	clock.FireAll()
 	testwait.For(t, 10*time.Second, "the first removal under way", held.Load)
 	for i := range 10 {
 		h.enqueue(t, "one", fmt.Sprintf("b%02d", i), "x")
 	}
 	testwait.For(t, 10*time.Second, "the second wave delivered", func() bool { return h.d.Live()["one"].Delivered >= 20 })
 	close(hold)
-	testwait.For(t, 10*time.Second, "the remover's next wait", func() bool { return clock.waiting() > 0 })
+	testwait.For(t, 10*time.Second, "the remover's next wait", func() bool { return clock.Waiting() > 0 })
 	if got := h.p.commands(isDelivered); len(got) != 1 {
 		t.Fatalf("%d SFDelivered before the second delay passed, want 1", len(got))
 	}
-	clock.fire()
+	clock.FireAll()
 	testwait.For(t, 10*time.Second, "removal of every delivered message", func() bool { return h.stats(t, "one").Pending == 0 })
 	if got := h.p.commands(isDelivered); len(got) != 2 || len(got[1].GetSfDelivered().Ids) != 10 {
 		t.Fatalf("removals %v, want a second SFDelivered of the 10 ids gathered meanwhile", got)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/clock"
 )
 
 // EnqueueResult says what became of an enqueued message.
@@ -45,7 +46,7 @@ type EnqueuerOptions struct {
 	// NewID generates an id when the caller gives none. Default
 	// TimeOrderedID at Clock's time.
 	NewID   func() string
-	Clock   Clock
+	Clock   clock.Clock
 	Logger  zerolog.Logger
 	Metrics *Metrics
 }
@@ -102,7 +103,7 @@ func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
 		opts.ProposeTimeout = 10 * time.Second
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock()
+		opts.Clock = clock.System()
 	}
 	if opts.NewID == nil {
 		clock := opts.Clock

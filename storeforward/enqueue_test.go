@@ -13,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
 )
 
@@ -55,7 +56,7 @@ func enqueueAsync(e *Enqueuer, id string) <-chan error {
 func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
-	clock := &manualClock{} // the delay timer never fires: batches close by size only
+	clock := clocktest.New(time.Now()) // the delay timer never fires: batches close by size only
 	const perBatch, total = 50, 200
 	e, err := NewEnqueuer(EnqueuerOptions{
 		Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://127.0.0.1:1"}},
@@ -116,7 +117,7 @@ func TestEnqueueGroupCommitsConcurrentCalls(t *testing.T) {
 func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
-	clock := &manualClock{}
+	clock := clocktest.New(time.Now())
 	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -129,9 +130,7 @@ func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 	// Busy: the next lone message waits for the delay timer.
 	second := enqueueAsync(e, "second")
 	testwait.For(t, 5*time.Second, "the batch timer", func() bool {
-		clock.mu.Lock()
-		defer clock.mu.Unlock()
-		return len(clock.timers) == 1
+		return clock.Waiting() == 1
 	})
 
 	if n := len(p.commands(isEnqueue)); n != 0 {
@@ -142,7 +141,7 @@ func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 		t.Fatalf("second enqueue returned before its batch was sent: %v", err)
 	default:
 	}
-	clock.fire()
+	clock.FireAll()
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +157,7 @@ func TestEnqueueWaitsForCompanyOnlyWhileBusy(t *testing.T) {
 func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
-	clock := &manualClock{}
+	clock := clocktest.New(time.Now())
 	ids := []string{"gen-1", "gen-2"}
 	var idMu sync.Mutex
 	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Clock: clock,
@@ -184,16 +183,14 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 		}()
 	}
 	testwait.For(t, 5*time.Second, "both enqueues in the loop", func() bool {
-		clock.mu.Lock()
-		defer clock.mu.Unlock()
-		return len(clock.timers) == 1
+		return clock.Waiting() == 1
 	})
 
 	// The second may still be on its way into the batch; fire until both
 	// answered.
 	var got []EnqueueResult
 	for len(got) < 2 {
-		clock.fire()
+		clock.FireAll()
 		select {
 		case r := <-results:
 			got = append(got, r)
@@ -228,7 +225,7 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 	}()
 	var res EnqueueResult
 	for done := false; !done; {
-		clock.fire()
+		clock.FireAll()
 		select {
 		case res = <-later:
 			done = true
@@ -250,7 +247,7 @@ func TestEnqueueDuplicateIDStoredOnce(t *testing.T) {
 		gen <- res
 	}()
 	for done := false; !done; {
-		clock.fire()
+		clock.FireAll()
 		select {
 		case res = <-gen:
 			done = true
@@ -360,7 +357,7 @@ func TestEnqueueRefusedBatchFailsOnlyTheBadMessage(t *testing.T) {
 	f := newFSM(t, true)
 	inner := &applyProposer{f: f}
 	e, err := NewEnqueuer(EnqueuerOptions{Proposer: poisonProposer{next: inner}, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}},
-		MaxBatchMessages: 3, Clock: &manualClock{}, Logger: zerolog.Nop()})
+		MaxBatchMessages: 3, Clock: clocktest.New(time.Now()), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +424,7 @@ func TestTimeOrderedIDsSortByTime(t *testing.T) {
 func TestSubmitPipelinesOneCallersMessages(t *testing.T) {
 	f := newFSM(t, true)
 	p := &applyProposer{f: f}
-	clock := &manualClock{}
+	clock := clocktest.New(time.Now())
 	const total = 40
 	e, err := NewEnqueuer(EnqueuerOptions{
 		Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://127.0.0.1:1"}},

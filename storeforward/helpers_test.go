@@ -89,40 +89,6 @@ func (p *applyProposer) commands(pick func(*fsmpb.Command) bool) []*fsmpb.Comman
 func isEnqueue(c *fsmpb.Command) bool   { return c.GetSfEnqueue() != nil }
 func isDelivered(c *fsmpb.Command) bool { return c.GetSfDelivered() != nil }
 
-// manualClock has real Now but timers that fire only when told, so batching
-// by size is deterministic.
-type manualClock struct {
-	mu     sync.Mutex
-	timers []chan time.Time
-}
-
-func (c *manualClock) Now() time.Time { return time.Now() }
-
-func (c *manualClock) After(time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	c.mu.Lock()
-	c.timers = append(c.timers, ch)
-	c.mu.Unlock()
-	return ch
-}
-
-// waiting is how many timers wait to be fired.
-func (c *manualClock) waiting() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-// fire fires every timer made so far.
-func (c *manualClock) fire() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, ch := range c.timers {
-		ch <- time.Now()
-	}
-	c.timers = nil
-}
-
 // received is one request a test sink got.
 type received struct {
 	ID      string
@@ -266,64 +232,4 @@ func (h *harness) stats(t testing.TB, target string) fsm.TargetStats {
 // fastTarget retries quickly so failure tests run in milliseconds.
 func fastTarget(name, url string) Target {
 	return Target{Name: name, URL: url, Timeout: 2 * time.Second, BackoffFloor: time.Millisecond, BackoffMax: 4 * time.Millisecond, MaxAttempts: 100}
-}
-
-// fakeClock is a settable clock: timers fire when Advance passes them.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []fakeTimer
-}
-
-type fakeTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Advance moves time forward and fires the timers that came due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.at.After(c.now) {
-			t.ch <- c.now
-			continue
-		}
-		kept = append(kept, t)
-	}
-	c.timers = kept
-}
-
-// waitingAt reports whether a timer is due exactly at at.
-func (c *fakeClock) waitingAt(at time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.timers {
-		if t.at.Equal(at) {
-			return true
-		}
-	}
-	return false
 }

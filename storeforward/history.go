@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
 )
 
@@ -120,7 +121,7 @@ type HistoryOptions struct {
 	Active func() bool
 	// Metrics counts forwarded and dropped values (nil: none).
 	Metrics *Metrics
-	Clock   Clock
+	Clock   clock.Clock
 	Jitter  func() float64
 	Logger  zerolog.Logger
 }
@@ -193,7 +194,7 @@ func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
 		opts.RetryMax = 10 * time.Second
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock()
+		opts.Clock = clock.System()
 	}
 	if opts.Jitter == nil {
 		opts.Jitter = defaultJitter

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
 )
 
@@ -80,7 +81,7 @@ func TestHistoryBatchesBySizeAndDelayIntoTheStore(t *testing.T) {
 	}
 	defer e.Close()
 	rec := &recordingEnqueuer{next: e}
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{Name: "all", Target: "historian", MaxBatch: 3, MaxBatchDelay: time.Minute}}})
 	for i := 0; i < 7; i++ {
 		if !fwd.Offer(TagUpdate{Instance: "Pump1", Attribute: "Speed", Value: float64(i), Quality: "good", Timestamp: t0.Add(time.Duration(i) * time.Second)}) {
@@ -118,7 +119,7 @@ func TestHistoryBatchesBySizeAndDelayIntoTheStore(t *testing.T) {
 
 func TestHistorySelectionAndDeadband(t *testing.T) {
 	rec := &recordingEnqueuer{}
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{
 		Name: "speed", Target: "up", Deadband: 1.0, MaxBatch: 100, MaxBatchDelay: time.Minute,
 		Select: []HistorySelector{{Instance: "Pump1", Attributes: []string{"Speed"}}, {Instance: "Valve"}},
@@ -169,7 +170,7 @@ func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recordingEnqueuer{fail: true}
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Jitter: func() float64 { return 0.5 }, Metrics: metrics,
 		Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 2}}})
 	fwd.Offer(TagUpdate{Instance: "a", Attribute: "x", Value: 1, Timestamp: t0})
@@ -183,7 +184,7 @@ func TestHistoryRetriesFailedBatchWithSameID(t *testing.T) {
 	rec.fail = false
 	rec.mu.Unlock()
 	retryDue := clock.Now().Add(100 * time.Millisecond) // floor, jitter 0.5 = none
-	testwait.For(t, 5*time.Second, "the retry timer", func() bool { return clock.waitingAt(retryDue) })
+	testwait.For(t, 5*time.Second, "the retry timer", func() bool { return clock.WaitingAt(retryDue) })
 	if n := len(rec.snapshot()); n != 1 {
 		t.Fatalf("%d attempts before the retry delay", n)
 	}
@@ -223,7 +224,7 @@ func TestHistorySplitsBatchesOverThePayloadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	fwd := startHistory(t, HistoryOptions{Enqueuer: e, Metrics: metrics, Clock: newFakeClock(),
+	fwd := startHistory(t, HistoryOptions{Enqueuer: e, Metrics: metrics, Clock: clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Rules: []HistoryRule{{Name: "r", Target: "historian", MaxBatch: 8, MaxBatchDelay: time.Hour}}})
 	const base = int64(1) << 60 // not exact as a float64: the halves must keep it as written
 	var want []string
@@ -314,7 +315,7 @@ func sampledValues(c enqueueCall) []sampled {
 
 func TestHistorySampleForwardsLatestValueEveryInterval(t *testing.T) {
 	rec := &recordingEnqueuer{}
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clock.Now()
 	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{
 		Name: "cyclic", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
@@ -331,17 +332,17 @@ func TestHistorySampleForwardsLatestValueEveryInterval(t *testing.T) {
 		t.Fatalf("%d messages before the first sample", n)
 	}
 	tick := start.Add(time.Second)
-	testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.waitingAt(tick) })
+	testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.WaitingAt(tick) })
 	clock.Advance(time.Second)
-	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.WaitingAt(tick.Add(time.Millisecond)) })
 	clock.Advance(time.Millisecond)
 	testwait.For(t, 5*time.Second, "the first sample", func() bool { return len(rec.snapshot()) == 1 })
 
 	// Unchanged values are sampled again: that is what sampling is for.
 	tick = start.Add(2 * time.Second)
-	testwait.For(t, 5*time.Second, "the second sample timer", func() bool { return clock.waitingAt(tick) })
+	testwait.For(t, 5*time.Second, "the second sample timer", func() bool { return clock.WaitingAt(tick) })
 	clock.Advance(time.Second - time.Millisecond)
-	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+	testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.WaitingAt(tick.Add(time.Millisecond)) })
 	clock.Advance(time.Millisecond)
 	testwait.For(t, 5*time.Second, "the second sample", func() bool { return len(rec.snapshot()) == 2 })
 
@@ -394,7 +395,7 @@ func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingEnqueuer{}
-			clock := newFakeClock()
+			clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			start := clock.Now()
 			fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Rules: []HistoryRule{{
 				Name: "r", Target: "up", SampleInterval: time.Second, Deadband: tc.deadband, MaxBatch: tc.maxBatch, MaxBatchDelay: time.Millisecond,
@@ -410,12 +411,12 @@ func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
 					offerAll(t, fwd, tc.second...)
 				}
 				tick := start.Add(time.Duration(i+1) * time.Second)
-				testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.waitingAt(tick) })
+				testwait.For(t, 5*time.Second, "the sample timer", func() bool { return clock.WaitingAt(tick) })
 				clock.Advance(tick.Sub(clock.Now()))
 				if full := len(msgs) - 1; full > 0 {
 					testwait.For(t, 5*time.Second, "full batches", func() bool { return len(rec.snapshot()) == sent+full })
 				}
-				testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.waitingAt(tick.Add(time.Millisecond)) })
+				testwait.For(t, 5*time.Second, "the batch timer", func() bool { return clock.WaitingAt(tick.Add(time.Millisecond)) })
 				clock.Advance(time.Millisecond)
 				sent += len(msgs)
 				testwait.For(t, 5*time.Second, "the sample's messages", func() bool { return len(rec.snapshot()) == sent })
@@ -442,7 +443,7 @@ func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
 
 func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	rec := &recordingEnqueuer{}
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clock.Now()
 	var active atomic.Bool
 	active.Store(true)
@@ -452,7 +453,7 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
 	advanceTo := func(at time.Time) {
 		t.Helper()
-		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.waitingAt(at) })
+		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.WaitingAt(at) })
 		clock.Advance(at.Sub(clock.Now()))
 	}
 	advanceTo(start.Add(time.Second))
@@ -463,11 +464,11 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	// (A sample would arm its batch timer instead of the next tick's.)
 	active.Store(false)
 	advanceTo(start.Add(2 * time.Second))
-	testwait.For(t, 5*time.Second, "the 2 s tick done", func() bool { return clock.waitingAt(start.Add(3 * time.Second)) })
+	testwait.For(t, 5*time.Second, "the 2 s tick done", func() bool { return clock.WaitingAt(start.Add(3 * time.Second)) })
 	// Active again without a new value: still nothing to sample.
 	active.Store(true)
 	advanceTo(start.Add(3 * time.Second))
-	testwait.For(t, 5*time.Second, "the 3 s tick done", func() bool { return clock.waitingAt(start.Add(4 * time.Second)) })
+	testwait.For(t, 5*time.Second, "the 3 s tick done", func() bool { return clock.WaitingAt(start.Add(4 * time.Second)) })
 	// A fresh value is sampled at the next tick.
 	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 2.0, Quality: "good"})
 	advanceTo(start.Add(4 * time.Second))
@@ -489,7 +490,7 @@ func TestHistoryDropsAreCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	clock := newFakeClock()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	// Not running: the intake of two fills and stays full.
 	fwd, err := NewHistoryForwarder(HistoryOptions{Enqueuer: &recordingEnqueuer{}, Buffer: 2, Metrics: metrics, Clock: clock,
 		Logger: zerolog.New(&logs), Rules: []HistoryRule{{Name: "r", Target: "up"}}})
@@ -544,7 +545,7 @@ func TestHistorySentMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recordingEnqueuer{}
-	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Metrics: metrics, Clock: newFakeClock(),
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Metrics: metrics, Clock: clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Rules: []HistoryRule{{Name: "pumps", Target: "up", MaxBatch: 3}}})
 	offerAll(t, fwd,
 		TagUpdate{Instance: "P", Attribute: "a", Value: 1.0},
@@ -580,7 +581,7 @@ func TestHistoryStopFlushesWhatIsBatched(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &recordingEnqueuer{fail: tc.fail}
-			h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: newFakeClock(), Metrics: metrics,
+			h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Metrics: metrics,
 				Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 100, MaxBatchDelay: time.Hour}}})
 			if err != nil {
 				t.Fatal(err)
@@ -622,7 +623,7 @@ func TestHistoryStopFlushesWhatIsBatched(t *testing.T) {
 // the final flush too.
 func TestHistoryStopTakesOfferedUpdates(t *testing.T) {
 	rec := &recordingEnqueuer{}
-	h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: newFakeClock(),
+	h, err := NewHistoryForwarder(HistoryOptions{Enqueuer: rec, Clock: clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Rules: []HistoryRule{{Name: "r", Target: "up", MaxBatch: 100, MaxBatchDelay: time.Hour}}})
 	if err != nil {
 		t.Fatal(err)

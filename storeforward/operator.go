@@ -9,6 +9,7 @@ import (
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/clock"
 )
 
 // LiveSource gives the in-memory delivery figures; *Deliverer satisfies it.
@@ -27,7 +28,7 @@ type OperatorOptions struct {
 	// Actor is stamped on retry and discard commands (the operator or the
 	// node id).
 	Actor string
-	Clock Clock
+	Clock clock.Clock
 }
 
 // Operator implements the control API's store-and-forward functions.
@@ -39,7 +40,7 @@ func NewOperator(opts OperatorOptions) (*Operator, error) {
 		return nil, errors.New("new operator: Reader and Proposer are required")
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock()
+		opts.Clock = clock.System()
 	}
 	return &Operator{opts: opts}, nil
 }

@@ -52,21 +52,6 @@ type TargetLookup interface {
 	TargetNames() []string
 }
 
-// Clock is the time source; tests inject their own.
-type Clock interface {
-	Now() time.Time
-	// After is time.After.
-	After(d time.Duration) <-chan time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
-// SystemClock is the wall clock.
-func SystemClock() Clock { return systemClock{} }
-
 // TimeOrderedID returns the default generated message id: 8 bytes of the
 // time in nanoseconds since 1970 (big-endian) and 8 random bytes, in hex.
 // Ids made later sort later, so the replicated id index takes them at its

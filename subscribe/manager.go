@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
 )
 
@@ -37,7 +38,7 @@ type Options struct {
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
-	Clock      Clock
+	Clock      clock.Clock
 	Rand       func() float64
 }
 
@@ -85,7 +86,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("subscribe manager: %w", err)
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.System()
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/clock"
 )
 
 // Subscription is one thing a Worker keeps subscribed: an instance's tags on
@@ -26,7 +27,7 @@ type WorkerOptions struct {
 	Connection string
 	Instance   string
 	Policy     RetryPolicy
-	Clock      Clock
+	Clock      clock.Clock
 	// Rand returns a uniform sample in [0,1) for jitter.
 	Rand    func() float64
 	Logger  zerolog.Logger
@@ -72,7 +73,7 @@ type attemptResult struct {
 func NewWorker(sub Subscription, opts WorkerOptions) *Worker {
 	opts.Policy = opts.Policy.withDefaults()
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.System()
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
@@ -168,7 +169,7 @@ func (w *Worker) Run(ctx context.Context) {
 
 	act(g.Start(w.opts.Clock.Now()), nil)
 	for {
-		var timer Timer
+		var timer clock.Timer
 		var tick <-chan time.Time
 		if due := g.Due(); !due.IsZero() {
 			timer = w.opts.Clock.NewTimer(due.Sub(w.opts.Clock.Now()))

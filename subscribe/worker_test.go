@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -55,7 +56,7 @@ func (f *fakeSub) call(i int) *fakeCall {
 
 type workerRig struct {
 	reg   *prometheus.Registry
-	clock *fakeClock
+	clock *clocktest.Fake
 	sub   *fakeSub
 	w     *Worker
 	stop  func()
@@ -73,7 +74,7 @@ func startWorkerLogged(t *testing.T, p RetryPolicy, log zerolog.Logger) *workerR
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &workerRig{reg: reg, clock: newFakeClock(), sub: &fakeSub{}}
+	r := &workerRig{reg: reg, clock: clocktest.New(t0), sub: &fakeSub{}}
 	r.w = NewWorker(r.sub, WorkerOptions{Connection: "conn-1", Instance: "Z28061", Policy: p,
 		Clock: r.clock, Rand: noJitter, Logger: log, Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -99,7 +100,7 @@ func (r *workerRig) idle(t *testing.T) {
 	t.Helper()
 	testwait.For(t, 10*time.Second, "worker idle", func() bool {
 		st := r.w.Status()
-		return r.clock.pending() == 1 || (st.Confirmed && r.clock.pending() == 0)
+		return r.clock.Waiting() == 1 || (st.Confirmed && r.clock.Waiting() == 0)
 	})
 
 }
@@ -148,7 +149,7 @@ func TestWorkerFailureBacksOffAndSuccessStops(t *testing.T) {
 		t.Fatalf("interval after failure = %v, want 400ms", iv)
 	}
 	r.clock.Advance(399 * time.Millisecond)
-	if r.clock.pending() != 1 || r.sub.n() != 1 {
+	if r.clock.Waiting() != 1 || r.sub.n() != 1 {
 		t.Fatal("retried before the backoff elapsed")
 	}
 	r.step(t, time.Millisecond)
@@ -164,8 +165,8 @@ func TestWorkerFailureBacksOffAndSuccessStops(t *testing.T) {
 	if got := confirmedSeries(t, r.reg); got != "connection=conn-1,site_instance=Z28061 1" {
 		t.Fatalf("scadad_subscribe_confirmed = %q, want connection=conn-1,site_instance=Z28061 1", got)
 	}
-	if r.clock.pending() != 0 {
-		t.Fatalf("%d watchdogs armed after success", r.clock.pending())
+	if r.clock.Waiting() != 0 {
+		t.Fatalf("%d watchdogs armed after success", r.clock.Waiting())
 	}
 	r.clock.Advance(time.Hour)
 	if r.sub.n() != 2 {

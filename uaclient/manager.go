@@ -19,6 +19,7 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -36,23 +37,12 @@ type RoleSource interface {
 	Watch() (<-chan role.State, func())
 }
 
-// Clock is injected so the reconnect backoff can be driven by a test.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Options configure a Manager.
 type Options struct {
 	Role   RoleSource // required
 	Sink   Sink       // required
 	Logger zerolog.Logger
-	Clock  Clock          // default: the wall clock
+	Clock  clock.Clock    // drives the reconnect backoff; default: the wall clock
 	Rand   func() float64 // backoff jitter in [0,1); default math/rand
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -81,7 +71,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, errors.New("opc ua client manager: Role and Sink are required")
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.System()
 	}
 	if opts.InitialValuesWait <= 0 {
 		opts.InitialValuesWait = defaultInitialValuesWait

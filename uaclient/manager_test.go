@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
@@ -268,13 +269,6 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	}
 }
 
-// fastClock runs waits a hundred times faster, so two seconds of
-// keep-alive cadence pass in twenty milliseconds.
-type fastClock struct{}
-
-func (fastClock) Now() time.Time                         { return time.Now() }
-func (fastClock) After(d time.Duration) <-chan time.Time { return time.After(d / 100) }
-
 // A subscription whose values do not change is quiet (gopcua does not pass
 // the server's keep-alives on); the session must stay open as long as the
 // server answers, not be reopened for the silence.
@@ -289,7 +283,7 @@ func TestQuietUpstreamKeepsTheSession(t *testing.T) {
 	conn.Items = conn.Items[:1]
 	reg := prometheus.NewRegistry()
 	// The first notification gets a second of real time (100 s at 100x).
-	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg, InitialValuesWait: 100 * time.Second},
+	m := startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: clocktest.Fast(100), Registerer: reg, InitialValuesWait: 100 * time.Second},
 		Config{Connections: []Connection{conn}})
 	testwait.For(t, 15*time.Second, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
 	m.mu.Lock()
@@ -323,7 +317,7 @@ func TestSilentSubscriptionIsOpenedAgain(t *testing.T) {
 	conn := connectionTo(up)
 	conn.Items = conn.Items[:1]
 	reg := prometheus.NewRegistry()
-	startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: fastClock{}, Registerer: reg}, Config{Connections: []Connection{conn}})
+	startManagerWith(t, Options{Role: roles, Sink: rec, Logger: zerolog.Nop(), Clock: clocktest.Fast(100), Registerer: reg}, Config{Connections: []Connection{conn}})
 	testwait.For(t, 15*time.Second, "BoilerTemp 5", hasValue(rec, "Line1.BoilerTemp", 5.0))
 	testwait.For(t, 15*time.Second, "the silent subscription opened again twice", func() bool {
 		n, _, _ := promtest.Value(reg, "scadad_opcua_client_resubscribed_total", "plc")
