@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/role"
 )
 
@@ -87,7 +88,7 @@ func TestEffectivePeerReach(t *testing.T) {
 // service, not 240 -> 0 -> 250; one that never served (a boot without a
 // quorum) stays at 0, and so does one whose election outlasts the grace.
 func TestServiceLevelThroughAnElection(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	s := &Server{cfg: Config{ElectionGrace: 10 * time.Second}, clock: clk, dataFresh: true}
 	step := func(st role.State) byte {
 		s.mu.Lock()
