@@ -2,7 +2,12 @@ package integration
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +17,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/pki"
 )
 
 // asRole runs scadactl against one node with the client certificate name.
@@ -110,6 +116,157 @@ func TestViewerCannotWriteThroughActiveOrStandby(t *testing.T) {
 	for _, e := range audit.Entries {
 		if strings.HasPrefix(e.Actor, "operator@") {
 			t.Errorf("audit entry %+v names a node, not the caller", e)
+		}
+	}
+}
+
+// issueExpired writes name.crt/.key: a producer certificate from the site
+// CA whose validity ended an hour ago.
+func issueExpired(t *testing.T, c *testcluster.Cluster, name string) {
+	t.Helper()
+	read := func(file string) []byte {
+		data, err := os.ReadFile(filepath.Join(c.Certs, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(data)
+		return block.Bytes
+	}
+	caCert, err := x509.ParseCertificate(read("ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(read("ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &pki.CA{Cert: caCert, Key: key.(*ecdsa.PrivateKey)}
+	leaf, err := ca.Issue(pki.LeafSpec{Name: name, Usage: pki.ClientUsage, Role: pki.RoleProducer, NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLeaf(t, c, name, leaf)
+}
+
+func writeLeaf(t *testing.T, c *testcluster.Cluster, name string, leaf *pki.Leaf) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(c.Certs, name+".crt"), leaf.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.Certs, name+".key"), leaf.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHTTPEnqueueNeedsAProducer: the HTTP listener is HTTPS by default.
+// Plain HTTP, no certificate (401 naming what is missing), an expired or
+// foreign-CA certificate (refused at the handshake), a viewer's
+// certificate and a producer certificate for another target (403) store
+// nothing; a producer certificate for the target is accepted and the
+// message delivered. /health/* stays open; /metrics takes a certificate.
+func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info", HTTPTLS: true})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	sink := startSink(t)
+	deploySite(t, c, testcluster.SiteConfig("sec", map[string]string{"sink": sink.URL, "other": sink.URL + "other"}, 3))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	issueClient(ctx, t, c, "watcher", "viewer")
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "feed", "--client", "--role", "producer", "--targets", "sink"); err != nil || code != 0 {
+		t.Fatalf("certs issue feed: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "otherfeed", "--client", "--role", "producer", "--targets", "other"); err != nil || code != 0 {
+		t.Fatalf("certs issue otherfeed: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	issueExpired(t, c, "stale")
+	foreign, err := pki.GenerateSite("elsewhere", nil, []string{"feed"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLeaf(t, c, "foreign", foreign.Clients["feed"])
+
+	post := func(cl *http.Client, url, id string) (int, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(id))
+		req.Header.Set("Idempotency-Key", id)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+	client := func(name string) *http.Client {
+		cl, err := c.HTTPClient(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	for _, n := range []*testcluster.Node{active} {
+		sinkURL := n.URL("/v1/sf/sink")
+		plain := "http://" + n.HTTPAddr + "/v1/sf/sink"
+		if code, body, err := post(&http.Client{Timeout: 5 * time.Second}, plain, "plain"); err == nil && code < 300 {
+			t.Errorf("plain HTTP enqueue on %s: %d %q; want it refused", n.ID, code, body)
+		}
+		code, body, err := post(client(""), sinkURL, "anonymous")
+		if err != nil || code != http.StatusUnauthorized || !strings.Contains(body, `"missing":"client certificate"`) {
+			t.Errorf("enqueue without credentials: %d %q %v; want 401 naming the missing client certificate", code, body, err)
+		}
+		// An expired certificate fails the handshake. A Go client offers
+		// no certificate of a CA the server did not ask for: the foreign
+		// one is not even sent, and the answer is the 401 of none.
+		if code, body, err := post(client("stale"), sinkURL, "stale"); err == nil {
+			t.Errorf("enqueue with an expired certificate: %d %q; want the handshake refused", code, body)
+		}
+		if code, body, err := post(client("foreign"), sinkURL, "foreign"); err == nil && code != http.StatusUnauthorized {
+			t.Errorf("enqueue with a foreign-CA certificate: %d %q; want the handshake refused or 401", code, body)
+		}
+		for name, want := range map[string]string{"watcher": "role viewer", "otherfeed": "may enqueue to other only"} {
+			if code, body, err := post(client(name), sinkURL, name); err != nil || code != http.StatusForbidden || !strings.Contains(body, want) {
+				t.Errorf("enqueue as %s: %d %q %v; want 403 saying %q", name, code, body, err, want)
+			}
+		}
+		if code, body, err := post(client("feed"), sinkURL, "good"); err != nil || code != http.StatusCreated {
+			t.Fatalf("enqueue with the producer certificate: %d %q %v; want 201", code, body, err)
+		}
+		resp, err := client("").Get(n.URL("/health/ready"))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("/health/ready without a certificate: %v %v; want 200", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		if resp, err := client("").Get(n.URL("/metrics")); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("/metrics without a certificate: %v %v; want 401", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		if resp, err := client("watcher").Get(n.URL("/metrics")); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("/metrics with a site certificate: %v %v; want 200", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	var stats []*controlpb.SFTargetStats
+	testwait.For(t, 20*time.Second, "the producer's message delivered and nothing else pending", func() bool {
+		if err := c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+			return false
+		}
+		for _, ts := range stats {
+			if ts.Pending != 0 || ts.Parked != 0 {
+				return false
+			}
+		}
+		d, err := sink.Deliveries()
+		return err == nil && len(d) >= 1
+	})
+	if d, _ := sink.Deliveries(); len(d) != 1 || d[0].ID != "good" {
+		t.Errorf("deliveries %+v; want only the producer's message", d)
+	}
+	for _, ts := range stats {
+		if want := map[string]uint64{"sink": 1}[ts.Target]; ts.DeliveredTotal != want {
+			t.Errorf("target %s delivered %d; want %d: a refused enqueue was stored", ts.Target, ts.DeliveredTotal, want)
 		}
 	}
 }

@@ -104,10 +104,16 @@ type API struct {
 	Listen string `yaml:"listen"`
 }
 
-// HTTP serves health, metrics and the local enqueue endpoint (plain HTTP,
-// meant for loopback or a management network).
+// HTTP serves health, metrics and the local enqueue endpoint, over TLS
+// with the node's certificate (the tls section's) unless Insecure.
 type HTTP struct {
 	Listen string `yaml:"listen"`
+	// Insecure serves plain HTTP and lets anyone who reaches the listener
+	// enqueue: for labs only; every start logs a warning and the metric
+	// scadad_http_insecure is 1.
+	Insecure bool `yaml:"insecure"`
+	// MetricsOpen serves /metrics without a client certificate.
+	MetricsOpen bool `yaml:"metrics_open"`
 	// Pprof serves Go's /debug/pprof/ profiles on the same listener.
 	Pprof bool `yaml:"pprof"`
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -61,6 +62,9 @@ type LeafSpec struct {
 	// Role is what a client certificate's holder may do; node certificates
 	// carry none.
 	Role Role
+	// Targets limits a client certificate to these store-and-forward
+	// targets on the HTTP listener; none means any.
+	Targets []string
 }
 
 // GenerateCA creates an ECDSA P-256 certificate authority for site, valid
@@ -147,11 +151,17 @@ func (ca *CA) Issue(spec LeafSpec) (*Leaf, error) {
 			}
 			tmpl.Subject.OrganizationalUnit = []string{roleOUPrefix + string(spec.Role)}
 		}
+		for _, t := range spec.Targets {
+			if t == "" || strings.ContainsAny(t, "/,") {
+				return nil, fmt.Errorf("issue certificate for %q: %w: target %q", spec.Name, ErrInvalidInput, t)
+			}
+			tmpl.Subject.OrganizationalUnit = append(tmpl.Subject.OrganizationalUnit, targetOUPrefix+t)
+		}
 	default:
 		return nil, fmt.Errorf("issue certificate for %q: unknown usage %d", spec.Name, spec.Usage)
 	}
-	if spec.Usage == NodeUsage && spec.Role != RoleNone {
-		return nil, fmt.Errorf("issue certificate for %q: %w: a node certificate carries no role", spec.Name, ErrInvalidInput)
+	if spec.Usage == NodeUsage && (spec.Role != RoleNone || len(spec.Targets) > 0) {
+		return nil, fmt.Errorf("issue certificate for %q: %w: a node certificate carries no role or targets", spec.Name, ErrInvalidInput)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {

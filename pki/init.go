@@ -178,6 +178,12 @@ var ErrLeafExists = errors.New("certificate already exists")
 // validity ends no later than the CA's. An existing certificate of that
 // name is replaced only with overwrite. The issuance record gets a line.
 func Issue(dir, name string, usage Usage, role Role, validity time.Duration, overwrite bool, extraSANs ...string) error {
+	return IssueLimited(dir, name, usage, role, nil, validity, overwrite, extraSANs...)
+}
+
+// IssueLimited is Issue for a client certificate limited to targets on the
+// HTTP listener (none: any target).
+func IssueLimited(dir, name string, usage Usage, role Role, targets []string, validity time.Duration, overwrite bool, extraSANs ...string) error {
 	if validity <= 0 {
 		return fmt.Errorf("issue %q in %s: %w: validity %s must be positive", name, dir, ErrInvalidInput, validity)
 	}
@@ -209,7 +215,7 @@ func Issue(dir, name string, usage Usage, role Role, validity time.Duration, ove
 		notAfter = caCert.NotAfter
 	}
 	ca := &CA{Cert: caCert, Key: key}
-	leaf, err := ca.Issue(LeafSpec{Name: name, Usage: usage, Role: role, NotAfter: notAfter, ExtraSANs: extraSANs})
+	leaf, err := ca.Issue(LeafSpec{Name: name, Usage: usage, Role: role, Targets: targets, NotAfter: notAfter, ExtraSANs: extraSANs})
 	if err != nil {
 		return fmt.Errorf("issue %q in %s: %w", name, dir, err)
 	}

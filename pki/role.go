@@ -30,8 +30,39 @@ const (
 	RoleProducer Role = "producer"
 )
 
-// roleOUPrefix marks the organizational unit that carries a role.
-const roleOUPrefix = "scadad-role:"
+// roleOUPrefix marks the organizational unit that carries a role, and
+// targetOUPrefix each store-and-forward target a producer certificate is
+// limited to.
+const (
+	roleOUPrefix   = "scadad-role:"
+	targetOUPrefix = "scadad-target:"
+)
+
+// CertAllowsTarget reports whether cert may enqueue to target: a
+// certificate that names no targets may enqueue to any.
+func CertAllowsTarget(cert *x509.Certificate, target string) bool {
+	limited := false
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if name, ok := strings.CutPrefix(ou, targetOUPrefix); ok {
+			if name == target {
+				return true
+			}
+			limited = true
+		}
+	}
+	return !limited
+}
+
+// CertTargets lists the targets cert is limited to; none means any.
+func CertTargets(cert *x509.Certificate) []string {
+	var out []string
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if name, ok := strings.CutPrefix(ou, targetOUPrefix); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // ParseRole turns a role's name into a Role, refusing anything but the
 // four roles.

@@ -82,3 +82,31 @@ func TestRolesAndIssuanceRecord(t *testing.T) {
 		t.Error("ParseSerial accepted zz")
 	}
 }
+
+// A producer certificate issued with targets may enqueue to those alone;
+// one without targets to any.
+func TestCertTargets(t *testing.T) {
+	dir := t.TempDir()
+	if err := Init(dir, "plant1", []string{"node-a"}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := IssueLimited(dir, "feed", ClientUsage, RoleProducer, []string{"historian", "erp"}, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := IssueLimited(dir, "any", ClientUsage, RoleProducer, nil, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	feed, anyCert := readLeaf(t, filepath.Join(dir, "feed.crt")), readLeaf(t, filepath.Join(dir, "any.crt"))
+	if !CertAllowsTarget(feed, "historian") || !CertAllowsTarget(feed, "erp") || CertAllowsTarget(feed, "mes") {
+		t.Errorf("feed limited to %v allows historian %v, erp %v, mes %v", CertTargets(feed), CertAllowsTarget(feed, "historian"), CertAllowsTarget(feed, "erp"), CertAllowsTarget(feed, "mes"))
+	}
+	if !CertAllowsTarget(anyCert, "mes") {
+		t.Error("a certificate without targets was refused a target")
+	}
+	if err := IssueLimited(dir, "bad", ClientUsage, RoleProducer, []string{"a,b"}, time.Hour, false); err == nil {
+		t.Error("a target with a comma was issued")
+	}
+	if err := IssueLimited(dir, "node-x", NodeUsage, RoleNone, []string{"a"}, time.Hour, false); err == nil {
+		t.Error("a node certificate with targets was issued")
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 func runCerts(_ context.Context, g *globals, args []string) error {
-	const usage = "certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | certs issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer] [--san HOST,...] [--days N] [--overwrite]"
+	const usage = "certs init --dir DIR --nodes node-a,node-b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | certs issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer [--targets T,...]] [--san HOST,...] [--days N] [--overwrite]"
 	if len(args) == 0 || (args[0] != "init" && args[0] != "issue") {
 		return usagef("%s", usage)
 	}
@@ -23,6 +23,7 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 	name := fs.String("name", "", "issue: the node id or client name to certify")
 	client := fs.Bool("client", false, "issue: a client (operator tool or producer) certificate instead of a node's")
 	roleName := fs.String("role", "", "issue --client: what its holder may do: viewer (reads), operator (also fails over, deploys, retries and discards), admin (also membership, overrides, restores, tokens, revocation) or producer (enqueues only)")
+	targets := fs.String("targets", "", "issue --client: comma-separated store-and-forward targets the certificate may enqueue to over HTTP (default any)")
 	sans := fs.String("san", "", "issue: comma-separated extra host names or IP addresses (a node's peers dial it by)")
 	days := fs.Int("days", 825, "validity in days of node and client certificates (issue: no later than the CA's end)")
 	caDays := fs.Int("ca-days", 3650, "init: validity in days of the site CA, at least --days: a CA that outlives its certificates lets them be renewed one node at a time")
@@ -40,7 +41,7 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 	validity := time.Duration(*days) * 24 * time.Hour
 	if args[0] == "issue" {
 		if len(pos) != 0 || *dir == "" || *name == "" {
-			return usagef("certs issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer] [--san HOST,...] [--days N] [--overwrite]")
+			return usagef("certs issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer [--targets T,...]] [--san HOST,...] [--days N] [--overwrite]")
 		}
 		usage, kind, role := pki.NodeUsage, "node", pki.RoleNone
 		if *client {
@@ -52,10 +53,10 @@ func runCerts(_ context.Context, g *globals, args []string) error {
 				return usagef("certs issue --role: %v", err)
 			}
 			usage, kind, role = pki.ClientUsage, "client ("+string(r)+")", r
-		} else if *roleName != "" {
-			return usagef("certs issue --role is for --client certificates; a node certificate carries no role")
+		} else if *roleName != "" || *targets != "" {
+			return usagef("certs issue --role and --targets are for --client certificates; a node certificate carries neither")
 		}
-		if err := pki.Issue(*dir, *name, usage, role, validity, *overwrite, splitList(*sans)...); err != nil {
+		if err := pki.IssueLimited(*dir, *name, usage, role, splitList(*targets), validity, *overwrite, splitList(*sans)...); err != nil {
 			return fmt.Errorf("certs issue: %w", err)
 		}
 		fmt.Fprintf(g.stdout, "wrote a %s certificate for %s signed by the site CA in %s\n", kind, *name, *dir)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/valyala/fasthttp"
@@ -20,6 +21,7 @@ import (
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/httpgate"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/raftnode"
@@ -261,10 +263,19 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 			return true, ""
 		}
-		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, log)
+		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen}
+		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, gate, log)
+		if err := registerHTTPInsecure(reg, cfg.HTTP.Insecure); err != nil {
+			return err
+		}
 		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
+		}
+		if cfg.HTTP.Insecure {
+			log.Warn().Str("http", cfg.HTTP.Listen).Msg("http.insecure: the HTTP listener serves plain HTTP and anyone who reaches it may enqueue to every target; for labs only")
+		} else {
+			httpLis = tls.NewListener(httpLis, httpTLS(serverTLS))
 		}
 		goRun("http", func(context.Context) error { return httpServer.Serve(httpLis) })
 	}

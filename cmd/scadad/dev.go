@@ -19,8 +19,8 @@ const (
 	devHTTPAddr = "127.0.0.1:7301"
 )
 
-// devConfig makes (once) a one-node site under dir: a CA, a node and an
-// operator certificate, and returns a config pointing at them. A one-voter
+// devConfig makes (once) a one-node site under dir: a CA, a node, an
+// operator (admin) and a producer certificate, and returns a config pointing at them. A one-voter
 // cluster elects itself at once; nothing else is needed.
 func devConfig(dir string) (*nodeconfig.Config, error) {
 	dir, err := filepath.Abs(dir)
@@ -31,6 +31,15 @@ func devConfig(dir string) (*nodeconfig.Config, error) {
 	if _, err := os.Stat(filepath.Join(certs, "ca.crt")); errors.Is(err, os.ErrNotExist) {
 		if err := pki.Init(certs, "scadad-dev", []string{"dev"}, []string{"operator"}, 825*24*time.Hour, pki.WithCAValidity(3650*24*time.Hour)); err != nil {
 			return nil, fmt.Errorf("dev certificates: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("dev certificates: %w", err)
+	}
+	// A producer certificate for curl: the HTTP listener is HTTPS and
+	// takes enqueues from certificates whose role allows it.
+	if _, err := os.Stat(filepath.Join(certs, "producer.crt")); errors.Is(err, os.ErrNotExist) {
+		if err := pki.Issue(certs, "producer", pki.ClientUsage, pki.RoleProducer, 825*24*time.Hour, false); err != nil {
+			return nil, fmt.Errorf("dev producer certificate: %w", err)
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("dev certificates: %w", err)

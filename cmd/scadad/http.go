@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/httpgate"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/storeforward"
 )
@@ -54,14 +57,22 @@ func healthMux(roles interface{ Current() role.State }, ready func() (bool, stri
 // endpoint directly (every producer's hot path, where net/http's
 // per-request work cost the most CPU: docs/performance.md), everything else (health,
 // metrics, profiles: net/http handlers) through fasthttp's adaptor. A nil
-// enqueue serves no enqueue endpoint.
-func newHTTPServer(mux http.Handler, enqueue fasthttp.RequestHandler, log zerolog.Logger) *fasthttp.Server {
+// enqueue serves no enqueue endpoint. gate decides who may enqueue and
+// read /metrics; /health/* is open to load balancers.
+func newHTTPServer(mux http.Handler, enqueue fasthttp.RequestHandler, gate *httpgate.Gate, log zerolog.Logger) *fasthttp.Server {
 	rest := fasthttpadaptor.NewFastHTTPHandler(mux)
 	enqueuePath := []byte(storeforward.EnqueuePath)
+	metricsPath, debugPath := []byte("/metrics"), []byte("/debug/")
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			if enqueue != nil && bytes.HasPrefix(ctx.Path(), enqueuePath) {
-				enqueue(ctx)
+			path := ctx.Path()
+			if enqueue != nil && bytes.HasPrefix(path, enqueuePath) {
+				if gate.Enqueue(ctx, string(path[len(enqueuePath):])) {
+					enqueue(ctx)
+				}
+				return
+			}
+			if (bytes.Equal(path, metricsPath) || bytes.HasPrefix(path, debugPath)) && !gate.Metrics(ctx) {
 				return
 			}
 			rest(ctx)
@@ -85,4 +96,29 @@ type fasthttpLogger struct{ log zerolog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug().Str("part", "http").Msgf(format, args...)
+}
+
+// httpTLS is the HTTP listener's TLS configuration: the node's certificate
+// and the site CA, like the control API, but a client certificate is
+// optional at the handshake (health checks present none; the gate asks for
+// one where it is needed). One that is presented must verify.
+func httpTLS(serverTLS *tls.Config) *tls.Config {
+	c := serverTLS.Clone()
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	return c
+}
+
+// registerHTTPInsecure exports whether the HTTP listener is plain HTTP, so
+// a lab setting left on in production shows on a dashboard.
+func registerHTTPInsecure(reg prometheus.Registerer, insecure bool) error {
+	v := 0.0
+	if insecure {
+		v = 1
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_http_insecure", Help: "1 while the HTTP listener serves plain HTTP without authentication (http.insecure: true)."})
+	g.Set(v)
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("register scadad_http_insecure: %w", err)
+	}
+	return nil
 }

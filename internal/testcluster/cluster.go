@@ -5,6 +5,8 @@ package testcluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +47,10 @@ type Options struct {
 	Pprof bool
 	// OPCUA gives every voter an OPC UA endpoint on a free loopback port.
 	OPCUA bool
+	// HTTPTLS serves the nodes' HTTP listeners over TLS with producer
+	// authentication, as scadad does by default. Without it the harness
+	// sets http.insecure: plain HTTP, anyone may enqueue (a lab).
+	HTTPTLS bool
 	// Wrap, when set, rewrites a node's command line before it starts, e.g.
 	// to prefix "ip netns exec ns-a".
 	Wrap func(id string, argv []string) []string
@@ -61,6 +67,10 @@ type Node struct {
 	HTTPAddr string
 	// OPCUA is the node's OPC UA endpoint, empty when it serves none.
 	OPCUA string
+	// HTTPScheme is "https" on a cluster with Options.HTTPTLS, else "http".
+	HTTPScheme string
+	// health reads /health/active (trusting the site CA over TLS).
+	health *http.Client
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -165,6 +175,12 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	health := httpClient
+	if o.HTTPTLS {
+		if health, err = c.HTTPClient(""); err != nil {
+			return nil, fmt.Errorf("health client: %w", err)
+		}
+	}
 	c.wrap = o.Wrap
 	for i, id := range ids {
 		host := "127.0.0.1"
@@ -181,6 +197,10 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 			RaftAddr: fmt.Sprintf("%s:%d", host, ports[3*i]),
 			APIAddr:  fmt.Sprintf("%s:%d", host, ports[3*i+1]),
 			HTTPAddr: fmt.Sprintf("%s:%d", host, ports[3*i+2]),
+		}
+		n.HTTPScheme, n.health = "http", health
+		if o.HTTPTLS {
+			n.HTTPScheme = "https"
 		}
 		if o.OPCUA && !n.Witness {
 			n.OPCUA = fmt.Sprintf("opc.tcp://%s:%d", host, ports[3*len(ids)+i])
@@ -206,7 +226,7 @@ func New(bin *Binaries, o Options) (*Cluster, error) {
 			fmt.Fprintf(&b, "    - {id: %s, raft_addr: %q, api_addr: %q, witness: %v, opcua: %q}\n", m.ID, m.RaftAddr, m.APIAddr, m.Witness, m.OPCUA)
 		}
 		fmt.Fprintf(&b, "tls:\n  ca: %s\n  cert: %s\n  key: %s\n", filepath.Join(c.Certs, "ca.crt"), filepath.Join(c.Certs, n.ID+".crt"), filepath.Join(c.Certs, n.ID+".key"))
-		fmt.Fprintf(&b, "http:\n  listen: %q\n  pprof: %v\nlog:\n  level: %s\n", n.HTTPAddr, o.Pprof, level)
+		fmt.Fprintf(&b, "http:\n  listen: %q\n  pprof: %v\n  insecure: %v\nlog:\n  level: %s\n", n.HTTPAddr, o.Pprof, !o.HTTPTLS, level)
 		conf, err := MergeYAML(b.String(), o.Extra)
 		if err != nil {
 			return nil, err
@@ -393,10 +413,35 @@ type Health struct {
 	Node   string `json:"node"`
 }
 
+// URL is path on n's HTTP listener.
+func (n *Node) URL(path string) string { return n.HTTPScheme + "://" + n.HTTPAddr + path }
+
+// HTTPClient returns a client of the nodes' HTTP listeners that trusts the
+// site CA and presents the client certificate name (none when empty).
+func (c *Cluster) HTTPClient(name string) (*http.Client, error) {
+	caPEM, err := os.ReadFile(filepath.Join(c.Certs, "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no CA certificate in %s", c.Certs)
+	}
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	if name != "" {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(c.Certs, name+".crt"), filepath.Join(c.Certs, name+".key"))
+		if err != nil {
+			return nil, err
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: httpClient.Timeout, Transport: &http.Transport{TLSClientConfig: conf}}, nil
+}
+
 // Health reads n's /health/active; ok is false when n does not answer.
 func (n *Node) Health() (Health, bool) {
 	var h Health
-	resp, err := httpClient.Get("http://" + n.HTTPAddr + "/health/active")
+	resp, err := n.health.Get(n.URL("/health/active"))
 	if err != nil {
 		return h, false
 	}

@@ -1,0 +1,14 @@
+// Package httpgate decides who may use a node's HTTP listener: producers
+// enqueue with a client certificate from the site CA whose role allows it
+// (producer, operator or admin), limited to the targets the certificate
+// names; /metrics takes any site certificate unless it is left open;
+// /health/* is open. It writes the refusals: 401 with a JSON body naming
+// what is missing, 403 naming what is wrong.
+//
+// The TLS handshake (pki's configuration) has already verified a
+// certificate against the site CA and its validity: httpgate reads only
+// its role and targets, with no allocation on the enqueue hot path.
+//
+// httpgate must not: serve anything itself, parse bodies, or keep
+// package-level state.
+package httpgate
