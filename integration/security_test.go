@@ -249,8 +249,23 @@ func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
 		}
 	}
 	var stats []*controlpb.SFTargetStats
-	testwait.For(t, 20*time.Second, "the producer's message delivered and nothing else pending", func() bool {
-		if err := c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+	var last error
+	defer func() {
+		if t.Failed() {
+			d, _ := sink.Deliveries()
+			t.Logf("last sf stats %v (error %v), deliveries %+v", stats, last, d)
+			for _, n := range c.Nodes {
+				out, errs, _, _ := c.Ctl(context.Background(), []*testcluster.Node{n}, "sf", "list", "--target", "sink")
+				out2, _, _, _ := c.Ctl(context.Background(), []*testcluster.Node{n}, "sf", "stats", "--local")
+				t.Logf("%s: sf list %s %s; stats --local %s", n.ID, out, errs, out2)
+			}
+		}
+	}()
+	testwait.For(t, 30*time.Second, "the producer's message delivered and nothing else pending", func() bool {
+		// A fresh slice: decoding into the last one would keep a field
+		// the new answer leaves out (zero values are omitted).
+		stats = nil
+		if last = c.CtlJSON(ctx, nil, &stats, "sf", "stats"); last != nil {
 			return false
 		}
 		for _, ts := range stats {
