@@ -105,7 +105,7 @@ func TestSubscriptionChurnKeepsServing(t *testing.T) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_ = ts.TagUpdate("Pump1", "Speed", float64(i), true, time.Now())
+				_ = ts.TagUpdate("Pump1", "Speed", float64(i), ua.StatusOK, time.Now())
 			}
 		}
 	}()
@@ -310,7 +310,7 @@ func TestSubscriptionChurnKeepsServing(t *testing.T) {
 		monitor()
 		waitFor("initial values", nil, func() bool { return seen[1] != nil && seen[2] != nil })
 	}
-	if err := ts.TagUpdate("Pump1", "Speed", -1.5, true, time.Now()); err != nil {
+	if err := ts.TagUpdate("Pump1", "Speed", -1.5, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	ts.roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 7}, NodeID: "a", Leader: "b", Voters: 2})

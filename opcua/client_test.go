@@ -169,7 +169,7 @@ func TestProberRunsOnItsClock(t *testing.T) {
 // answers rather than report a failover every few seconds.
 func TestWatchStaysOnAQuietServer(t *testing.T) {
 	a := startServer(t, activeState(), nil)
-	if err := a.TagUpdate("Pump1", "Speed", 1.0, true, time.Now()); err != nil {
+	if err := a.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	out := &lockedbuf.Buffer{}
@@ -202,8 +202,8 @@ func TestWatchFollowsFailover(t *testing.T) {
 				return
 			case <-tick.C:
 				now := time.Now()
-				a.TagUpdate("Pump1", "Speed", float64(i), true, now)
-				b.TagUpdate("Pump1", "Speed", float64(i), true, now)
+				a.TagUpdate("Pump1", "Speed", float64(i), ua.StatusOK, now)
+				b.TagUpdate("Pump1", "Speed", float64(i), ua.StatusOK, now)
 			}
 		}
 	}()
@@ -264,9 +264,9 @@ func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
 	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
 	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
 	last := time.Now()
-	a.TagUpdate("Pump1", "Speed", 1.0, true, last)
+	a.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
 	// B holds the same value A last had, and nothing newer.
-	b.TagUpdate("Pump1", "Speed", 1.0, true, last)
+	b.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
 	eventually(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=1;s=Pump1.Speed = 1"))
 
 	a.roles.Publish(standbyState())
@@ -276,7 +276,7 @@ func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
 		t.Fatalf("a gap ended by the old value again:\n%s", out.String())
 	}
 	time.Sleep(300 * time.Millisecond) // the gap to be measured, not a wait for a condition
-	b.TagUpdate("Pump1", "Speed", 2.0, true, time.Now())
+	b.TagUpdate("Pump1", "Speed", 2.0, ua.StatusOK, time.Now())
 	eventually(t, 10*time.Second, "the gap", has("notification gap"))
 	m := regexp.MustCompile(`notification gap (\S+)`).FindStringSubmatch(out.String())
 	d, err := time.ParseDuration(m[1])

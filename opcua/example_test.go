@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -41,7 +42,7 @@ func Example() {
 		{Name: "Speed", Type: opcua.TypeDouble, Writable: true},
 	}}}})
 	// From the subscribe workers:
-	srv.TagUpdate("Pump1", "Speed", 12.5, true, time.Now())
+	srv.TagUpdate("Pump1", "Speed", 12.5, ua.StatusOK, time.Now())
 	srv.SetDataFresh(true)
 
 	// Probe the peer; ship each verdict over the peer link. The peer calls

@@ -139,7 +139,7 @@ func (ns *siteNamespace) apply(m Model) (ModelDiff, []*ua.NodeID) {
 }
 
 // update stores a feed value. It reports false when the variable does not exist.
-func (ns *siteNamespace) update(instance, attr string, conv func(DataType) (*ua.Variant, error), good bool, sourceTime time.Time) (bool, error) {
+func (ns *siteNamespace) update(instance, attr string, conv func(DataType) (*ua.Variant, error), status ua.StatusCode, sourceTime time.Time) (bool, error) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	v, ok := ns.vars[instance+"."+attr]
@@ -155,11 +155,7 @@ func (ns *siteNamespace) update(instance, attr string, conv func(DataType) (*ua.
 		return true, err
 	}
 	v.value = val
-	if good {
-		v.status = ua.StatusGood
-	} else {
-		v.status = ua.StatusBad
-	}
+	v.status = status
 	return true, nil
 }
 

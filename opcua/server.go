@@ -475,19 +475,21 @@ func (s *Server) ApplyModel(m Model) (ModelDiff, error) {
 	return d, nil
 }
 
-// TagUpdate stores a value from the subscribe feed and notifies subscribers.
-// value is converted exactly to the attribute's declared type; a value that
-// does not fit keeps the last value with quality BadTypeMismatch.
-func (s *Server) TagUpdate(instance, attribute string, value any, good bool, sourceTime time.Time) error {
+// TagUpdate stores a value from the feed, served with status (the
+// source's StatusCode whole: QualityStatus for a gateway's DA quality, the
+// upstream's for an OPC UA source), and notifies subscribers. value is
+// converted exactly to the attribute's declared type; a value that does
+// not fit keeps the last value with status BadTypeMismatch.
+func (s *Server) TagUpdate(instance, attribute string, value any, status ua.StatusCode, sourceTime time.Time) error {
 	found, err := s.ns.update(instance, attribute, func(t DataType) (*ua.Variant, error) {
 		if value == nil {
-			if good {
+			if isGood(status) {
 				return nil, fmt.Errorf("good quality without a value")
 			}
 			return nil, nil
 		}
 		return coerce(t, value)
-	}, good, sourceTime)
+	}, status, sourceTime)
 	if !found {
 		return fmt.Errorf("tag update %s.%s: %w", instance, attribute, ErrUnknownTag)
 	}

@@ -363,7 +363,7 @@ func TestValuesReachSubscriber(t *testing.T) {
 		t.Fatalf("before any data: status %v, want BadWaitingForInitialData", first.Status)
 	}
 	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	if err := ts.TagUpdate("Pump1", "Speed", 12.5, true, t0); err != nil {
+	if err := ts.TagUpdate("Pump1", "Speed", 12.5, ua.StatusOK, t0); err != nil {
 		t.Fatal(err)
 	}
 	got := nextValue(t, notes)
@@ -371,21 +371,21 @@ func TestValuesReachSubscriber(t *testing.T) {
 		t.Fatalf("good update: %v %v %v", got.Status, got.Value.Value(), got.SourceTimestamp)
 	}
 	t1 := t0.Add(time.Second)
-	if err := ts.TagUpdate("Pump1", "Speed", int32(13), false, t1); err != nil {
+	if err := ts.TagUpdate("Pump1", "Speed", int32(13), ua.StatusBad, t1); err != nil {
 		t.Fatal(err)
 	}
 	got = nextValue(t, notes)
 	if got.Status != ua.StatusBad || got.Value.Value() != 13.0 || !got.SourceTimestamp.Equal(t1) {
 		t.Fatalf("bad-quality update: %v %v %v", got.Status, got.Value.Value(), got.SourceTimestamp)
 	}
-	if err := ts.TagUpdate("Pump1", "Speed", "not a number", true, t1); err == nil {
+	if err := ts.TagUpdate("Pump1", "Speed", "not a number", ua.StatusOK, t1); err == nil {
 		t.Fatal("a string fed to a Double was accepted")
 	}
 	got = nextValue(t, notes)
 	if got.Status != ua.StatusBadTypeMismatch || got.Value.Value() != 13.0 {
 		t.Fatalf("mismatched feed: %v %v, want BadTypeMismatch keeping 13", got.Status, got.Value.Value())
 	}
-	if err := ts.TagUpdate("Nope", "Speed", 1.0, true, t1); !errors.Is(err, ErrUnknownTag) {
+	if err := ts.TagUpdate("Nope", "Speed", 1.0, ua.StatusOK, t1); !errors.Is(err, ErrUnknownTag) {
 		t.Fatalf("unknown tag: %v, want ErrUnknownTag", err)
 	}
 }
@@ -394,10 +394,10 @@ func TestApplyModelByDifference(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
 	c := connect(t, ts.Endpoint())
 	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	if err := ts.TagUpdate("Pump1", "Speed", 5.0, true, t0); err != nil {
+	if err := ts.TagUpdate("Pump1", "Speed", 5.0, ua.StatusOK, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.TagUpdate("Tank1", "Label", "old", true, t0); err != nil {
+	if err := ts.TagUpdate("Tank1", "Label", "old", ua.StatusOK, t0); err != nil {
 		t.Fatal(err)
 	}
 	running, _ := subscribe(t, c, ts.NodeID("Pump1", "Running"))

@@ -25,10 +25,11 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
-// Sink receives every value and quality read upstream; a lost session
-// reports its attributes with a Bad quality and no value.
+// Sink receives every value read upstream with its StatusCode, whole (an
+// UncertainLastUsableValue stays that, not plain Uncertain); a lost
+// session reports its attributes BadNotConnected and no value.
 type Sink interface {
-	TagUpdate(instance, attribute string, v gateway.Value, q gateway.Quality, ts time.Time)
+	TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, ts time.Time)
 }
 
 // RoleSource is the part of the role stream the manager follows;
@@ -277,7 +278,7 @@ func (s *session) run(ctx context.Context) {
 	for {
 		subscribed, err := s.once(ctx)
 		if ctx.Err() != nil {
-			s.markAll(gateway.QualityBadNotConnected)
+			s.markAll(ua.StatusBadNotConnected)
 			return
 		}
 		if errors.Is(err, errSilentSubscription) {
@@ -286,7 +287,7 @@ func (s *session) run(ctx context.Context) {
 			s.log.Warn().Err(err).Str("endpoint", s.cfg.Endpoint).Msg("opc ua client subscription delivered nothing; subscribing again")
 			continue
 		}
-		s.markAll(gateway.QualityBadNotConnected)
+		s.markAll(ua.StatusBadNotConnected)
 		if subscribed {
 			failures = 0
 		}
@@ -305,10 +306,10 @@ func (s *session) run(ctx context.Context) {
 	}
 }
 
-func (s *session) markAll(q gateway.Quality) {
+func (s *session) markAll(status ua.StatusCode) {
 	now := s.opts.Clock.Now()
 	for _, it := range s.cfg.Items {
-		s.opts.Sink.TagUpdate(it.Instance, it.Attribute, nil, q, now)
+		s.opts.Sink.TagStatus(it.Instance, it.Attribute, nil, status, now)
 	}
 }
 
@@ -499,7 +500,7 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 // refused reports an item the upstream cannot serve: it stays Bad.
 func (s *session) refused(it Item, why string) {
 	s.log.Error().Str("instance", it.Instance).Str("attribute", it.Attribute).Str("node_id", it.NodeID).Str("reason", why).Msg("upstream cannot serve the attribute's node; it stays Bad")
-	s.opts.Sink.TagUpdate(it.Instance, it.Attribute, nil, gateway.QualityBadConfigError, s.opts.Clock.Now())
+	s.opts.Sink.TagStatus(it.Instance, it.Attribute, nil, ua.StatusBadConfigurationError, s.opts.Clock.Now())
 }
 
 // relay hands item i's data value to the sink unless it is older than the
@@ -520,16 +521,16 @@ func (s *session) relay(i int, dv *ua.DataValue, latest []time.Time) {
 	}
 	latest[i] = ts
 	it := s.cfg.Items[i]
-	q := quality(dv.Status)
+	status := dv.Status
 	var v gateway.Value
 	if dv.Value != nil {
 		var ok bool
 		if v, ok = plainValue(dv.Value.Value()); !ok {
 			s.log.Warn().Str("instance", it.Instance).Str("attribute", it.Attribute).Str("type", fmt.Sprintf("%T", dv.Value.Value())).Msg("upstream value of a type the site has no attribute type for; reported Bad")
-			v, q = nil, gateway.QualityBadConfigError
+			v, status = nil, ua.StatusBadTypeMismatch
 		}
 	}
-	s.opts.Sink.TagUpdate(it.Instance, it.Attribute, v, q, ts)
+	s.opts.Sink.TagStatus(it.Instance, it.Attribute, v, status, ts)
 }
 
 // write sends one value to item's upstream node.
@@ -559,19 +560,6 @@ func (s *session) write(ctx context.Context, item int, value any) error {
 		return fmt.Errorf("write %s.%s to %s on %s: refused: %v", it.Instance, it.Attribute, it.NodeID, s.cfg.Endpoint, resp.Results)
 	}
 	return nil
-}
-
-// quality maps an OPC UA status code onto the OPC DA quality word the
-// rest of the daemon speaks: the two top bits say Good, Uncertain or Bad.
-func quality(code ua.StatusCode) gateway.Quality {
-	switch uint32(code) >> 30 {
-	case 0:
-		return gateway.QualityGood
-	case 1:
-		return gateway.QualityUncertain
-	default:
-		return gateway.QualityBad
-	}
 }
 
 // plainValue narrows an OPC UA scalar to the daemon's value types (nil,

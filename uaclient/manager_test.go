@@ -104,7 +104,7 @@ func startUpstreamWith(t *testing.T, mutate func(*opcua.Config)) *upstream {
 type update struct {
 	instance, attribute string
 	value               gateway.Value
-	quality             gateway.Quality
+	status              ua.StatusCode
 }
 
 // recorder is the Sink; it keeps the last update per attribute.
@@ -120,14 +120,14 @@ func (r *recorder) badCount(key string) int {
 	return r.bad[key]
 }
 
-func (r *recorder) TagUpdate(instance, attribute string, v gateway.Value, q gateway.Quality, _ time.Time) {
+func (r *recorder) TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, _ time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
 		r.last = map[string]update{}
 	}
-	r.last[instance+"."+attribute] = update{instance, attribute, v, q}
-	if !q.IsGood() {
+	r.last[instance+"."+attribute] = update{instance, attribute, v, status}
+	if status != ua.StatusOK {
 		if r.bad == nil {
 			r.bad = map[string]int{}
 		}
@@ -185,13 +185,13 @@ func startManagerWith(t *testing.T, opts Options, cfg Config) *Manager {
 func hasValue(r *recorder, key string, want gateway.Value) func() bool {
 	return func() bool {
 		u, ok := r.get(key)
-		return ok && u.quality.IsGood() && u.value == want
+		return ok && u.status == ua.StatusOK && u.value == want
 	}
 }
 
 func TestValuesWritesAndReconnect(t *testing.T) {
 	up := startUpstream(t)
-	if err := up.srv.TagUpdate("Boiler", "Temp", 71.5, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 71.5, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// The client reaches the upstream through a link the test can cut.
@@ -209,15 +209,15 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 
 	// The current value arrives, then each change.
 	testwait.For(t, 15*time.Second, "initial BoilerTemp 71.5", hasValue(rec, "Line1.BoilerTemp", 71.5))
-	if err := up.srv.TagUpdate("Boiler", "Burner", true, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Burner", true, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 15*time.Second, "Burner true", hasValue(rec, "Line1.Burner", true))
 	// A node the upstream does not have stays Bad; the others are served.
-	if u, ok := rec.get("Line1.Ghost"); !ok || u.quality != gateway.QualityBadConfigError {
+	if u, ok := rec.get("Line1.Ghost"); !ok || u.status != ua.StatusBadConfigurationError {
 		t.Errorf("Ghost = %+v (seen %v), want Bad config error", u, ok)
 	}
-	if err := up.srv.TagUpdate("Boiler", "Temp", 80.25, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 80.25, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 15*time.Second, "BoilerTemp 80.25", hasValue(rec, "Line1.BoilerTemp", 80.25))
@@ -250,7 +250,7 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	link.Cut(true)
 	testwait.For(t, 15*time.Second, "BoilerTemp Bad after the link dropped", func() bool {
 		u, ok := rec.get("Line1.BoilerTemp")
-		return ok && !u.quality.IsGood() && u.value == nil
+		return ok && u.status != ua.StatusOK && u.value == nil
 	})
 
 	if err := m.Write(context.Background(), "Line1", "BoilerTemp", 1.0); err == nil || !strings.Contains(err.Error(), "not connected") {
@@ -259,7 +259,7 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 	if v := metricValue(t, m.metrics.lost.WithLabelValues("plc")); v < 1 {
 		t.Errorf("scadad_opcua_client_sessions_lost_total = %v after the link dropped, want >= 1", v)
 	}
-	if err := up.srv.TagUpdate("Boiler", "Temp", 90.0, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 90.0, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	link.Cut(false)
@@ -274,7 +274,7 @@ func TestValuesWritesAndReconnect(t *testing.T) {
 // server answers, not be reopened for the silence.
 func TestQuietUpstreamKeepsTheSession(t *testing.T) {
 	up := startUpstream(t)
-	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
@@ -309,7 +309,7 @@ func TestSilentSubscriptionIsOpenedAgain(t *testing.T) {
 		c.MinPublishingInterval = 10 * time.Second
 		c.MaxPublishingInterval = 10 * time.Second
 	})
-	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 5.0, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
@@ -331,7 +331,7 @@ func TestSilentSubscriptionIsOpenedAgain(t *testing.T) {
 
 func TestSessionsFollowTheRole(t *testing.T) {
 	up := startUpstream(t)
-	if err := up.srv.TagUpdate("Boiler", "Temp", 10.0, true, time.Now()); err != nil {
+	if err := up.srv.TagUpdate("Boiler", "Temp", 10.0, ua.StatusOK, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	roles := role.NewBroadcaster(role.State{Role: role.Standby})
@@ -343,7 +343,7 @@ func TestSessionsFollowTheRole(t *testing.T) {
 	roles.Publish(role.State{Role: role.Standby, Epoch: role.Epoch{Cluster: 1, Term: 5}})
 	testwait.For(t, 15*time.Second, "no session and Bad values once Standby", func() bool {
 		u, _ := rec.get("Line1.BoilerTemp")
-		return len(m.Status()) == 0 && !u.quality.IsGood()
+		return len(m.Status()) == 0 && u.status != ua.StatusOK
 	})
 
 	// In hot-standby mode the Standby reads too.
@@ -398,15 +398,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestQualityAndValueMapping(t *testing.T) {
-	for _, tt := range []struct {
-		code uint32
-		want gateway.Quality
-	}{{0, gateway.QualityGood}, {0x40000000, gateway.QualityUncertain}, {0x80340000, gateway.QualityBad}} {
-		if got := quality(uaStatus(tt.code)); got != tt.want {
-			t.Errorf("quality(0x%08X) = %v, want %v", tt.code, got, tt.want)
-		}
-	}
+func TestValueMapping(t *testing.T) {
 	for _, tt := range []struct {
 		in   any
 		want gateway.Value
@@ -419,8 +411,6 @@ func TestQualityAndValueMapping(t *testing.T) {
 		}
 	}
 }
-
-func uaStatus(c uint32) ua.StatusCode { return ua.StatusCode(c) }
 
 func TestConnectionEqualComparesKeysByValue(t *testing.T) {
 	k1, err := rsa.GenerateKey(rand.Reader, 1024)
@@ -484,4 +474,23 @@ func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
 		return err == nil && ok && v == 0
 	})
 
+}
+
+// Upstream StatusCodes reach the sink whole: UncertainLastUsableValue and
+// a specific Bad code are not flattened to Uncertain and Bad (issue 22,
+// defect 2).
+func TestUpstreamStatusCodesKeptWhole(t *testing.T) {
+	up := startUpstream(t)
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 3}})
+	rec := &recorder{}
+	startManager(t, roles, rec, Config{Connections: []Connection{connectionTo(up)}})
+	for _, code := range []ua.StatusCode{ua.StatusUncertainLastUsableValue, ua.StatusBadSensorFailure, ua.StatusOK} {
+		if err := up.srv.TagUpdate("Boiler", "Temp", 60.5, code, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, 15*time.Second, fmt.Sprintf("BoilerTemp with status 0x%08X", uint32(code)), func() bool {
+			u, ok := rec.get("Line1.BoilerTemp")
+			return ok && u.status == code && u.value == 60.5
+		})
+	}
 }

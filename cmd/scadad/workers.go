@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -41,35 +42,51 @@ type tagFanout struct {
 	// mu also orders the values handed on: an update and a replay never
 	// cross, so an older value cannot land after a newer.
 	mu      sync.Mutex
-	opcua   func(instance, attribute string, v any, good bool, ts time.Time) error
+	opcua   func(instance, attribute string, v any, status ua.StatusCode, ts time.Time) error
 	history *storeforward.HistoryForwarder
 	latest  map[[2]string]latestValue // instance, attribute
 
 	hot atomic.Bool // the site's hot_standby
 }
 
+// latestValue is an attribute's latest value: its StatusCode as the OPC
+// UA server serves it, and its quality as the history records it (the DA
+// word's name).
 type latestValue struct {
-	v  any
-	q  subscribe.Quality
-	ts time.Time
+	v       any
+	status  ua.StatusCode
+	quality string
+	ts      time.Time
 }
 
+// TagUpdate takes a gateway value: its DA quality word is served as the
+// matching OPC UA StatusCode (opcua.QualityStatus).
 func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q subscribe.Quality, ts time.Time) {
+	f.update(instance, attribute, latestValue{v: v, status: opcua.QualityStatus(uint16(q)), quality: q.String(), ts: ts})
+}
+
+// TagStatus takes an upstream OPC UA server's value with its StatusCode,
+// which is served whole.
+func (f *tagFanout) TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, ts time.Time) {
+	f.update(instance, attribute, latestValue{v: v, status: status, quality: gateway.Quality(opcua.StatusQuality(status)).String(), ts: ts})
+}
+
+func (f *tagFanout) update(instance, attribute string, lv latestValue) {
 	f.mu.Lock()
 	if f.latest == nil {
 		f.latest = make(map[[2]string]latestValue)
 	}
-	f.latest[[2]string{instance, attribute}] = latestValue{v: v, q: q, ts: ts}
+	f.latest[[2]string{instance, attribute}] = lv
 	if f.opcua != nil {
-		_ = f.opcua(instance, attribute, v, q.IsGood(), ts) // an attribute the server does not have yet: replayOPCUA
+		_ = f.opcua(instance, attribute, lv.v, lv.status, lv.ts) // an attribute the server does not have yet: replayOPCUA
 	}
 	if f.history != nil && f.roles.Current().Role == role.Active {
-		f.history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: v, Quality: q.String(), Timestamp: ts})
+		f.history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: lv.v, Quality: lv.quality, Timestamp: lv.ts})
 	}
 	f.mu.Unlock()
 }
 
-func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, good bool, ts time.Time) error) {
+func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, status ua.StatusCode, ts time.Time) error) {
 	f.mu.Lock()
 	f.opcua = fn
 	f.mu.Unlock()
@@ -85,7 +102,7 @@ func (f *tagFanout) replayOPCUA() {
 		return
 	}
 	for k, lv := range f.latest {
-		if err := f.opcua(k[0], k[1], lv.v, lv.q.IsGood(), lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
+		if err := f.opcua(k[0], k[1], lv.v, lv.status, lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
 			delete(f.latest, k)
 		}
 	}
@@ -147,7 +164,7 @@ func (f *tagFanout) offerLatestLocked() {
 		return
 	}
 	for k, lv := range f.latest {
-		f.history.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.q.String(), Timestamp: lv.ts})
+		f.history.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.quality, Timestamp: lv.ts})
 	}
 }
 

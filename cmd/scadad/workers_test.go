@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
+
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -87,21 +89,21 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 	fan.TagUpdate("Old", "Gone", 7.0, gateway.QualityBadNotConnected, t0)
 
 	type got struct {
-		v    any
-		good bool
+		v      any
+		status ua.StatusCode
 	}
 	server := map[string]got{}
 	known := map[string]bool{"Pump1.Speed": true, "Pump1.SpeedSP": true}
-	fan.setOPCUA(func(instance, attribute string, v any, good bool, _ time.Time) error {
+	fan.setOPCUA(func(instance, attribute string, v any, status ua.StatusCode, _ time.Time) error {
 		key := instance + "." + attribute
 		if !known[key] {
 			return fmt.Errorf("%w: %s", opcua.ErrUnknownTag, key)
 		}
-		server[key] = got{v, good}
+		server[key] = got{v, status}
 		return nil
 	})
 	fan.replayOPCUA()
-	want := map[string]got{"Pump1.Speed": {2.0, true}, "Pump1.SpeedSP": {40.0, true}}
+	want := map[string]got{"Pump1.Speed": {2.0, ua.StatusGood}, "Pump1.SpeedSP": {40.0, ua.StatusGood}}
 	if !maps.Equal(server, want) {
 		t.Fatalf("server after the replay holds %v, want %v", server, want)
 	}
@@ -110,13 +112,13 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 	}
 	// Later values go straight through, and are what a replay gives.
 	fan.TagUpdate("Pump1", "Speed", 3.0, gateway.QualityBadCommFailure, t0.Add(2*time.Second))
-	if g := server["Pump1.Speed"]; g.v != 3.0 || g.good {
-		t.Fatalf("live update reached the server as %v", g)
+	if g := server["Pump1.Speed"]; g.v != 3.0 || g.status != ua.StatusBadNoCommunication {
+		t.Fatalf("live update reached the server as %v, want 3 with BadNoCommunication (DA comm failure)", g)
 	}
 	clear(server)
 	fan.replayOPCUA()
-	if g := server["Pump1.Speed"]; g.v != 3.0 || g.good {
-		t.Fatalf("second replay gave %v, want the latest (3, bad)", g)
+	if g := server["Pump1.Speed"]; g.v != 3.0 || g.status != ua.StatusBadNoCommunication {
+		t.Fatalf("second replay gave %v, want the latest (3, BadNoCommunication)", g)
 	}
 }
 
