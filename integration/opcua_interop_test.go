@@ -50,10 +50,17 @@ func runNode(t *testing.T, ctx context.Context, node, dir, script string, env ma
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	// node-opcua writes its own warnings to stdout, sometimes after the
+	// script's answer: the answer is the last line that is a JSON object.
 	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
-	last := lines[len(lines)-1]
-	if jerr := json.Unmarshal(last, out); jerr != nil || err != nil {
-		t.Fatalf("node %s: %v (output %s)\nstdout:\n%s\nstderr:\n%s", script, err, last, stdout.Bytes(), stderr.Bytes())
+	var answer []byte
+	for i := len(lines) - 1; i >= 0 && answer == nil; i-- {
+		if l := bytes.TrimSpace(lines[i]); bytes.HasPrefix(l, []byte("{")) {
+			answer = l
+		}
+	}
+	if jerr := json.Unmarshal(answer, out); jerr != nil || err != nil {
+		t.Fatalf("node %s: %v, answer %q: %v\nstdout:\n%s\nstderr:\n%s", script, err, answer, jerr, stdout.Bytes(), stderr.Bytes())
 	}
 }
 
