@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/scadad/scadad/internal/atomicfile"
 )
 
 // ErrUnsyncedState is returned by Open when the state file was last written
@@ -71,7 +73,7 @@ func markUnsynced(path, bootID string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = atomicfile.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		// No commit has gone unsynced yet; a marker half written must not
@@ -87,7 +89,7 @@ func clearUnsynced(path string) error {
 	if err := os.Remove(path + unsyncedSuffix); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("remove %s: %w", path+unsyncedSuffix, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // DiscardState removes a state file Open refused with ErrUnsyncedState,

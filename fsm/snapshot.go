@@ -14,13 +14,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/atomicfile"
 	"github.com/scadad/scadad/internal/boltsafe"
 )
 
@@ -507,7 +507,7 @@ func (f *FSM) swapIn(tmp string) error {
 	f.db = nil
 	renameErr := os.Rename(tmp, f.path)
 	if renameErr == nil {
-		renameErr = syncDir(filepath.Dir(f.path))
+		renameErr = atomicfile.SyncDir(filepath.Dir(f.path))
 	}
 	db, err := openDB(f.path, f.opts)
 	if err != nil {
@@ -526,20 +526,6 @@ func (f *FSM) swapIn(tmp string) error {
 	f.restores.Add(1)
 	f.notify(f.Meta().AppliedIndex)
 	return nil
-}
-
-// syncDir makes a rename durable. Windows cannot fsync a directory; NTFS
-// journals the rename.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // SnapshotInfo describes a verified snapshot.

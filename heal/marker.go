@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/scadad/scadad/internal/atomicfile"
 )
 
 // MarkerFile is the loser's merge marker, in the node's data dir.
@@ -63,27 +65,10 @@ func SaveMarker(dataDir string, m Marker) error {
 	if err != nil {
 		return fmt.Errorf("encode heal marker: %w", err)
 	}
-	path := MarkerPath(dataDir)
-	tmp, err := os.CreateTemp(dataDir, MarkerFile+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(MarkerPath(dataDir), data, 0o600); err != nil {
 		return fmt.Errorf("write heal marker: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write heal marker: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync heal marker: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close heal marker: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("install heal marker: %w", err)
-	}
-	return syncDir(dataDir)
+	return nil
 }
 
 // RemoveMarker deletes the marker (durably).
@@ -91,18 +76,9 @@ func RemoveMarker(dataDir string) error {
 	if err := os.Remove(MarkerPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove heal marker: %w", err)
 	}
-	return syncDir(dataDir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s for sync: %w", dir, err)
+	if err := atomicfile.SyncDir(dataDir); err != nil {
+		return fmt.Errorf("remove heal marker: %w", err)
 	}
-	defer d.Close()
-	// Directories cannot be synced on every platform (Windows); the rename
-	// itself is what matters there.
-	_ = d.Sync()
 	return nil
 }
 

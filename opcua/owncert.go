@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/scadad/scadad/internal/atomicfile"
 )
 
 // OwnCertificate returns the files of a self-signed application
@@ -56,27 +58,11 @@ func WriteSelfSigned(certFile, keyFile, appURI, host string) error {
 	return writeNew(certFile, der, 0o644)
 }
 
-// writeNew writes b to path through a temporary file and a rename, so a
-// crash leaves either no file or the whole one.
+// writeNew writes b to path (making its folder), so a crash leaves either
+// no file or the whole one.
 func writeNew(path string, b []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, b, perm)
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/scadad/scadad/internal/atomicfile"
 )
 
 // ErrCAExists is returned by Init when dir already holds a CA and
@@ -135,37 +137,13 @@ func checkNames(names []string) error {
 // writePair writes the key before the certificate and each through a temp
 // file and rename, so a crash never leaves a certificate without its key.
 func writePair(dir, name string, certPEM, keyPEM []byte) error {
-	if err := writeFileAtomic(filepath.Join(dir, name+".key"), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, name+".key"), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("write key for %q: %w", name, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, name+".crt"), certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, name+".crt"), certPEM, 0o644); err != nil {
 		return fmt.Errorf("write certificate for %q: %w", name, err)
 	}
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // ErrLeafExists is returned by Issue when dir already holds a certificate

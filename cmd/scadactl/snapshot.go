@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/internal/atomicfile"
 	"github.com/scadad/scadad/internal/tty"
 )
 
@@ -112,11 +112,10 @@ func snapshotSave(ctx context.Context, g *globals, file string, local bool) erro
 	defer done()
 	// Write beside the target and rename, so a failed save never leaves a
 	// truncated file under the name the operator asked for.
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".snapshot-*")
+	tmp, err := atomicfile.Create(file, 0o600)
 	if err != nil {
 		return fmt.Errorf("snapshot save: %w", err)
 	}
-	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	stream, err := c.SnapshotSave(ctx, &controlpb.SnapshotSaveRequest{Local: local})
 	if err != nil {
@@ -140,9 +139,6 @@ func snapshotSave(ctx context.Context, g *globals, file string, local bool) erro
 		p.add(len(chunk.Data))
 	}
 	p.finish()
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("snapshot save: sync: %w", err)
-	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("snapshot save: %w", err)
 	}
@@ -150,10 +146,7 @@ func snapshotSave(ctx context.Context, g *globals, file string, local bool) erro
 	if err != nil {
 		return fmt.Errorf("snapshot save: the received snapshot does not verify: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("snapshot save: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return fmt.Errorf("snapshot save: %w", err)
 	}
 	return g.printOut(info, func(w *tabwriter.Writer) {
