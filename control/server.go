@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -60,6 +61,15 @@ type StoreForward interface {
 	Discard(ctx context.Context, ids []string, allOfTarget string) (int, error)
 }
 
+// Features is what Status shows of feature levels.
+type Features interface {
+	NodeLevels() ([]fsm.NodeLevel, error)
+	// Level is the highest level this node applies; Blocked why it
+	// stopped applying ("" while it applies).
+	Level() fsm.Level
+	Blocked() string
+}
+
 // Member is one configured member as the node config names it.
 type Member struct {
 	ID       string
@@ -83,9 +93,13 @@ func memberNamed(members []Member, id string) (Member, bool) {
 type Server struct {
 	controlpb.UnimplementedControlServer
 
-	NodeID     string
-	Mode       string
-	Version    string
+	NodeID   string
+	Mode     string
+	Version  string
+	Revision string
+	// Features reports feature levels: this node's, the members' records
+	// and why applying stopped; nil leaves them out.
+	Features   Features
 	Configured []Member
 	Raft       Raft
 	Restorer   Restorer
@@ -183,6 +197,8 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		LastContactMs: -1,
 		RaftState:     rs.State,
 		Version:       s.Version,
+		Revision:      s.Revision,
+		GoVersion:     runtime.Version(),
 		OverrideState: override,
 	}
 	switch {
@@ -216,6 +232,20 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		return nil, err
 	}
 	resp.Members = members
+	if s.Features != nil {
+		resp.FeatureLevel = uint32(s.Features.Level())
+		resp.ApplyBlocked = s.Features.Blocked()
+		var ids []string
+		for _, m := range members {
+			if m.InRaft {
+				ids = append(ids, m.Id)
+			}
+		}
+		if recs, err := s.Features.NodeLevels(); err == nil {
+			lvl, low := fsm.ClusterLevel(recs, ids)
+			resp.ClusterFeatureLevel, resp.FeatureLevelLowest = uint32(lvl), low.NodeID
+		}
+	}
 	return resp, nil
 }
 
@@ -228,6 +258,14 @@ func (s *Server) members(st role.State) ([]*controlpb.MemberStatus, error) {
 	for _, m := range s.Configured {
 		api[m.ID] = m.APIAddr
 	}
+	levels := map[string]fsm.NodeLevel{}
+	if s.Features != nil {
+		// Best effort: the members list stands without the records.
+		recs, _ := s.Features.NodeLevels()
+		for _, r := range recs {
+			levels[r.NodeID] = r
+		}
+	}
 	var out []*controlpb.MemberStatus
 	for _, m := range ms {
 		_, configured := api[m.ID]
@@ -235,6 +273,7 @@ func (s *Server) members(st role.State) ([]*controlpb.MemberStatus, error) {
 			Id: m.ID, RaftAddr: m.Addr, ApiAddr: api[m.ID], Suffrage: m.Suffrage, Leader: m.Leader,
 			Witness: m.Witness, Configured: configured, InRaft: m.Suffrage != "absent",
 			Reachable: m.Reachable || m.Self,
+			Version:   levels[m.ID].Version, FeatureLevel: uint32(levels[m.ID].Level),
 		}
 		if !m.ReachableSince.IsZero() {
 			ms.ReachableSinceUnixNano = m.ReachableSince.UnixNano()

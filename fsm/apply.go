@@ -21,7 +21,7 @@ type applier struct {
 	auditSeq     uint64
 	deliveredSeq uint64
 
-	metaB, artifacts, deploy, audit                                *bolt.Bucket
+	metaB, artifacts, deploy, audit, features                      *bolt.Bucket
 	pending, parked, ids, delivered, deliveredOrder, targetsBucket *bolt.Bucket
 
 	// counters caches the TargetCounters touched in this batch; they are
@@ -31,6 +31,11 @@ type applier struct {
 	// the entry being applied
 	index uint64
 	cmd   *fsmpb.Command
+
+	// have is the highest feature level this node applies; blocked is set
+	// by the first entry that needs more, and nothing after it is applied.
+	have    Level
+	blocked *BlockedError
 }
 
 func newApplier(tx *bolt.Tx) *applier {
@@ -42,6 +47,7 @@ func newApplier(tx *bolt.Tx) *applier {
 		artifacts:      tx.Bucket(bucketArtifacts),
 		deploy:         tx.Bucket(bucketDeploy),
 		audit:          tx.Bucket(bucketAudit),
+		features:       tx.Bucket(bucketFeatures),
 		pending:        sf.Bucket(sfPending),
 		parked:         sf.Bucket(sfParked),
 		ids:            sf.Bucket(sfIDs),
@@ -84,9 +90,20 @@ func (a *applier) flush() error {
 }
 
 func (a *applier) applyCommand(l *raft.Log, res *Result) error {
-	cmd, err := Decode(l.Data)
-	if err != nil {
-		res.Err = err
+	cmd, cerr := unmarshalCommand(l.Data)
+	if cerr != nil {
+		res.Err = cerr
+		return nil
+	}
+	// Before anything else: an entry this node cannot apply must not be
+	// refused as unknown (the nodes that know it apply it) but wait.
+	if b := blockOf(l.Index, cmd, a.have); b != nil {
+		a.blocked = b
+		res.Err = b
+		return nil
+	}
+	if cerr := checkDecoded(cmd); cerr != nil {
+		res.Err = cerr
 		return nil
 	}
 	if cerr := validateEnvelope(cmd); cerr != nil {
@@ -119,6 +136,10 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.auditCommand(body.Audit, res)
 	case *fsmpb.Command_SetClusterEpoch:
 		return a.setClusterEpoch(body.SetClusterEpoch, res)
+	case *fsmpb.Command_RecordFeatures:
+		return a.recordFeatures(body.RecordFeatures, res)
+	case *fsmpb.Command_FeatureProbe:
+		return nil
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

@@ -24,6 +24,10 @@ const (
 	CodeUnknown              Code = "unknown"
 	CodeNotPending           Code = "not_pending"
 	CodeEpochNotIncreasing   Code = "epoch_not_increasing"
+	// CodeFeatureLevel is the leader's refusal of a command the cluster's
+	// feature level does not reach yet (featuregate). It is answered
+	// before raft, so it is no replicated outcome.
+	CodeFeatureLevel Code = "feature_level"
 )
 
 // CommandError is the deterministic error a command yields when it cannot be
@@ -67,6 +71,7 @@ var (
 	ErrNotPending         = &CommandError{Code: CodeNotPending}
 	ErrUnknown            = &CommandError{Code: CodeUnknown}
 	ErrEpochNotIncreasing = &CommandError{Code: CodeEpochNotIncreasing}
+	ErrFeatureLevel       = &CommandError{Code: CodeFeatureLevel}
 )
 
 // Read-side and lifecycle errors (not replicated outcomes).
@@ -78,6 +83,9 @@ var (
 	ErrClosed = errors.New("fsm: closed")
 	// ErrSnapshotCorrupt is wrapped by every refusal of a snapshot stream.
 	ErrSnapshotCorrupt = errors.New("fsm: snapshot corrupt")
+	// ErrSnapshotNewer is wrapped by the refusal of a snapshot a newer
+	// release wrote (a newer stream format or state schema).
+	ErrSnapshotNewer = errors.New("fsm: snapshot from a newer release")
 )
 
 func cmdErr(code Code, format string, args ...any) *CommandError {

@@ -66,6 +66,17 @@ type Options struct {
 	// unclean stop (a marker of DeferSync left from this boot); the size
 	// check (no page beyond the end of the file) runs always.
 	VerifyOnOpen bool
+	// FeatureLevel is the highest FSM feature level this node applies; an
+	// entry that needs more stops the applying (see ApplyBlocked). Zero
+	// is the build's FeatureLevel; tests raise it to apply FeatureProbe.
+	FeatureLevel Level
+}
+
+func (o Options) featureLevel() Level {
+	if o.FeatureLevel == 0 {
+		return FeatureLevel
+	}
+	return o.FeatureLevel
 }
 
 func (o Options) bootID() string {
@@ -116,6 +127,10 @@ type FSM struct {
 
 	meta  atomic.Pointer[Meta]
 	fatal atomic.Pointer[error]
+	// blocked is the first entry this node could not apply for want of a
+	// feature level; nothing after it is applied until a restart with a
+	// newer build.
+	blocked atomic.Pointer[BlockedError]
 	// restores counts the snapshots swapped in since Open (see Restores).
 	restores atomic.Uint64
 
@@ -192,8 +207,18 @@ func openDB(path string, opts Options) (*bolt.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open fsm state %s: %w", path, err)
 	}
+	migrated := false
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketArtifacts, bucketDeploy, bucketSF, bucketAudit} {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := getU64(meta.Get(metaSchema)); v > SchemaVersion {
+				return newerSchemaError(path, v)
+			}
+			// A v0.1.0 file lacks the features bucket: adding it is the
+			// whole migration, additive, so a v0.1.0 node still reads
+			// the file (and a snapshot of it) and the schema stays 1.
+			migrated = getU64(meta.Get(metaAppliedIndex)) > 0 && tx.Bucket(bucketFeatures) == nil
+		}
+		for _, name := range [][]byte{bucketMeta, bucketArtifacts, bucketDeploy, bucketSF, bucketAudit, bucketFeatures} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -205,11 +230,8 @@ func openDB(path string, opts Options) (*bolt.DB, error) {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		switch v := getU64(meta.Get(metaSchema)); {
-		case v == 0:
+		if getU64(meta.Get(metaSchema)) == 0 {
 			return meta.Put(metaSchema, u64(SchemaVersion))
-		case v > SchemaVersion:
-			return fmt.Errorf("schema version %d is newer than this build's %d", v, SchemaVersion)
 		}
 		return nil
 	})
@@ -217,7 +239,17 @@ func openDB(path string, opts Options) (*bolt.DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialise fsm state %s: %w", path, err)
 	}
+	if migrated {
+		opts.Logger.Info().Str("path", path).Msg("state file of an earlier release migrated in place (features bucket added; schema version 1)")
+	}
 	return db, nil
+}
+
+// newerSchemaError refuses a state file written by a newer release.
+func newerSchemaError(path string, v uint64) error {
+	return fmt.Errorf("state file %s has schema version %d, written by a newer scadad; this build (FSM feature level %d, %s) reads schema 1..%d. "+
+		"To go back to this release, restore the snapshot taken before the upgrade (scadactl snapshot restore, docs/upgrading.md), or run the newer release again",
+		path, v, FeatureLevel, levelRelease(FeatureLevel), SchemaVersion)
 }
 
 func (f *FSM) loadMeta() error {
@@ -359,6 +391,10 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		fail(results, err)
 		return out
 	}
+	if b := f.blocked.Load(); b != nil {
+		fail(results, b)
+		return out
+	}
 
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -411,6 +447,7 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, error) {
 		f.open = tx
 	}
 	a := newApplier(f.open)
+	a.have = f.opts.featureLevel()
 	err := func() error {
 		for i, l := range logs {
 			if l.Index <= a.meta.AppliedIndex {
@@ -421,12 +458,21 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, error) {
 				if err := a.applyCommand(l, results[i]); err != nil {
 					return err
 				}
+				if a.blocked != nil {
+					// This entry and the rest wait for a newer build;
+					// the applied index stays below this entry.
+					fail(results[i:], a.blocked)
+					break
+				}
 				f.openBytes += len(l.Data)
 			}
 			a.meta.AppliedIndex, a.meta.AppliedTerm = l.Index, l.Term
 		}
 		return a.flush()
 	}()
+	if err == nil && a.blocked != nil {
+		f.block(a.blocked)
+	}
 	if err != nil {
 		_ = f.open.Rollback()
 		f.open, f.openBytes = nil, 0
@@ -475,6 +521,22 @@ func (f *FSM) storageFailure(serr *StorageError) {
 		f.log.Error().Err(serr).Msg("fsm storage failure: refusing further entries; restart the node")
 	}
 }
+
+// block records that applying stopped at an entry above this node's
+// feature level.
+func (f *FSM) block(b *BlockedError) {
+	if f.blocked.CompareAndSwap(nil, b) {
+		f.log.Error().Uint64("index", b.Index).Uint32("needs_level", uint32(b.Need)).Uint32("level", uint32(b.Have)).
+			Str("needs_release", b.NeedsRelease).Msg(b.Error())
+	}
+}
+
+// ApplyBlocked returns the entry applying stopped at because this node
+// cannot apply its feature level, or nil. The node keeps its raft log (it
+// still stores and votes) but applies nothing more, takes no snapshot, and
+// must not act on its state: restarted with a release that applies the
+// level, it applies the entry and everything after it.
+func (f *FSM) ApplyBlocked() *BlockedError { return f.blocked.Load() }
 
 // maybeReleasePages calls Options.ReleasePages once the commits since the
 // last call have written ReleaseEvery bytes of pages. The caller holds

@@ -40,6 +40,9 @@ var (
 	bucketDeploy    = []byte("deploy")
 	bucketSF        = []byte("sf")
 	bucketAudit     = []byte("audit")
+	// bucketFeatures is new in v0.2.0 and additive: a v0.1.0 node ignores
+	// it, so the schema version stays 1 (see migrate).
+	bucketFeatures = []byte("features")
 
 	// inside sf
 	sfPending        = []byte("pending")

@@ -49,6 +49,12 @@ type Snapshot struct {
 // Snapshot opens a snapshot for raft. raft calls it on the FSM goroutine, so
 // the view matches exactly the last applied entry.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	// Raft would label a snapshot with its own applied index, past the
+	// entry this node stopped at, and compact the log this node still
+	// needs.
+	if b := f.ApplyBlocked(); b != nil {
+		return nil, fmt.Errorf("no snapshot while %w", b)
+	}
 	s, err := f.OpenSnapshot()
 	if err != nil {
 		return nil, err
@@ -347,7 +353,11 @@ func decodeSnapshot(r io.Reader, dst io.Writer) (streamInfo, error) {
 		return info, fmt.Errorf("%w: not a scadad snapshot (magic %q)", ErrSnapshotCorrupt, hdr[:8])
 	}
 	info.format = binary.BigEndian.Uint32(hdr[8:12])
-	if info.format < oldestSnapshotFormat || info.format > SnapshotFormat {
+	switch {
+	case info.format > SnapshotFormat:
+		return info, fmt.Errorf("%w: snapshot format %d, written by a newer scadad; this build (%s) reads formats %d..%d: restore it with that release",
+			ErrSnapshotNewer, info.format, levelRelease(FeatureLevel), oldestSnapshotFormat, SnapshotFormat)
+	case info.format < oldestSnapshotFormat:
 		return info, fmt.Errorf("%w: snapshot format %d, this build reads %d..%d", ErrSnapshotCorrupt, info.format, oldestSnapshotFormat, SnapshotFormat)
 	}
 	fr := &frameReader{r: br, h: sha256.New(), format: info.format}
@@ -386,6 +396,11 @@ func firstNonNil(errs ...error) error {
 // never a mix.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	// The snapshot holds the effects of the entry this node stopped at;
+	// taking it in would skip that entry's meaning unseen.
+	if b := f.ApplyBlocked(); b != nil {
+		return fmt.Errorf("restore snapshot refused while %w", b)
+	}
 	tmp := f.path + ".restore"
 	meta, err := f.prepareRestore(rc, tmp)
 	if err != nil {
@@ -481,8 +496,12 @@ func viewStateFile(path string, opts Options, fn func(tx *bolt.Tx) error) error 
 				return fmt.Errorf("%w: state has no %s bucket", ErrSnapshotCorrupt, name)
 			}
 		}
-		if v := getU64(tx.Bucket(bucketMeta).Get(metaSchema)); v == 0 || v > SchemaVersion {
-			return fmt.Errorf("%w: state schema version %d, this build reads 1..%d", ErrSnapshotCorrupt, v, SchemaVersion)
+		switch v := getU64(tx.Bucket(bucketMeta).Get(metaSchema)); {
+		case v == 0:
+			return fmt.Errorf("%w: state has no schema version", ErrSnapshotCorrupt)
+		case v > SchemaVersion:
+			return fmt.Errorf("%w: the snapshot's state has schema version %d, written by a newer scadad; this build (%s) reads schema 1..%d: restore it with that release",
+				ErrSnapshotNewer, v, levelRelease(FeatureLevel), SchemaVersion)
 		}
 		return fn(tx)
 	})

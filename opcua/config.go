@@ -81,6 +81,9 @@ type Config struct {
 	// HotStandby advertises RedundancySupport Hot instead of Warm.
 	HotStandby bool
 
+	// Build is what Server.ServerStatus.BuildInfo says of scadad.
+	Build BuildInfo
+
 	// WriteTimeout bounds one gateway write (default 3 s). The library serves
 	// all requests from one goroutine, so a slow write stalls every client.
 	WriteTimeout time.Duration

@@ -170,6 +170,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	opts := []server.Option{
 		server.ServerName(c.ApplicationName),
 		server.ProductName("scadad"),
+		server.SoftwareVersion(c.Build.SoftwareVersion),
 		server.ManufacturerName("scadad"),
 		server.Certificate(cert),
 		server.PrivateKey(key),
@@ -240,6 +241,9 @@ func (s *Server) newLibrary() (*library, error) {
 		return nil, err
 	}
 	if err := s.installRedundancyNodes(srv); err != nil {
+		return nil, err
+	}
+	if err := s.installBuildInfo(srv); err != nil {
 		return nil, err
 	}
 	if err := s.registerHandlers(srv); err != nil {

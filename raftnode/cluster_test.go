@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -619,4 +620,43 @@ func TestUnfinishedOverrideIsBumpedAfterRestart(t *testing.T) {
 	if n.Stats().OverridePending {
 		t.Fatal("Stats still reports a pending override")
 	}
+}
+
+// TestBlockedFSMDetachesAndHandsOff: a node whose FSM stopped applying (an
+// entry above its feature level) is Detached whatever raft says, and an
+// Active that blocks hands leadership to the other voter, which stays
+// Active; the blocked node keeps storing the log.
+func TestBlockedFSMDetachesAndHandsOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
+	var blocked sync.Map // node id → true
+	h.tweak = func(c *Config) {
+		id := c.NodeID
+		c.ApplyBlocked = func() bool { _, ok := blocked.Load(id); return ok }
+	}
+	for _, id := range []string{"a", "b", "w"} {
+		h.start(id)
+	}
+	first := h.waitOneActive(15 * time.Second)
+	blocked.Store(first, true)
+	waitFor(t, 10*time.Second, "the blocked Active to hand over", func() (bool, string) {
+		roles := h.roles()
+		other := roles[otherVoter(first)]
+		return roles[first].Role == role.Detached && other.Role == role.Active, fmt.Sprintf("%v", roles)
+	})
+	h.apply(otherVoter(first), "after")
+	waitFor(t, 10*time.Second, "the blocked node to store the log", func() (bool, string) {
+		r := h.node(first).Raft()
+		return r.LastIndex() >= h.node(otherVoter(first)).Raft().LastIndex(), "behind"
+	})
+	if st := h.roles()[first]; st.Role != role.Detached {
+		t.Fatalf("blocked node is %v", st.Role)
+	}
+}
+
+func otherVoter(id string) string {
+	if id == "a" {
+		return "b"
+	}
+	return "a"
 }

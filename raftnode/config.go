@@ -128,7 +128,13 @@ type Config struct {
 	// (bbolt's consistency check and a read of every byte); the size check
 	// runs always.
 	VerifyLogStore bool
+	// ApplyBlocked, when set, reports that the FSM stopped applying (an
+	// entry above its feature level): the node is then Detached whatever
+	// raft says, keeps storing and voting, and hands leadership away.
+	ApplyBlocked func() bool
 }
+
+func (c Config) applyBlocked() bool { return c.ApplyBlocked != nil && c.ApplyBlocked() }
 
 // Defaults tuned for a LAN pair: about one second from a leader's death to a
 // new leader.

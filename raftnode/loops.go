@@ -63,7 +63,7 @@ func (n *Node) refreshRole() {
 	if r == nil || recovering || r.State() != raft.Leader {
 		return
 	}
-	if n.cfg.isWitness() {
+	if n.cfg.isWitness() || n.cfg.applyBlocked() {
 		n.startHandoff(r)
 		return
 	}
@@ -95,7 +95,7 @@ func (n *Node) computeState(r *raft.Raft, recovering bool, prev role.State) role
 	}
 	_, leader := r.LeaderWithID()
 	st.Leader = string(leader)
-	if !selfVoter {
+	if !selfVoter || n.cfg.applyBlocked() {
 		return st
 	}
 	switch r.State() {
@@ -174,7 +174,11 @@ func (n *Node) startHandoff(r *raft.Raft) {
 			if attempt == 0 {
 				ev = n.log.Info()
 			}
-			ev.Int("attempt", attempt+1).Str("to", string(target.ID)).Msg("witness won an election; transferring leadership to a voter")
+			why := "witness won an election; transferring leadership to a voter"
+			if !n.cfg.isWitness() {
+				why = "this node's FSM stopped applying (an entry needs a newer feature level); transferring leadership to a voter"
+			}
+			ev.Int("attempt", attempt+1).Str("to", string(target.ID)).Msg(why)
 			err := r.LeadershipTransferToServer(target.ID, target.Address).Error()
 			if err == nil {
 				continue

@@ -89,8 +89,20 @@ type StatusResponse struct {
 	// seconds, as read when the node started; 0 when unknown).
 	CertNotAfterUnix int64 `protobuf:"varint,20,opt,name=cert_not_after_unix,json=certNotAfterUnix,proto3" json:"cert_not_after_unix,omitempty"`
 	CaNotAfterUnix   int64 `protobuf:"varint,21,opt,name=ca_not_after_unix,json=caNotAfterUnix,proto3" json:"ca_not_after_unix,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The build: revision is the VCS commit ("" when the build recorded
+	// none), go_version the toolchain.
+	Revision  string `protobuf:"bytes,22,opt,name=revision,proto3" json:"revision,omitempty"`
+	GoVersion string `protobuf:"bytes,23,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// The highest FSM feature level this node applies, and the cluster's
+	// (the lowest among the raft configuration's members, as this node's
+	// replica records them) with the member that holds it back.
+	FeatureLevel        uint32 `protobuf:"varint,24,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	ClusterFeatureLevel uint32 `protobuf:"varint,25,opt,name=cluster_feature_level,json=clusterFeatureLevel,proto3" json:"cluster_feature_level,omitempty"`
+	FeatureLevelLowest  string `protobuf:"bytes,26,opt,name=feature_level_lowest,json=featureLevelLowest,proto3" json:"feature_level_lowest,omitempty"`
+	// Why this node stopped applying entries ("" while it applies).
+	ApplyBlocked  string `protobuf:"bytes,27,opt,name=apply_blocked,json=applyBlocked,proto3" json:"apply_blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -270,6 +282,48 @@ func (x *StatusResponse) GetCaNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterFeatureLevel() uint32 {
+	if x != nil {
+		return x.ClusterFeatureLevel
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetFeatureLevelLowest() string {
+	if x != nil {
+		return x.FeatureLevelLowest
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetApplyBlocked() string {
+	if x != nil {
+		return x.ApplyBlocked
+	}
+	return ""
+}
+
 type DataConnectionStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -439,8 +493,12 @@ type MemberStatus struct {
 	Reachable              bool  `protobuf:"varint,9,opt,name=reachable,proto3" json:"reachable,omitempty"`
 	ReachableSinceUnixNano int64 `protobuf:"varint,10,opt,name=reachable_since_unix_nano,json=reachableSinceUnixNano,proto3" json:"reachable_since_unix_nano,omitempty"`
 	LastContactUnixNano    int64 `protobuf:"varint,11,opt,name=last_contact_unix_nano,json=lastContactUnixNano,proto3" json:"last_contact_unix_nano,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The release and FSM feature level the member recorded (in this
+	// node's replica); "" and 0 for a member that recorded none.
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	FeatureLevel  uint32 `protobuf:"varint,13,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberStatus) Reset() {
@@ -546,6 +604,20 @@ func (x *MemberStatus) GetReachableSinceUnixNano() int64 {
 func (x *MemberStatus) GetLastContactUnixNano() int64 {
 	if x != nil {
 		return x.LastContactUnixNano
+	}
+	return 0
+}
+
+func (x *MemberStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
 	}
 	return 0
 }
@@ -2782,7 +2854,7 @@ var File_controlpb_control_proto protoreflect.FileDescriptor
 const file_controlpb_control_proto_rawDesc = "" +
 	"\n" +
 	"\x17controlpb/control.proto\x12\x11scadad.control.v1\"\x0f\n" +
-	"\rStatusRequest\"\xad\x06\n" +
+	"\rStatusRequest\"\x98\b\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -2806,7 +2878,14 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x0eopcua_verdicts\x18\x12 \x03(\v2\x1f.scadad.control.v1.OPCUAVerdictR\ropcuaVerdicts\x12I\n" +
 	"\vconnections\x18\x13 \x03(\v2'.scadad.control.v1.DataConnectionStatusR\vconnections\x12-\n" +
 	"\x13cert_not_after_unix\x18\x14 \x01(\x03R\x10certNotAfterUnix\x12)\n" +
-	"\x11ca_not_after_unix\x18\x15 \x01(\x03R\x0ecaNotAfterUnix\"\x82\x01\n" +
+	"\x11ca_not_after_unix\x18\x15 \x01(\x03R\x0ecaNotAfterUnix\x12\x1a\n" +
+	"\brevision\x18\x16 \x01(\tR\brevision\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x17 \x01(\tR\tgoVersion\x12#\n" +
+	"\rfeature_level\x18\x18 \x01(\rR\ffeatureLevel\x122\n" +
+	"\x15cluster_feature_level\x18\x19 \x01(\rR\x13clusterFeatureLevel\x120\n" +
+	"\x14feature_level_lowest\x18\x1a \x01(\tR\x12featureLevelLowest\x12#\n" +
+	"\rapply_blocked\x18\x1b \x01(\tR\fapplyBlocked\"\x82\x01\n" +
 	"\x14DataConnectionStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -2819,7 +2898,7 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\rservice_level\x18\x03 \x01(\rR\fserviceLevel\x12 \n" +
 	"\fat_unix_nano\x18\x04 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xeb\x02\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xaa\x03\n" +
 	"\fMemberStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2834,7 +2913,9 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\treachable\x18\t \x01(\bR\treachable\x129\n" +
 	"\x19reachable_since_unix_nano\x18\n" +
 	" \x01(\x03R\x16reachableSinceUnixNano\x123\n" +
-	"\x16last_contact_unix_nano\x18\v \x01(\x03R\x13lastContactUnixNano\"\x10\n" +
+	"\x16last_contact_unix_nano\x18\v \x01(\x03R\x13lastContactUnixNano\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12#\n" +
+	"\rfeature_level\x18\r \x01(\rR\ffeatureLevel\"\x10\n" +
 	"\x0eMembersRequest\"L\n" +
 	"\x0fMembersResponse\x129\n" +
 	"\amembers\x18\x01 \x03(\v2\x1f.scadad.control.v1.MemberStatusR\amembers\"[\n" +

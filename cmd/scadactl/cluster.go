@@ -57,6 +57,13 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		}
 		fmt.Fprintf(w, "last contact\t%s\n", contact)
 		fmt.Fprintf(w, "deploy revision\t%d\n", st.DeployRevision)
+		fmt.Fprintf(w, "version\t%s\n", orDash(st.Version))
+		if st.ClusterFeatureLevel != 0 {
+			fmt.Fprintf(w, "FSM feature level\t%d on this node, %d in the cluster (lowest: %s)\n", st.FeatureLevel, st.ClusterFeatureLevel, st.FeatureLevelLowest)
+		}
+		if st.ApplyBlocked != "" {
+			fmt.Fprintf(w, "APPLY BLOCKED\t%s\n", st.ApplyBlocked)
+		}
 		if st.CertNotAfterUnix != 0 || st.CaNotAfterUnix != 0 {
 			fmt.Fprintf(w, "certificates\t%s\n", certificates(st.CertNotAfterUnix, st.CaNotAfterUnix, time.Now()))
 		}
@@ -64,10 +71,10 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 			fmt.Fprintf(w, "override\t%s\n", st.OverrideState)
 		}
 		now := time.Now()
-		fmt.Fprintf(w, "\nMEMBER\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tREACHABLE\tLAST CONTACT\n")
+		fmt.Fprintf(w, "\nMEMBER\tRAFT\tAPI\tSUFFRAGE\tLEADER\tWITNESS\tREACHABLE\tLAST CONTACT\tVERSION\tFSM LEVEL\n")
 		for _, m := range st.Members {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%s\t%s\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness,
-				reachability(m, st.NodeId, now), lastContact(m, st.NodeId, now))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\n", m.Id, m.RaftAddr, orDash(m.ApiAddr), orDash(m.Suffrage), m.Leader, m.Witness,
+				reachability(m, st.NodeId, now), lastContact(m, st.NodeId, now), memberVersion(m.Version), levelText(m.FeatureLevel))
 		}
 		if len(st.Connections) > 0 {
 			fmt.Fprintf(w, "\nCONNECTION\tKIND\tENDPOINT\tUP\tDETAIL\n")
@@ -103,6 +110,15 @@ func lastContact(m *controlpb.MemberStatus, self string, now time.Time) string {
 		return "-"
 	}
 	return now.Sub(time.Unix(0, m.LastContactUnixNano)).Round(time.Millisecond).String() + " ago"
+}
+
+// memberVersion shows the release a member recorded; none means it runs a
+// release before v0.2.0 (or has not recorded yet).
+func memberVersion(v string) string {
+	if v == "" {
+		return "unrecorded"
+	}
+	return v
 }
 
 // certificates says until when the node's certificate and the site CA

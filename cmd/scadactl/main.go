@@ -74,6 +74,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"status", "show the answering node and the cluster", runStatus},
+		{"version", "scadactl's version and every node's (release, revision, FSM feature level)", runVersion},
 		{"members", "members list | add ID RAFT_ADDR [--nonvoter] | remove ID", runMembers},
 		{"failover", "move the Active role: failover [--to NODE]", runFailover},
 		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},

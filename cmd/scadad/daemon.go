@@ -19,9 +19,11 @@ import (
 
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/deploy"
+	"github.com/scadad/scadad/featuregate"
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/httpgate"
+	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/raftnode"
@@ -121,6 +123,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		AppliedIndex:       func() uint64 { return state.Meta().AppliedIndex },
 		OnOverride:         onOverride,
 		StartFenced:        startFenced,
+		ApplyBlocked:       func() bool { return state.ApplyBlocked() != nil },
 	})
 	if err != nil {
 		return withRecovery(fmt.Errorf("start raft: %w", err))
@@ -148,8 +151,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return err
 	}
 
+	build := version.Get()
+	if err := registerBuildInfo(reg, build, state); err != nil {
+		return err
+	}
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
-	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, timed)
+	gated := gatedNode{timedNode: timed, gate: &featuregate.Gate{Next: timed, Levels: state, Members: raftMembers(node)}}
+	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, gated)
 	defer fwd.Close()
 
 	holder := siteconfig.NewHolder()
@@ -166,9 +174,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	srv := &control.Server{
 		NodeID:       cfg.NodeID,
 		Mode:         cfg.Cluster.Mode,
-		Version:      version,
+		Version:      build.Version,
+		Revision:     build.Revision,
+		Features:     stateFeatures{state},
 		Configured:   ctlMembers,
-		Raft:         timed,
+		Raft:         gated,
 		Restorer:     snapshotRestorer{node},
 		Roles:        roles,
 		State:        state,
@@ -221,6 +231,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	leaders := &control.LeaderAudit{NodeID: cfg.NodeID, Roles: roles, State: state, Audit: fwd, Now: time.Now,
 		Log: log.With().Str("part", "leader-audit").Logger()}
 	goRun("leader-audit", leaders.Run)
+	recorder := &featuregate.Recorder{NodeID: cfg.NodeID, Level: fsm.FeatureLevel, Version: build.Version, Propose: fwd, Local: state,
+		Roles: roles, Now: time.Now, Log: log.With().Str("part", "features").Logger()}
+	goRun("feature-level", recorder.Run)
 	goRun("deploy", applier.Run)
 	goRun("site-info", func(ctx context.Context) error {
 		followSite(ctx, holder, func(u siteconfig.Update) { site.set(u.Site.Name) })
@@ -279,7 +292,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		}
 		goRun("http", func(context.Context) error { return httpServer.Serve(httpLis) })
 	}
-	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", version).Msg("scadad started")
+	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", build.Version).
+		Uint32("fsm_feature_level", uint32(fsm.FeatureLevel)).Msg("scadad started")
 
 	var storageErr error
 	select {

@@ -9,11 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -32,7 +30,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Println("scadad", version)
+		fmt.Println("scadad", version.Get())
 		return 0
 	}
 	var cfg *nodeconfig.Config

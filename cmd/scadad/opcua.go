@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -125,6 +126,8 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
 	}
+	build := version.Get()
+	c.Build = opcua.BuildInfo{SoftwareVersion: build.Version, BuildNumber: build.Revision, BuildDate: build.Time}
 	if c.CertFile == "" {
 		c.CertFile, c.KeyFile, err = opcua.OwnCertificate(s.pkiDir, c.ApplicationURI, host)
 		if err != nil {

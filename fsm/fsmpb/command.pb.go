@@ -35,6 +35,13 @@ type Command struct {
 	StampUnixNano int64 `protobuf:"varint,2,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
 	// actor is who asked: an operator, a node id or a subsystem.
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// feature_level is the FSM feature level a node needs to apply this
+	// command (fsm's level table, stamped by Encode). A node that applies
+	// less stops applying here instead of skipping it; absent means 1.
+	FeatureLevel uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// needs_release names the first release that applies feature_level, so
+	// a node that does not know the level can still say what to install.
+	NeedsRelease string `protobuf:"bytes,5,opt,name=needs_release,json=needsRelease,proto3" json:"needs_release,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Command_Noop
@@ -49,6 +56,8 @@ type Command struct {
 	//	*Command_SfDiscard
 	//	*Command_Audit
 	//	*Command_SetClusterEpoch
+	//	*Command_RecordFeatures
+	//	*Command_FeatureProbe
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -101,6 +110,20 @@ func (x *Command) GetStampUnixNano() int64 {
 func (x *Command) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *Command) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *Command) GetNeedsRelease() string {
+	if x != nil {
+		return x.NeedsRelease
 	}
 	return ""
 }
@@ -220,6 +243,24 @@ func (x *Command) GetSetClusterEpoch() *SetClusterEpoch {
 	return nil
 }
 
+func (x *Command) GetRecordFeatures() *RecordFeatures {
+	if x != nil {
+		if x, ok := x.Body.(*Command_RecordFeatures); ok {
+			return x.RecordFeatures
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFeatureProbe() *FeatureProbe {
+	if x != nil {
+		if x, ok := x.Body.(*Command_FeatureProbe); ok {
+			return x.FeatureProbe
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -272,6 +313,14 @@ type Command_SetClusterEpoch struct {
 	SetClusterEpoch *SetClusterEpoch `protobuf:"bytes,21,opt,name=set_cluster_epoch,json=setClusterEpoch,proto3,oneof"`
 }
 
+type Command_RecordFeatures struct {
+	RecordFeatures *RecordFeatures `protobuf:"bytes,22,opt,name=record_features,json=recordFeatures,proto3,oneof"`
+}
+
+type Command_FeatureProbe struct {
+	FeatureProbe *FeatureProbe `protobuf:"bytes,23,opt,name=feature_probe,json=featureProbe,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -295,6 +344,10 @@ func (*Command_SfDiscard) isCommand_Body() {}
 func (*Command_Audit) isCommand_Body() {}
 
 func (*Command_SetClusterEpoch) isCommand_Body() {}
+
+func (*Command_RecordFeatures) isCommand_Body() {}
+
+func (*Command_FeatureProbe) isCommand_Body() {}
 
 type Noop struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1121,15 +1174,119 @@ func (x *SetClusterEpoch) GetReason() string {
 	return ""
 }
 
+// RecordFeatures records the highest FSM feature level a node applies and
+// the release it runs. The leader's gate takes the lowest level among the
+// members as the cluster's.
+type RecordFeatures struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Level         uint32                 `protobuf:"varint,2,opt,name=level,proto3" json:"level,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordFeatures) Reset() {
+	*x = RecordFeatures{}
+	mi := &file_command_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordFeatures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordFeatures) ProtoMessage() {}
+
+func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
+func (*RecordFeatures) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RecordFeatures) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RecordFeatures) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *RecordFeatures) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// FeatureProbe changes nothing. Its level is one above the newest this
+// release applies, so that tests can prove the gate and the fail-stop with
+// a command no released node knows.
+type FeatureProbe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeatureProbe) Reset() {
+	*x = FeatureProbe{}
+	mi := &file_command_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeatureProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeatureProbe) ProtoMessage() {}
+
+func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
+func (*FeatureProbe) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{16}
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xb5\x06\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\x8d\b\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\x12)\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12#\n" +
+	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\x12#\n" +
+	"\rneeds_release\x18\x05 \x01(\tR\fneedsRelease\x12)\n" +
 	"\x04noop\x18\n" +
 	" \x01(\v2\x13.scadad.fsm.v1.NoopH\x00R\x04noop\x12O\n" +
 	"\x12put_artifact_chunk\x18\v \x01(\v2\x1f.scadad.fsm.v1.PutArtifactChunkH\x00R\x10putArtifactChunk\x12H\n" +
@@ -1145,7 +1302,9 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"sf_discard\x18\x13 \x01(\v2\x18.scadad.fsm.v1.SFDiscardH\x00R\tsfDiscard\x12,\n" +
 	"\x05audit\x18\x14 \x01(\v2\x14.scadad.fsm.v1.AuditH\x00R\x05audit\x12L\n" +
-	"\x11set_cluster_epoch\x18\x15 \x01(\v2\x1e.scadad.fsm.v1.SetClusterEpochH\x00R\x0fsetClusterEpochB\x06\n" +
+	"\x11set_cluster_epoch\x18\x15 \x01(\v2\x1e.scadad.fsm.v1.SetClusterEpochH\x00R\x0fsetClusterEpoch\x12H\n" +
+	"\x0frecord_features\x18\x16 \x01(\v2\x1d.scadad.fsm.v1.RecordFeaturesH\x00R\x0erecordFeatures\x12B\n" +
+	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbeB\x06\n" +
 	"\x04body\"\x06\n" +
 	"\x04Noop\"j\n" +
 	"\x10PutArtifactChunk\x12\x16\n" +
@@ -1199,7 +1358,12 @@ const file_command_proto_rawDesc = "" +
 	"\x0fSetClusterEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reasonB$Z\"github.com/scadad/scadad/fsm/fsmpbb\x06proto3"
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"Y\n" +
+	"\x0eRecordFeatures\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\rR\x05level\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\x0e\n" +
+	"\fFeatureProbeB$Z\"github.com/scadad/scadad/fsm/fsmpbb\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -1213,7 +1377,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*Noop)(nil),             // 1: scadad.fsm.v1.Noop
@@ -1230,6 +1394,8 @@ var file_command_proto_goTypes = []any{
 	(*SFDiscard)(nil),        // 12: scadad.fsm.v1.SFDiscard
 	(*Audit)(nil),            // 13: scadad.fsm.v1.Audit
 	(*SetClusterEpoch)(nil),  // 14: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 15: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 16: scadad.fsm.v1.FeatureProbe
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
@@ -1244,13 +1410,15 @@ var file_command_proto_depIdxs = []int32{
 	12, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
 	13, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
 	14, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	6,  // 12: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	7,  // 13: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	16, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	6,  // 14: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	7,  // 15: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1271,6 +1439,8 @@ func file_command_proto_init() {
 		(*Command_SfDiscard)(nil),
 		(*Command_Audit)(nil),
 		(*Command_SetClusterEpoch)(nil),
+		(*Command_RecordFeatures)(nil),
+		(*Command_FeatureProbe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1278,7 +1448,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -713,6 +713,67 @@ func (x *AuditRecord) GetLogIndex() uint64 {
 	return 0
 }
 
+// NodeFeatures is the stored form of a RecordFeatures command.
+type NodeFeatures struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	LogIndex      uint64                 `protobuf:"varint,3,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"` // of the entry that recorded it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeFeatures) Reset() {
+	*x = NodeFeatures{}
+	mi := &file_state_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeFeatures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeFeatures) ProtoMessage() {}
+
+func (x *NodeFeatures) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeFeatures.ProtoReflect.Descriptor instead.
+func (*NodeFeatures) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NodeFeatures) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *NodeFeatures) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *NodeFeatures) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -770,7 +831,11 @@ const file_state_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x1b\n" +
-	"\tlog_index\x18\x06 \x01(\x04R\blogIndex*b\n" +
+	"\tlog_index\x18\x06 \x01(\x04R\blogIndex\"[\n" +
+	"\fNodeFeatures\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
+	"\tlog_index\x18\x03 \x01(\x04R\blogIndex*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -789,7 +854,7 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_state_proto_goTypes = []any{
 	(MessageState)(0),       // 0: scadad.fsm.v1.MessageState
 	(*StoredMessage)(nil),   // 1: scadad.fsm.v1.StoredMessage
@@ -800,16 +865,17 @@ var file_state_proto_goTypes = []any{
 	(*DeployRecord)(nil),    // 6: scadad.fsm.v1.DeployRecord
 	(*DeployAckRecord)(nil), // 7: scadad.fsm.v1.DeployAckRecord
 	(*AuditRecord)(nil),     // 8: scadad.fsm.v1.AuditRecord
-	(*KV)(nil),              // 9: scadad.fsm.v1.KV
+	(*NodeFeatures)(nil),    // 9: scadad.fsm.v1.NodeFeatures
+	(*KV)(nil),              // 10: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	9, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
-	0, // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	10, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
+	2,  // [2:2] is the sub-list for method output_type
+	2,  // [2:2] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_state_proto_init() }
@@ -824,7 +890,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

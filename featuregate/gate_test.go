@@ -1,0 +1,87 @@
+package featuregate
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
+)
+
+type countingApplier struct{ calls int }
+
+func (c *countingApplier) Apply(context.Context, []byte) (interface{}, error) {
+	c.calls++
+	return &fsm.Result{Index: 7}, nil
+}
+
+type levels []fsm.NodeLevel
+
+func (l levels) NodeLevels() ([]fsm.NodeLevel, error) { return l, nil }
+
+func encode(t *testing.T, cmd *fsmpb.Command) []byte {
+	t.Helper()
+	b, err := fsm.Encode(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestGateRefusesTheProbeUntilEveryMemberApplies proves the gate with the
+// test-only command one level above this release: refused while any
+// member (a voter, the witness, a member with no record) is below it,
+// committed once all record it.
+func TestGateRefusesTheProbeUntilEveryMemberApplies(t *testing.T) {
+	probe := encode(t, &fsmpb.Command{Body: &fsmpb.Command_FeatureProbe{FeatureProbe: &fsmpb.FeatureProbe{}}})
+	next := fsm.FeatureLevel + 1
+	members := func() ([]string, error) { return []string{"node-a", "node-b", "witness"}, nil }
+	for _, tc := range []struct {
+		name  string
+		recs  levels
+		lags  string
+		allow bool
+	}{
+		{"witness behind", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "node-b", Level: next, Version: "v9"}, {NodeID: "witness", Level: fsm.FeatureLevel, Version: "v0.2.0"}}, "node witness records level 2 (v0.2.0)", false},
+		{"voter without a record", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "witness", Level: next, Version: "v9"}}, "node node-b has recorded no feature level", false},
+		{"all upgraded", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "node-b", Level: next, Version: "v9"}, {NodeID: "witness", Level: next, Version: "v9"}}, "", true},
+	} {
+		app := &countingApplier{}
+		g := &Gate{Next: app, Levels: tc.recs, Members: members}
+		out, err := g.Apply(context.Background(), probe)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		res := out.(*fsm.Result)
+		if tc.allow {
+			if res.Err != nil || app.calls != 1 {
+				t.Errorf("%s: err %v, calls %d; want committed", tc.name, res.Err, app.calls)
+			}
+			continue
+		}
+		if !errors.Is(res.Err, fsm.ErrFeatureLevel) || app.calls != 0 {
+			t.Errorf("%s: err %v, calls %d; want a feature_level refusal", tc.name, res.Err, app.calls)
+			continue
+		}
+		if !strings.Contains(res.Err.Error(), tc.lags) || !strings.Contains(res.Err.Error(), "needs FSM feature level 3") {
+			t.Errorf("%s: %q does not name the lagging node (%q)", tc.name, res.Err, tc.lags)
+		}
+	}
+}
+
+// TestGatePassesLevelOneWithoutReading: v0.1.0's commands are never
+// gated, and the hot path reads nothing.
+func TestGatePassesLevelOneWithoutReading(t *testing.T) {
+	app := &countingApplier{}
+	g := &Gate{Next: app, Levels: nil, Members: func() ([]string, error) { return nil, errors.New("must not be called") }}
+	out, err := g.Apply(context.Background(), encode(t, &fsmpb.Command{Body: &fsmpb.Command_Audit{Audit: &fsmpb.Audit{Kind: "k"}}}))
+	if err != nil || out.(*fsm.Result).Err != nil || app.calls != 1 {
+		t.Fatalf("out %+v err %v calls %d", out, err, app.calls)
+	}
+	out, _ = g.Apply(context.Background(), []byte{0xa2, 0x06, 0x00}) // body field 100, unknown
+	if res := out.(*fsm.Result); !errors.Is(res.Err, fsm.ErrFeatureLevel) || app.calls != 1 {
+		t.Fatalf("unknown body: %+v, calls %d", res, app.calls)
+	}
+}
