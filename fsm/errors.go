@@ -84,9 +84,15 @@ var (
 	// ErrSnapshotCorrupt is wrapped by every refusal of a snapshot stream.
 	ErrSnapshotCorrupt = errors.New("fsm: snapshot corrupt")
 	// ErrSnapshotNewer is wrapped by the refusal of a snapshot a newer
-	// release wrote (a newer stream format or state schema).
-	ErrSnapshotNewer = errors.New("fsm: snapshot from a newer release")
+	// release wrote (a newer stream format or state schema). Like every
+	// refusal of a stream it also matches ErrSnapshotCorrupt.
+	ErrSnapshotNewer error = snapshotNewer{}
 )
+
+type snapshotNewer struct{}
+
+func (snapshotNewer) Error() string   { return "fsm: snapshot from a newer release" }
+func (snapshotNewer) Is(t error) bool { return t == ErrSnapshotCorrupt }
 
 func cmdErr(code Code, format string, args ...any) *CommandError {
 	return &CommandError{Code: code, Message: fmt.Sprintf(format, args...)}

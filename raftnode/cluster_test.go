@@ -639,13 +639,13 @@ func TestBlockedFSMDetachesAndHandsOff(t *testing.T) {
 	}
 	first := h.waitOneActive(15 * time.Second)
 	blocked.Store(first, true)
-	waitFor(t, 10*time.Second, "the blocked Active to hand over", func() (bool, string) {
+	testwait.ForDetail(t, 10*time.Second, "the blocked Active to hand over", func() (bool, string) {
 		roles := h.roles()
 		other := roles[otherVoter(first)]
 		return roles[first].Role == role.Detached && other.Role == role.Active, fmt.Sprintf("%v", roles)
 	})
 	h.apply(otherVoter(first), "after")
-	waitFor(t, 10*time.Second, "the blocked node to store the log", func() (bool, string) {
+	testwait.ForDetail(t, 10*time.Second, "the blocked node to store the log", func() (bool, string) {
 		r := h.node(first).Raft()
 		return r.LastIndex() >= h.node(otherVoter(first)).Raft().LastIndex(), "behind"
 	})
