@@ -9,15 +9,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
+	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/role"
 )
 
@@ -201,28 +200,14 @@ func (f *Forwarder) conn(id string) (*grpc.ClientConn, error) {
 	conn, ok := f.conns[addr]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-			grpc.WithConnectParams(peerConnectParams()),
-			grpc.WithUnaryInterceptor(leaderMovedUnary), grpc.WithStreamInterceptor(leaderMovedStream))
+		conn, err = grpc.NewClient(addr, append(grpcdial.ControlAPI(f.tls),
+			grpc.WithUnaryInterceptor(leaderMovedUnary), grpc.WithStreamInterceptor(leaderMovedStream))...)
 		if err != nil {
 			return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
 		}
 		f.conns[addr] = conn
 	}
 	return conn, nil
-}
-
-// peerConnectParams keep reconnect attempts to a peer about a second apart
-// at most (1 s ± 20 % jitter).
-// grpc's default backoff grows to two minutes: after a partition of a few
-// seconds a node's forwards, and the heal probe of a split pair, failed
-// for seconds after the network was back, waiting out the backoff.
-func peerConnectParams() grpc.ConnectParams {
-	return grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-		MinConnectTimeout: 2 * time.Second,
-	}
 }
 
 // onBehalfKey names, on a request a follower forwards, who sent it to the

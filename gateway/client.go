@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -22,6 +21,7 @@ import (
 
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/internal/backoff"
+	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/role"
 )
 
@@ -183,7 +183,7 @@ func New(cfg Config) (*Client, error) {
 	// minutes, and while it waits every OpenSession fails at once with the
 	// last dial error: a gateway back after a few minutes' outage waited up
 	// to two minutes for its session, whatever ReconnectMax says.
-	opts := []grpc.DialOption{grpc.WithConnectParams(redialParams)}
+	opts := []grpc.DialOption{grpc.WithConnectParams(grpcdial.ConnectParams(5 * time.Second))}
 	if len(cfg.DialOptions) == 0 {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
@@ -198,13 +198,6 @@ func New(cfg Config) (*Client, error) {
 		conn: conn,
 		api:  pb.NewMxAccessGatewayClient(conn),
 	}, nil
-}
-
-// redialParams keep grpc's dial attempts to a gateway that is down about
-// a second apart (1 s ± 20 % at most); Run's own backoff paces sessions.
-var redialParams = grpc.ConnectParams{
-	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-	MinConnectTimeout: 5 * time.Second,
 }
 
 // Close releases the transport. Call it after Run has returned.

@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -50,10 +51,10 @@ import (
 	"github.com/gopcua/opcua/ua"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
@@ -390,7 +391,7 @@ type bench struct {
 	c    *testcluster.Cluster
 	o    options
 	sink *testcluster.Sink
-	tls  credentials.TransportCredentials
+	tls  *tls.Config
 	// stats is the one connection the drain polls over: a new TLS
 	// handshake every poll would load the machine being measured.
 	stats *client
@@ -404,7 +405,7 @@ func (b *bench) setup() error {
 	if err != nil {
 		return err
 	}
-	b.tls = credentials.NewTLS(conf)
+	b.tls = conf
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := b.c.WaitOneActive(ctx); err != nil {
@@ -444,7 +445,7 @@ type client struct {
 }
 
 func (b *bench) client(n *testcluster.Node) (*client, error) {
-	conn, err := grpc.NewClient(n.APIAddr, grpc.WithTransportCredentials(b.tls))
+	conn, err := grpc.NewClient(n.APIAddr, grpcdial.ControlAPI(b.tls)...)
 	if err != nil {
 		return nil, err
 	}

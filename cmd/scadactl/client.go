@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -56,7 +56,7 @@ func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(),
 	for {
 		for i, ep := range endpoints {
 			if conns[i] == nil {
-				conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
+				conn, err := grpc.NewClient(ep, grpcdial.ControlAPI(tlsConf)...)
 				if err != nil {
 					failures[i] = fmt.Sprintf("%s: %v", ep, err)
 					continue
@@ -115,7 +115,7 @@ func (g *globals) leaderStatus(ctx context.Context, addr string) (*controlpb.Sta
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
+	conn, err := grpc.NewClient(addr, grpcdial.ControlAPI(tlsConf)...)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/httpgate"
+	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/pki"
@@ -192,7 +193,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
 	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
-	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(grpcdial.MaxMessageBytes), grpc.MaxSendMsgSize(grpcdial.MaxMessageBytes),
 		grpc.NumStreamWorkers(apiStreamWorkers), grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))
 	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
 	healing.register(grpcServer, srv)

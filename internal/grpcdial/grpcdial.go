@@ -1,0 +1,41 @@
+// Package grpcdial holds the one set of gRPC dial parameters: how every
+// client of the project (peers forwarding over the control API, scadactl,
+// the benchmark, the gateway client) redials and what message size it
+// accepts. It owns only those parameters, never a connection.
+package grpcdial
+
+import (
+	"crypto/tls"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+)
+
+// MaxMessageBytes is the largest control API message either way; the
+// server (cmd/scadad) takes the same.
+const MaxMessageBytes = 64 << 20
+
+// ConnectParams keep dial attempts to a peer or gateway that is down about
+// a second apart (1 s ± 20 % at most). grpc's default backoff grows to two
+// minutes: after a partition of a few seconds a node's forwards and the
+// heal probe of a split pair failed for seconds after the network was
+// back, and a gateway back after a few minutes' outage waited up to two
+// minutes for its session. minConnect bounds one connection attempt.
+func ConnectParams(minConnect time.Duration) grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: minConnect,
+	}
+}
+
+// ControlAPI is how every client dials a node's control API: mutual TLS
+// with conf, the control API's message size and ConnectParams.
+func ControlAPI(conf *tls.Config) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(conf)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithConnectParams(ConnectParams(2 * time.Second)),
+	}
+}
