@@ -41,6 +41,28 @@
 //	                         beyond DeliveredTombstones)
 //	sf/targets/              target → TargetCounters
 //	audit/                   uint64 BE seq → AuditRecord
+//	features/                node id → NodeFeatures (added by v0.2.0 in
+//	                         place; v0.1.0 ignores it, schema stays 1)
+//
+// # Feature levels
+//
+// Every command body needs an FSM feature level, declared in ONE table:
+// commandLevel in levels.go (TestEveryCommandHasALevel fails for a body
+// missing from it). Level 1 is what v0.1.0 applies; FeatureLevel is the
+// highest this build applies; levelRelease names the release that
+// introduced each level. To add a command: add its body to the proto, add
+// it to commandLevel at FeatureLevel (raising FeatureLevel and
+// levelRelease first if this release has not yet), handle it in
+// applyCommand. Encode stamps the level and its release into the envelope
+// (Command.feature_level, needs_release), so a node that does not know the
+// body still knows what it needs. The leader's featuregate.Gate refuses a
+// command above the cluster's level (ClusterLevel of the members'
+// RecordFeatures records) before raft sees it; a node that meets an entry
+// above its level anyway stops applying there (ApplyBlocked): the applied
+// index stays before it, Snapshot and Restore are refused, nothing after
+// it is applied, and a restart on a newer build applies it and the rest.
+// FeatureProbe, at FeatureLevel+1, exists only to prove the gate and the
+// fail-stop in tests (Options.FeatureLevel raises a test FSM's level).
 //
 // # Snapshot format (version 2; version 1 is read too)
 //

@@ -3,6 +3,7 @@
 package testcluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,3 +55,42 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// BuildScadadAt compiles cmd/scadad as it was at commit of the git
+// repository that holds dir (an earlier release, for mixed-version
+// tests) into a new temporary folder, from `git archive` of that commit
+// (no work tree of the repository changes). It returns the binary's path
+// and a function that removes the folder. ErrCommitAbsent says the
+// repository does not hold the commit (a shallow clone).
+func BuildScadadAt(dir, commit string) (string, func(), error) {
+	if out, err := exec.Command("git", "-C", dir, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("%w: %s in %s: %v %s", ErrCommitAbsent, commit, dir, err, out)
+	}
+	tmp, err := os.MkdirTemp("", "scadad-release-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	src := filepath.Join(tmp, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", dir, commit, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("git archive %s: %v\n%s", commit, err, out)
+	}
+	out := filepath.Join(tmp, "scadad")
+	build := exec.Command("go", "build", "-o", out, "./cmd/scadad")
+	build.Dir = src
+	if b, err := build.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("build scadad at %s: %v\n%s", commit, err, b)
+	}
+	return out, cleanup, nil
+}
+
+// ErrCommitAbsent is returned by BuildScadadAt for a commit the
+// repository does not have.
+var ErrCommitAbsent = errors.New("commit not in the repository")

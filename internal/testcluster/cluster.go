@@ -69,6 +69,10 @@ type Node struct {
 	OPCUA string
 	// HTTPScheme is "https" on a cluster with Options.HTTPTLS, else "http".
 	HTTPScheme string
+	// Binary, when set, is the scadad this node runs instead of the
+	// cluster's (an earlier release, in a mixed-version test); it is read
+	// at each Start, so changing it between a stop and a start upgrades.
+	Binary string
 	// health reads /health/active (trusting the site CA over TLS).
 	health *http.Client
 
@@ -260,7 +264,11 @@ func (c *Cluster) Start(n *Node) error {
 	if err != nil {
 		return err
 	}
-	argv := []string{c.Bin.Scadad, "--config", n.Config}
+	exe := c.Bin.Scadad
+	if n.Binary != "" {
+		exe = n.Binary
+	}
+	argv := []string{exe, "--config", n.Config}
 	if c.wrap != nil {
 		argv = c.wrap(n.ID, argv)
 	}
