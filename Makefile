@@ -1,7 +1,7 @@
 # The commands of the README and docs/. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: test build run-dev lint alerts-test
+.PHONY: test build run-dev lint alerts-test fuzz
 test:
 	$(GO) test -count=1 -timeout 15m ./...
 
@@ -18,6 +18,20 @@ PROMTOOL ?= github.com/prometheus/prometheus/cmd/promtool@v0.316.0
 alerts-test:
 	cd packaging/prometheus && $(GO) run $(PROMTOOL) check rules scadad-alerts.yml && \
 		$(GO) run $(PROMTOOL) test rules scadad-alerts_test.yml
+
+# Every fuzz target of a parser or decoder of outside input, FUZZTIME each
+# (docs/faults.md, Fuzzing). The checked-in corpus (testdata/fuzz) runs as plain
+# test cases in `make test` too; a crasher go test writes there is
+# committed as the regression case with its fix.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = ./siteconfig:FuzzParse ./nodeconfig:FuzzParse ./fsm:FuzzDecode ./fsm:FuzzSnapshot \
+	./storeforward:FuzzEnqueueRequest ./opcua:FuzzFrontPreDecode ./gateway:FuzzGatewayMessages
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== fuzz $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 build:
 	$(GO) build -o bin/ ./cmd/...
