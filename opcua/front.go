@@ -400,12 +400,14 @@ const (
 // a request in clear that the library's decoder would crash on.
 type channelRefusedError struct {
 	policy string
-	why    string        // says what was refused
+	why    string        // says what was refused: the client is told
+	detail string        // for the log only (where files live, what to do)
 	label  string        // of scadad_opcua_connections_refused_total
 	code   ua.StatusCode // of the Error message the client gets
 }
 
 func (e *channelRefusedError) Error() string         { return e.why }
+func (e *channelRefusedError) logReason() string     { return e.why + e.detail }
 func (e *channelRefusedError) reason() string        { return e.label }
 func (e *channelRefusedError) status() ua.StatusCode { return e.code }
 
@@ -425,7 +427,11 @@ func senderUntrusted(policy string, err error) *channelRefusedError {
 	if errors.As(err, &u) {
 		code = u.code
 	}
-	return &channelRefusedError{policy: policy, label: refusedCertificate, code: code, why: err.Error()}
+	why, detail := err.Error(), ""
+	if u != nil {
+		why, detail = u.why, u.advice
+	}
+	return &channelRefusedError{policy: policy, label: refusedCertificate, code: code, why: why, detail: detail}
 }
 
 func notDiscovery(why string) *channelRefusedError {

@@ -249,7 +249,7 @@ func (s *Server) admitChannel(req *ua.CreateSessionRequest, res *ua.CreateSessio
 	}
 	s.metrics.rejected.WithLabelValues("certificate-untrusted").Inc()
 	s.warnOnce("cert:"+Thumbprint(req.ClientCertificate), func(e *zerolog.Event) *zerolog.Event {
-		return e.Str("application_uri", appURIOf(req)).Str("reason", u.why)
+		return e.Str("application_uri", appURIOf(req)).Str("reason", u.Error())
 	}, "OPC UA session refused: client certificate not trusted")
 	return u.code
 }
@@ -488,6 +488,11 @@ func (s *Server) writeOne(wv *ua.WriteValue, who identity) ua.StatusCode {
 	if str, ok := wv.Value.Value.Value().(string); ok && len(str) > s.cfg.MaxWriteStringLength {
 		return invalid(ua.StatusBadOutOfRange)
 	}
+	if !v.meta.allowNonFinite && nonFinite(wv.Value.Value.Value()) {
+		// A NaN or an infinity sent on to a controller's setpoint is
+		// never what an operator meant.
+		return invalid(ua.StatusBadOutOfRange)
+	}
 
 	if !who.canWrite {
 		s.metrics.denied.WithLabelValues("read-only-identity").Inc()
@@ -590,4 +595,15 @@ func (s *Server) nodeExists(nid *ua.NodeID) bool {
 	default:
 		return false
 	}
+}
+
+// nonFinite says whether x is a floating-point NaN or infinity.
+func nonFinite(x any) bool {
+	switch f := x.(type) {
+	case float64:
+		return math.IsNaN(f) || math.IsInf(f, 0)
+	case float32:
+		return math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)
+	}
+	return false
 }

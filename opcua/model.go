@@ -90,6 +90,11 @@ type Attribute struct {
 	Name     string
 	Type     DataType
 	Writable bool
+	// Description is served as the variable's Description attribute.
+	Description string
+	// AllowNonFinite lets writes of NaN and ±Inf through (Double and
+	// Float); they are refused with BadOutOfRange otherwise.
+	AllowNonFinite bool
 }
 
 // validate rejects models whose node ids would be ambiguous. Instance folders

@@ -39,11 +39,23 @@ type varNode struct {
 	name     string
 	typ      DataType
 	writable bool
+	meta     attrMeta
 
 	value      *ua.Variant
 	status     ua.StatusCode
 	sourceTime time.Time
 	serverTime time.Time
+}
+
+// attrMeta is what an attribute's config says beyond its type and
+// writability: served as attributes, or checked on writes.
+type attrMeta struct {
+	description    string
+	allowNonFinite bool
+}
+
+func metaOf(a Attribute) attrMeta {
+	return attrMeta{description: a.Description, allowNonFinite: a.AllowNonFinite}
 }
 
 // ModelDiff counts what ApplyModel changed.
@@ -105,17 +117,17 @@ func (ns *siteNamespace) apply(m Model) (ModelDiff, []*ua.NodeID) {
 			switch {
 			case !ok:
 				ns.vars[key] = &varNode{
-					instance: in.Name, name: a.Name, typ: a.Type, writable: a.Writable,
+					instance: in.Name, name: a.Name, typ: a.Type, writable: a.Writable, meta: metaOf(a),
 					status: ua.StatusBadWaitingForInitialData, serverTime: now,
 				}
 				d.AddedAttributes++
 			case v.typ != a.Type:
-				v.typ, v.writable = a.Type, a.Writable
+				v.typ, v.writable, v.meta = a.Type, a.Writable, metaOf(a)
 				v.value, v.status, v.sourceTime, v.serverTime = nil, ua.StatusBadWaitingForInitialData, time.Time{}, now
 				d.ChangedAttributes++
 				touched = append(touched, ns.varID(in.Name, a.Name))
-			case v.writable != a.Writable:
-				v.writable = a.Writable
+			case v.writable != a.Writable || v.meta != metaOf(a):
+				v.writable, v.meta = a.Writable, metaOf(a)
 				d.ChangedAttributes++
 			default:
 				d.KeptAttributes++
@@ -326,6 +338,9 @@ func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.Data
 	case ua.AttributeIDDisplayName:
 		return plainValue(localized(name), now)
 	case ua.AttributeIDDescription:
+		if v != nil {
+			return plainValue(localized(v.meta.description), now)
+		}
 		return plainValue(localized(""), now)
 	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
 		return plainValue(uint32(0), now)

@@ -285,7 +285,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.front.cert = s.cert
 	s.front.channelRefused = func(remote net.Addr, why *channelRefusedError) {
 		s.warnOnce(why.reason()+":"+why.policy, func(e *zerolog.Event) *zerolog.Event {
-			return e.Stringer("remote", remote).Str("policy", why.policy).Str("reason", why.Error())
+			return e.Stringer("remote", remote).Str("policy", why.policy).Str("reason", why.logReason())
 		}, "OPC UA secure channel refused")
 	}
 	s.mu.Lock()

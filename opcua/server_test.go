@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -267,6 +268,9 @@ func TestHostileWrites(t *testing.T) {
 		{"RedundancySupport", &ua.WriteValue{NodeID: ua.NewNumericNodeID(0, id.Server_ServerRedundancy_RedundancySupport), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant(int32(0)))}, ua.StatusBadNotWritable},
 		{"ServerUriArray", &ua.WriteValue{NodeID: ua.NewNumericNodeID(0, id.Server_ServerRedundancy_ServerURIArray), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant([]string{"urn:evil"}))}, ua.StatusBadNotWritable},
 		{"ServerStatus", &ua.WriteValue{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant(int32(0)))}, ua.StatusBadNotWritable},
+		{"NaN into a setpoint", &ua.WriteValue{NodeID: ts.NodeID("Pump1", "Speed"), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant(math.NaN()))}, ua.StatusBadOutOfRange},
+		{"+Inf into a setpoint", &ua.WriteValue{NodeID: ts.NodeID("Pump1", "Speed"), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant(math.Inf(1)))}, ua.StatusBadOutOfRange},
+		{"-Inf into a setpoint", &ua.WriteValue{NodeID: ts.NodeID("Pump1", "Speed"), AttributeID: ua.AttributeIDValue, Value: dv(ua.MustVariant(math.Inf(-1)))}, ua.StatusBadOutOfRange},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -293,6 +297,37 @@ func TestHostileWrites(t *testing.T) {
 	}
 	if p := metricValue(t, ts.metrics.panics.WithLabelValues("Write")); p != 0 {
 		t.Fatalf("write handler panicked %v times", p)
+	}
+}
+
+// An attribute whose config allows it takes NaN and infinities (and
+// serves its description); the others refuse them (TestHostileWrites).
+func TestNonFiniteWritesWhereAllowed(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	if _, err := ts.ApplyModel(Model{Instances: []Instance{{Name: "Lab", Attributes: []Attribute{
+		{Name: "Raw", Type: TypeDouble, Writable: true, AllowNonFinite: true, Description: "raw sensor reading"},
+		{Name: "Gain", Type: TypeFloat, Writable: true},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, ts.Endpoint())
+	for _, tt := range []struct {
+		node string
+		v    any
+		want ua.StatusCode
+	}{
+		{"Raw", math.NaN(), ua.StatusOK}, {"Raw", math.Inf(-1), ua.StatusOK},
+		{"Gain", float32(math.Inf(1)), ua.StatusBadOutOfRange}, {"Gain", float32(2.5), ua.StatusOK},
+	} {
+		if got := writeValue(t, c, ts.NodeID("Lab", tt.node), ua.AttributeIDValue, ua.MustVariant(tt.v)); got != tt.want {
+			t.Errorf("write %v to Lab.%s: %v, want %v", tt.v, tt.node, got, tt.want)
+		}
+	}
+	if n := len(ts.writer.Calls()); n != 3 {
+		t.Errorf("%d writes reached the writer, want 3", n)
+	}
+	if d := readValue(t, c, ts.NodeID("Lab", "Raw"), ua.AttributeIDDescription); d.Value == nil || d.Value.Value().(*ua.LocalizedText).Text != "raw sensor reading" {
+		t.Errorf("Description of Lab.Raw: %+v", d.Value)
 	}
 }
 
@@ -626,5 +661,31 @@ func TestLibraryLogLevels(t *testing.T) {
 				t.Fatalf("logged %q, want level %s", buf.String(), tc.level)
 			}
 		})
+	}
+}
+
+// The operation limits advertised are the ones enforced (the library
+// advertised MaxNodesPerRead 32 and enforced none).
+func TestOperationLimitsAdvertisedAndEnforced(t *testing.T) {
+	ts := startServer(t, activeState(), func(c *Config) { c.MaxNodesPerRequest = 50 })
+	c := connect(t, ts.Endpoint())
+	for _, n := range []uint32{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead, id.Server_ServerCapabilities_OperationLimits_MaxNodesPerWrite,
+		id.Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse, id.Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall} {
+		d := readValue(t, c, ua.NewNumericNodeID(0, n), ua.AttributeIDValue)
+		if d.Value == nil || d.Value.Value() != uint32(50) {
+			t.Errorf("operation limit i=%d reads %+v, want 50", n, d.Value)
+		}
+	}
+	nodes := make([]*ua.ReadValueID, 51)
+	for i := range nodes {
+		nodes[i] = &ua.ReadValueID{NodeID: serviceLevelID, AttributeID: ua.AttributeIDValue}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: nodes}); !errors.Is(err, ua.StatusBadTooManyOperations) {
+		t.Fatalf("a Read of 51 nodes: %v, want BadTooManyOperations", err)
+	}
+	if _, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: nodes[:50]}); err != nil {
+		t.Fatalf("a Read of 50 nodes: %v", err)
 	}
 }

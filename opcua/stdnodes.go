@@ -94,6 +94,27 @@ func (s *Server) installRedundancyNodes(srv *server.Server) error {
 			return plainValue(uris(), s.clock.Now())
 		}},
 	}
+	// The operation limits say what checkCount enforces (the library
+	// advertised MaxNodesPerRead 32, enforced nothing, and listed no other).
+	limit := func() *ua.DataValue { return plainValue(uint32(s.cfg.MaxNodesPerRequest), s.clock.Now()) }
+	for _, l := range []struct {
+		node uint32
+		name string
+	}{
+		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead, "MaxNodesPerRead"},
+		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerWrite, "MaxNodesPerWrite"},
+		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse, "MaxNodesPerBrowse"},
+		{id.Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall, "MaxMonitoredItemsPerCall"},
+	} {
+		vars = append(vars, struct {
+			node     uint32
+			name     string
+			dataType uint32
+			rank     int32
+			parent   uint32
+			value    func() *ua.DataValue
+		}{l.node, l.name, id.UInt32, -1, id.Server_ServerCapabilities_OperationLimits, limit})
+	}
 	for _, v := range vars {
 		nid := ua.NewNumericNodeID(0, v.node)
 		existed := n0.Node(nid) != nil

@@ -35,13 +35,16 @@ type trustList struct {
 }
 
 // untrustedError says why a client certificate was refused and with which
-// OPC UA status.
+// OPC UA status. why is what the client is told: what is wrong, never
+// where this server keeps its files; advice, for the operator's log only,
+// says what to do about it and where.
 type untrustedError struct {
-	code ua.StatusCode
-	why  string
+	code   ua.StatusCode
+	why    string
+	advice string
 }
 
-func (e *untrustedError) Error() string { return e.why }
+func (e *untrustedError) Error() string { return e.why + e.advice }
 
 // check returns nil when der is trusted at now; otherwise an
 // *untrustedError naming why, after keeping a copy of der in the rejected
@@ -58,14 +61,16 @@ func (t *trustList) check(der []byte, now time.Time) error {
 	}
 	trusted, err := readCertificates(t.trusted)
 	if err != nil {
-		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("read trusted client certificates: %v", err)}
+		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: "the server cannot read its trusted client certificates",
+			advice: fmt.Sprintf(": %v", err)}
 	}
 	if trustedBy(cert, trusted, now) {
 		return nil
 	}
 	where := t.reject(cert)
-	return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: fmt.Sprintf("client certificate %s is not trusted%s; "+
-		"to trust it, put it (or its issuing CA) in %s on every node", describeCert(cert), where, t.trusted)}
+	return &untrustedError{code: ua.StatusBadCertificateUntrusted,
+		why:    fmt.Sprintf("client certificate %s is not trusted by this server; its operator must trust it", describeCert(cert)),
+		advice: fmt.Sprintf("%s; to trust it, put it (or its issuing CA) in %s on every node", where, t.trusted)}
 }
 
 // trustedBy reports whether cert is one of trusted, or is issued (at now)

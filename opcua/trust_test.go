@@ -358,6 +358,48 @@ func TestCopyRequestsChecksTheChannel(t *testing.T) {
 	}
 }
 
+// The Error message an untrusted client gets says what is wrong, never
+// where the server keeps its files (issue 22, defect 5); the operator's
+// log line says where to put the certificate.
+func TestCertificateRefusalNamesNoPaths(t *testing.T) {
+	clientCert, _ := trustedClient(t)
+	tl := trustList{trusted: filepath.Join(t.TempDir(), "pki", "trusted"), rejected: filepath.Join(t.TempDir(), "pki", "rejected")}
+	policy := ua.SecurityPolicyURIBasic256Sha256
+	rules := channelRules{policies: map[string]bool{policy: true}, trusts: func(der []byte) error { return tl.check(der, time.Now()) }}
+	client, frontClient := tcpPair(t)
+	frontLibrary, _ := tcpPair(t)
+	done := make(chan error, 1)
+	go func() { done <- copyRequests(frontLibrary, frontClient, rules, newChannelRelay(testKey(), nil)) }()
+	opn := openHeader('F', 0, policy, clientCert, nil)
+	opn = append(opn, bytes.Repeat([]byte{0xAB}, 256)...)
+	binary.LittleEndian.PutUint32(opn[4:], uint32(len(opn)))
+	if _, err := client.Write(opn); err != nil {
+		t.Fatal(err)
+	}
+	var refused *channelRefusedError
+	select {
+	case err := <-done:
+		if !errors.As(err, &refused) || refused.reason() != refusedCertificate {
+			t.Fatalf("ended with %v, want a certificate refusal", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("copyRequests did not end")
+	}
+	frontClient.Close()
+	answer, _ := io.ReadAll(client)
+	if !bytes.HasPrefix(answer, []byte("ERRF")) || !bytes.Contains(answer, []byte("not trusted")) {
+		t.Fatalf("client got %q, want an Error message saying the certificate is not trusted", answer)
+	}
+	for _, dir := range []string{tl.trusted, tl.rejected, "pki", "/"} {
+		if bytes.Contains(answer[16:], []byte(dir)) {
+			t.Errorf("the client's Error message %q names %q", answer[16:], dir)
+		}
+	}
+	if log := refused.logReason(); !strings.Contains(log, tl.trusted) || !strings.Contains(log, tl.rejected) {
+		t.Errorf("the operator's log reason %q does not say where to put the certificate", log)
+	}
+}
+
 // A trusted client asking for a policy the server does not offer (here
 // the deprecated Basic128Rsa15, which the library would serve) is refused
 // at the channel, with a real gopcua client.

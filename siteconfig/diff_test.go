@@ -159,6 +159,7 @@ func TestDiffStringRendering(t *testing.T) {
         + type: "double"
         + tag: "Pump1.Torque"
         + writable: false
+        + allow_non_finite: false
 - instance Skid
     - connection: "ua"
     - attribute Level

@@ -171,6 +171,10 @@ type Attribute struct {
 	Writable    bool   `yaml:"writable"`
 	Description string `yaml:"description,omitempty"`
 	Units       string `yaml:"units,omitempty"`
+	// AllowNonFinite lets a client write NaN or ±Inf to a Double or
+	// Float attribute; without it such a write is refused (BadOutOfRange)
+	// and never reaches the device.
+	AllowNonFinite bool `yaml:"allow_non_finite,omitempty"`
 }
 
 // Target is a store-and-forward delivery endpoint.

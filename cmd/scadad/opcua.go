@@ -252,7 +252,8 @@ func model(site *siteconfig.Site) opcua.Model {
 	for _, in := range site.Instances {
 		mi := opcua.Instance{Name: in.Name}
 		for _, a := range in.Attributes {
-			mi.Attributes = append(mi.Attributes, opcua.Attribute{Name: a.Name, Type: opcuaType(a.Type), Writable: a.Writable})
+			mi.Attributes = append(mi.Attributes, opcua.Attribute{Name: a.Name, Type: opcuaType(a.Type), Writable: a.Writable,
+				Description: a.Description, AllowNonFinite: a.AllowNonFinite})
 		}
 		m.Instances = append(m.Instances, mi)
 	}
