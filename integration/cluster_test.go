@@ -282,11 +282,11 @@ func TestMembersRemoveAndAddBack(t *testing.T) {
 	w := c.Node("witness")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, errs, code, err := c.Ctl(ctx, nil, "members", "remove", "witness"); err != nil || code != 0 {
+	if _, errs, code, err := c.Ctl(ctx, nil, "members", "remove", "witness", "--yes"); err != nil || code != 0 {
 		t.Fatalf("members remove: exit %d: %s %v", code, errs, err)
 	}
 	testwait.For(t, 10*time.Second, "two voters after removing the witness", func() bool { return status(t, c, active).Voters == 2 })
-	if _, _, code, _ := c.Ctl(ctx, nil, "members", "remove", "nobody"); code != 5 {
+	if _, _, code, _ := c.Ctl(ctx, nil, "members", "remove", "nobody", "--yes"); code != 5 {
 		t.Fatalf("removing an unknown member exited %d, want 5 (not found)", code)
 	}
 	if _, errs, code, err := c.Ctl(ctx, nil, "members", "add", "witness", w.RaftAddr); err != nil || code != 0 {

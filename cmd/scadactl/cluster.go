@@ -162,10 +162,22 @@ func runMembers(ctx context.Context, g *globals, args []string) error {
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("members "+sub, flag.ContinueOnError)
-	nonvoter := fs.Bool("nonvoter", false, "add as a non-voting member")
+	nonvoter := new(bool)
+	if sub == "add" {
+		fs.BoolVar(nonvoter, "nonvoter", false, "add as a non-voting member")
+	}
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
+	}
+	if sub == "remove" {
+		if len(pos) != 1 {
+			return usagef("members remove ID")
+		}
+		// Asked before any node is: removing a voter changes the quorum.
+		if err := g.confirm(fmt.Sprintf("Remove %s from the cluster? It stops voting and receiving the state until it is added back.", pos[0])); err != nil {
+			return err
+		}
 	}
 	c, done, err := g.connect(ctx)
 	if err != nil {
@@ -193,17 +205,16 @@ func runMembers(ctx context.Context, g *globals, args []string) error {
 		if _, err := c.AddMember(ctx, &controlpb.AddMemberRequest{Id: pos[0], RaftAddr: pos[1], Nonvoter: *nonvoter}); err != nil {
 			return rpcErr("members add", err)
 		}
-		fmt.Fprintf(g.stdout, "added %s at %s\n", pos[0], pos[1])
-		return nil
+		return g.printOut(map[string]any{"added": pos[0], "raft_addr": pos[1], "nonvoter": *nonvoter}, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "added %s at %s\n", pos[0], pos[1])
+		})
 	case "remove":
-		if len(pos) != 1 {
-			return usagef("members remove ID")
-		}
 		if _, err := c.RemoveMember(ctx, &controlpb.RemoveMemberRequest{Id: pos[0]}); err != nil {
 			return rpcErr("members remove", err)
 		}
-		fmt.Fprintf(g.stdout, "removed %s\n", pos[0])
-		return nil
+		return g.printOut(map[string]any{"removed": pos[0]}, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "removed %s\n", pos[0])
+		})
 	default:
 		return usagef("members: unknown subcommand %q (list, add, remove)", sub)
 	}

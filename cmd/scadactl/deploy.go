@@ -15,13 +15,24 @@ import (
 
 func runDeploy(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
-		return usagef("deploy push FILE [--expect-revision N] [-m MSG] | rollback [--to REV] | history | diff REV1 REV2 | status")
+		return usagef("deploy push FILE [--expect-revision N] [-m MESSAGE] | rollback [--to REV] | history | diff REV1 REV2 | status")
 	}
 	sub := args[0]
+	// Each subcommand registers only its own flags, so its -h lists what
+	// it takes and a flag meant for another (rollback -m) is refused.
+	var (
+		expect int64 = -1
+		msg    string
+		to     uint64
+	)
 	fs := flag.NewFlagSet("deploy "+sub, flag.ContinueOnError)
-	expect := fs.Int64("expect-revision", -1, "push only if the current revision is N (compare-and-set)")
-	msg := fs.String("m", "", "a message recorded with the revision")
-	to := fs.Uint64("to", 0, "rollback: the revision to return to (default: the previous one)")
+	switch sub {
+	case "push":
+		fs.Int64Var(&expect, "expect-revision", -1, "push only if the current revision is N (compare-and-set)")
+		fs.StringVar(&msg, "m", "", "why: a message recorded with the revision (deploy history shows it)")
+	case "rollback":
+		fs.Uint64Var(&to, "to", 0, "the revision to return to (default: the previous one)")
+	}
 	target := fs.String("target", "site", "deployment target")
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
@@ -30,25 +41,19 @@ func runDeploy(ctx context.Context, g *globals, args []string) error {
 	switch sub {
 	case "push":
 		if len(pos) != 1 {
-			return usagef("deploy push FILE [--expect-revision N] [-m MSG]")
+			return usagef("deploy push FILE [--expect-revision N] [-m MESSAGE]")
 		}
-		return deployPush(ctx, g, pos[0], *expect, *msg, *target)
+		return deployPush(ctx, g, pos[0], expect, msg, *target)
 	case "rollback":
 		if len(pos) != 0 {
 			return usagef("deploy rollback [--to REV]")
-		}
-		// A flag that is accepted must do something: these belong to push.
-		for _, name := range []string{"expect-revision", "m"} {
-			if flagGiven(fs, name) {
-				return usagef("deploy rollback takes no --%s (it is push's); rollback [--to REV] records \"rollback to revision N\"", name)
-			}
 		}
 		c, done, err := g.connect(ctx)
 		if err != nil {
 			return err
 		}
 		defer done()
-		resp, err := c.DeployRollback(ctx, &controlpb.DeployRollbackRequest{ToRevision: *to, Target: *target})
+		resp, err := c.DeployRollback(ctx, &controlpb.DeployRollbackRequest{ToRevision: to, Target: *target})
 		if err != nil {
 			return rpcErr("deploy rollback", err)
 		}

@@ -79,7 +79,7 @@ func commands() []command {
 		{"failover", "move the Active role: failover [--to NODE]", runFailover},
 		{"override", "make the answering node sole voter (lone-survivor recovery)", runOverride},
 		{"snapshot", "snapshot save FILE [--local] | restore FILE | inspect FILE", runSnapshot},
-		{"deploy", "deploy push FILE [--expect-revision N] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
+		{"deploy", "deploy push FILE [--expect-revision N] [-m MESSAGE] | rollback [--to REV] | history | diff REV1 REV2 | status", runDeploy},
 		{"sf", sfUsage + " (store-and-forward buffer)", runSF},
 		{"audit", "show the audit log", runAudit},
 		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer [--targets T,...]] [--san HOST,...] [--days N] [--overwrite]", runCerts},
@@ -97,35 +97,43 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("scadactl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	g.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: scadactl [global flags] COMMAND [args]\n\ncommands:\n")
+	// Help asked for is the answer (stdout, exit 0); help after a mistake
+	// goes with the error (stderr, exit 2).
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: scadactl [global flags] COMMAND [args]\n\ncommands:\n")
 		for _, c := range commands() {
-			fmt.Fprintf(stderr, "  %-9s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 		}
-		fmt.Fprintf(stderr, "\nglobal flags:\n")
+		fmt.Fprintf(w, "\nglobal flags:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "scadactl: %v\n", err)
+		usage(stderr)
 		return exitUsage
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		usage(stderr)
 		return exitUsage
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	for _, c := range commands() {
 		if c.name == name {
 			if isHelp(rest) {
-				fmt.Fprintf(stderr, "usage: scadactl [global flags] %s\n  %s\n", c.name, c.summary)
+				fmt.Fprintf(stdout, "usage: scadactl [global flags] %s\n  %s\n", c.name, c.summary)
 				if strings.Contains(c.summary, "|") {
-					fmt.Fprintf(stderr, "scadactl %s SUBCOMMAND -h lists a subcommand's flags.\n", c.name)
+					fmt.Fprintf(stdout, "scadactl %s SUBCOMMAND -h lists a subcommand's flags.\n", c.name)
 				}
-				fmt.Fprintf(stderr, "Global flags may also follow the command; scadactl -h lists them.\n")
+				fmt.Fprintf(stdout, "Global flags may also follow the command; scadactl -h lists them.\n")
 				return exitOK
 			}
 			return report(stderr, c.run(ctx, g, rest))
@@ -142,6 +150,8 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.certFile, "cert", "", "client certificate (overrides --certs)")
 	fs.StringVar(&g.keyFile, "key", "", "client key (overrides --certs)")
 	fs.StringVar(&g.output, "output", "table", "output format: table or json")
+	fs.StringVar(&g.output, "o", "table", "short for --output")
+	fs.StringVar(&g.output, "w", "table", "short for --output (etcdctl's --write-out)")
 	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to try to reach a node")
 	fs.BoolVar(&g.yes, "yes", false, "answer yes to confirmations")
 }
@@ -242,6 +252,9 @@ func (g *globals) parseFlags(fs *flag.FlagSet, args []string) ([]string, error) 
 				g.subcommandHelp(fs, own)
 				return nil, helpShown{}
 			}
+			if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
+				return nil, usagef("%s takes no --%s (scadactl %s -h lists its flags)", fs.Name(), strings.TrimLeft(name, "-"), fs.Name())
+			}
 			return nil, usagef("%s: %v (scadactl %s -h lists its flags)", fs.Name(), err, fs.Name())
 		}
 		args = fs.Args()
@@ -254,28 +267,32 @@ func (g *globals) parseFlags(fs *flag.FlagSet, args []string) ([]string, error) 
 	return positional, nil
 }
 
-// subcommandHelp prints a subcommand's own flags (own), then notes the
-// global ones.
+// subcommandHelp prints a subcommand's own flags (own) on stdout (help
+// asked for is the answer), then notes the global ones.
 func (g *globals) subcommandHelp(fs *flag.FlagSet, own map[string]bool) {
-	fmt.Fprintf(g.stderr, "usage: scadactl %s [flags] [args]\n", fs.Name())
+	fmt.Fprintf(g.stdout, "usage: scadactl %s [flags] [args]\n", fs.Name())
 	for _, c := range commands() {
 		if strings.HasPrefix(fs.Name(), c.name) {
-			fmt.Fprintf(g.stderr, "  %s\n", c.summary)
+			fmt.Fprintf(g.stdout, "  %s\n", c.summary)
 		}
 	}
-	fmt.Fprintf(g.stderr, "\nflags:\n")
+	fmt.Fprintf(g.stdout, "\nflags:\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		if !own[f.Name] {
 			return
 		}
 		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(g.stderr, "  --%s %s\n    \t%s", f.Name, name, usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			fmt.Fprintf(g.stderr, " (default %s)", f.DefValue)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
 		}
-		fmt.Fprintln(g.stderr)
+		fmt.Fprintf(g.stdout, "  %s%s %s\n    \t%s", dash, f.Name, name, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(g.stdout, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(g.stdout)
 	})
-	fmt.Fprintf(g.stderr, "\nglobal flags (--endpoints, --certs, --output, --timeout, --yes, ...) may come before or after the command; scadactl -h lists them\n")
+	fmt.Fprintf(g.stdout, "\nglobal flags (--endpoints, --certs, --output/-o/-w, --timeout, --yes, ...) may come before or after the command; scadactl -h lists them\n")
 }
 
 // flagGiven reports whether the flag called name was set on the command line.

@@ -19,27 +19,33 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
 		return usagef("%s", opcuaUsage)
 	}
+	// client-cert and pick/watch register only their own flags, so each
+	// -h lists what it takes and a flag meant for the other is refused.
 	fs := flag.NewFlagSet("opcua "+args[0], flag.ContinueOnError)
-	policy := fs.String("security-policy", "None", "pick, watch: security policy (None, Basic256Sha256, ...)")
-	mode := fs.String("security-mode", "None", "pick, watch: None, Sign or SignAndEncrypt")
-	certFile := fs.String("cert", "", "pick, watch: client application certificate (PEM or DER), needed for Sign and SignAndEncrypt")
-	keyFile := fs.String("key", "", "pick, watch: its RSA private key")
-	serverCert := fs.String("server-cert", "", "pick, watch: the servers' certificates or their CA (PEM or DER); others are refused (default: any)")
-	user := fs.String("user", "", "pick, watch: user name (empty: anonymous)")
-	passwordFile := fs.String("password-file", "", "pick, watch: file holding the user's password")
-	uri := fs.String("uri", "", "client-cert: the client's application URI, e.g. urn:plant:hmi-1")
-	dir := fs.String("dir", "", "client-cert: folder to write NAME.der and NAME.key.pem to")
-	name := fs.String("name", "opcua-client", "client-cert: file name stem")
-	host := fs.String("host", "", "client-cert: the client's host name or IP address, as a subject alternative name")
-	overwrite := fs.Bool("overwrite", false, "client-cert: replace files that are there")
+	if args[0] == "client-cert" {
+		uri := fs.String("uri", "", "the client's application URI, e.g. urn:plant:hmi-1")
+		dir := fs.String("dir", "", "folder to write NAME.der and NAME.key.pem to")
+		name := fs.String("name", "opcua-client", "file name stem")
+		host := fs.String("host", "", "the client's host name or IP address, as a subject alternative name")
+		overwrite := fs.Bool("overwrite", false, "replace files that are there")
+		pos, err := g.parseFlags(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		return opcuaClientCert(g, pos, *uri, *dir, *name, *host, *overwrite)
+	}
+	policy := fs.String("security-policy", "None", "security policy (None, Basic256Sha256, ...)")
+	mode := fs.String("security-mode", "None", "None, Sign or SignAndEncrypt")
+	certFile := fs.String("cert", "", "client application certificate (PEM or DER), needed for Sign and SignAndEncrypt")
+	keyFile := fs.String("key", "", "its RSA private key")
+	serverCert := fs.String("server-cert", "", "the servers' certificates or their CA (PEM or DER); others are refused (default: any)")
+	user := fs.String("user", "", "user name (empty: anonymous)")
+	passwordFile := fs.String("password-file", "", "file holding the user's password")
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
 		return err
 	}
 	args = append(args[:1:1], pos...)
-	if args[0] == "client-cert" {
-		return opcuaClientCert(g, args[1:], *uri, *dir, *name, *host, *overwrite)
-	}
 	if len(args) < 2 {
 		return usagef("%s", opcuaUsage)
 	}
@@ -91,6 +97,9 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		if len(args) != 3 {
 			return usagef("opcua watch URL,URL NODEID (e.g. \"ns=1;s=Pump1.Speed\")")
 		}
+		if g.output != "table" {
+			return usagef("opcua watch prints a live text stream, one line per value and failover; --output %s is not available for it", g.output)
+		}
 		// Watch prints one line per notification and every failover with
 		// the gap it caused, until interrupted.
 		err := opcua.WatchWith(ctx, urls, args[2], g.stdout, opts)
@@ -124,7 +133,9 @@ func opcuaClientCert(g *globals, extra []string, uri, dir, name, host string, ov
 	if err != nil {
 		return fmt.Errorf("opcua client-cert: %w", err)
 	}
-	fmt.Fprintf(g.stdout, "wrote %s and %s (thumbprint %s)\n", certFile, keyFile, opcua.Thumbprint(der))
-	fmt.Fprintf(g.stdout, "the servers accept it once %s is copied into <data_dir>/opcua/pki/trusted on every node\n", filepath.Base(certFile))
-	return nil
+	thumb := opcua.Thumbprint(der)
+	return g.printOut(map[string]any{"certificate": certFile, "key": keyFile, "thumbprint": thumb}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "wrote %s and %s (thumbprint %s)\n", certFile, keyFile, thumb)
+		fmt.Fprintf(w, "the servers accept it once %s is copied into <data_dir>/opcua/pki/trusted on every node\n", filepath.Base(certFile))
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,8 +20,16 @@ import (
 const snapshotChunkSize = 256 << 10
 
 func runSnapshot(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	local := fs.Bool("local", false, "save: the answering node's own state, even when it is not the leader (which may lack the last acknowledged writes)")
+	// save alone takes --local; named first, the subcommand registers only
+	// its own flags (a flag first still finds every subcommand's).
+	name, local := "snapshot", new(bool)
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name += " " + args[0]
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if name == "snapshot" || name == "snapshot save" {
+		fs.BoolVar(local, "local", false, "the answering node's own state, even when it is not the leader (which may lack the last acknowledged writes)")
+	}
 	args, err := g.parseFlags(fs, args)
 	if err != nil {
 		return err
