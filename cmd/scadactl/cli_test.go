@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"text/tabwriter"
+
+	"github.com/scadad/scadad/api/controlpb"
 )
 
 // scadactl runs scadactl in-process against an address nothing listens on,
@@ -114,5 +117,19 @@ func TestMembersRemoveAsks(t *testing.T) {
 	code, _, errs := scadactl(t, "", "members", "remove", "node-b")
 	if code != 4 || !strings.Contains(errs, "not confirmed") || !strings.Contains(errs, "node-b") {
 		t.Fatalf("members remove without an answer: exit %d, stderr %q; want exit 4 naming node-b, not confirmed", code, errs)
+	}
+}
+
+// A list with nothing in it is an empty JSON list, not null: sf list,
+// members list, audit and sf stats print their slices as they come.
+func TestEmptyListsPrintAsEmptyJSON(t *testing.T) {
+	var out strings.Builder
+	g := &globals{output: "json", stdout: &out}
+	var none []*controlpb.SFMessage
+	if err := g.printOut(none, func(*tabwriter.Writer) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out.String()); got != "[]" {
+		t.Fatalf("an empty list printed %q, want []", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -215,6 +216,10 @@ func (g *globals) confirm(question string) error {
 func (g *globals) printOut(v any, table func(w *tabwriter.Writer)) error {
 	switch g.output {
 	case "json":
+		// A nil slice (nothing listed) is an empty list, not null.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+			v = reflect.MakeSlice(rv.Type(), 0, 0).Interface()
+		}
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
