@@ -10,7 +10,7 @@ import (
 // timer fires, and re-arms the timer (a random HeartbeatTimeout to twice
 // that) only then, not on each heartbeat: a leader that dies just after a
 // check is noticed up to three heartbeat timeouts after its last word. The
-// dead-leader watch checks the last contact every heartbeat interval
+// dead-leader watch checks the last contact every half heartbeat interval
 // (raft's leader heartbeats every tenth of the heartbeat timeout) and,
 // once it is a heartbeat timeout old, makes raft stand for election at
 // once through its public API: ReloadConfig with a heartbeat timeout below
@@ -19,9 +19,12 @@ import (
 // given back as soon as the node has left the follower state (or heard
 // from a leader again).
 //
-// The threshold is the heartbeat timeout plus a jitter of up to a fifth of
-// it, drawn afresh after each contact, so two surviving voters do not stand
-// at the same instant and split the vote.
+// Where two voters could survive a leader (three or more voters besides a
+// witness), the threshold is the heartbeat timeout plus a jitter of up to a
+// fifth of it, drawn afresh after each contact, so they do not stand at the
+// same instant and split the vote. With two voters and a witness the lone
+// surviving voter stands at the timeout itself: the witness (half the
+// timeout) has stood before it, failed its pre-vote, and grants the vote.
 
 // deadLeaderAction is what the watch does on one check.
 type deadLeaderAction int
@@ -36,7 +39,7 @@ const (
 // leader is dead. It holds no raft handle, so it is tested on its own.
 type deadLeaderWatch struct {
 	timeout time.Duration  // the node's heartbeat timeout
-	rand    func() float64 // [0,1)
+	rand    func() float64 // [0,1); nil: no jitter
 	// lastSeen is the contact the threshold was drawn for.
 	lastSeen  time.Time
 	threshold time.Duration
@@ -56,7 +59,10 @@ func (w *deadLeaderWatch) check(state raft.RaftState, lastContact, now time.Time
 	}
 	if !lastContact.Equal(w.lastSeen) || w.threshold == 0 {
 		w.lastSeen = lastContact
-		w.threshold = w.timeout + time.Duration(w.rand()*float64(w.timeout)/5)
+		w.threshold = w.timeout
+		if w.rand != nil {
+			w.threshold += time.Duration(w.rand() * float64(w.timeout) / 5)
+		}
 	}
 	if now.Sub(lastContact) < w.threshold {
 		return watchIdle
@@ -78,10 +84,20 @@ func (n *Node) deadLeaderLoop() {
 			Msg("the leader lease equals the heartbeat timeout: a dead leader is noticed by raft's own timer alone (up to three heartbeat timeouts)")
 		return
 	}
-	interval := max(rc.HeartbeatTimeout/10, time.Millisecond)
+	interval := max(rc.HeartbeatTimeout/20, time.Millisecond)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	w := &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: n.cfg.Rand}
+	var jitter func() float64
+	voters := 0
+	for _, m := range n.cfg.Members {
+		if !m.Witness {
+			voters++
+		}
+	}
+	if voters >= 3 {
+		jitter = n.cfg.Rand
+	}
+	w := &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: jitter}
 	var watched *raft.Raft
 	for {
 		select {
@@ -96,7 +112,7 @@ func (n *Node) deadLeaderLoop() {
 		if r != watched {
 			// A new instance (after an override) starts with the config.
 			watched = r
-			w = &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: n.cfg.Rand}
+			w = &deadLeaderWatch{timeout: rc.HeartbeatTimeout, rand: jitter}
 		}
 		switch w.check(r.State(), r.LastContact(), time.Now()) {
 		case watchNudge:
