@@ -22,6 +22,10 @@ const (
 )
 
 // Modes of a cluster, see DESIGN.md §3.
+// DefaultLogStore is raft.log_store when unset (docs/performance.md says
+// why).
+const DefaultLogStore = "boltdb"
+
 const (
 	ModeWitness = "witness"
 	ModePair    = "pair"
@@ -33,6 +37,7 @@ type Config struct {
 	NodeID  string  `yaml:"node_id"`
 	DataDir string  `yaml:"data_dir"`
 	Cluster Cluster `yaml:"cluster"`
+	Raft    Raft    `yaml:"raft"`
 	TLS     TLS     `yaml:"tls"`
 	API     API     `yaml:"api"`
 	HTTP    HTTP    `yaml:"http"`
@@ -40,6 +45,15 @@ type Config struct {
 	SF      SF      `yaml:"store_forward"`
 	Runtime Runtime `yaml:"runtime"`
 	OPCUA   OPCUA   `yaml:"opcua"`
+}
+
+// Raft tunes the node's raft storage.
+type Raft struct {
+	// LogStore is where the raft log lives: boltdb (raft-boltdb/v2,
+	// data_dir/raft/raft.db) or wal (hashicorp/raft-wal,
+	// data_dir/raft/raft-wal/). A node switched from boltdb to wal moves
+	// its log over at the next start; back from wal to boltdb is refused.
+	LogStore string `yaml:"log_store"`
 }
 
 // OPCUA holds this node's OPC UA application certificate. Without one, the
@@ -218,6 +232,9 @@ func (c *Config) ApplyDefaults() {
 		c.Cluster.Mode = ModeWitness
 	}
 	def(&c.Cluster.OverrideAfter, 10*time.Second)
+	if c.Raft.LogStore == "" {
+		c.Raft.LogStore = DefaultLogStore
+	}
 	def(&c.Cluster.HeartbeatTimeout, 500*time.Millisecond)
 	def(&c.Cluster.ElectionTimeout, 500*time.Millisecond)
 	def(&c.Cluster.LeaderLease, 250*time.Millisecond)
@@ -300,6 +317,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir", "required")
+	}
+	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "wal" {
+		bad("raft.log_store", "%q is not boltdb or wal", c.Raft.LogStore)
 	}
 	switch c.Cluster.Mode {
 	case ModeWitness, ModePair, ModeStrict:

@@ -124,6 +124,9 @@ type Config struct {
 	// raft: a heal interrupted after it fenced this node resumes without the
 	// node becoming Active on its old cluster first (see Fence).
 	StartFenced bool
+	// LogStore picks the raft log store (default LogStoreBoltDB). Opening
+	// with LogStoreWAL moves an existing raft.db into the WAL first.
+	LogStore LogStore
 	// VerifyLogStore runs the full check of raft.db before it is opened
 	// (bbolt's consistency check and a read of every byte); the size check
 	// runs always.
@@ -184,6 +187,9 @@ func (c *Config) applyDefaults() {
 	if c.Mode == "" {
 		c.Mode = ModeWitness
 	}
+	if c.LogStore == "" {
+		c.LogStore = LogStoreBoltDB
+	}
 	if c.AdvertiseAddr == "" {
 		if m, ok := c.member(c.NodeID); ok {
 			c.AdvertiseAddr = m.RaftAddr
@@ -212,6 +218,9 @@ func (c *Config) validate() error {
 	case ModeWitness, ModePair, ModeStrict:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q is not witness, pair or strict", c.Mode))
+	}
+	if c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL {
+		errs = append(errs, fmt.Errorf("log store %q is not boltdb or wal", c.LogStore))
 	}
 	seenID, seenAddr := map[string]bool{}, map[string]bool{}
 	witnesses := 0

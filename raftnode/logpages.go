@@ -15,6 +15,11 @@ type logStableStore interface {
 	raft.StableStore
 }
 
+type logStableCloser interface {
+	logStableStore
+	Close() error
+}
+
 // releasingStore hands the resident pages of raft-boltdb's memory map back
 // to the kernel (Config.ReleaseLogPages). bbolt moves or unmaps its map only
 // inside a write transaction, and every write to the store goes through this

@@ -32,8 +32,8 @@ type Node struct {
 	cfg     Config
 	log     zerolog.Logger
 	hlog    *hclogAdapter
-	store   *raftboltdb.BoltStore // closed by Stop
-	stable  raft.StableStore      // store, through the page-releasing wrapper
+	store   logStableCloser  // raft-boltdb or raft-wal, closed by Stop
+	stable  raft.StableStore // store, through the page-releasing wrapper
 	pages   atomic.Pointer[releasingStore]
 	logs    raft.LogStore
 	snaps   *snapshotStore
@@ -230,27 +230,44 @@ func (n *Node) closeLogStore() error {
 // logStorePath is the bbolt file of the raft log and stable store.
 func (n *Node) logStorePath() string { return filepath.Join(n.cfg.DataDir, "raft.db") }
 
-// openStores opens raft.db (log and stable store) and the snapshot store
+// openStores opens the log and stable store (raft.db, or raft-wal/ with
+// LogStoreWAL) and the snapshot store
 // (DataDir/snapshots, two retained).
 func (n *Node) openStores() error {
-	dbPath := n.logStorePath()
-	if err := boltsafe.Verify(context.Background(), dbPath, boltsafe.Options{Full: n.cfg.VerifyLogStore}); err != nil {
-		return damagedLog(dbPath, err)
-	}
-	var store *raftboltdb.BoltStore
-	err := boltsafe.Guard(dbPath, func() error {
-		var err error
-		store, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
-		return err
-	})
-	if err != nil {
-		return damagedLog(dbPath, err)
-	}
-	var both logStableStore = store
-	var pages *releasingStore
-	if n.cfg.ReleaseLogPages != nil {
-		pages = &releasingStore{logStableStore: store, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
-		both = pages
+	var (
+		store logStableCloser
+		both  logStableStore
+		pages *releasingStore
+	)
+	switch n.cfg.LogStore {
+	case LogStoreWAL:
+		w, err := n.openWAL()
+		if err != nil {
+			return err
+		}
+		store, both = w, w
+	default:
+		if err := n.refuseWALForBolt(); err != nil {
+			return err
+		}
+		dbPath := n.logStorePath()
+		if err := boltsafe.Verify(context.Background(), dbPath, boltsafe.Options{Full: n.cfg.VerifyLogStore}); err != nil {
+			return damagedLog(dbPath, err)
+		}
+		var bs *raftboltdb.BoltStore
+		err := boltsafe.Guard(dbPath, func() error {
+			var err error
+			bs, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+			return err
+		})
+		if err != nil {
+			return damagedLog(dbPath, err)
+		}
+		store, both = bs, bs
+		if n.cfg.ReleaseLogPages != nil {
+			pages = &releasingStore{logStableStore: bs, path: dbPath, release: n.cfg.ReleaseLogPages, every: 16 << 20, log: n.log}
+			both = pages
+		}
 	}
 	logs, err := raft.NewLogCache(logCacheEntries, both)
 	if err != nil {

@@ -353,7 +353,7 @@ func (n *Node) Rejoin(ctx context.Context, resetFSM func(ctx context.Context) er
 	if err := n.closeLogStore(); err != nil {
 		return fmt.Errorf("rejoin: close raft store: %w", err)
 	}
-	for _, p := range []string{n.logStorePath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
+	for _, p := range []string{n.logStorePath(), n.walPath(), filepath.Join(n.cfg.DataDir, "snapshots"), filepath.Join(n.cfg.DataDir, overrideMarker)} {
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("rejoin: remove %s: %w", p, err)
 		}

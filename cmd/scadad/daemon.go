@@ -108,6 +108,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		NodeID:             cfg.NodeID,
 		BindAddr:           cfg.Cluster.RaftBind,
 		DataDir:            raftDir(cfg),
+		LogStore:           raftnode.LogStore(cfg.Raft.LogStore),
 		ReleaseLogPages:    dropMapped,
 		Members:            members,
 		Mode:               raftnode.Mode(cfg.Cluster.Mode),
