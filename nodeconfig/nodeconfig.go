@@ -92,6 +92,9 @@ type Cluster struct {
 	// HealPreferred names the node that wins the heal after a dual-active
 	// split in pair mode, when both nodes name the same one.
 	HealPreferred string `yaml:"heal_preferred"`
+	// RaftConnections bound the raft listener (defaults: 128 in total, 32
+	// per client address; a peer holds a handful).
+	RaftConnections ConnLimits `yaml:"raft_connections"`
 }
 
 // Member is one configured member of the cluster; the list is identical on
@@ -116,6 +119,9 @@ type TLS struct {
 // API is the gRPC control API listener (mutual TLS).
 type API struct {
 	Listen string `yaml:"listen"`
+	// Connections bound the listener (defaults: 256 in total, 64 per
+	// client address).
+	Connections ConnLimits `yaml:",inline"`
 }
 
 // HTTP serves health, metrics and the local enqueue endpoint, over TLS
@@ -130,6 +136,24 @@ type HTTP struct {
 	MetricsOpen bool `yaml:"metrics_open"`
 	// Pprof serves Go's /debug/pprof/ profiles on the same listener.
 	Pprof bool `yaml:"pprof"`
+	// Connections bound the listener (defaults: 1,024 in total, 256 per
+	// client address: a site's producers, load balancers and scrapers).
+	Connections ConnLimits `yaml:",inline"`
+	// MaxBodyBytesInFlight bounds the request-body bytes being received at
+	// once over all connections (default 64 MiB); a request that finds no
+	// room is answered 503 with Retry-After.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+}
+
+// ConnLimits bound one listener's connections: its share of the process's
+// file descriptors, so that exhausting it never starves raft or the state
+// files. Connections over a bound are closed as they are accepted. When
+// the process's descriptor limit is lower than all listeners' totals plus
+// what the rest of scadad needs, the totals are scaled down at start (and
+// a warning says so).
+type ConnLimits struct {
+	MaxConnections           int `yaml:"max_connections"`
+	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
 }
 
 // Log configures zerolog.
@@ -263,6 +287,20 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Runtime.MemoryLimitMiB == 0 {
 		c.Runtime.MemoryLimitMiB = DefaultMemoryLimitMiB
+	}
+	defConns := func(l *ConnLimits, total, perAddr int) {
+		if l.MaxConnections == 0 {
+			l.MaxConnections = total
+		}
+		if l.MaxConnectionsPerAddress == 0 {
+			l.MaxConnectionsPerAddress = min(perAddr, l.MaxConnections)
+		}
+	}
+	defConns(&c.HTTP.Connections, 1024, 256)
+	defConns(&c.API.Connections, 256, 64)
+	defConns(&c.Cluster.RaftConnections, 128, 32)
+	if c.HTTP.MaxBodyBytesInFlight == 0 {
+		c.HTTP.MaxBodyBytesInFlight = 64 << 20
 	}
 	if c.Cluster.RaftBind == "" {
 		if m, ok := c.Self(); ok {
@@ -423,6 +461,20 @@ func (c *Config) Validate() error {
 		if err := checkHostPort(c.HTTP.Listen); err != nil {
 			bad("http.listen", "%v", err)
 		}
+	}
+	conns := func(field string, l ConnLimits) {
+		if l.MaxConnections < 1 {
+			bad(field+".max_connections", "must be at least 1")
+		}
+		if l.MaxConnectionsPerAddress < 1 || l.MaxConnectionsPerAddress > l.MaxConnections {
+			bad(field+".max_connections_per_address", "must be from 1 to max_connections (%d)", l.MaxConnections)
+		}
+	}
+	conns("http", c.HTTP.Connections)
+	conns("api", c.API.Connections)
+	conns("cluster.raft_connections", c.Cluster.RaftConnections)
+	if c.HTTP.MaxBodyBytesInFlight < int64(c.SF.MaxPayloadBytes) {
+		bad("http.max_body_bytes_in_flight", "must hold at least one message of store_forward.max_payload_bytes (%d)", c.SF.MaxPayloadBytes)
 	}
 	switch c.Log.Level {
 	case "trace", "debug", "info", "warn", "error":

@@ -38,6 +38,16 @@ func TestParseValidAppliesDefaults(t *testing.T) {
 	if c.Runtime.GCPercent != DefaultGCPercent || c.Runtime.MemoryLimitMiB != DefaultMemoryLimitMiB {
 		t.Errorf("runtime defaults = %+v, want gc_percent %d, memory_limit_mib %d", c.Runtime, DefaultGCPercent, DefaultMemoryLimitMiB)
 	}
+	if c.HTTP.Connections != (ConnLimits{1024, 256}) || c.API.Connections != (ConnLimits{256, 64}) || c.Cluster.RaftConnections != (ConnLimits{128, 32}) {
+		t.Errorf("connection limits http %+v api %+v raft %+v", c.HTTP.Connections, c.API.Connections, c.Cluster.RaftConnections)
+	}
+	if c.HTTP.MaxBodyBytesInFlight != 64<<20 {
+		t.Errorf("http.max_body_bytes_in_flight default %d", c.HTTP.MaxBodyBytesInFlight)
+	}
+	small, err := Parse([]byte(valid + "http: {max_connections: 100}\n"))
+	if err != nil || small.HTTP.Connections != (ConnLimits{100, 100}) {
+		t.Errorf("a total below the per-address default: %+v, %v (want the per-address bound lowered to it)", small.HTTP.Connections, err)
+	}
 }
 
 func TestParseNamesTheBadField(t *testing.T) {
@@ -60,6 +70,9 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"batch window", [2]string{"data_dir:", "store_forward: {batch_max_in_flight: 65}\ndata_dir:"}, []string{"store_forward.batch_max_in_flight", "outside 1..64"}},
 		{"gc percent", [2]string{"data_dir:", "runtime: {gc_percent: 10}\ndata_dir:"}, []string{"runtime.gc_percent", "outside 50..10000"}},
 		{"memory limit", [2]string{"data_dir:", "runtime: {memory_limit_mib: 8}\ndata_dir:"}, []string{"runtime.memory_limit_mib", "below 32"}},
+		{"per-address over total", [2]string{"data_dir:", "http: {max_connections: 10, max_connections_per_address: 11}\ndata_dir:"}, []string{"http.max_connections_per_address", "from 1 to max_connections (10)"}},
+		{"raft connections", [2]string{"mode: witness", "mode: witness\n  raft_connections: {max_connections: -1}"}, []string{"cluster.raft_connections.max_connections: must be at least 1"}},
+		{"body budget under one message", [2]string{"data_dir:", "http: {max_body_bytes_in_flight: 1000}\ndata_dir:"}, []string{"http.max_body_bytes_in_flight", "1048576"}},
 		{"opcua cert without key", [2]string{"data_dir:", "opcua: {cert: ua.der}\ndata_dir:"}, []string{"opcua: cert and key go together", "opcua/pki/own"}},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/internal/netguard"
+
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/clock"
@@ -49,6 +51,9 @@ type EnqueuerOptions struct {
 	Clock   clock.Clock
 	Logger  zerolog.Logger
 	Metrics *Metrics
+	// Bodies bounds the request-body bytes Handler holds at once over all
+	// requests; nil bounds only each body (by its target's limit).
+	Bodies *netguard.BodyBudget
 }
 
 // Enqueuer stores messages in the replicated buffer, group-committing
@@ -104,6 +109,9 @@ func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.System()
+	}
+	if opts.Bodies == nil {
+		opts.Bodies = netguard.NewBodyBudget(0)
 	}
 	if opts.NewID == nil {
 		clock := opts.Clock

@@ -1,6 +1,7 @@
 package storeforward
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/internal/netguard"
 )
 
 // Handler serves the enqueue API:
@@ -24,9 +26,13 @@ import (
 // delivery.
 //
 // It is a fasthttp handler: the endpoint is the hot path of every producer,
-// where net/http's per-request work cost the most CPU (docs/performance.md). fasthttp reads the whole body before the handler
-// runs, within the server's MaxRequestBodySize (fsm.MaxPayloadBytes is
-// enough for every target); the target's own limit is checked here.
+// where net/http's per-request work cost the most CPU (docs/performance.md).
+// Serve it with StreamRequestBody: the body is then read here as it
+// arrives, charged to EnqueuerOptions.Bodies, so a client announcing a
+// large body and sending nothing costs next to nothing (fasthttp otherwise
+// allocates the announced Content-Length before a byte arrives). A body
+// announced over the target's limit is refused before it is read; a body
+// while the budget is full is answered 503 (busy, retry).
 func (e *Enqueuer) Handler() fasthttp.RequestHandler {
 	return e.serveEnqueue
 }
@@ -79,13 +85,30 @@ func (e *Enqueuer) serveEnqueue(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	limit := min(t.MaxPayloadBytes, fsm.MaxPayloadBytes)
-	body := ctx.PostBody()
-	if len(body) > limit {
-		e.writeError(ctx, &PayloadTooLargeError{Target: target, Size: len(body), Limit: limit})
+	if announced := ctx.Request.Header.ContentLength(); announced > limit {
+		// Not read: closing is cheaper than draining what is refused.
+		ctx.SetConnectionClose()
+		e.writeError(ctx, &PayloadTooLargeError{Target: target, Size: announced, Limit: limit})
 		return
 	}
-	// fasthttp reuses the body's buffer once the handler returns.
-	payload := append([]byte(nil), body...)
+	payload, release, err := e.readBody(ctx, limit)
+	if err != nil {
+		ctx.SetConnectionClose()
+		var tooBig *netguard.BodyTooLargeError
+		switch {
+		case errors.As(err, &tooBig):
+			writeJSON(ctx, fasthttp.StatusRequestEntityTooLarge, errorBody{Code: "payload_too_large", Target: target, Limit: limit,
+				Error: fmt.Sprintf("payload exceeds target %s's limit of %d bytes", target, limit)})
+		case errors.Is(err, netguard.ErrBodyBudget):
+			ctx.Response.Header.Set("Retry-After", "1")
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, errorBody{Code: "busy",
+				Error: "message not stored: " + err.Error() + "; retry with the same Idempotency-Key"})
+		default:
+			writeJSON(ctx, fasthttp.StatusBadRequest, errorBody{Code: "invalid", Error: err.Error()})
+		}
+		return
+	}
+	defer release()
 	var headers []Header
 	if ct := ctx.Request.Header.ContentType(); len(ct) > 0 {
 		headers = append(headers, Header{Key: "Content-Type", Value: string(ct)})
@@ -100,6 +123,20 @@ func (e *Enqueuer) serveEnqueue(ctx *fasthttp.RequestCtx) {
 		status = fasthttp.StatusOK
 	}
 	writeJSON(ctx, status, res)
+}
+
+// readBody reads the request's body, at most limit bytes, charging it to
+// the body budget while it is held (release gives it back). The payload is
+// a buffer of its own: fasthttp reuses its buffers once the handler returns.
+func (e *Enqueuer) readBody(ctx *fasthttp.RequestCtx, limit int) ([]byte, func(), error) {
+	if stream := ctx.RequestBodyStream(); stream != nil {
+		return e.opts.Bodies.Read(stream, ctx.Request.Header.ContentLength(), limit)
+	}
+	body := ctx.PostBody()
+	if len(body) > limit {
+		return nil, nil, &netguard.BodyTooLargeError{Limit: limit}
+	}
+	return e.opts.Bodies.Read(bytes.NewReader(body), len(body), limit)
 }
 
 func (e *Enqueuer) writeError(ctx *fasthttp.RequestCtx, err error) {

@@ -2,15 +2,19 @@ package storeforward
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/internal/netguard"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func TestHandler(t *testing.T) {
@@ -92,5 +96,75 @@ func TestHandler(t *testing.T) {
 	if msgs[0].ID != "k1" || string(msgs[0].Payload) != "hello" || len(msgs[0].Headers) != 1 ||
 		msgs[0].Headers[0] != (fsm.Header{Key: "Content-Type", Value: "text/plain"}) {
 		t.Fatalf("stored message %+v", msgs[0])
+	}
+}
+
+// With StreamRequestBody the handler reads a body as it arrives: a client
+// that announces a large body and sends little is charged what it sent, a
+// body announced over the limit is refused without reading it (past the
+// 8 KiB fasthttp reads first), and a body that finds
+// the budget full is answered 503 busy.
+func TestHandlerBoundsBodiesInFlight(t *testing.T) {
+	f := newFSM(t, true)
+	budget := netguard.NewBodyBudget(32 << 10)
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: &applyProposer{f: f}, Counts: f, Bodies: budget,
+		Targets: StaticTargets{"big": {Name: "big", URL: "http://x", MaxPayloadBytes: 1 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &fasthttp.Server{Handler: e.Handler(), MaxRequestBodySize: fsm.MaxPayloadBytes, StreamRequestBody: true}
+	go server.Serve(ln)
+	defer server.Shutdown()
+	addr := ln.Addr().String()
+	post := func(body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post("http://"+addr+"/v1/sf/big", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprintf(slow, "POST /v1/sf/big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 1<<20, strings.Repeat("s", 9000))
+	testwait.For(t, 2*time.Second, "the slow body charged", func() bool { return budget.InUse() > 0 })
+	if in := budget.InUse(); in > 16<<10 {
+		t.Fatalf("%d bytes charged for a body announced at 1 MiB of which 9,000 bytes arrived", in)
+	}
+	if code, body := post(strings.Repeat("b", 20<<10)); code != 503 || !strings.Contains(body, `"code":"busy"`) {
+		t.Fatalf("a body with the budget nearly full: %d %s, want 503 busy", code, body)
+	}
+
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	// fasthttp reads the first 8 KiB of a body before the handler runs.
+	fmt.Fprintf(over, "POST /v1/sf/big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 2<<20, strings.Repeat("o", 8<<10))
+	over.SetReadDeadline(time.Now().Add(2 * time.Second))
+	answer, _ := io.ReadAll(over) // the server closes after answering
+	if !strings.HasPrefix(string(answer), "HTTP/1.1 413") || !strings.Contains(string(answer), `"limit":1048576`) {
+		t.Fatalf("a body announced over the limit, 8 KiB of it sent: %q, want 413 at once", answer)
+	}
+
+	slow.Close()
+	testwait.For(t, 2*time.Second, "the slow body's bytes given back", func() bool { return budget.InUse() == 0 })
+	if code, body := post(strings.Repeat("b", 20<<10)); code != 201 {
+		t.Fatalf("a 20 KiB body with the budget free: %d %s", code, body)
+	}
+	if in := budget.InUse(); in != 0 {
+		t.Fatalf("%d bytes still charged after the answer", in)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/valyala/fasthttp"
 	stdlog "log"
 	"net"
 	"os"
@@ -14,8 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/deploy"
@@ -24,6 +25,7 @@ import (
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/httpgate"
 	"github.com/scadad/scadad/internal/grpcdial"
+	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/pki"
@@ -37,6 +39,24 @@ import (
 // copying on every call, so there must be enough for every enqueue client
 // waiting on its commit (measured: bench/results/2026-12-01-5dd764a.md).
 const apiStreamWorkers = 128
+
+// apiServerOptions bound what one client of the control API may hold. The
+// API asks for a client certificate, but the TLS handshake itself is open
+// to anyone who can connect, so it is bounded in time; an authenticated
+// client is bounded in streams, ping rate and message size
+// (grpcdial.MaxMessageBytes: a site config artifact fits), and a client that vanished without closing is
+// found by keepalive pings instead of holding its connection for good.
+func apiServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(grpcdial.MaxMessageBytes), grpc.MaxSendMsgSize(grpcdial.MaxMessageBytes),
+		grpc.NumStreamWorkers(apiStreamWorkers),
+		grpc.MaxConcurrentStreams(256),
+		grpc.MaxHeaderListSize(1 << 20),
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}
 
 // runDaemon wires the parts and runs until ctx ends, then shuts down in
 // reverse order.
@@ -69,6 +89,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return withRecovery(fmt.Errorf("open state: %w", err))
 	}
 	defer state.Close()
+
+	reg := prometheus.NewRegistry()
+	budgets := fitListenerBudgets(cfg, netguard.DescriptorLimit(), log)
+	raftLis, err := guardedListen(reg, log, "raft", cfg.Cluster.RaftBind, budgets.raft)
+	if err != nil {
+		return err
+	}
 
 	var members []raftnode.Member
 	apiAddrs := map[string]string{}
@@ -107,6 +134,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	node, err = raftnode.New(raftnode.Config{
 		NodeID:             cfg.NodeID,
 		BindAddr:           cfg.Cluster.RaftBind,
+		Listener:           raftLis,
 		DataDir:            raftDir(cfg),
 		LogStore:           raftnode.LogStore(cfg.Raft.LogStore),
 		ReleaseLogPages:    dropMapped,
@@ -128,6 +156,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		ApplyBlocked:       func() bool { return state.ApplyBlocked() != nil },
 	})
 	if err != nil {
+		raftLis.Close()
 		return withRecovery(fmt.Errorf("start raft: %w", err))
 	}
 	roles := node.Role()
@@ -136,7 +165,6 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// sooner), see freshRoles.
 	acting := freshRoles{Source: roles, node: node, window: cfg.Cluster.HeartbeatTimeout.D() / 2}
 
-	reg := prometheus.NewRegistry()
 	metrics := newNodeMetrics(reg)
 	validity, err := pki.ReadValidity(cfg.TLS.CA, cfg.TLS.Cert)
 	if err != nil {
@@ -194,13 +222,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
 	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
-	grpcServer := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), grpc.MaxRecvMsgSize(grpcdial.MaxMessageBytes), grpc.MaxSendMsgSize(grpcdial.MaxMessageBytes),
-		grpc.NumStreamWorkers(apiStreamWorkers), grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))
+	grpcServer := grpc.NewServer(append(apiServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)),
+		grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))...)
 	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
 	healing.register(grpcServer, srv)
-	apiLis, err := net.Listen("tcp", cfg.API.Listen)
+	apiLis, err := guardedListen(reg, log, "api", cfg.API.Listen, budgets.api)
 	if err != nil {
-		return fmt.Errorf("control API listen %s: %w", cfg.API.Listen, err)
+		return err
 	}
 
 	var wg sync.WaitGroup
@@ -215,7 +243,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 		}()
 	}
-	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, acting, holder, goRun)
+	bodies := netguard.NewBodyBudget(cfg.HTTP.MaxBodyBytesInFlight)
+	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, acting, holder, bodies, goRun)
 	if err != nil {
 		return err
 	}
@@ -270,6 +299,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	})
 
 	var httpServer *fasthttp.Server
+	// httpStopped reports the HTTP server ending on its own: the node can
+	// no longer answer its health checks or producers, so it steps down.
+	httpStopped := make(chan error, 1)
 	if cfg.HTTP.Listen != "" {
 		ready := func() (bool, string) {
 			st := roles.Current()
@@ -279,34 +311,49 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			return true, ""
 		}
 		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen}
-		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, gate, log)
+		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, gate, bodies, log)
 		if err := registerHTTPInsecure(reg, cfg.HTTP.Insecure); err != nil {
 			return err
 		}
-		httpLis, err := net.Listen("tcp", cfg.HTTP.Listen)
+		// The bounds count TCP connections, under the TLS listener: a
+		// handshake that never ends holds its descriptor too.
+		guarded, err := guardedListen(reg, log, "http", cfg.HTTP.Listen, budgets.http)
 		if err != nil {
-			return fmt.Errorf("http listen %s: %w", cfg.HTTP.Listen, err)
+			return err
 		}
+		var httpLis net.Listener = guarded
 		if cfg.HTTP.Insecure {
 			log.Warn().Str("http", cfg.HTTP.Listen).Msg("http.insecure: the HTTP listener serves plain HTTP and anyone who reaches it may enqueue to every target; for labs only")
 		} else {
-			httpLis = tls.NewListener(httpLis, httpTLS(serverTLS))
+			httpLis = tls.NewListener(guarded, httpTLS(serverTLS))
 		}
-		goRun("http", func(context.Context) error { return httpServer.Serve(httpLis) })
+		goRun("http", func(ctx context.Context) error {
+			err := httpServer.Serve(httpLis)
+			if ctx.Err() == nil {
+				httpStopped <- fmt.Errorf("http server on %s stopped: %v", cfg.HTTP.Listen, err)
+			}
+			return err
+		})
 	}
 	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", build.Version).
 		Uint32("fsm_feature_level", uint32(fsm.FeatureLevel)).Msg("scadad started")
 
-	var storageErr error
+	var stopErr error
 	select {
 	case <-ctx.Done():
-	case storageErr = <-watchStorage(runCtx, state):
+	case stopErr = <-httpStopped:
+		// A node whose health checks and producers cannot reach it must
+		// not stay Active: hand the role over and exit; the service
+		// manager restarts it with a new listener.
+		log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
+	case err := <-watchStorage(runCtx, state):
+		stopErr = fmt.Errorf("state storage failed: %w", err)
 		// The FSM stopped applying (a full or failing disk): this node can
 		// neither apply nor serve its state any more. Exit so the service
 		// manager restarts it; on start it replays from its own applied
 		// index, which succeeds once the disk has room again. Everything
 		// acknowledged is in the Raft logs of a quorum.
-		log.Error().Err(storageErr).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
+		log.Error().Err(err).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
 	}
 	log.Info().Msg("shutting down")
 	// A planned stop of the Active node hands the role over first, so the
@@ -341,10 +388,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	wg.Wait()
 	log.Info().Msg("stopped")
-	if storageErr != nil {
-		return fmt.Errorf("state storage failed: %w", storageErr)
-	}
-	return nil
+	return stopErr
 }
 
 // watchStorage reports the FSM's storage failure once it happens.

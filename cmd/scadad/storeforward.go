@@ -16,6 +16,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
@@ -38,7 +39,7 @@ const sfRemoveDelay = 20 * time.Millisecond
 
 // startStoreForward builds the enqueuer and the deliverer, follows the
 // site config's targets, and runs delivery (which itself follows the role).
-func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, goRun func(string, func(context.Context) error)) (*sfService, fasthttp.RequestHandler, error) {
+func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, bodies *netguard.BodyBudget, goRun func(string, func(context.Context) error)) (*sfService, fasthttp.RequestHandler, error) {
 	metrics, err := storeforward.NewMetrics(reg, state)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward metrics: %w", err)
@@ -54,7 +55,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	enq, err := storeforward.NewEnqueuer(storeforward.EnqueuerOptions{
 		Proposer: fwd, Targets: deliverer, Counts: state, Actor: cfg.NodeID,
 		MaxBatchMessages: cfg.SF.BatchMaxMessages, MaxDelay: cfg.SF.BatchDelay.D(), MaxInFlight: cfg.SF.BatchMaxInFlight,
-		Logger: sfLog, Metrics: metrics,
+		Logger: sfLog, Metrics: metrics, Bodies: bodies,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward enqueue: %w", err)
