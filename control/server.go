@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -370,7 +371,11 @@ func (s *Server) Failover(ctx context.Context, req *controlpb.FailoverRequest) (
 			return nil, status.Errorf(codes.NotFound, "failover: no member %q", req.To)
 		}
 	}
-	s.audit(ctx, "failover", fmt.Sprintf("requested from %s to %q", s.NodeID, req.To))
+	to := "the voter heard from most recently (no --to)"
+	if req.To != "" {
+		to = strconv.Quote(req.To)
+	}
+	s.audit(ctx, "failover", fmt.Sprintf("requested from %s to %s", s.NodeID, to))
 	if err := s.Raft.LeadershipTransfer(ctx, req.To); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "failover: %v", err)
 	}

@@ -116,6 +116,19 @@ func TestFailoverCommandMovesTheActiveRole(t *testing.T) {
 	if err != nil || code != 4 || !strings.Contains(errs, "witness") {
 		t.Fatalf("failover to the witness: exit %d, %q, %v; want exit 4 naming the witness", code, errs, err)
 	}
+	// Without --to the audit says where the role was to go, not to "".
+	ctlJSON(t, c, nil, &resp, "failover")
+	var entries []*controlpb.AuditEntry
+	ctlJSON(t, c, nil, &entries, "audit")
+	var details []string
+	for _, e := range entries {
+		if e.Kind == "failover" {
+			details = append(details, e.Detail)
+		}
+	}
+	if len(details) != 2 || !strings.Contains(details[0], other.ID) || strings.Contains(details[1], `""`) || !strings.Contains(details[1], "voter") {
+		t.Fatalf("failover audit details %q; want the first naming %s and the second (no --to) saying another voter, not \"\"", details, other.ID)
+	}
 }
 
 func TestPairSurvivorOverridesAfterWindow(t *testing.T) {
