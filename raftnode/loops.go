@@ -95,7 +95,7 @@ func (n *Node) computeState(r *raft.Raft, recovering bool, prev role.State) role
 	}
 	_, leader := r.LeaderWithID()
 	st.Leader = string(leader)
-	if !selfVoter || n.cfg.applyBlocked() {
+	if !selfVoter || n.cfg.applyBlocked() || n.leaving.Load() {
 		return st
 	}
 	switch r.State() {
@@ -313,6 +313,7 @@ func (n *Node) guardTick(ctx context.Context) {
 		return
 	}
 	if r.State() == raft.Leader {
+		n.removeLeaving(r, answers)
 		n.readmit(ctx, r, answers)
 	}
 }

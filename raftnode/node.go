@@ -40,6 +40,8 @@ type Node struct {
 	stream  *tlsStream
 	contact *contacts
 	appends appendOutcomes // what followers did with the entries we sent
+	// leaving is set by LeaveVoters for the rest of the process's life.
+	leaving atomic.Bool
 	bc      *role.Broadcaster
 	obsCh   chan raft.Observation
 
@@ -517,6 +519,10 @@ func (n *Node) probeStatus() peerStatus {
 	}
 	st.State = r.State().String()
 	st.Term = r.CurrentTerm()
+	if n.leaving.Load() {
+		st.State = leavingState
+		return st
+	}
 	_, leader := r.LeaderWithID()
 	st.Leader = string(leader)
 	for _, s := range r.GetConfiguration().Configuration().Servers {

@@ -359,8 +359,23 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	// A planned stop of the Active node hands the role over first, so the
 	// standby takes over at once instead of after an election timeout. A
 	// sole voter has no one to hand it to.
+	// In pair mode the peer would be left one voter of two, without
+	// quorum, until override_after: the Active leaves the voters too.
 	if st := roles.Current(); st.Role == role.Active && st.Voters == 1 {
 		log.Info().Msg("sole voter: no other node to hand the Active role to")
+	} else if (st.Role == role.Active || st.Role == role.Standby) && cfg.Cluster.Mode == string(raftnode.ModePair) {
+		lctx, lcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		actx, acancel := context.WithTimeout(lctx, time.Second)
+		if st.Role == role.Active {
+			if err := fwd.Audit(actx, cfg.NodeID, "failover", "shutdown of "+cfg.NodeID+": handing the Active role over and leaving the voters"); err != nil {
+				log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
+			}
+		}
+		acancel()
+		if err := node.LeaveVoters(lctx); err != nil {
+			log.Warn().Err(err).Msg("planned stop: the peer may be without an Active until override_after")
+		}
+		lcancel()
 	} else if st.Role == role.Active {
 		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
 		// The next leader's leader.elected entry then says planned failover.
