@@ -21,6 +21,27 @@ type unreachableError struct{ msg string }
 
 func (e unreachableError) Error() string { return e.msg }
 
+// handshakeError: a node answered, but this client and it do not trust
+// each other's certificates (another site's CA, an expired certificate).
+type handshakeError struct{ msg string }
+
+func (e handshakeError) Error() string { return e.msg }
+
+// handshakeFailure extracts the TLS reason from a call that failed in the
+// handshake: this side's ("x509: certificate signed by unknown authority")
+// or the node's refusal of this client's certificate ("remote error: tls:
+// unknown certificate authority").
+func handshakeFailure(err error) (string, bool) {
+	msg := status.Convert(err).Message()
+	if _, reason, ok := strings.Cut(msg, "authentication handshake failed: "); ok {
+		return strings.Trim(reason, `"`), true
+	}
+	if i := strings.Index(msg, "remote error: tls: "); i >= 0 {
+		return "the node refused this client's certificate: " + strings.Trim(msg[i:], `"`), true
+	}
+	return "", false
+}
+
 // connect dials the first endpoint that answers a Status call within
 // --timeout and returns a client bound to it.
 func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(), error) {
@@ -54,6 +75,7 @@ func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(),
 	// still starting is tried again in the next round.
 	failures := make([]string, len(endpoints))
 	for {
+		handshakes := 0 // endpoints that answered but failed the TLS handshake
 		for i, ep := range endpoints {
 			if conns[i] == nil {
 				conn, err := grpc.NewClient(ep, grpcdial.ControlAPI(tlsConf)...)
@@ -73,7 +95,18 @@ func (g *globals) connect(ctx context.Context) (controlpb.ControlClient, func(),
 				conn := conns[i]
 				return client, func() { conn.Close() }, nil
 			}
+			if reason, ok := handshakeFailure(err); ok {
+				failures[i] = fmt.Sprintf("%s: %s", ep, reason)
+				handshakes++
+				continue
+			}
 			failures[i] = fmt.Sprintf("%s: %v", ep, err)
+		}
+		// Every node answered and the TLS handshake failed: waiting longer
+		// changes nothing, and "unreachable" would hide the reason.
+		if handshakes == len(endpoints) {
+			closeAll(-1)
+			return nil, nil, handshakeError{fmt.Sprintf("the nodes answer but the TLS handshake fails (are --certs, or --cacert, --cert and --key, this site's?): %s", strings.Join(failures, "; "))}
 		}
 		select {
 		case <-deadline.Done():
