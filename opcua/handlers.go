@@ -91,7 +91,7 @@ func (s *Server) registerHandlers(srv *server.Server) error {
 
 		{id.BrowseRequest_Encoding_DefaultBinary, "Browse", needSession, s.browse},
 		{id.BrowseNextRequest_Encoding_DefaultBinary, "BrowseNext", needSession, view.BrowseNext},
-		{id.TranslateBrowsePathsToNodeIDsRequest_Encoding_DefaultBinary, "TranslateBrowsePaths", needSession, view.TranslateBrowsePathsToNodeIDs},
+		{id.TranslateBrowsePathsToNodeIDsRequest_Encoding_DefaultBinary, "TranslateBrowsePaths", needSession, s.translateBrowsePaths},
 		{id.RegisterNodesRequest_Encoding_DefaultBinary, "RegisterNodes", needSession, view.RegisterNodes},
 		{id.UnregisterNodesRequest_Encoding_DefaultBinary, "UnregisterNodes", needSession, view.UnregisterNodes},
 
@@ -364,10 +364,13 @@ func (s *Server) read(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respons
 	if err := s.checkCount(len(req.NodesToRead)); err != nil {
 		return nil, err
 	}
+	if req.TimestampsToReturn > ua.TimestampsToReturnNeither {
+		return nil, ua.StatusBadTimestampsToReturnInvalid
+	}
 	now := s.clock.Now()
 	results := make([]*ua.DataValue, len(req.NodesToRead))
 	for i, rv := range req.NodesToRead {
-		results[i] = s.readOne(rv, now)
+		results[i] = stamped(s.readOne(rv, now), req.TimestampsToReturn)
 	}
 	return &ua.ReadResponse{ResponseHeader: responseHeader(req.RequestHeader, now), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
 }
@@ -607,3 +610,4 @@ func nonFinite(x any) bool {
 	}
 	return false
 }
+

@@ -274,23 +274,46 @@ func (m *subscriptions) deleteSubscriptions(_ *uasc.SecureChannel, r ua.Request,
 
 // --- monitored items ---
 
-// itemFilter reads a monitored item's filter: none, or a DataChangeFilter
-// without deadband, is a data change filter with its trigger (StatusValue
-// by default); anything else is not supported.
-func itemFilter(f *ua.ExtensionObject) (ua.DataChangeTrigger, ua.StatusCode) {
+// changeFilter is a monitored item's DataChangeFilter (Part 4, 7.22.2):
+// its trigger, and an absolute deadband (0: none) a numeric value must
+// move by, from the last value reported, to be reported again.
+type changeFilter struct {
+	trigger  ua.DataChangeTrigger
+	deadband float64
+}
+
+// itemFilter reads a monitored item's filter: none is StatusValue without
+// deadband. An absolute deadband is applied to numeric values; a percent
+// deadband needs the item's EURange, which no attribute has
+// (BadDeadbandFilterInvalid); other filters (events, aggregates) are not
+// supported.
+func itemFilter(f *ua.ExtensionObject) (changeFilter, ua.StatusCode) {
 	if f == nil || f.Value == nil {
-		return ua.DataChangeTriggerStatusValue, ua.StatusOK
+		return changeFilter{trigger: ua.DataChangeTriggerStatusValue}, ua.StatusOK
 	}
 	dc, ok := f.Value.(*ua.DataChangeFilter)
-	if !ok || dc.DeadbandType != uint32(ua.DeadbandTypeNone) {
-		return 0, ua.StatusBadMonitoredItemFilterUnsupported
+	if !ok {
+		return changeFilter{}, ua.StatusBadMonitoredItemFilterUnsupported
 	}
 	switch dc.Trigger {
 	case ua.DataChangeTriggerStatus, ua.DataChangeTriggerStatusValue, ua.DataChangeTriggerStatusValueTimestamp:
-		return dc.Trigger, ua.StatusOK
 	default:
-		return 0, ua.StatusBadMonitoredItemFilterInvalid
+		return changeFilter{}, ua.StatusBadMonitoredItemFilterInvalid
 	}
+	out := changeFilter{trigger: dc.Trigger}
+	switch ua.DeadbandType(dc.DeadbandType) {
+	case ua.DeadbandTypeNone:
+	case ua.DeadbandTypeAbsolute:
+		if math.IsNaN(dc.DeadbandValue) || math.IsInf(dc.DeadbandValue, 0) || dc.DeadbandValue < 0 {
+			return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
+		}
+		out.deadband = dc.DeadbandValue
+	case ua.DeadbandTypePercent:
+		return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
+	default:
+		return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
+	}
+	return out, ua.StatusOK
 }
 
 func validMode(mode ua.MonitoringMode) bool {
@@ -298,20 +321,20 @@ func validMode(mode ua.MonitoringMode) bool {
 }
 
 // checkItem validates one item to create; a non-OK code is its result.
-func (m *subscriptions) checkItem(it *ua.MonitoredItemCreateRequest) (ua.DataChangeTrigger, ua.StatusCode) {
+func (m *subscriptions) checkItem(it *ua.MonitoredItemCreateRequest) (changeFilter, ua.StatusCode) {
 	switch {
 	case it == nil || it.ItemToMonitor == nil || it.ItemToMonitor.NodeID == nil || it.RequestedParameters == nil:
-		return 0, ua.StatusBadNodeIDInvalid
+		return changeFilter{}, ua.StatusBadNodeIDInvalid
 	case !m.exists(it.ItemToMonitor.NodeID):
-		return 0, ua.StatusBadNodeIDUnknown
+		return changeFilter{}, ua.StatusBadNodeIDUnknown
 	case it.ItemToMonitor.AttributeID == ua.AttributeIDEventNotifier:
-		return 0, ua.StatusBadMonitoredItemFilterUnsupported // no events
+		return changeFilter{}, ua.StatusBadMonitoredItemFilterUnsupported // no events
 	case it.ItemToMonitor.AttributeID != ua.AttributeIDValue:
-		return 0, ua.StatusBadAttributeIDInvalid
+		return changeFilter{}, ua.StatusBadAttributeIDInvalid
 	case it.ItemToMonitor.IndexRange != "":
-		return 0, ua.StatusBadIndexRangeInvalid
+		return changeFilter{}, ua.StatusBadIndexRangeInvalid
 	case !validMode(it.MonitoringMode):
-		return 0, ua.StatusBadMonitoringModeInvalid
+		return changeFilter{}, ua.StatusBadMonitoringModeInvalid
 	}
 	return itemFilter(it.RequestedParameters.Filter)
 }
@@ -331,7 +354,7 @@ func (m *subscriptions) createMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 	defer m.mu.Unlock()
 	results := make([]*ua.MonitoredItemCreateResult, len(req.ItemsToCreate))
 	for i, itReq := range req.ItemsToCreate {
-		trigger, code := m.checkItem(itReq)
+		filter, code := m.checkItem(itReq)
 		if code == ua.StatusOK && len(sub.items) >= maxItemsPerSubscription {
 			code = ua.StatusBadTooManyMonitoredItems
 		}
@@ -343,7 +366,7 @@ func (m *subscriptions) createMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 		it := &monitoredItem{
 			id: m.nextItemIDLocked(), sub: sub, node: nid, key: nid.String(),
 			handle: itReq.RequestedParameters.ClientHandle, mode: itReq.MonitoringMode,
-			trigger: trigger, timestamps: req.TimestampsToReturn,
+			filter: filter, timestamps: req.TimestampsToReturn,
 		}
 		m.items[it.id] = it
 		sub.items[it.id] = it
@@ -395,12 +418,12 @@ func (m *subscriptions) modifyMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 			res.StatusCode = ua.StatusBadNothingToDo
 			continue
 		}
-		trigger, code := itemFilter(mod.RequestedParameters.Filter)
+		filter, code := itemFilter(mod.RequestedParameters.Filter)
 		if code != ua.StatusOK {
 			res.StatusCode = code
 			continue
 		}
-		it.handle, it.trigger, it.timestamps = mod.RequestedParameters.ClientHandle, trigger, req.TimestampsToReturn
+		it.handle, it.filter, it.timestamps = mod.RequestedParameters.ClientHandle, filter, req.TimestampsToReturn
 		res.StatusCode, res.RevisedSamplingInterval, res.RevisedQueueSize = ua.StatusOK, millis(sub.interval), 1
 	}
 	return &ua.ModifyMonitoredItemsResponse{ResponseHeader: responseHeader(req.RequestHeader, now), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil

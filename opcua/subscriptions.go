@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -164,7 +165,7 @@ type monitoredItem struct {
 	key        string
 	handle     uint32
 	mode       ua.MonitoringMode
-	trigger    ua.DataChangeTrigger
+	filter     changeFilter
 	timestamps ua.TimestampsToReturn
 	last       *ua.DataValue // last value sampled, for the trigger
 	pending    *ua.DataValue // latest value not yet sent
@@ -555,7 +556,7 @@ func (m *subscriptions) sampleLocked(it *monitoredItem, dv *ua.DataValue, force 
 	if it.mode == ua.MonitoringModeDisabled || dv == nil {
 		return
 	}
-	if !force && !triggers(it.trigger, it.last, dv) {
+	if !force && !triggers(it.filter, it.last, dv) {
 		return
 	}
 	it.last = dv
@@ -587,17 +588,55 @@ func (m *subscriptions) compactLocked(sub *subscription) {
 
 // triggers reports whether next is a data change after last under the
 // DataChangeFilter trigger (Part 4, 7.22.2); the default is StatusValue.
-func triggers(tr ua.DataChangeTrigger, last, next *ua.DataValue) bool {
+func triggers(f changeFilter, last, next *ua.DataValue) bool {
 	if last == nil || last.Status != next.Status {
 		return true
 	}
-	if tr == ua.DataChangeTriggerStatus {
+	if f.trigger == ua.DataChangeTriggerStatus {
 		return false
 	}
-	if !sameValue(last.Value, next.Value) {
+	if !sameValue(last.Value, next.Value) && !withinDeadband(f.deadband, last.Value, next.Value) {
 		return true
 	}
-	return tr == ua.DataChangeTriggerStatusValueTimestamp && !last.SourceTimestamp.Equal(next.SourceTimestamp)
+	return f.trigger == ua.DataChangeTriggerStatusValueTimestamp && !last.SourceTimestamp.Equal(next.SourceTimestamp)
+}
+
+// withinDeadband says whether two numeric values differ by no more than an
+// absolute deadband (Part 4, 7.22.2: reported when |last - next| >
+// deadband). Non-numeric values have no deadband.
+func withinDeadband(deadband float64, a, b *ua.Variant) bool {
+	if deadband <= 0 || a == nil || b == nil {
+		return false
+	}
+	x, okA := numericValue(a.Value())
+	y, okB := numericValue(b.Value())
+	return okA && okB && math.Abs(x-y) <= deadband
+}
+
+func numericValue(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, !math.IsNaN(n)
+	case float32:
+		return float64(n), !math.IsNaN(float64(n))
+	case int8:
+		return float64(n), true
+	case int16:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint8:
+		return float64(n), true
+	case uint16:
+		return float64(n), true
+	case uint32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	}
+	return 0, false
 }
 
 func sameValue(a, b *ua.Variant) bool {

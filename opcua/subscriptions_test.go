@@ -648,7 +648,13 @@ func TestCreateMonitoredItemsValidation(t *testing.T) {
 		{"events", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.AttributeID = ua.AttributeIDEventNotifier }), ua.StatusBadMonitoredItemFilterUnsupported},
 		{"another attribute", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.AttributeID = ua.AttributeIDDisplayName }), ua.StatusBadAttributeIDInvalid},
 		{"index range", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.IndexRange = "1:2" }), ua.StatusBadIndexRangeInvalid},
-		{"deadband", item(func(r *ua.MonitoredItemCreateRequest) { r.RequestedParameters.Filter = deadband }), ua.StatusBadMonitoredItemFilterUnsupported},
+		{"absolute deadband", item(func(r *ua.MonitoredItemCreateRequest) { r.RequestedParameters.Filter = deadband }), ua.StatusOK},
+		{"percent deadband without an EURange", item(func(r *ua.MonitoredItemCreateRequest) {
+			r.RequestedParameters.Filter = ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue, DeadbandType: uint32(ua.DeadbandTypePercent), DeadbandValue: 5})
+		}), ua.StatusBadDeadbandFilterInvalid},
+		{"negative deadband", item(func(r *ua.MonitoredItemCreateRequest) {
+			r.RequestedParameters.Filter = ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue, DeadbandType: uint32(ua.DeadbandTypeAbsolute), DeadbandValue: -1})
+		}), ua.StatusBadDeadbandFilterInvalid},
 		{"bad trigger", item(func(r *ua.MonitoredItemCreateRequest) {
 			r.RequestedParameters.Filter = ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: 7})
 		}), ua.StatusBadMonitoredItemFilterInvalid},
@@ -867,5 +873,34 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
 	if strings.Contains(b.String(), "opcua.(*subscriptions)") {
 		t.Fatalf("subscription goroutines left after Close:\n%s", b.String())
+	}
+}
+
+// An absolute deadband holds back numeric changes no larger than it, from
+// the last value reported; status changes always pass; other types have no
+// deadband.
+func TestDeadbandTriggers(t *testing.T) {
+	f := changeFilter{trigger: ua.DataChangeTriggerStatusValue, deadband: 1}
+	val := func(v any, st ua.StatusCode) *ua.DataValue { return &ua.DataValue{Value: ua.MustVariant(v), Status: st} }
+	for _, tt := range []struct {
+		name       string
+		last, next *ua.DataValue
+		want       bool
+	}{
+		{"within", val(10.0, ua.StatusOK), val(10.9, ua.StatusOK), false},
+		{"at the deadband", val(10.0, ua.StatusOK), val(11.0, ua.StatusOK), false},
+		{"beyond", val(10.0, ua.StatusOK), val(11.1, ua.StatusOK), true},
+		{"beyond, downwards", val(10.0, ua.StatusOK), val(8.5, ua.StatusOK), true},
+		{"integers within", val(int32(5), ua.StatusOK), val(int32(6), ua.StatusOK), false},
+		{"status change within", val(10.0, ua.StatusOK), val(10.1, ua.StatusUncertain), true},
+		{"strings", val("a", ua.StatusOK), val("b", ua.StatusOK), true},
+		{"first value", nil, val(1.0, ua.StatusOK), true},
+	} {
+		if got := triggers(f, tt.last, tt.next); got != tt.want {
+			t.Errorf("%s: triggers = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if !triggers(changeFilter{trigger: ua.DataChangeTriggerStatusValue}, val(10.0, ua.StatusOK), val(10.1, ua.StatusOK)) {
+		t.Error("without a deadband a change of 0.1 was held back")
 	}
 }

@@ -1,0 +1,91 @@
+package opcua
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+)
+
+// TranslateBrowsePathsToNodeIds resolves paths through both namespaces, as
+// an HMI resolves a tag by its path (the library answered
+// BadServiceUnsupported).
+func TestTranslateBrowsePaths(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	site := ts.ns.idx
+	step := func(ns uint16, name string, ref uint32, subtypes bool) *ua.RelativePathElement {
+		return &ua.RelativePathElement{ReferenceTypeID: ua.NewNumericNodeID(0, ref), IncludeSubtypes: subtypes, TargetName: &ua.QualifiedName{NamespaceIndex: ns, Name: name}}
+	}
+	objects := ua.NewNumericNodeID(0, id.ObjectsFolder)
+	paths := []*ua.BrowsePath{
+		{StartingNode: objects, RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(site, ts.ns.siteName, id.HierarchicalReferences, true), step(site, "Pump1", id.HierarchicalReferences, true), step(site, "Speed", id.HasComponent, false)}}},
+		{StartingNode: objects, RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(0, "Server", id.Organizes, false), step(0, "ServiceLevel", id.HasProperty, false)}}},
+		{StartingNode: objects, RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(site, ts.ns.siteName, id.HierarchicalReferences, true), step(site, "Pump9", id.HierarchicalReferences, true)}}},
+		{StartingNode: ua.NewStringNodeID(site, "Nope"), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{step(site, "x", id.HierarchicalReferences, true)}}},
+		{StartingNode: objects, RelativePath: &ua.RelativePath{}},
+	}
+	want := []struct {
+		status ua.StatusCode
+		target *ua.NodeID
+	}{
+		{ua.StatusOK, ts.NodeID("Pump1", "Speed")},
+		{ua.StatusOK, ua.NewNumericNodeID(0, id.Server_ServiceLevel)},
+		{ua.StatusBadNoMatch, nil},
+		{ua.StatusBadNodeIDUnknown, nil},
+		{ua.StatusBadNothingToDo, nil},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := send[*ua.TranslateBrowsePathsToNodeIDsResponse](ctx, c, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: paths})
+	if err != nil {
+		t.Fatalf("TranslateBrowsePathsToNodeIds: %v", err)
+	}
+	if len(resp.Results) != len(want) {
+		t.Fatalf("%d results, want %d", len(resp.Results), len(want))
+	}
+	for i, w := range want {
+		r := resp.Results[i]
+		if r.StatusCode != w.status {
+			t.Errorf("path %d: %v, want %v", i, r.StatusCode, w.status)
+			continue
+		}
+		if w.target != nil && (len(r.Targets) != 1 || r.Targets[0].TargetID.NodeID.String() != w.target.String()) {
+			t.Errorf("path %d: targets %v, want %v", i, r.Targets, w.target)
+		}
+	}
+}
+
+// A Read gives the timestamps the client asked for, and refuses a
+// TimestampsToReturn that is none of the four.
+func TestReadTimestampsToReturn(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	src := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	if err := ts.TagUpdate("Pump1", "Speed", 3.5, ua.StatusOK, src); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, tt := range []struct {
+		which          ua.TimestampsToReturn
+		source, server bool
+	}{{ua.TimestampsToReturnBoth, true, true}, {ua.TimestampsToReturnSource, true, false}, {ua.TimestampsToReturnServer, false, true}, {ua.TimestampsToReturnNeither, false, false}} {
+		resp, err := c.Read(ctx, &ua.ReadRequest{TimestampsToReturn: tt.which, NodesToRead: []*ua.ReadValueID{{NodeID: ts.NodeID("Pump1", "Speed"), AttributeID: ua.AttributeIDValue}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dv := resp.Results[0]
+		if gotSrc, gotSrv := !dv.SourceTimestamp.IsZero(), !dv.ServerTimestamp.IsZero(); gotSrc != tt.source || gotSrv != tt.server || (tt.source && !dv.SourceTimestamp.Equal(src)) {
+			t.Errorf("TimestampsToReturn %v: source %v server %v, want %v %v", tt.which, dv.SourceTimestamp, dv.ServerTimestamp, tt.source, tt.server)
+		}
+	}
+	if _, err := c.Read(ctx, &ua.ReadRequest{TimestampsToReturn: 7, NodesToRead: []*ua.ReadValueID{{NodeID: serviceLevelID, AttributeID: ua.AttributeIDValue}}}); err == nil {
+		t.Error("a Read with TimestampsToReturn 7 was served")
+	}
+}
