@@ -610,4 +610,3 @@ func nonFinite(x any) bool {
 	}
 	return false
 }
-

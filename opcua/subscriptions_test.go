@@ -881,7 +881,9 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 // deadband.
 func TestDeadbandTriggers(t *testing.T) {
 	f := changeFilter{trigger: ua.DataChangeTriggerStatusValue, deadband: 1}
-	val := func(v any, st ua.StatusCode) *ua.DataValue { return &ua.DataValue{Value: ua.MustVariant(v), Status: st} }
+	val := func(v any, st ua.StatusCode) *ua.DataValue {
+		return &ua.DataValue{Value: ua.MustVariant(v), Status: st}
+	}
 	for _, tt := range []struct {
 		name       string
 		last, next *ua.DataValue
