@@ -44,6 +44,9 @@ type Forwarder struct {
 	tls     *tls.Config
 	roles   RoleSource
 	local   LocalApplier
+	// noLeaderWait is how long a call waits for a leader to be known
+	// before it fails Unavailable, whatever time its caller gave it.
+	noLeaderWait time.Duration
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -52,8 +55,15 @@ type Forwarder struct {
 // NewForwarder returns a Forwarder for the node self. apiAddrs maps every
 // configured node id to its control API address; clientTLS authenticates
 // this node to its peers.
-func NewForwarder(self string, apiAddrs map[string]string, clientTLS *tls.Config, roles RoleSource, local LocalApplier) *Forwarder {
-	return &Forwarder{self: self, apiAddr: apiAddrs, tls: clientTLS, roles: roles, local: local, conns: make(map[string]*grpc.ClientConn)}
+//
+// noLeaderWait bounds how long a call waits while no leader is known
+// (0: until the caller's deadline). Give it about two election timeouts:
+// long enough for an election to finish, so a failover costs a caller
+// nothing, short enough that a cluster without a quorum answers
+// Unavailable at once instead of after the caller's whole timeout.
+func NewForwarder(self string, apiAddrs map[string]string, clientTLS *tls.Config, roles RoleSource, local LocalApplier, noLeaderWait time.Duration) *Forwarder {
+	return &Forwarder{self: self, apiAddr: apiAddrs, tls: clientTLS, roles: roles, local: local, noLeaderWait: noLeaderWait,
+		conns: make(map[string]*grpc.ClientConn)}
 }
 
 // Close drops the peer connections.
@@ -69,11 +79,30 @@ func (f *Forwarder) Close() {
 // errNoLeader is returned while no leader is known.
 var errNoLeader = errors.New("no leader known (the cluster has no quorum or is electing)")
 
+// noLeaderError: no leader was known for the whole noLeaderWait. It is
+// Unavailable (worth a retry later) but not retried within the call.
+type noLeaderError struct{ waited time.Duration }
+
+func (e noLeaderError) Error() string {
+	return fmt.Sprintf("%v: none for %v", errNoLeader, e.waited)
+}
+func (e noLeaderError) Unwrap() error { return errNoLeader }
+func (e noLeaderError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
 // leader returns a client for the current leader and its id, or nil when
-// this node is the leader. It waits for a leader up to ctx's deadline.
+// this node is the leader. It waits for a leader up to ctx's deadline or
+// noLeaderWait, whichever ends first.
 func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, string, error) {
 	watch, stop := f.roles.Watch()
 	defer stop()
+	var giveUp <-chan time.Time
+	if f.noLeaderWait > 0 {
+		t := time.NewTimer(f.noLeaderWait)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	for {
 		st := f.roles.Current()
 		switch {
@@ -86,6 +115,8 @@ func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, string
 		select {
 		case <-ctx.Done():
 			return nil, "", status.Errorf(codes.Unavailable, "%v: %v", errNoLeader, ctx.Err())
+		case <-giveUp:
+			return nil, "", noLeaderError{waited: f.noLeaderWait}
 		case <-watch:
 		}
 	}
@@ -242,7 +273,7 @@ func (f *Forwarder) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Resul
 	}
 	for {
 		res, err := f.proposeOnce(ctx, data)
-		if err == nil || !retryable(err) {
+		if err == nil || !retryable(err) || errors.Is(err, errNoLeader) {
 			return res, err
 		}
 		select {

@@ -52,7 +52,7 @@ func TestForwarderReachesAReturningPeerSoon(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := serve(lis)
-	f := NewForwarder("a", map[string]string{"b": addr}, clientTLS, nil, nil)
+	f := NewForwarder("a", map[string]string{"b": addr}, clientTLS, nil, nil, 0)
 	defer f.Close()
 	cli, err := f.Client("b")
 	if err != nil {
@@ -101,7 +101,7 @@ func TestForwarderReachesAReturningPeerSoon(t *testing.T) {
 // Reset drops the connection to a peer: calls then dial a new one, which
 // is how the heal gets past a connection stuck from before a partition.
 func TestForwarderResetDialsAfresh(t *testing.T) {
-	f := NewForwarder("a", map[string]string{"b": "127.0.0.1:1"}, nil, nil, nil)
+	f := NewForwarder("a", map[string]string{"b": "127.0.0.1:1"}, nil, nil, nil, 0)
 	defer f.Close()
 	old, err := f.conn("b")
 	if err != nil {

@@ -153,7 +153,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "output", "table", "output format: table or json")
 	fs.StringVar(&g.output, "o", "table", "short for --output")
 	fs.StringVar(&g.output, "w", "table", "short for --output (etcdctl's --write-out)")
-	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to try to reach a node")
+	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to try to reach a node (and, for sf enqueue, to get its answer)")
 	fs.BoolVar(&g.yes, "yes", false, "answer yes to confirmations")
 }
 

@@ -129,7 +129,11 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 				return usagef("sf enqueue: no payload on standard input (pipe it in, or pass --data TEXT; --data '' sends an empty message)")
 			}
 		}
-		resp, err := c.SFEnqueue(ctx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(id)})
+		// The answer comes within --timeout too: a cluster without a
+		// quorum says so (Unavailable) rather than keeping the caller.
+		callCtx, cancel := context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+		resp, err := c.SFEnqueue(callCtx, &controlpb.SFEnqueueRequest{Target: pos[0], Payload: payload, Id: strings.TrimSpace(id)})
 		if err != nil {
 			return rpcErr("sf enqueue", err)
 		}

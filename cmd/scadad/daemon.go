@@ -187,7 +187,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
 	gated := gatedNode{timedNode: timed, gate: &featuregate.Gate{Next: timed, Levels: state, Members: raftMembers(node)}}
-	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, gated)
+	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, gated, 2*cfg.Cluster.ElectionTimeout.D())
 	defer fwd.Close()
 
 	holder := siteconfig.NewHolder()
