@@ -61,7 +61,8 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_DeployStatus_FullMethodName,
 		controlpb.Control_DeployGet_FullMethodName,
 		controlpb.Control_SFStats_FullMethodName,
-		controlpb.Control_SFList_FullMethodName:
+		controlpb.Control_SFList_FullMethodName,
+		controlpb.Control_CertRevoked_FullMethodName:
 		return needViewer, true
 	case controlpb.Control_SFEnqueue_FullMethodName,
 		controlpb.Control_SFEnqueueStream_FullMethodName:
@@ -77,7 +78,8 @@ func methodNeed(method string) (need, bool) {
 	case controlpb.Control_AddMember_FullMethodName,
 		controlpb.Control_RemoveMember_FullMethodName,
 		controlpb.Control_Override_FullMethodName,
-		controlpb.Control_SnapshotRestore_FullMethodName:
+		controlpb.Control_SnapshotRestore_FullMethodName,
+		controlpb.Control_CertRevoke_FullMethodName:
 		return needAdmin, true
 	case controlpb.Control_Apply_FullMethodName,
 		controlpb.Heal_HealInfo_FullMethodName,
@@ -152,8 +154,12 @@ type Authorizer struct {
 	Configured []Member
 	// Roots is the site CA, to verify a forwarded caller's certificate.
 	Roots *x509.CertPool
-	Now   func() time.Time
-	Log   zerolog.Logger
+	// Revoked is the replicated deny list (nil: none). The handshake
+	// checks it too; this catches a call on a connection opened just
+	// before the revocation and a forwarded caller's certificate.
+	Revoked pki.Revoked
+	Now     func() time.Time
+	Log     zerolog.Logger
 
 	warnMu sync.Mutex
 	warned map[string]bool // serials of legacy certificates already warned about
@@ -266,6 +272,9 @@ func (a *Authorizer) now() time.Time {
 // certificate is that node; anything else is a client with a role.
 func (a *Authorizer) identify(cert *x509.Certificate) (Caller, error) {
 	c := Caller{Name: cert.Subject.CommonName, Serial: pki.SerialHex(cert), Cert: cert}
+	if a.Revoked != nil && a.Revoked(c.Serial) {
+		return Caller{}, status.Errorf(codes.Unauthenticated, "certificate %q (serial %s) is revoked", c.Name, c.Serial)
+	}
 	if _, member := memberNamed(a.Configured, c.Name); member && pki.IsNodeCert(cert) {
 		c.Node = true
 		return c, nil

@@ -46,6 +46,7 @@ type State interface {
 	Meta() fsm.Meta
 	Snapshot() (raft.FSMSnapshot, error)
 	Audit(afterSeq uint64, limit int) ([]fsm.AuditEntry, error)
+	Access() *fsm.Access
 	deploy.State
 }
 
@@ -120,6 +121,15 @@ type Server struct {
 	// CertNotAfter and CANotAfter are when this node's certificate and the
 	// site CA expire (zero: unknown).
 	CertNotAfter, CANotAfter time.Time
+	// Now stamps the commands the server builds (time.Now when nil).
+	Now func() time.Time
+}
+
+func (s *Server) now() time.Time {
+	if s.Now == nil {
+		return time.Now()
+	}
+	return s.Now()
 }
 
 // leaderOr runs local on the leader, or returns the leader's client for the

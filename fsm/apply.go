@@ -36,6 +36,8 @@ type applier struct {
 	// by the first entry that needs more, and nothing after it is applied.
 	have    Level
 	blocked *BlockedError
+	// accessChanged says an entry of the batch changed the access control.
+	accessChanged bool
 }
 
 func newApplier(tx *bolt.Tx) *applier {
@@ -140,6 +142,8 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.recordFeatures(body.RecordFeatures, res)
 	case *fsmpb.Command_FeatureProbe:
 		return nil
+	case *fsmpb.Command_CertRevoke:
+		return a.certRevoke(body.CertRevoke, res)
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

@@ -131,6 +131,9 @@ type FSM struct {
 	// feature level; nothing after it is applied until a restart with a
 	// newer build.
 	blocked atomic.Pointer[BlockedError]
+	// access is the access control as of meta's applied index, rebuilt
+	// from the state whenever an entry changes it (Access).
+	access atomic.Pointer[Access]
 	// restores counts the snapshots swapped in since Open (see Restores).
 	restores atomic.Uint64
 
@@ -254,14 +257,18 @@ func newerSchemaError(path string, v uint64) error {
 
 func (f *FSM) loadMeta() error {
 	var m Meta
+	var acc *Access
 	err := f.db.View(func(tx *bolt.Tx) error {
 		m = readMeta(tx)
-		return nil
+		var err error
+		acc, err = readAccess(tx)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("read fsm meta: %w", err)
 	}
 	f.meta.Store(&m)
+	f.access.Store(acc)
 	return nil
 }
 
@@ -412,7 +419,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
-	newMeta, err := f.applyOpen(logs, results)
+	newMeta, accessChanged, err := f.applyOpen(logs, results)
 	if err != nil {
 		serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", logs[0].Index, logs[len(logs)-1].Index, err)}
 		f.storageFailure(serr)
@@ -421,6 +428,15 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	old := f.meta.Load()
 	f.meta.Store(&newMeta)
+	if accessChanged {
+		// Read from the open transaction, which holds what was just
+		// applied; the entries' results already say what they did.
+		if acc, err := readAccess(f.open); err == nil {
+			f.access.Store(acc)
+		} else {
+			f.log.Error().Err(err).Msg("access control not reloaded after an applied change")
+		}
+	}
 	if f.openBytes >= f.opts.CommitBytes {
 		// A failure is recorded for the entries to come. These are
 		// committed in the raft log, which the restart the failure demands
@@ -438,11 +454,11 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // held since the last commit are lost from the file, not from the raft
 // log, and the storage failure makes the node replay them after restart.
 // The caller holds f.mu shared and f.txMu.
-func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, error) {
+func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error) {
 	if f.open == nil {
 		tx, err := f.db.Begin(true)
 		if err != nil {
-			return Meta{}, err
+			return Meta{}, false, err
 		}
 		f.open = tx
 	}
@@ -476,9 +492,9 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, error) {
 	if err != nil {
 		_ = f.open.Rollback()
 		f.open, f.openBytes = nil, 0
-		return Meta{}, err
+		return Meta{}, false, err
 	}
-	return a.meta, nil
+	return a.meta, a.accessChanged, nil
 }
 
 // Commit commits the entries applied since the last commit, if any. With

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -284,4 +285,139 @@ func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
 			t.Errorf("target %s delivered %d; want %d: a refused enqueue was stored", ts.Target, ts.DeliveredTotal, want)
 		}
 	}
+}
+
+// TestRevokedCertificateIsCutOffEverywhere: revoking the operator
+// certificate that holds an open control stream on every node ends those
+// streams within a second of the revocation's commit, and every node
+// refuses the certificate's next call; a revoked producer certificate's
+// kept-alive HTTPS connection is closed and a new one refused, nothing
+// stored; certs list shows what was issued and what is revoked.
+func TestRevokedCertificateIsCutOffEverywhere(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info", HTTPTLS: true})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	sink := startSink(t)
+	deploySite(t, c, testcluster.SiteConfig("revoke", map[string]string{"sink": sink.URL}, 3))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	issueClient(ctx, t, c, "shiftlead", "operator")
+	issueClient(ctx, t, c, "feed", "producer")
+
+	// An open enqueue stream of the operator on every node, each proven
+	// live by one acknowledged message.
+	type open struct {
+		node  string
+		ended chan time.Time
+	}
+	var streams []open
+	for i, n := range c.Nodes {
+		s, err := nodeClient(t, c, "shiftlead", n).SFEnqueueStream(ctx)
+		if err != nil {
+			t.Fatalf("open a stream on %s: %v", n.ID, err)
+		}
+		id := fmt.Sprintf("before-%d", i)
+		if err := s.Send(&controlpb.SFEnqueueRequest{Target: "sink", Id: id, Payload: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Recv(); err != nil || r.Code != 0 {
+			t.Fatalf("first message on %s's stream: %v %v", n.ID, r, err)
+		}
+		o := open{node: n.ID, ended: make(chan time.Time, 1)}
+		go func() {
+			_, err := s.Recv() // nothing more is sent: only the end comes
+			if err != nil {
+				o.ended <- time.Now()
+			}
+		}()
+		streams = append(streams, o)
+	}
+	feed := client(t, c, "feed")
+	if code, body, err := postEnqueue(ctx, feed, active.URL("/v1/sf/sink"), "feed-before"); err != nil || code != http.StatusCreated {
+		t.Fatalf("producer enqueue before the revocation: %d %q %v", code, body, err)
+	}
+
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "revoke", filepath.Join(c.Certs, "shiftlead.crt"), "--reason", "laptop lost"); err != nil || code != 0 {
+		t.Fatalf("certs revoke shiftlead.crt: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	committed := time.Now()
+	for _, o := range streams {
+		select {
+		case at := <-o.ended:
+			t.Logf("%s closed the revoked operator's stream %s after the revoke command returned", o.node, at.Sub(committed).Round(time.Millisecond))
+		case <-time.After(time.Until(committed.Add(time.Second))):
+			t.Errorf("%s still holds the revoked operator's stream 1 s after the revocation", o.node)
+		}
+	}
+	for _, n := range c.Nodes {
+		if _, errs, code := asRole(ctx, c, "shiftlead", n, "status"); code == 0 {
+			t.Errorf("the revoked operator's status on %s: exit 0; want it refused (%q)", n.ID, errs)
+		}
+	}
+
+	var listed []struct {
+		Serial  string `json:"serial"`
+		Name    string `json:"name"`
+		Revoked bool   `json:"revoked"`
+	}
+	if err := c.CtlJSON(ctx, nil, &listed, "certs", "list", "--dir", c.Certs); err != nil {
+		t.Fatal(err)
+	}
+	feedSerial := ""
+	for _, r := range listed {
+		if r.Revoked != (r.Name == "shiftlead") {
+			t.Errorf("certs list: %+v; want only shiftlead revoked", r)
+		}
+		if r.Name == "feed" {
+			feedSerial = r.Serial
+		}
+	}
+	if feedSerial == "" {
+		t.Fatalf("certs list names no feed: %+v", listed)
+	}
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "revoke", feedSerial); err != nil || code != 0 {
+		t.Fatalf("certs revoke %s: exit %d, %q %q, %v", feedSerial, code, out, errs, err)
+	}
+	testwait.For(t, 2*time.Second, "the revoked producer refused", func() bool {
+		_, _, err := postEnqueue(ctx, feed, active.URL("/v1/sf/sink"), "feed-after")
+		return err != nil
+	})
+	if _, _, err := postEnqueue(ctx, client(t, c, "feed"), active.URL("/v1/sf/sink"), "feed-after-new"); err == nil {
+		t.Error("a new connection of the revoked producer was accepted")
+	}
+	var ids []string
+	testwait.For(t, 20*time.Second, "what was acknowledged delivered", func() bool {
+		d, err := sink.Deliveries()
+		ids = ids[:0]
+		for _, x := range d {
+			ids = append(ids, x.ID)
+		}
+		return err == nil && len(d) >= len(c.Nodes)+1
+	})
+	for _, id := range ids {
+		if strings.HasPrefix(id, "feed-after") {
+			t.Errorf("%s was stored after its certificate was revoked", id)
+		}
+	}
+}
+
+func client(t *testing.T, c *testcluster.Cluster, name string) *http.Client {
+	t.Helper()
+	cl, err := c.HTTPClient(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func postEnqueue(ctx context.Context, cl *http.Client, url, id string) (int, string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(id))
+	req.Header.Set("Idempotency-Key", id)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
 }

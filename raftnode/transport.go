@@ -47,10 +47,13 @@ type tlsStream struct {
 	advertise string
 	server    *tls.Config
 	client    *tls.Config
-	dir       memberDirectory
-	contact   func(id string)
-	status    func() peerStatus
-	log       zerolog.Logger
+	// callerServer and callerClient are the VerifyConnection checks the
+	// configurations came with.
+	callerServer, callerClient func(tls.ConnectionState) error
+	dir                        memberDirectory
+	contact                    func(id string)
+	status                     func() peerStatus
+	log                        zerolog.Logger
 
 	accepted chan net.Conn
 	closed   chan struct{}
@@ -90,7 +93,10 @@ func newTLSStream(raw net.Listener, advertise string, server, client *tls.Config
 	s.server.MinVersion = tls.VersionTLS13
 	s.server.ClientAuth = tls.RequireAndVerifyClientCert
 	s.server.NextProtos = []string{alpnRaft, alpnProbe}
-	s.server.VerifyConnection = s.verifyPeer("")
+	// A check the caller's configurations carry (the deny list of revoked
+	// certificates) still runs, after the membership check.
+	s.callerServer, s.callerClient = server.VerifyConnection, client.VerifyConnection
+	s.server.VerifyConnection = s.verifyPeer("", s.callerServer)
 	s.client.MinVersion = tls.VersionTLS13
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -99,7 +105,7 @@ func newTLSStream(raw net.Listener, advertise string, server, client *tls.Config
 
 // verifyPeer checks, after chain verification, that the peer's certificate
 // names a member (want == "") or exactly the member we dialed.
-func (s *tlsStream) verifyPeer(want string) func(tls.ConnectionState) error {
+func (s *tlsStream) verifyPeer(want string, caller func(tls.ConnectionState) error) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("peer presented no certificate")
@@ -110,6 +116,9 @@ func (s *tlsStream) verifyPeer(want string) func(tls.ConnectionState) error {
 		}
 		if !s.dir.isMember(cn) {
 			return fmt.Errorf("peer certificate CN %q: %w", cn, ErrNotMember)
+		}
+		if caller != nil {
+			return caller(cs)
 		}
 		return nil
 	}
@@ -192,7 +201,7 @@ func (s *tlsStream) dial(ctx context.Context, address string, alpn string) (*tls
 	// node certificate carries as a SAN and as its CN.
 	cfg.ServerName = id
 	cfg.NextProtos = []string{alpn}
-	cfg.VerifyConnection = s.verifyPeer(id)
+	cfg.VerifyConnection = s.verifyPeer(id, s.callerClient)
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {

@@ -2849,6 +2849,266 @@ func (x *SFSelectResponse) GetAffected() int32 {
 	return 0
 }
 
+type CertRevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"` // hex, with or without colons
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`     // the certificate's common name, for the record
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertRevokeRequest) Reset() {
+	*x = CertRevokeRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertRevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertRevokeRequest) ProtoMessage() {}
+
+func (x *CertRevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertRevokeRequest.ProtoReflect.Descriptor instead.
+func (*CertRevokeRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CertRevokeRequest) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertRevokeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CertRevokeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CertRevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertRevokeResponse) Reset() {
+	*x = CertRevokeResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertRevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertRevokeResponse) ProtoMessage() {}
+
+func (x *CertRevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertRevokeResponse.ProtoReflect.Descriptor instead.
+func (*CertRevokeResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *CertRevokeResponse) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+type CertRevokedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertRevokedRequest) Reset() {
+	*x = CertRevokedRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertRevokedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertRevokedRequest) ProtoMessage() {}
+
+func (x *CertRevokedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertRevokedRequest.ProtoReflect.Descriptor instead.
+func (*CertRevokedRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{47}
+}
+
+type RevokedCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokedCertificate) Reset() {
+	*x = RevokedCertificate{}
+	mi := &file_controlpb_control_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedCertificate) ProtoMessage() {}
+
+func (x *RevokedCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedCertificate.ProtoReflect.Descriptor instead.
+func (*RevokedCertificate) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RevokedCertificate) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+type CertRevokedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revoked       []*RevokedCertificate  `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertRevokedResponse) Reset() {
+	*x = CertRevokedResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertRevokedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertRevokedResponse) ProtoMessage() {}
+
+func (x *CertRevokedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertRevokedResponse.ProtoReflect.Descriptor instead.
+func (*CertRevokedResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CertRevokedResponse) GetRevoked() []*RevokedCertificate {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 var File_controlpb_control_proto protoreflect.FileDescriptor
 
 const file_controlpb_control_proto_rawDesc = "" +
@@ -3063,7 +3323,22 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
 	"\rall_of_target\x18\x02 \x01(\tR\vallOfTarget\".\n" +
 	"\x10SFSelectResponse\x12\x1a\n" +
-	"\baffected\x18\x01 \x01(\x05R\baffected2\xca\x0e\n" +
+	"\baffected\x18\x01 \x01(\x05R\baffected\"W\n" +
+	"\x11CertRevokeRequest\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\",\n" +
+	"\x12CertRevokeResponse\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\"\x14\n" +
+	"\x12CertRevokedRequest\"\x94\x01\n" +
+	"\x12RevokedCertificate\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"V\n" +
+	"\x13CertRevokedResponse\x12?\n" +
+	"\arevoked\x18\x01 \x03(\v2%.scadad.control.v1.RevokedCertificateR\arevoked2\x83\x10\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -3086,7 +3361,10 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\aSFStats\x12!.scadad.control.v1.SFStatsRequest\x1a\".scadad.control.v1.SFStatsResponse\x12M\n" +
 	"\x06SFList\x12 .scadad.control.v1.SFListRequest\x1a!.scadad.control.v1.SFListResponse\x12R\n" +
 	"\aSFRetry\x12\".scadad.control.v1.SFSelectRequest\x1a#.scadad.control.v1.SFSelectResponse\x12T\n" +
-	"\tSFDiscard\x12\".scadad.control.v1.SFSelectRequest\x1a#.scadad.control.v1.SFSelectResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
+	"\tSFDiscard\x12\".scadad.control.v1.SFSelectRequest\x1a#.scadad.control.v1.SFSelectResponse\x12Y\n" +
+	"\n" +
+	"CertRevoke\x12$.scadad.control.v1.CertRevokeRequest\x1a%.scadad.control.v1.CertRevokeResponse\x12\\\n" +
+	"\vCertRevoked\x12%.scadad.control.v1.CertRevokedRequest\x1a&.scadad.control.v1.CertRevokedResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
 
 var (
 	file_controlpb_control_proto_rawDescOnce sync.Once
@@ -3100,7 +3378,7 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
@@ -3147,6 +3425,11 @@ var file_controlpb_control_proto_goTypes = []any{
 	(*SFListResponse)(nil),          // 42: scadad.control.v1.SFListResponse
 	(*SFSelectRequest)(nil),         // 43: scadad.control.v1.SFSelectRequest
 	(*SFSelectResponse)(nil),        // 44: scadad.control.v1.SFSelectResponse
+	(*CertRevokeRequest)(nil),       // 45: scadad.control.v1.CertRevokeRequest
+	(*CertRevokeResponse)(nil),      // 46: scadad.control.v1.CertRevokeResponse
+	(*CertRevokedRequest)(nil),      // 47: scadad.control.v1.CertRevokedRequest
+	(*RevokedCertificate)(nil),      // 48: scadad.control.v1.RevokedCertificate
+	(*CertRevokedResponse)(nil),     // 49: scadad.control.v1.CertRevokedResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -3158,53 +3441,58 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	30, // 6: scadad.control.v1.DeployStatusResponse.nodes:type_name -> scadad.control.v1.DeployNodeStatus
 	38, // 7: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
 	41, // 8: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
-	0,  // 9: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	5,  // 10: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	7,  // 11: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	9,  // 12: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	11, // 13: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	13, // 14: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	15, // 15: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	17, // 16: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	18, // 17: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	20, // 18: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	23, // 19: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	25, // 20: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	26, // 21: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	29, // 22: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	32, // 23: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	34, // 24: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 25: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	37, // 26: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	40, // 27: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	43, // 28: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	43, // 29: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	1,  // 30: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	6,  // 31: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	8,  // 32: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	10, // 33: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	12, // 34: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	14, // 35: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	16, // 36: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	18, // 37: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	19, // 38: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	22, // 39: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	24, // 40: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	24, // 41: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	28, // 42: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	31, // 43: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	33, // 44: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	35, // 45: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 46: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	39, // 47: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	42, // 48: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	44, // 49: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	44, // 50: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	30, // [30:51] is the sub-list for method output_type
-	9,  // [9:30] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	48, // 9: scadad.control.v1.CertRevokedResponse.revoked:type_name -> scadad.control.v1.RevokedCertificate
+	0,  // 10: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 11: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 12: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 13: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 14: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 15: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 16: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 17: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 18: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 19: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 20: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 21: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 22: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 23: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 24: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 25: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 26: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 27: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 28: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 29: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 30: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	45, // 31: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
+	47, // 32: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
+	1,  // 33: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 34: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 35: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 36: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 37: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 38: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 39: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 40: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 41: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 42: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 43: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 44: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 45: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 46: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 47: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 48: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 49: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 50: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 51: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 52: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 53: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	46, // 54: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
+	49, // 55: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
+	33, // [33:56] is the sub-list for method output_type
+	10, // [10:33] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -3218,7 +3506,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,8 @@ const (
 	Control_SFList_FullMethodName          = "/scadad.control.v1.Control/SFList"
 	Control_SFRetry_FullMethodName         = "/scadad.control.v1.Control/SFRetry"
 	Control_SFDiscard_FullMethodName       = "/scadad.control.v1.Control/SFDiscard"
+	Control_CertRevoke_FullMethodName      = "/scadad.control.v1.Control/CertRevoke"
+	Control_CertRevoked_FullMethodName     = "/scadad.control.v1.Control/CertRevoked"
 )
 
 // ControlClient is the client API for Control service.
@@ -83,6 +85,10 @@ type ControlClient interface {
 	SFList(ctx context.Context, in *SFListRequest, opts ...grpc.CallOption) (*SFListResponse, error)
 	SFRetry(ctx context.Context, in *SFSelectRequest, opts ...grpc.CallOption) (*SFSelectResponse, error)
 	SFDiscard(ctx context.Context, in *SFSelectRequest, opts ...grpc.CallOption) (*SFSelectResponse, error)
+	// Access control (docs/security.md). CertRevoke puts a certificate on
+	// the replicated deny list (admin); CertRevoked lists it.
+	CertRevoke(ctx context.Context, in *CertRevokeRequest, opts ...grpc.CallOption) (*CertRevokeResponse, error)
+	CertRevoked(ctx context.Context, in *CertRevokedRequest, opts ...grpc.CallOption) (*CertRevokedResponse, error)
 }
 
 type controlClient struct {
@@ -318,6 +324,26 @@ func (c *controlClient) SFDiscard(ctx context.Context, in *SFSelectRequest, opts
 	return out, nil
 }
 
+func (c *controlClient) CertRevoke(ctx context.Context, in *CertRevokeRequest, opts ...grpc.CallOption) (*CertRevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CertRevokeResponse)
+	err := c.cc.Invoke(ctx, Control_CertRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CertRevoked(ctx context.Context, in *CertRevokedRequest, opts ...grpc.CallOption) (*CertRevokedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CertRevokedResponse)
+	err := c.cc.Invoke(ctx, Control_CertRevoked_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -357,6 +383,10 @@ type ControlServer interface {
 	SFList(context.Context, *SFListRequest) (*SFListResponse, error)
 	SFRetry(context.Context, *SFSelectRequest) (*SFSelectResponse, error)
 	SFDiscard(context.Context, *SFSelectRequest) (*SFSelectResponse, error)
+	// Access control (docs/security.md). CertRevoke puts a certificate on
+	// the replicated deny list (admin); CertRevoked lists it.
+	CertRevoke(context.Context, *CertRevokeRequest) (*CertRevokeResponse, error)
+	CertRevoked(context.Context, *CertRevokedRequest) (*CertRevokedResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -429,6 +459,12 @@ func (UnimplementedControlServer) SFRetry(context.Context, *SFSelectRequest) (*S
 }
 func (UnimplementedControlServer) SFDiscard(context.Context, *SFSelectRequest) (*SFSelectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SFDiscard not implemented")
+}
+func (UnimplementedControlServer) CertRevoke(context.Context, *CertRevokeRequest) (*CertRevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CertRevoke not implemented")
+}
+func (UnimplementedControlServer) CertRevoked(context.Context, *CertRevokedRequest) (*CertRevokedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CertRevoked not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -800,6 +836,42 @@ func _Control_SFDiscard_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_CertRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CertRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CertRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CertRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CertRevoke(ctx, req.(*CertRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CertRevoked_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CertRevokedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CertRevoked(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CertRevoked_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CertRevoked(ctx, req.(*CertRevokedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -878,6 +950,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SFDiscard",
 			Handler:    _Control_SFDiscard_Handler,
+		},
+		{
+			MethodName: "CertRevoke",
+			Handler:    _Control_CertRevoke_Handler,
+		},
+		{
+			MethodName: "CertRevoked",
+			Handler:    _Control_CertRevoked_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

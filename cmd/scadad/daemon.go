@@ -89,6 +89,13 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		return withRecovery(fmt.Errorf("open state: %w", err))
 	}
 	defer state.Close()
+	// Every listener and every dial refuses a revoked certificate at the
+	// handshake, from the replicated deny list; tracked connections of one
+	// are closed when its revocation is applied (watchRevocations).
+	revoked := func(serial string) bool { return state.Access().IsRevoked(serial) }
+	pki.RefuseRevoked(serverTLS, revoked)
+	pki.RefuseRevoked(clientTLS, revoked)
+	peerConns := pki.NewTracker()
 
 	reg := prometheus.NewRegistry()
 	budgets := fitListenerBudgets(cfg, netguard.DescriptorLimit(), log)
@@ -221,8 +228,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
-	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
-	grpcServer := grpc.NewServer(append(apiServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)),
+	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Revoked: revoked, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
+	grpcServer := grpc.NewServer(append(apiServerOptions(), grpc.Creds(control.RevocableCreds(credentials.NewTLS(serverTLS), peerConns)),
 		grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))...)
 	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
 	healing.register(grpcServer, srv)
@@ -258,6 +265,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
+	goRun("revocations", func(ctx context.Context) error {
+		watchRevocations(ctx, state, peerConns, log.With().Str("part", "tls").Logger())
+		return nil
+	})
 	goRun("heal", healing.run)
 	leaders := &control.LeaderAudit{NodeID: cfg.NodeID, Roles: roles, State: state, Audit: fwd, Now: time.Now,
 		Log: log.With().Str("part", "leader-audit").Logger()}
@@ -325,7 +336,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		if cfg.HTTP.Insecure {
 			log.Warn().Str("http", cfg.HTTP.Listen).Msg("http.insecure: the HTTP listener serves plain HTTP and anyone who reaches it may enqueue to every target; for labs only")
 		} else {
-			httpLis = tls.NewListener(guarded, httpTLS(serverTLS))
+			httpLis = peerConns.Listener(tls.NewListener(guarded, httpTLS(serverTLS)))
 		}
 		goRun("http", func(ctx context.Context) error {
 			err := httpServer.Serve(httpLis)

@@ -58,6 +58,7 @@ type Command struct {
 	//	*Command_SetClusterEpoch
 	//	*Command_RecordFeatures
 	//	*Command_FeatureProbe
+	//	*Command_CertRevoke
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -261,6 +262,15 @@ func (x *Command) GetFeatureProbe() *FeatureProbe {
 	return nil
 }
 
+func (x *Command) GetCertRevoke() *CertRevoke {
+	if x != nil {
+		if x, ok := x.Body.(*Command_CertRevoke); ok {
+			return x.CertRevoke
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -321,6 +331,11 @@ type Command_FeatureProbe struct {
 	FeatureProbe *FeatureProbe `protobuf:"bytes,23,opt,name=feature_probe,json=featureProbe,proto3,oneof"`
 }
 
+type Command_CertRevoke struct {
+	// 40 and up: the site's access control (issue 25).
+	CertRevoke *CertRevoke `protobuf:"bytes,40,opt,name=cert_revoke,json=certRevoke,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -349,6 +364,71 @@ func (*Command_RecordFeatures) isCommand_Body() {}
 
 func (*Command_FeatureProbe) isCommand_Body() {}
 
+func (*Command_CertRevoke) isCommand_Body() {}
+
+// CertRevoke puts a certificate of the site CA on the replicated deny
+// list: every node refuses it at the next TLS handshake and closes its
+// connections. Revoking a serial already on the list changes nothing.
+type CertRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"` // lower-case hex without separators (pki.SerialHex)
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`     // the certificate's common name, when known
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertRevoke) Reset() {
+	*x = CertRevoke{}
+	mi := &file_command_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertRevoke) ProtoMessage() {}
+
+func (x *CertRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertRevoke.ProtoReflect.Descriptor instead.
+func (*CertRevoke) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CertRevoke) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertRevoke) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CertRevoke) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type Noop struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -357,7 +437,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_command_proto_msgTypes[1]
+	mi := &file_command_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +449,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[1]
+	mi := &file_command_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +462,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{1}
+	return file_command_proto_rawDescGZIP(), []int{2}
 }
 
 // PutArtifactChunk stores one chunk of a SHA-256 addressed artifact.
@@ -398,7 +478,7 @@ type PutArtifactChunk struct {
 
 func (x *PutArtifactChunk) Reset() {
 	*x = PutArtifactChunk{}
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +490,7 @@ func (x *PutArtifactChunk) String() string {
 func (*PutArtifactChunk) ProtoMessage() {}
 
 func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +503,7 @@ func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutArtifactChunk.ProtoReflect.Descriptor instead.
 func (*PutArtifactChunk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{2}
+	return file_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PutArtifactChunk) GetSha256() string {
@@ -466,7 +546,7 @@ type CommitArtifact struct {
 
 func (x *CommitArtifact) Reset() {
 	*x = CommitArtifact{}
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +558,7 @@ func (x *CommitArtifact) String() string {
 func (*CommitArtifact) ProtoMessage() {}
 
 func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +571,7 @@ func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitArtifact.ProtoReflect.Descriptor instead.
 func (*CommitArtifact) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{3}
+	return file_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CommitArtifact) GetSha256() string {
@@ -531,7 +611,7 @@ type Deploy struct {
 
 func (x *Deploy) Reset() {
 	*x = Deploy{}
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +623,7 @@ func (x *Deploy) String() string {
 func (*Deploy) ProtoMessage() {}
 
 func (x *Deploy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +636,7 @@ func (x *Deploy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deploy.ProtoReflect.Descriptor instead.
 func (*Deploy) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{4}
+	return file_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Deploy) GetTarget() string {
@@ -608,7 +688,7 @@ type DeployAck struct {
 
 func (x *DeployAck) Reset() {
 	*x = DeployAck{}
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +700,7 @@ func (x *DeployAck) String() string {
 func (*DeployAck) ProtoMessage() {}
 
 func (x *DeployAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +713,7 @@ func (x *DeployAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployAck.ProtoReflect.Descriptor instead.
 func (*DeployAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{5}
+	return file_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeployAck) GetTarget() string {
@@ -682,7 +762,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +774,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +787,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{6}
+	return file_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KV) GetKey() string {
@@ -737,7 +817,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +829,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +842,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Message) GetId() string {
@@ -803,7 +883,7 @@ type SFEnqueue struct {
 
 func (x *SFEnqueue) Reset() {
 	*x = SFEnqueue{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +895,7 @@ func (x *SFEnqueue) String() string {
 func (*SFEnqueue) ProtoMessage() {}
 
 func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +908,7 @@ func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueue.ProtoReflect.Descriptor instead.
 func (*SFEnqueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SFEnqueue) GetMessages() []*Message {
@@ -848,7 +928,7 @@ type SFDelivered struct {
 
 func (x *SFDelivered) Reset() {
 	*x = SFDelivered{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +940,7 @@ func (x *SFDelivered) String() string {
 func (*SFDelivered) ProtoMessage() {}
 
 func (x *SFDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +953,7 @@ func (x *SFDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDelivered.ProtoReflect.Descriptor instead.
 func (*SFDelivered) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SFDelivered) GetIds() []string {
@@ -895,7 +975,7 @@ type SFPark struct {
 
 func (x *SFPark) Reset() {
 	*x = SFPark{}
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +987,7 @@ func (x *SFPark) String() string {
 func (*SFPark) ProtoMessage() {}
 
 func (x *SFPark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1000,7 @@ func (x *SFPark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFPark.ProtoReflect.Descriptor instead.
 func (*SFPark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{10}
+	return file_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SFPark) GetId() string {
@@ -957,7 +1037,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1049,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1062,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{11}
+	return file_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1011,7 +1091,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1103,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1116,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{12}
+	return file_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -1071,7 +1151,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1163,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1176,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{13}
+	return file_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Audit) GetKind() string {
@@ -1125,7 +1205,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1217,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1230,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -1188,7 +1268,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1280,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1293,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -1248,7 +1328,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1340,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,14 +1353,14 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\x8d\b\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\xcb\b\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -1304,8 +1384,15 @@ const file_command_proto_rawDesc = "" +
 	"\x05audit\x18\x14 \x01(\v2\x14.scadad.fsm.v1.AuditH\x00R\x05audit\x12L\n" +
 	"\x11set_cluster_epoch\x18\x15 \x01(\v2\x1e.scadad.fsm.v1.SetClusterEpochH\x00R\x0fsetClusterEpoch\x12H\n" +
 	"\x0frecord_features\x18\x16 \x01(\v2\x1d.scadad.fsm.v1.RecordFeaturesH\x00R\x0erecordFeatures\x12B\n" +
-	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbeB\x06\n" +
-	"\x04body\"\x06\n" +
+	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbe\x12<\n" +
+	"\vcert_revoke\x18( \x01(\v2\x19.scadad.fsm.v1.CertRevokeH\x00R\n" +
+	"certRevokeB\x06\n" +
+	"\x04body\"P\n" +
+	"\n" +
+	"CertRevoke\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x06\n" +
 	"\x04Noop\"j\n" +
 	"\x10PutArtifactChunk\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x14\n" +
@@ -1377,48 +1464,50 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
-	(*Noop)(nil),             // 1: scadad.fsm.v1.Noop
-	(*PutArtifactChunk)(nil), // 2: scadad.fsm.v1.PutArtifactChunk
-	(*CommitArtifact)(nil),   // 3: scadad.fsm.v1.CommitArtifact
-	(*Deploy)(nil),           // 4: scadad.fsm.v1.Deploy
-	(*DeployAck)(nil),        // 5: scadad.fsm.v1.DeployAck
-	(*KV)(nil),               // 6: scadad.fsm.v1.KV
-	(*Message)(nil),          // 7: scadad.fsm.v1.Message
-	(*SFEnqueue)(nil),        // 8: scadad.fsm.v1.SFEnqueue
-	(*SFDelivered)(nil),      // 9: scadad.fsm.v1.SFDelivered
-	(*SFPark)(nil),           // 10: scadad.fsm.v1.SFPark
-	(*SFRetry)(nil),          // 11: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 12: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 13: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 14: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 15: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 16: scadad.fsm.v1.FeatureProbe
+	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
+	(*Noop)(nil),             // 2: scadad.fsm.v1.Noop
+	(*PutArtifactChunk)(nil), // 3: scadad.fsm.v1.PutArtifactChunk
+	(*CommitArtifact)(nil),   // 4: scadad.fsm.v1.CommitArtifact
+	(*Deploy)(nil),           // 5: scadad.fsm.v1.Deploy
+	(*DeployAck)(nil),        // 6: scadad.fsm.v1.DeployAck
+	(*KV)(nil),               // 7: scadad.fsm.v1.KV
+	(*Message)(nil),          // 8: scadad.fsm.v1.Message
+	(*SFEnqueue)(nil),        // 9: scadad.fsm.v1.SFEnqueue
+	(*SFDelivered)(nil),      // 10: scadad.fsm.v1.SFDelivered
+	(*SFPark)(nil),           // 11: scadad.fsm.v1.SFPark
+	(*SFRetry)(nil),          // 12: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 13: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 14: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 15: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 16: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 17: scadad.fsm.v1.FeatureProbe
 }
 var file_command_proto_depIdxs = []int32{
-	1,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
-	2,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
-	3,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
-	4,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
-	5,  // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
-	8,  // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
-	9,  // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
-	10, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	11, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	12, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	13, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	14, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	15, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	16, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
-	6,  // 14: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	7,  // 15: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
+	3,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
+	4,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
+	5,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
+	6,  // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
+	9,  // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
+	10, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
+	11, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
+	12, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	13, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	14, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	15, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	16, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	17, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	1,  // 14: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
+	7,  // 15: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	8,  // 16: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1441,6 +1530,7 @@ func file_command_proto_init() {
 		(*Command_SetClusterEpoch)(nil),
 		(*Command_RecordFeatures)(nil),
 		(*Command_FeatureProbe)(nil),
+		(*Command_CertRevoke)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1448,7 +1538,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -774,6 +774,91 @@ func (x *NodeFeatures) GetLogIndex() uint64 {
 	return 0
 }
 
+// RevokedCert is one entry of the certificate deny list.
+type RevokedCert struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	StampUnixNano int64                  `protobuf:"varint,5,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	LogIndex      uint64                 `protobuf:"varint,6,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokedCert) Reset() {
+	*x = RevokedCert{}
+	mi := &file_state_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedCert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedCert) ProtoMessage() {}
+
+func (x *RevokedCert) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedCert.ProtoReflect.Descriptor instead.
+func (*RevokedCert) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RevokedCert) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
+func (x *RevokedCert) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -835,7 +920,14 @@ const file_state_proto_rawDesc = "" +
 	"\fNodeFeatures\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
-	"\tlog_index\x18\x03 \x01(\x04R\blogIndex*b\n" +
+	"\tlog_index\x18\x03 \x01(\x04R\blogIndex\"\xac\x01\n" +
+	"\vRevokedCert\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x05 \x01(\x03R\rstampUnixNano\x12\x1b\n" +
+	"\tlog_index\x18\x06 \x01(\x04R\blogIndex*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -854,7 +946,7 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_state_proto_goTypes = []any{
 	(MessageState)(0),       // 0: scadad.fsm.v1.MessageState
 	(*StoredMessage)(nil),   // 1: scadad.fsm.v1.StoredMessage
@@ -866,10 +958,11 @@ var file_state_proto_goTypes = []any{
 	(*DeployAckRecord)(nil), // 7: scadad.fsm.v1.DeployAckRecord
 	(*AuditRecord)(nil),     // 8: scadad.fsm.v1.AuditRecord
 	(*NodeFeatures)(nil),    // 9: scadad.fsm.v1.NodeFeatures
-	(*KV)(nil),              // 10: scadad.fsm.v1.KV
+	(*RevokedCert)(nil),     // 10: scadad.fsm.v1.RevokedCert
+	(*KV)(nil),              // 11: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	10, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	11, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
 	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
 	2,  // [2:2] is the sub-list for method output_type
 	2,  // [2:2] is the sub-list for method input_type
@@ -890,7 +983,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,52 @@
+package fsm
+
+import (
+	"sort"
+	"time"
+
+	"github.com/scadad/scadad/fsm/fsmpb"
+)
+
+// RevokedCert is one entry of the certificate deny list.
+type RevokedCert struct {
+	Serial, Name, Reason, Actor string
+	At                          time.Time
+	LogIndex                    uint64
+}
+
+func revokedFromRecord(r *fsmpb.RevokedCert) RevokedCert {
+	return RevokedCert{Serial: r.Serial, Name: r.Name, Reason: r.Reason, Actor: r.Actor, At: time.Unix(0, r.StampUnixNano).UTC(), LogIndex: r.LogIndex}
+}
+
+// Access is the site's access control as of an applied index. It is never
+// changed once published: readers may hold it without locks.
+type Access struct {
+	// Revoked maps a serial (pki.SerialHex) to its revocation.
+	Revoked map[string]RevokedCert
+}
+
+// IsRevoked reports whether the certificate serial is on the deny list.
+func (a *Access) IsRevoked(serial string) bool {
+	_, ok := a.Revoked[serial]
+	return ok
+}
+
+// RevokedList is the deny list, oldest revocation first.
+func (a *Access) RevokedList() []RevokedCert {
+	out := make([]RevokedCert, 0, len(a.Revoked))
+	for _, r := range a.Revoked {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LogIndex < out[j].LogIndex })
+	return out
+}
+
+// Access returns the access control as of the last applied entry: the
+// handshakes of every listener read it, so it is kept in memory and
+// replaced whole when an entry changes it.
+func (f *FSM) Access() *Access {
+	if a := f.access.Load(); a != nil {
+		return a
+	}
+	return &Access{}
+}
