@@ -202,7 +202,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (use e.g. 500ms, 10s)", n.Line, s)
+		// A TypeError lets the decoder go on, so the file's other problems
+		// are reported with this one.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal !!duration `%s` into duration", n.Line, s)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -235,12 +237,22 @@ func Parse(data []byte) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var problems []error
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		var terr *yaml.TypeError
+		if !errors.As(err, &terr) {
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+		// Values of the wrong type: report them and whatever else is
+		// wrong with what did decode.
+		problems = yamlProblems(data, terr)
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
-		return nil, err
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
 	}
 	return &c, nil
 }

@@ -57,7 +57,7 @@ func TestParseNamesTheBadField(t *testing.T) {
 		want    []string
 	}{
 		{"bad mode", [2]string{"mode: witness", "mode: quorum"}, []string{"cluster.mode", `"quorum"`}},
-		{"unknown field", [2]string{"data_dir:", "datadir:"}, []string{"field datadir not found"}},
+		{"unknown field", [2]string{"data_dir:", "datadir:"}, []string{"datadir (line 3): unknown field"}},
 		{"missing node id", [2]string{"node_id: node-a", "node_id: ''"}, []string{"node_id: required"}},
 		{"node not a member", [2]string{"node_id: node-a", "node_id: node-z"}, []string{`no member has id "node-z"`}},
 		{"bad raft addr", [2]string{`raft_addr: "127.0.0.1:7102"`, `raft_addr: "nowhere"`}, []string{"cluster.members[1].raft_addr"}},
@@ -114,5 +114,35 @@ func TestNodeNotAMemberIsOneError(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "api.listen") {
 		t.Fatalf("err = %v; also reports api.listen, which only follows from the missing member", err)
+	}
+}
+
+// A bad value does not hide the other problems in the file, and no message
+// names a Go type: an operator knows the YAML keys, not nodeconfig.Cluster.
+func TestEveryProblemReportedInYAMLTerms(t *testing.T) {
+	_, err := Parse([]byte(`node_id: a
+data_dir: x
+cluster:
+  mode: quorum
+  heartbeat_timeout: 5 seconds
+  snapshot_threshold: many
+  colour: blue
+  members: [{id: a, raft_addr: '127.0.0.1:1', api_addr: '127.0.0.1:2', shape: round}]
+tls: {ca: ca, cert: c, key: k}
+bogus: 1
+`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	for _, want := range []string{`"5 seconds" is not a duration`, "cluster.mode", "snapshot_threshold", "many", "colour", "cluster.members", "shape", "bogus"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+	for _, goName := range []string{"nodeconfig.", "uint64", "!!str", "into int"} {
+		if strings.Contains(msg, goName) {
+			t.Errorf("error shows the Go name %q:\n%s", goName, msg)
+		}
 	}
 }
