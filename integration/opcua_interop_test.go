@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,6 +116,32 @@ func interopSite(t *testing.T, sim *testcluster.Sim) []byte {
 	return changed
 }
 
+type suiteResult struct {
+	Fatal             string   `json:"fatal"`
+	Endpoints         []string `json:"endpoints"`
+	Levels            []int    `json:"levels"`
+	ServerArray       []string `json:"serverArray"`
+	RedundancySupport int      `json:"redundancySupport"`
+	ServerURIArray    []string `json:"serverUriArray"`
+	ServiceLevelType  string   `json:"serviceLevelType"`
+	ServerChildren    []string `json:"serverChildren"`
+	Namespaces        []string `json:"namespaces"`
+	BrowsePath        struct {
+		Status, Target string
+	} `json:"browsePath"`
+	Timestamps map[string]struct {
+		Status         string
+		Source, Server bool
+	} `json:"timestamps"`
+	Deadband struct {
+		Plain, Banded int
+		BandedStatus  string
+	} `json:"deadband"`
+	Writes struct {
+		Active, Standby, NaN, Inf string
+	} `json:"writes"`
+}
+
 type renewResult struct {
 	Reads    int      `json:"reads"`
 	Failures []string `json:"failures"`
@@ -130,6 +158,43 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 	certPEM, keyPEM := interopClient(t, c, active, standby)
 	deploySite(t, c, interopSite(t, sim))
 	waitRedundancyLevels(t, active, standby, " after the deploy")
+
+	// Discovery and redundancy nodes, a browse path, reads with every
+	// TimestampsToReturn, a deadband subscription and writes, over
+	// SignAndEncrypt with a user name and a trusted certificate.
+	t.Run("services", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		var got suiteResult
+		runNode(t, ctx, node, dir, "suite.js", map[string]string{
+			"ACTIVE": active.OPCUA, "STANDBY": standby.OPCUA, "NS_URI": "urn:test:scadad", "SITE": "interop",
+			"TAG": "Pump1.Speed", "SETPOINT": "Pump1.SpeedSP", "USER": "operator", "PASS": "op-secret",
+			"CERT": certPEM, "KEY": keyPEM, "PKI": t.TempDir(),
+		}, &got)
+		t.Logf("node-opcua saw: %+v", got)
+		check := func(ok bool, format string, args ...any) {
+			t.Helper()
+			if !ok {
+				t.Errorf(format, args...)
+			}
+		}
+		check(len(got.Levels) == 2 && got.Levels[0] == 250 && got.Levels[1] == 240, "ServiceLevels %v, want [250 240]", got.Levels)
+		check(len(got.ServerArray) == 2 && len(got.ServerURIArray) == 2, "ServerArray %v, ServerUriArray %v: want both nodes", got.ServerArray, got.ServerURIArray)
+		check(got.RedundancySupport == 2, "RedundancySupport %d, want 2 (Warm)", got.RedundancySupport)
+		check(got.ServiceLevelType == "ns=0;i=3", "ServiceLevel DataType %q, want Byte (ns=0;i=3)", got.ServiceLevelType)
+		check(slices.Contains(got.ServerChildren, "ServiceLevel") && slices.Contains(got.ServerChildren, "ServerRedundancy"), "Server's children %v lack ServiceLevel or ServerRedundancy", got.ServerChildren)
+		check(slices.Contains(got.Namespaces, "urn:test:scadad"), "NamespaceArray %v lacks the site namespace", got.Namespaces)
+		check(got.BrowsePath.Status == "Good" && strings.HasSuffix(got.BrowsePath.Target, ";s=Pump1.Speed"), "browse path: %+v", got.BrowsePath)
+		for which, want := range map[string][2]bool{"Source": {true, false}, "Server": {false, true}, "Both": {true, true}, "Neither": {false, false}} {
+			ts := got.Timestamps[which]
+			check(ts.Status == "Good" && ts.Source == want[0] && ts.Server == want[1], "read with TimestampsToReturn %s: %+v, want source %v server %v", which, ts, want[0], want[1])
+		}
+		check(got.Deadband.BandedStatus == "Good" && got.Deadband.Plain > got.Deadband.Banded && got.Deadband.Banded <= 1,
+			"deadband subscription: %+v, want the huge deadband to hold back every change after the first value", got.Deadband)
+		check(got.Writes.Active == "Good", "write on the Active: %s", got.Writes.Active)
+		check(got.Writes.Standby != "Good", "write on the Standby: %s, want a refusal", got.Writes.Standby)
+		check(got.Writes.NaN == "BadOutOfRange" && got.Writes.Inf == "BadOutOfRange", "NaN/Inf writes: %s/%s, want BadOutOfRange", got.Writes.NaN, got.Writes.Inf)
+	})
 
 	// A session that lives through five token renewals and more (a 2 s
 	// lifetime, renewed at 75 %), reading every 250 ms: each renewal must
