@@ -222,7 +222,13 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) tick(ctx context.Context) {
 	mk, ok, err := LoadMarker(m.cfg.DataDir)
 	if err != nil {
-		m.log.Error().Err(err).Msg("heal marker unreadable; fix or remove it")
+		if errors.Is(err, ErrMarkerCorrupt) {
+			m.log.Error().Err(err).Msg("heal marker corrupt; fix or remove it")
+		} else {
+			// Out of file descriptors and the like: nothing is wrong
+			// with the marker, and the next tick reads it again.
+			m.log.Warn().Err(err).Msg("could not read the heal marker; trying again at the next check")
+		}
 		m.setStatus(Status{Phase: "error", Detail: err.Error()})
 		return
 	}

@@ -38,6 +38,11 @@ type Marker struct {
 // MarkerPath is the marker's path in dataDir.
 func MarkerPath(dataDir string) string { return filepath.Join(dataDir, MarkerFile) }
 
+// ErrMarkerCorrupt: the marker file was read but does not hold a marker
+// (an operator must fix or remove it). Any other LoadMarker error is a
+// failed read (out of file descriptors, an I/O error) that may pass.
+var ErrMarkerCorrupt = errors.New("heal marker corrupt")
+
 // LoadMarker reads the marker; ok is false when there is none.
 func LoadMarker(dataDir string) (m Marker, ok bool, err error) {
 	data, err := os.ReadFile(MarkerPath(dataDir))
@@ -48,12 +53,12 @@ func LoadMarker(dataDir string) (m Marker, ok bool, err error) {
 		return Marker{}, false, fmt.Errorf("read heal marker: %w", err)
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
-		return Marker{}, false, fmt.Errorf("decode heal marker %s: %w", MarkerPath(dataDir), err)
+		return Marker{}, false, fmt.Errorf("%w: decode %s: %w", ErrMarkerCorrupt, MarkerPath(dataDir), err)
 	}
 	switch m.Phase {
 	case PhaseFenced, PhaseHandedOver:
 	default:
-		return Marker{}, false, fmt.Errorf("heal marker %s: unknown phase %q", MarkerPath(dataDir), m.Phase)
+		return Marker{}, false, fmt.Errorf("%w: %s: unknown phase %q", ErrMarkerCorrupt, MarkerPath(dataDir), m.Phase)
 	}
 	return m, true, nil
 }

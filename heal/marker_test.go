@@ -1,8 +1,10 @@
 package heal
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,5 +63,27 @@ func TestMarkerRoundTripAndPrepareStart(t *testing.T) {
 				t.Fatalf("marker present=%v, want %v", err == nil, tc.wantMarker)
 			}
 		})
+	}
+}
+
+// A marker that cannot be read says so (a read error, which may pass),
+// while one read but not a marker is ErrMarkerCorrupt, for the operator.
+func TestLoadMarkerTellsCorruptFromUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(MarkerPath(dir), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadMarker(dir); !errors.Is(err, ErrMarkerCorrupt) {
+		t.Fatalf("a corrupt marker: %v, want ErrMarkerCorrupt", err)
+	}
+	// A directory where the marker should be: reading fails (EISDIR),
+	// as it does with EMFILE; the content is not known to be bad.
+	dir = t.TempDir()
+	if err := os.Mkdir(MarkerPath(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := LoadMarker(dir)
+	if err == nil || errors.Is(err, ErrMarkerCorrupt) || !strings.Contains(err.Error(), "read heal marker") {
+		t.Fatalf("an unreadable marker: %v, want a read error that is not ErrMarkerCorrupt", err)
 	}
 }
