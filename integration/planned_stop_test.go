@@ -19,6 +19,8 @@ func TestPairPlannedStopOfTheActiveKeepsAnActive(t *testing.T) {
 	survivor := otherVoter(t, c, active)
 	waitRole(t, c, survivor, "standby", 20*time.Second)
 
+	stopGaps := make(chan struct{})
+	gaps := activeGaps(c, stopGaps)
 	stopped := make(chan time.Time, 1)
 	go func() { c.Stop(active); stopped <- time.Now() }()
 	begin := time.Now()
@@ -36,6 +38,8 @@ func TestPairPlannedStopOfTheActiveKeepsAnActive(t *testing.T) {
 			t.Fatalf("%v after the stop the Active nodes are %v, want %s", time.Since(begin), ids(as), survivor.ID)
 		}
 	}
+	close(stopGaps)
+	t.Logf("spans without an Active around the planned stop (sampled every 20 ms): %v", gaps())
 	st, err := nodeStatus(survivor, c)
 	if err != nil || st.Voters != 1 {
 		t.Fatalf("survivor: voters %d, %v; want sole voter", st.GetVoters(), err)
