@@ -3,10 +3,13 @@ package fsm
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
@@ -37,7 +40,20 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add(c)
 	}
-	a, b := openTestFSM(f), openTestFSM(f)
+	root := f.TempDir()
+	open := func(t testing.TB) *FSM {
+		dir, err := os.MkdirTemp(root, "fsm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsm, err := Open(filepath.Join(dir, "state.db"), Options{Logger: zerolog.Nop(), NoSync: true})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return fsm
+	}
+	a, b := open(f), open(f)
+	f.Cleanup(func() { _ = a.Close(); _ = b.Close() })
 	// Fuzz workers are separate processes, each with its own pair; within
 	// one the index grows with every input.
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -59,6 +75,21 @@ func FuzzDecode(f *testing.F) {
 		}
 		if digest(t, a) != digest(t, b) {
 			t.Fatalf("state diverged")
+		}
+		if blocked := a.ApplyBlocked(); blocked != nil {
+			// An entry above this build's feature level stops applying
+			// (fail-stop), on both nodes alike and at that entry; the pair
+			// applies nothing more, so the next input gets a new one.
+			if !reflect.DeepEqual(blocked, b.ApplyBlocked()) {
+				t.Fatalf("blocked differently: %v and %v", blocked, b.ApplyBlocked())
+			}
+			if blocked.Index != l.Index || a.Meta().AppliedIndex >= l.Index {
+				t.Fatalf("blocked at entry %d with %d applied, want blocked at %d with it unapplied", blocked.Index, a.Meta().AppliedIndex, l.Index)
+			}
+			_ = a.Close()
+			_ = b.Close()
+			a, b = open(t), open(t)
+			return
 		}
 		if a.Meta().AppliedIndex != l.Index {
 			t.Fatalf("applied index %d, want %d", a.Meta().AppliedIndex, l.Index)
