@@ -120,3 +120,12 @@ func damaged(path string, err error) error {
 	}
 	return fmt.Errorf("open fsm state %s: %w", path, err)
 }
+
+// damagedOr marks err as ErrDamagedState when bbolt panicked or faulted on
+// the file, and returns it unchanged otherwise.
+func damagedOr(path string, err error) error {
+	if errors.Is(err, boltsafe.ErrDamaged) {
+		return fmt.Errorf("%w: %w", ErrDamagedState, err)
+	}
+	return err
+}

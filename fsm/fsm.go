@@ -462,9 +462,12 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error)
 		}
 		f.open = tx
 	}
-	a := newApplier(f.open)
-	a.have = f.opts.featureLevel()
-	err := func() error {
+	// A damaged page panics bbolt wherever a read reaches it: an error here,
+	// so the node can rebuild its state instead of dying.
+	var a *applier
+	err := boltsafe.Guard(f.path, func() error {
+		a = newApplier(f.open)
+		a.have = f.opts.featureLevel()
 		for i, l := range logs {
 			if l.Index <= a.meta.AppliedIndex {
 				results[i].Skipped = true
@@ -485,14 +488,15 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error)
 			a.meta.AppliedIndex, a.meta.AppliedTerm = l.Index, l.Term
 		}
 		return a.flush()
-	}()
+	})
 	if err == nil && a.blocked != nil {
 		f.block(a.blocked)
 	}
 	if err != nil {
-		_ = f.open.Rollback()
+		tx := f.open
+		_ = boltsafe.Guard(f.path, tx.Rollback)
 		f.open, f.openBytes = nil, 0
-		return Meta{}, false, err
+		return Meta{}, false, damagedOr(f.path, err)
 	}
 	return a.meta, a.accessChanged, nil
 }
@@ -520,8 +524,11 @@ func (f *FSM) commitOpen() error {
 	}
 	tx := f.open
 	f.open, f.openBytes = nil, 0
-	if err := tx.Commit(); err != nil {
-		serr := &StorageError{Err: fmt.Errorf("commit entries up to %d: %w", f.Meta().AppliedIndex, err)}
+	if err := boltsafe.Guard(f.path, tx.Commit); err != nil {
+		// A commit that panicked left the transaction (and bbolt's writer
+		// lock) open.
+		_ = boltsafe.Guard(f.path, tx.Rollback)
+		serr := &StorageError{Err: fmt.Errorf("commit entries up to %d: %w", f.Meta().AppliedIndex, damagedOr(f.path, err))}
 		f.storageFailure(serr)
 		return serr
 	}
@@ -620,10 +627,23 @@ func (f *FSM) view(fn func(tx *bolt.Tx) error) error {
 	f.txMu.Lock()
 	if f.open != nil {
 		defer f.txMu.Unlock()
-		return fn(f.open)
+		return f.readGuarded(func() error { return fn(f.open) })
 	}
 	f.txMu.Unlock()
-	return f.db.View(fn)
+	return f.readGuarded(func() error { return f.db.View(fn) })
+}
+
+// readGuarded runs a read; a damaged page bbolt panics or faults on is the
+// FSM's storage failure (ErrDamagedState): applies stop, and the node
+// rebuilds its state from the cluster.
+func (f *FSM) readGuarded(read func() error) error {
+	err := boltsafe.Guard(f.path, read)
+	if errors.Is(err, boltsafe.ErrDamaged) {
+		serr := &StorageError{Err: fmt.Errorf("read state: %w", damagedOr(f.path, err))}
+		f.storageFailure(serr)
+		return serr
+	}
+	return err
 }
 
 // viewCommitted commits the applied entries, then runs fn in a read
@@ -637,7 +657,7 @@ func (f *FSM) viewCommitted(fn func(tx *bolt.Tx) error) error {
 	if err := f.commitLocked(); err != nil {
 		return err
 	}
-	return f.db.View(fn)
+	return f.readGuarded(func() error { return f.db.View(fn) })
 }
 
 // commitLocked is Commit for a caller holding f.mu.

@@ -515,8 +515,17 @@ func (f *FSM) swapIn(tmp string) error {
 		return ErrClosed
 	}
 	// Committed first: if the new file cannot be put in place the old one
-	// is reopened and must hold everything applied.
-	if err := f.commitLocked(); err != nil {
+	// is reopened and must hold everything applied. A damaged file is not
+	// worth committing to (the commit may panic on it again): what it lacks
+	// is in the raft log, and the restore replaces it.
+	if fe := f.fatal.Load(); fe != nil && errors.Is(*fe, ErrDamagedState) {
+		f.txMu.Lock()
+		if f.open != nil {
+			_ = boltsafe.Guard(f.path, f.open.Rollback)
+			f.open, f.openBytes = nil, 0
+		}
+		f.txMu.Unlock()
+	} else if err := f.commitLocked(); err != nil {
 		return err
 	}
 	// Close waits for open snapshots (read transactions) to be released.
@@ -543,6 +552,12 @@ func (f *FSM) swapIn(tmp string) error {
 		return fmt.Errorf("replace state file: %w", renameErr)
 	}
 	f.restores.Add(1)
+	// The damaged file a storage failure came from is gone: the restored
+	// one was checked whole.
+	if fe := f.fatal.Load(); fe != nil && errors.Is(*fe, ErrDamagedState) {
+		f.fatal.Store(nil)
+		f.log.Warn().Msg("the damaged state file was replaced by a restore; applying entries again")
+	}
 	f.notify(f.Meta().AppliedIndex)
 	return nil
 }

@@ -45,6 +45,7 @@ type Config struct {
 	SF      SF      `yaml:"store_forward"`
 	Runtime Runtime `yaml:"runtime"`
 	OPCUA   OPCUA   `yaml:"opcua"`
+	State   State   `yaml:"state"`
 }
 
 // Raft tunes the node's raft storage.
@@ -160,6 +161,17 @@ type ConnLimits struct {
 type Log struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"` // json | console
+}
+
+// State tunes the checks of the state file (fsm.db) while the node runs.
+type State struct {
+	// ScrubInterval is how often the whole state file is checked: bbolt's
+	// consistency check, every key and value walked, every byte read.
+	// Default 1h.
+	ScrubInterval Duration `yaml:"scrub_interval"`
+	// ScrubBytesPerSecond bounds the scrub's read of the file, so it never
+	// takes the disk or a core from the workload. Default 32 MiB/s.
+	ScrubBytesPerSecond int64 `yaml:"scrub_bytes_per_second"`
 }
 
 // SF tunes the store-and-forward enqueue path.
@@ -288,6 +300,10 @@ func (c *Config) ApplyDefaults() {
 		c.SF.MaxPayloadBytes = 1 << 20
 	}
 	def(&c.SF.BatchDelay, 2*time.Millisecond)
+	def(&c.State.ScrubInterval, time.Hour)
+	if c.State.ScrubBytesPerSecond == 0 {
+		c.State.ScrubBytesPerSecond = 32 << 20
+	}
 	if c.SF.BatchMaxMessages == 0 {
 		c.SF.BatchMaxMessages = 512
 	}
@@ -359,6 +375,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.State.ScrubInterval < 0 || c.State.ScrubBytesPerSecond < 0 {
+		bad("state", "scrub_interval and scrub_bytes_per_second must be positive (got %s, %d)", c.State.ScrubInterval.D(), c.State.ScrubBytesPerSecond)
 	}
 	if c.NodeID == "" {
 		bad("node_id", "required")

@@ -24,6 +24,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/httpgate"
+	"github.com/scadad/scadad/internal/boltsafe"
 	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
@@ -285,6 +286,16 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
 		return nil
 	})
+	reset := emptyFSM(state, cfg.DataDir)
+	scrub := &scrubber{
+		cfg: cfg.State, pair: cfg.Cluster.Mode == nodeconfig.ModePair, state: state, node: node,
+		// A damaged file can still panic bbolt while it is emptied.
+		reset: func(ctx context.Context) error {
+			return boltsafe.Guard(state.Path(), func() error { return reset(ctx) })
+		},
+		metrics: newScrubMetrics(reg), log: log.With().Str("part", "scrub").Logger(), now: time.Now,
+	}
+	goRun("scrub", scrub.run)
 	goRun("state-commits", func(ctx context.Context) error {
 		commitStateEvery(ctx, state, stateCommitInterval)
 		return nil
@@ -350,21 +361,30 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Uint32("fsm_feature_level", uint32(fsm.FeatureLevel)).Msg("scadad started")
 
 	var stopErr error
-	select {
-	case <-ctx.Done():
-	case stopErr = <-httpStopped:
-		// A node whose health checks and producers cannot reach it must
-		// not stay Active: hand the role over and exit; the service
-		// manager restarts it with a new listener.
-		log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
-	case err := <-watchStorage(runCtx, state):
-		stopErr = fmt.Errorf("state storage failed: %w", err)
-		// The FSM stopped applying (a full or failing disk): this node can
-		// neither apply nor serve its state any more. Exit so the service
-		// manager restarts it; on start it replays from its own applied
-		// index, which succeeds once the disk has room again. Everything
-		// acknowledged is in the Raft logs of a quorum.
-		log.Error().Err(err).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+		case stopErr = <-httpStopped:
+			// A node whose health checks and producers cannot reach it must
+			// not stay Active: hand the role over and exit; the service
+			// manager restarts it with a new listener.
+			log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
+		case err := <-watchStorage(runCtx, state):
+			// A damaged state file (bbolt panicked on a page) is rebuilt
+			// from the cluster where a majority can lead without it.
+			if errors.Is(err, fsm.ErrDamagedState) && scrub.rebuild(runCtx, err) {
+				continue
+			}
+			stopErr = fmt.Errorf("state storage failed: %w", err)
+			// The FSM stopped applying (a full or failing disk): this node
+			// can neither apply nor serve its state any more. Exit so the
+			// service manager restarts it; on start it replays from its own
+			// applied index, which succeeds once the disk has room again.
+			// Everything acknowledged is in the Raft logs of a quorum.
+			log.Error().Err(err).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
+		}
+		break wait
 	}
 	log.Info().Msg("shutting down")
 	// A planned stop of the Active node hands the role over first, so the

@@ -67,11 +67,18 @@ func Verify(ctx context.Context, path string, o Options) error {
 		if !o.Full {
 			return nil
 		}
-		if err := check(ctx, tx, o.MaxErrors); err != nil {
-			return fmt.Errorf("%w %s: %v", ErrDamaged, path, err)
-		}
-		return readAll(ctx, path, o.BytesPerSecond)
+		return CheckTx(ctx, path, tx, o)
 	})
+}
+
+// CheckTx is Verify's full check on a transaction the caller holds: bbolt's
+// consistency check of what tx sees, then a read of every byte of the file
+// at path at o.BytesPerSecond. Run it under Guard.
+func CheckTx(ctx context.Context, path string, tx *bolt.Tx, o Options) error {
+	if err := check(ctx, tx, o.MaxErrors); err != nil {
+		return fmt.Errorf("%w %s: %v", ErrDamaged, path, err)
+	}
+	return readAll(ctx, path, o.BytesPerSecond)
 }
 
 // check runs bbolt's consistency check, collecting up to max errors.
