@@ -300,12 +300,17 @@ func (n *Node) guardTick(ctx context.Context) {
 		n.log.Warn().Strs("peers", in.otherVoters).Time("override_at", at).Dur("override_after", in.after).
 			Msg("no contact with the peer: this node will become the sole voter and Active at override_at unless the peer is heard from first")
 	case !counting && n.overrideNoticed:
+		// The countdown ends with the override (due), or when this node
+		// is the only voter anyway; only otherwise was the peer heard.
 		n.overrideNoticed = false
-		if !due {
+		if !due && len(in.otherVoters) > 0 {
 			n.log.Info().Msg("peer heard from again: no override")
 		}
 	}
 	if due {
+		// This countdown ends here: the next tick finds this node the sole
+		// voter, which is not the peer being heard from.
+		n.overrideNoticed = false
 		n.log.Warn().Str("reason", reason).Msg("availability override due")
 		if err := n.override(ctx, "automatic: "+reason, false); err != nil {
 			n.log.Error().Err(err).Msg("availability override did not happen")
