@@ -689,3 +689,46 @@ func TestOperationLimitsAdvertisedAndEnforced(t *testing.T) {
 		t.Fatalf("a Read of 50 nodes: %v", err)
 	}
 }
+
+// Server.ServerRedundancy is a NonTransparentRedundancyType (Warm or Hot)
+// with RedundancySupport and ServerUriArray browsable under it, and
+// NamespaceArray is a String-array variable of that name (the library's was
+// an Object named "Namespaces").
+func TestRedundancyObjectAndNamespaceArray(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := c.Browse(ctx, &ua.BrowseRequest{NodesToBrowse: []*ua.BrowseDescription{{
+		NodeID: ua.NewNumericNodeID(0, id.Server_ServerRedundancy), BrowseDirection: ua.BrowseDirectionForward,
+		ReferenceTypeID: ua.NewTwoByteNodeID(0), ResultMask: uint32(ua.BrowseResultMaskAll)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typ string
+	children := map[string]bool{}
+	for _, r := range resp.Results[0].References {
+		if r.ReferenceTypeID.IntID() == id.HasTypeDefinition {
+			typ = r.NodeID.NodeID.String()
+		} else {
+			children[r.BrowseName.Name] = true
+		}
+	}
+	if typ != ua.NewNumericNodeID(0, id.NonTransparentRedundancyType).String() {
+		t.Errorf("ServerRedundancy type %s, want NonTransparentRedundancyType", typ)
+	}
+	if !children["RedundancySupport"] || !children["ServerUriArray"] {
+		t.Errorf("ServerRedundancy children %v, want RedundancySupport and ServerUriArray", children)
+	}
+	nsArr := ua.NewNumericNodeID(0, id.Server_NamespaceArray)
+	if name := readValue(t, c, nsArr, ua.AttributeIDBrowseName); name.Value.Value().(*ua.QualifiedName).Name != "NamespaceArray" {
+		t.Errorf("i=2255 BrowseName %v", name.Value.Value())
+	}
+	if class := readValue(t, c, nsArr, ua.AttributeIDNodeClass); class.Value.Value() != int32(ua.NodeClassVariable) && class.Value.Value() != uint32(ua.NodeClassVariable) {
+		t.Errorf("i=2255 NodeClass %v, want Variable", class.Value.Value())
+	}
+	uris, _ := readValue(t, c, nsArr, ua.AttributeIDValue).Value.Value().([]string)
+	if len(uris) < 2 || uris[0] != "http://opcfoundation.org/UA/" {
+		t.Errorf("NamespaceArray %v", uris)
+	}
+}

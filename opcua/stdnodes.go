@@ -44,6 +44,18 @@ func (s *Server) linkSiteFolder(srv *server.Server) error {
 	return nil
 }
 
+// stdVar is a namespace-0 variable scadad serves in place of the
+// library's: its node id, browse name, DataType, ValueRank, the object it
+// is a property of, and where its value comes from.
+type stdVar struct {
+	node     uint32
+	name     string
+	dataType uint32
+	rank     int32
+	parent   uint32
+	value    func() *ua.DataValue
+}
+
 // installRedundancyNodes replaces the standard redundancy variables, which
 // the library imports without value, DataType or AccessLevel (and, without
 // an AccessLevel, writable by anyone), with read-only variables whose values
@@ -65,14 +77,7 @@ func (s *Server) installRedundancyNodes(srv *server.Server) error {
 	if s.cfg.HotStandby {
 		support = ua.RedundancySupportHot
 	}
-	vars := []struct {
-		node     uint32
-		name     string
-		dataType uint32
-		rank     int32
-		parent   uint32
-		value    func() *ua.DataValue
-	}{
+	vars := []stdVar{
 		{id.Server_ServiceLevel, "ServiceLevel", id.Byte, -1, id.Server, func() *ua.DataValue {
 			s.mu.Lock()
 			at := s.levelAt
@@ -107,14 +112,18 @@ func (s *Server) installRedundancyNodes(srv *server.Server) error {
 		{id.Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall, "MaxMonitoredItemsPerCall"},
 		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerTranslateBrowsePathsToNodeIDs, "MaxNodesPerTranslateBrowsePathsToNodeIds"},
 	} {
-		vars = append(vars, struct {
-			node     uint32
-			name     string
-			dataType uint32
-			rank     int32
-			parent   uint32
-			value    func() *ua.DataValue
-		}{l.node, l.name, id.UInt32, -1, id.Server_ServerCapabilities_OperationLimits, limit})
+		vars = append(vars, stdVar{l.node, l.name, id.UInt32, -1, id.Server_ServerCapabilities_OperationLimits, limit})
+	}
+	// NamespaceArray: the library's is an Object named "Namespaces".
+	vars = append(vars, stdVar{id.Server_NamespaceArray, "NamespaceArray", id.String, 1, id.Server, func() *ua.DataValue {
+		var uris []string
+		for _, n := range s.srv().Namespaces() {
+			uris = append(uris, n.Name())
+		}
+		return plainValue(uris, s.clock.Now())
+	}})
+	if err := s.installRedundancyObject(n0); err != nil {
+		return err
 	}
 	for _, v := range vars {
 		nid := ua.NewNumericNodeID(0, v.node)
@@ -160,5 +169,40 @@ func (s *Server) installRedundancyNodes(srv *server.Server) error {
 			}
 		}
 	}
+	return nil
+}
+
+// installRedundancyObject replaces Server.ServerRedundancy, which the
+// library types ServerRedundancyType whatever the RedundancySupport, with
+// an object of type NonTransparentRedundancyType (Warm or Hot, what scadad
+// serves: each node is its own server, clients choose by ServiceLevel)
+// whose properties, RedundancySupport and ServerUriArray, are browsable.
+func (s *Server) installRedundancyObject(n0 *server.NodeNameSpace) error {
+	nid := ua.NewNumericNodeID(0, id.Server_ServerRedundancy)
+	if n0.Node(nid) == nil {
+		return fmt.Errorf("opcua namespace 0 has no Server.ServerRedundancy")
+	}
+	ref := func(refType uint32, forward bool, target uint32, name string, class ua.NodeClass) *ua.ReferenceDescription {
+		return &ua.ReferenceDescription{
+			ReferenceTypeID: ua.NewNumericNodeID(0, refType), IsForward: forward,
+			NodeID: ua.NewNumericExpandedNodeID(0, target), BrowseName: &ua.QualifiedName{Name: name},
+			DisplayName: localized(name), NodeClass: class, TypeDefinition: ua.NewTwoByteExpandedNodeID(0),
+		}
+	}
+	node := server.NewNode(nid, server.Attributes{
+		ua.AttributeIDNodeClass:     server.DataValueFromValue(uint32(ua.NodeClassObject)),
+		ua.AttributeIDBrowseName:    server.DataValueFromValue(&ua.QualifiedName{Name: "ServerRedundancy"}),
+		ua.AttributeIDDisplayName:   server.DataValueFromValue(localized("ServerRedundancy")),
+		ua.AttributeIDDescription:   server.DataValueFromValue(localized("")),
+		ua.AttributeIDEventNotifier: server.DataValueFromValue(byte(0)),
+		ua.AttributeIDWriteMask:     server.DataValueFromValue(uint32(0)),
+		ua.AttributeIDUserWriteMask: server.DataValueFromValue(uint32(0)),
+	}, []*ua.ReferenceDescription{
+		ref(id.HasTypeDefinition, true, id.NonTransparentRedundancyType, "NonTransparentRedundancyType", ua.NodeClassObjectType),
+		ref(id.HasComponent, false, id.Server, "Server", ua.NodeClassObject),
+		ref(id.HasProperty, true, id.Server_ServerRedundancy_RedundancySupport, "RedundancySupport", ua.NodeClassVariable),
+		ref(id.HasProperty, true, id.Server_ServerRedundancy_ServerURIArray, "ServerUriArray", ua.NodeClassVariable),
+	}, nil)
+	n0.AddNode(node)
 	return nil
 }
