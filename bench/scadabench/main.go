@@ -716,6 +716,16 @@ func (b *bench) leader() (*testcluster.Node, error) {
 	return b.c.WaitOneActive(ctx)
 }
 
+// settledLeader waits for one Active, lets the cluster idle for -settle,
+// and returns the Active then.
+func (b *bench) settledLeader() (*testcluster.Node, error) {
+	if _, err := b.leader(); err != nil {
+		return nil, err
+	}
+	time.Sleep(b.o.settle)
+	return b.leader()
+}
+
 func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	lead, err := b.leader()
 	if err != nil {
@@ -931,11 +941,7 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 func (b *bench) failoverPhase() (*failoverResult, error) {
 	res := &failoverResult{RunsMs: []float64{}}
 	for run := 1; run <= b.o.failovers; run++ {
-		lead, err := b.leader()
-		if err == nil {
-			time.Sleep(b.o.settle)
-			lead, err = b.leader()
-		}
+		lead, err := b.settledLeader()
 		if err != nil {
 			return res, err
 		}
@@ -1012,11 +1018,7 @@ func (b *bench) failoverPhase() (*failoverResult, error) {
 func (b *bench) stallPhase() (*stallResult, error) {
 	res := &stallResult{StallMs: float64(b.o.stall.Microseconds()) / 1000}
 	for run := 1; run <= b.o.failovers; run++ {
-		lead, err := b.leader()
-		if err == nil {
-			time.Sleep(b.o.settle)
-			lead, err = b.leader()
-		}
+		lead, err := b.settledLeader()
 		if err != nil {
 			return res, err
 		}
