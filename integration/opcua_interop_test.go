@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,6 +255,66 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 					seen[id] = true
 				}
 			})
+		}
+	})
+
+	// Last, as it kills the Active: a client following the pair by
+	// ServiceLevel, with node-opcua's own reconnection, across a SIGKILL
+	// of the Active. The survivor must not publish below 200 meanwhile,
+	// and the client must get Good data from it again.
+	t.Run("failover", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "failover.js"))
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "ACTIVE="+active.OPCUA, "STANDBY="+standby.OPCUA, "TAG=ns=1;s=Pump1.Speed", "PKI="+t.TempDir(), "TIMEOUT_MS=30000")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Wait() }()
+		lines := bufio.NewScanner(stdout)
+		var last []byte
+		for lines.Scan() {
+			last = append(last[:0], lines.Bytes()...)
+			if string(last) == "ready" {
+				killed := time.Now()
+				c.Kill(active)
+				if _, err := io.WriteString(stdin, "killed\n"); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("SIGKILL of the Active at %s", killed.Format("15:04:05.000"))
+				continue
+			}
+			if bytes.HasPrefix(last, []byte("{")) {
+				break
+			}
+		}
+		var got struct {
+			Fatal            string `json:"fatal"`
+			Followed         string `json:"followed"`
+			GoodAfterMs      int    `json:"goodAfterMs"`
+			SurvivorMinLevel int    `json:"survivorMinLevel"`
+			LevelsAfter      []int  `json:"levelsAfter"`
+		}
+		if err := json.Unmarshal(last, &got); err != nil || got.Fatal != "" {
+			t.Fatalf("failover.js: %v %s\nstderr:\n%s", err, last, stderr.Bytes())
+		}
+		t.Logf("node-opcua followed %q: Good data %d ms after the SIGKILL; survivor levels after it %v", got.Followed, got.GoodAfterMs, got.LevelsAfter)
+		if got.GoodAfterMs < 0 {
+			t.Fatalf("no Good data from the survivor within 30 s of the SIGKILL (levels seen %v)", got.LevelsAfter)
+		}
+		if got.SurvivorMinLevel < 200 {
+			t.Fatalf("the survivor published ServiceLevel %d during the failover (levels %v), want none below 200", got.SurvivorMinLevel, got.LevelsAfter)
 		}
 	})
 }
