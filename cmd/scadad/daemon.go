@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -359,6 +360,16 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", build.Version).
 		Uint32("fsm_feature_level", uint32(fsm.FeatureLevel)).Msg("scadad started")
+	// Type=notify: systemd counts the service started once every listener
+	// is up, and restarts it when the watchdog pings stop.
+	var sd sdNotifier = systemdNotifier{}
+	if _, err := sd.Notify(daemon.SdNotifyReady); err != nil {
+		log.Warn().Err(err).Msg("systemd readiness notification failed")
+	}
+	goRun("watchdog", func(ctx context.Context) error {
+		keepWatchdog(ctx, sd, watchdogEvery(), func() bool { return state.Err() == nil }, log)
+		return nil
+	})
 
 	var stopErr error
 wait:
@@ -387,6 +398,7 @@ wait:
 		break wait
 	}
 	log.Info().Msg("shutting down")
+	_, _ = sd.Notify(daemon.SdNotifyStopping)
 	// A planned stop of the Active node hands the role over first, so the
 	// standby takes over at once instead of after an election timeout. A
 	// sole voter has no one to hand it to.
