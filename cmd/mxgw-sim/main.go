@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/gateway/sim"
+	"github.com/scadad/scadad/internal/tty"
 )
 
 func main() {
@@ -54,7 +56,7 @@ func run(args []string) error {
 	default:
 		return fmt.Errorf("-caps must be old or new, not %q", *caps)
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Logger()
+	log := newLogger(os.Stderr)
 	s := sim.New(sim.Config{
 		Capabilities: capSet, DefaultCommandTimeout: *deadline, MaxCommandTimeout: *maxTimeout,
 		CommandCost: *cost, PerTagCost: *perTag, ChangeInterval: *change,
@@ -82,4 +84,10 @@ func run(args []string) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// newLogger writes readable lines to w, coloured only on a terminal: a log
+// file or a pipe gets no escape codes.
+func newLogger(w io.Writer) zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: w, NoColor: !tty.Is(w)}).With().Timestamp().Logger()
 }
