@@ -140,6 +140,13 @@ func (c Caller) String() string {
 
 type callerKey struct{}
 
+// WithCaller puts c on ctx for an in-process call of a Server method whose
+// caller was authenticated another way (the status page, which calls its
+// node's server directly): the audit trail then names c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
 // CallerFrom returns the caller the Authorizer put on ctx.
 func CallerFrom(ctx context.Context) (Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(Caller)

@@ -123,6 +123,8 @@ type Server struct {
 	CertNotAfter, CANotAfter time.Time
 	// Now stamps the commands the server builds (time.Now when nil).
 	Now func() time.Time
+	// HTTPAddr is this node's HTTP listener as configured (empty: none).
+	HTTPAddr string
 }
 
 func (s *Server) now() time.Time {
@@ -211,6 +213,7 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		Revision:      s.Revision,
 		GoVersion:     runtime.Version(),
 		OverrideState: override,
+		HttpAddr:      s.HTTPAddr,
 	}
 	switch {
 	case st.Role == role.Active:

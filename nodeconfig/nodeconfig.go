@@ -144,6 +144,11 @@ type HTTP struct {
 	// once over all connections (default 64 MiB); a request that finds no
 	// room is answered 503 with Retry-After.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// ConsoleReadOnly makes the status page (GET /) read-only for
+	// everyone; otherwise operators may retry and discard parked messages
+	// from it (on a TLS listener: a client certificate with role operator
+	// or admin; on an insecure one: a client on this machine).
+	ConsoleReadOnly bool `yaml:"console_read_only"`
 }
 
 // ConnLimits bound one listener's connections: its share of the process's

@@ -100,7 +100,11 @@ type StatusResponse struct {
 	ClusterFeatureLevel uint32 `protobuf:"varint,25,opt,name=cluster_feature_level,json=clusterFeatureLevel,proto3" json:"cluster_feature_level,omitempty"`
 	FeatureLevelLowest  string `protobuf:"bytes,26,opt,name=feature_level_lowest,json=featureLevelLowest,proto3" json:"feature_level_lowest,omitempty"`
 	// Why this node stopped applying entries ("" while it applies).
-	ApplyBlocked  string `protobuf:"bytes,27,opt,name=apply_blocked,json=applyBlocked,proto3" json:"apply_blocked,omitempty"`
+	ApplyBlocked string `protobuf:"bytes,27,opt,name=apply_blocked,json=applyBlocked,proto3" json:"apply_blocked,omitempty"`
+	// This node's HTTP listener as its config names it (empty: none): the
+	// status page learns its peers' pages from it, to move to one when the
+	// node it came from dies.
+	HttpAddr      string `protobuf:"bytes,30,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +324,13 @@ func (x *StatusResponse) GetFeatureLevelLowest() string {
 func (x *StatusResponse) GetApplyBlocked() string {
 	if x != nil {
 		return x.ApplyBlocked
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetHttpAddr() string {
+	if x != nil {
+		return x.HttpAddr
 	}
 	return ""
 }
@@ -3114,7 +3125,7 @@ var File_controlpb_control_proto protoreflect.FileDescriptor
 const file_controlpb_control_proto_rawDesc = "" +
 	"\n" +
 	"\x17controlpb/control.proto\x12\x11scadad.control.v1\"\x0f\n" +
-	"\rStatusRequest\"\x98\b\n" +
+	"\rStatusRequest\"\xb5\b\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -3145,7 +3156,8 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\rfeature_level\x18\x18 \x01(\rR\ffeatureLevel\x122\n" +
 	"\x15cluster_feature_level\x18\x19 \x01(\rR\x13clusterFeatureLevel\x120\n" +
 	"\x14feature_level_lowest\x18\x1a \x01(\tR\x12featureLevelLowest\x12#\n" +
-	"\rapply_blocked\x18\x1b \x01(\tR\fapplyBlocked\"\x82\x01\n" +
+	"\rapply_blocked\x18\x1b \x01(\tR\fapplyBlocked\x12\x1b\n" +
+	"\thttp_addr\x18\x1e \x01(\tR\bhttpAddr\"\x82\x01\n" +
 	"\x14DataConnectionStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +

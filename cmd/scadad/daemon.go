@@ -227,6 +227,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 		Log:          log.With().Str("part", "control").Logger(),
 		CertNotAfter: validity.Cert,
 		CANotAfter:   validity.CA,
+		HTTPAddr:     cfg.HTTP.Listen,
 	}
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
@@ -334,7 +335,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			return true, ""
 		}
 		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen}
-		httpServer = newHTTPServer(healthMux(acting, ready, reg, cfg.HTTP.Pprof), sfHTTP, gate, bodies, log)
+		mux := healthMux(acting, ready, reg, cfg.HTTP.Pprof)
+		page := newConsole(cfg, srv, fwd, state, log)
+		goRun("console", page.Run)
+		mux.Handle("/", page.Handler())
+		httpServer = newHTTPServer(mux, sfHTTP, gate, bodies, log)
 		if err := registerHTTPInsecure(reg, cfg.HTTP.Insecure); err != nil {
 			return err
 		}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/console"
+	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/pki"
+)
+
+// newConsole wires the status page to this node's control server, its
+// peers' control APIs and the replicated audit trail.
+func newConsole(cfg *nodeconfig.Config, srv *control.Server, fwd *control.Forwarder, state *fsm.FSM, log zerolog.Logger) *console.Console {
+	var members []console.Member
+	for _, m := range cfg.Cluster.Members {
+		members = append(members, console.Member{ID: m.ID, APIAddr: m.APIAddr, Witness: m.Witness})
+	}
+	// A TLS listener asks the client certificate's role; a plain-HTTP
+	// lab listener has none to ask, so only this machine may act.
+	authorize := console.CertificateRoles
+	if cfg.HTTP.Insecure {
+		authorize = console.LoopbackOperators
+	}
+	if cfg.HTTP.ConsoleReadOnly {
+		authorize = console.AtMostViewer(authorize)
+	}
+	return console.New(console.Options{
+		NodeID:  cfg.NodeID,
+		Members: members,
+		Local:   srv,
+		Peer: func(id string) (console.StatusClient, error) {
+			return fwd.Client(id)
+		},
+		Acting: func(ctx context.Context, who string) context.Context {
+			return control.WithCaller(ctx, control.Caller{Name: who, Role: pki.RoleOperator})
+		},
+		Audit:     state,
+		Authorize: authorize,
+		Log:       log.With().Str("part", "console").Logger(),
+	})
+}

@@ -1,0 +1,495 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
+)
+
+// chromium is Debian's headless browser (.ci/run installs it).
+const chromium = "/usr/bin/chromium"
+
+// browser starts a headless Chromium for t (no network but loopback, a
+// fresh profile) and returns a context to open tabs from.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := exec.LookPath(chromium); err != nil {
+		t.Fatalf("the status page tests need Chromium at %s (apt-get install chromium; .ci/run does): %v", chromium, err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1400, 1500),
+	}
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(bcancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return bctx
+}
+
+// tab opens url in a new tab of the browser.
+func tab(t *testing.T, b context.Context, url string) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	return ctx
+}
+
+// pageNode is one row of the page's node table.
+type pageNode struct {
+	ID, Role, SL, Reach string
+	Down                bool
+}
+
+// pageState is what a tab shows: its address, the node rows, the pending
+// count per target, the timeline's event kinds with their actors, and
+// whether any retry or discard button is on the page.
+type pageState struct {
+	URL     string
+	Nodes   map[string]pageNode
+	Pending map[string]string
+	Events  []string
+	Buttons int
+}
+
+const readPage = `(() => {
+  const nodes = {};
+  for (const tr of document.querySelectorAll("#nodes tbody tr")) {
+    nodes[tr.dataset.node] = {ID: tr.dataset.node, Role: tr.querySelector("td.role").innerText.trim(),
+      SL: tr.querySelector("td.sl").innerText.trim(), Reach: tr.querySelector("td.reach").innerText.trim(), Down: tr.classList.contains("down")};
+  }
+  const pending = {};
+  for (const tr of document.querySelectorAll("#targets tbody tr")) pending[tr.dataset.target] = tr.querySelector("td.pending").innerText.trim();
+  const events = [...document.querySelectorAll("#timeline g.event")].map(g => g.dataset.kind + " " + g.dataset.actor);
+  return {URL: location.href, Nodes: nodes, Pending: pending, Events: events,
+    Buttons: document.querySelectorAll("button.retry, button.discard, button.retry-all").length};
+})()`
+
+func readTab(ctx context.Context) (pageState, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return chromedp.Run(cctx, chromedp.Evaluate[pageState](readPage))
+}
+
+// click clicks the first element sel matches, waiting up to 15 s for one
+// that is shown.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); if (!e || e.offsetParent === null) return false; e.click(); return true; })()`
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ok, err := chromedp.Run(cctx, chromedp.Evaluate[bool](js))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no %s to click on the page within 15 s", sel)
+}
+
+// shown waits up to 15 s for an element sel matches to be shown.
+func shown(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); return !!e && e.offsetParent !== null; })()`
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ok, err := chromedp.Run(cctx, chromedp.Evaluate[bool](js))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no %s shown on the page within 15 s", sel)
+}
+
+// waitTab polls the tab until cond holds, and fails t after timeout with
+// the last state seen.
+func waitTab(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(pageState) bool) pageState {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last pageState
+	var err error
+	for time.Now().Before(deadline) {
+		if last, err = readTab(ctx); err == nil && cond(last) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for the page to show %s; last %+v (err %v)", timeout, what, last, err)
+	return last
+}
+
+// screenshot saves the tab's page as name.png under the test's artifact
+// folder: $SCADAD_TEST_ARTIFACTS/<test>/ when set (CI keeps it), else the
+// test's temporary folder.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("SCADAD_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(cctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", path)
+}
+
+// parkOne enqueues id for target while its sink refuses, and waits until
+// the message is parked.
+func parkOne(t *testing.T, c *testcluster.Cluster, n *testcluster.Node, target, id string) {
+	t.Helper()
+	if !enqueue(n, target, id, []byte(`{"v":1}`)) {
+		t.Fatalf("enqueue %s was not acknowledged", id)
+	}
+	testwait.For(t, 20*time.Second, id+" parked", func() bool {
+		var list struct {
+			Messages []struct {
+				ID string `json:"id"`
+			} `json:"messages"`
+		}
+		resp, err := http.Get("http://" + n.HTTPAddr + "/ui/api/sf/parked?target=" + target)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&list) != nil {
+			return false
+		}
+		for _, m := range list.Messages {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// The status page on the Active and on the Standby shows the same site;
+// after a SIGKILL of the Active the survivor's page shows the new Active,
+// the dead node unreachable and the leader.elected entry on the timeline
+// within 3 s, and the page that was open on the dead node moves to a
+// peer; an operator's retry of a parked message from the page reaches the
+// sink.
+func TestStatusPageInABrowser(t *testing.T) {
+	sink := startSink(t)
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	standby := otherVoter(t, c, active)
+	deploySite(t, c, testcluster.SiteConfig("console", map[string]string{"hist": sink.URL}, 2))
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	parkOne(t, c, active, "hist", "parked-1")
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+
+	b := browser(t)
+	onActive := tab(t, b, "http://"+active.HTTPAddr+"/")
+	onStandby := tab(t, b, "http://"+standby.HTTPAddr+"/")
+	same := func(s pageState) bool {
+		a, ok1 := s.Nodes[active.ID]
+		sb, ok2 := s.Nodes[standby.ID]
+		w, ok3 := s.Nodes["witness"]
+		return ok1 && ok2 && ok3 && a.Role == "active" && sb.Role == "standby" && w.Role == "witness" && a.SL == "250" && sb.SL != "" && sb.SL != "250" &&
+			s.Pending["hist"] != "" && len(s.Events) > 0
+	}
+	// Both pages show the same roles, ServiceLevels and pending counts
+	// (each refreshes every second: wait until they agree, at most 10 s).
+	var sa, ss pageState
+	agree := func() string {
+		for id, n := range sa.Nodes {
+			if o := ss.Nodes[id]; o.Role != n.Role || o.SL != n.SL {
+				return fmt.Sprintf("node %s: the Active's page shows %+v, the Standby's %+v", id, n, o)
+			}
+		}
+		if sa.Pending["hist"] != ss.Pending["hist"] {
+			return fmt.Sprintf("pending for hist: %q on the Active's page, %q on the Standby's", sa.Pending["hist"], ss.Pending["hist"])
+		}
+		return ""
+	}
+	testwait.ForDetail(t, 10*time.Second, "the Active's and the Standby's page agree", func() (bool, string) {
+		sa = waitTab(t, onActive, 15*time.Second, "the site on the Active", same)
+		ss = waitTab(t, onStandby, 15*time.Second, "the site on the Standby", same)
+		why := agree()
+		return why == "", why
+	})
+	screenshot(t, onActive, "1-site-on-active")
+	screenshot(t, onStandby, "2-site-on-standby")
+
+	// Retry the parked message from the page, as an operator (loopback).
+	click(t, onActive, `#targets tr[data-target="hist"] button.show-parked`)
+	shown(t, onActive, `#parked button.retry[data-id="parked-1"]`)
+	screenshot(t, onActive, "3-parked-message")
+	click(t, onActive, `#parked button.retry[data-id="parked-1"]`)
+	shown(t, onActive, `#confirm-yes`)
+	screenshot(t, onActive, "4-retry-confirmation")
+	if ds, _ := sink.Deliveries(); delivered(ds, "parked-1") {
+		t.Fatal("parked-1 reached the sink before the retry was confirmed")
+	}
+	click(t, onActive, `#confirm-yes`)
+	testwait.For(t, 20*time.Second, "the retried message at the sink", func() bool {
+		ds, err := sink.Deliveries()
+		return err == nil && delivered(ds, "parked-1")
+	})
+
+	// The audit trail names the page as who retried it (the entry commits
+	// after the retry, which the delivery may overtake).
+	testwait.For(t, 10*time.Second, "an sf-retry audit entry by the status page", func() bool {
+		var audit []*controlpb.AuditEntry
+		ctlJSON(t, c, []*testcluster.Node{active}, &audit, "audit", "--limit", "1000")
+		for _, e := range audit {
+			if e.Kind == "sf-retry" && strings.HasPrefix(e.Actor, "status page of "+active.ID+" from 127.0.0.1:") {
+				return true
+			}
+		}
+		return false
+	})
+
+	// SIGKILL of the Active.
+	killed := time.Now()
+	c.Kill(active)
+	survivorShows := func(s pageState) bool {
+		d, n := s.Nodes[active.ID], s.Nodes[standby.ID]
+		return d.Down && d.Role == "unreachable" && strings.HasPrefix(d.Reach, "NO") && n.Role == "active"
+	}
+	waitTab(t, onStandby, 3*time.Second-time.Since(killed), "the new Active and the dead node unreachable", survivorShows)
+	t.Logf("the survivor's page showed the failover %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	elected := "leader.elected " + standby.ID
+	waitTab(t, onStandby, 3*time.Second-time.Since(killed), "a leader.elected entry on the timeline", func(s pageState) bool {
+		for _, e := range s.Events {
+			if e == elected {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("the survivor's timeline showed %s %s after the SIGKILL", elected, time.Since(killed).Round(time.Millisecond))
+	screenshot(t, onStandby, "5-after-sigkill-of-the-active")
+
+	// The tab that was open on the dead node moves to a peer.
+	moved := waitTab(t, onActive, 15*time.Second, "the page moved to a live peer", func(s pageState) bool {
+		return !strings.Contains(s.URL, active.HTTPAddr) && s.Nodes[standby.ID].Role == "active"
+	})
+	t.Logf("the page that was open on %s moved to %s", active.ID, moved.URL)
+	screenshot(t, onActive, "6-moved-to-a-peer")
+}
+
+func delivered(ds []testcluster.Delivery, id string) bool {
+	for _, d := range ds {
+		if d.ID == id && d.Status == http.StatusOK {
+			return true
+		}
+	}
+	return false
+}
+
+// A viewer (here: a node whose page is read-only) sees parked messages
+// but no button to act on them, and the API refuses the action.
+func TestStatusPageViewerCannotAct(t *testing.T) {
+	sink := startSink(t)
+	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, LogLevel: "info", Extra: "http:\n  console_read_only: true\n"})
+	start(t, c)
+	n := waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("viewer", map[string]string{"hist": sink.URL}, 2))
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	parkOne(t, c, n, "hist", "parked-v")
+
+	b := browser(t)
+	page := tab(t, b, "http://"+n.HTTPAddr+"/")
+	waitTab(t, page, 15*time.Second, "the site", func(s pageState) bool { return s.Nodes[n.ID].Role == "active" })
+	click(t, page, `#targets tr[data-target="hist"] button.show-parked`)
+	shown(t, page, `#parked tr[data-id="parked-v"]`)
+	wctx, wcancel := context.WithTimeout(page, 5*time.Second)
+	who, err := chromedp.Run(wctx, chromedp.Evaluate[string](`document.querySelector("#whoami").innerText`))
+	wcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := readTab(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Buttons != 0 || !strings.Contains(who, "viewer") {
+		t.Fatalf("a viewer's page shows %d retry/discard buttons and says %q", s.Buttons, who)
+	}
+	screenshot(t, page, "viewer-parked-message")
+
+	// The API refuses the action, from the page's own origin too.
+	type answer struct {
+		Status int
+		Body   string
+	}
+	actx, acancel := context.WithTimeout(page, 20*time.Second)
+	got, err := chromedp.Run(actx, chromedp.Evaluate[answer](`fetch("/ui/api/sf/retry", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({ids: ["parked-v"]})})
+	  .then(async r => ({Status: r.status, Body: await r.text()}))`, chromedp.EvalAwaitPromise))
+	acancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != http.StatusForbidden || !strings.Contains(got.Body, "operators only") {
+		t.Fatalf("a viewer's retry answered %d %s, want 403 operators only", got.Status, got.Body)
+	}
+	resp, err := http.Post("http://"+n.HTTPAddr+"/ui/api/sf/discard", "application/json", bytes.NewReader([]byte(`{"ids":["parked-v"]}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a viewer's discard answered %d, want 403", resp.StatusCode)
+	}
+	var parked struct {
+		Messages []struct{ ID string } `json:"messages"`
+	}
+	r2, err := http.Get("http://" + n.HTTPAddr + "/ui/api/sf/parked?target=hist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Body.Close()
+	if err := json.NewDecoder(r2.Body).Decode(&parked); err != nil || len(parked.Messages) != 1 {
+		t.Fatalf("after the refused actions the parked list is %+v (%v), want parked-v still there", parked, err)
+	}
+}
+
+// On a TLS listener the status page goes by the client certificate's
+// role, as the control API does: no certificate or a producer's reads
+// nothing (401), a viewer reads and may not act (403), an operator's retry
+// reaches the sink and the audit trail names the operator.
+func TestStatusPageRolesOnATLSListener(t *testing.T) {
+	sink := startSink(t)
+	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, LogLevel: "info", HTTPTLS: true})
+	start(t, c)
+	n := waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("tls", map[string]string{"hist": sink.URL}, 2))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	issueClient(ctx, t, c, "watcher", "viewer")
+	issueClient(ctx, t, c, "shiftlead", "operator")
+	if out, errs, code, err := c.Ctl(ctx, nil, "certs", "issue", "--dir", c.Certs, "--name", "feed", "--client", "--role", "producer", "--targets", "hist"); err != nil || code != 0 {
+		t.Fatalf("certs issue feed: exit %d, %q %q, %v", code, out, errs, err)
+	}
+	client := func(name string) *http.Client {
+		cl, err := c.HTTPClient(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	do := func(cl *http.Client, method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, n.URL(path), strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if method == http.MethodPost && strings.HasPrefix(path, "/v1/sf/") {
+			req.Header.Set("Idempotency-Key", body)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := sink.SetFailing(true); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do(client("feed"), http.MethodPost, "/v1/sf/hist", "parked-tls"); code >= 300 {
+		t.Fatalf("enqueue as the producer: %d %s", code, body)
+	}
+	testwait.For(t, 20*time.Second, "parked-tls parked", func() bool {
+		_, body := do(client("watcher"), http.MethodGet, "/ui/api/sf/parked?target=hist", "")
+		return strings.Contains(body, `"parked-tls"`)
+	})
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, want := range map[string]int{"": http.StatusUnauthorized, "feed": http.StatusUnauthorized, "watcher": http.StatusOK, "shiftlead": http.StatusOK} {
+		for _, path := range []string{"/", "/ui/api/site"} {
+			if code, body := do(client(name), http.MethodGet, path, ""); code != want {
+				t.Errorf("GET %s as %q: %d %.200s, want %d", path, name, code, body, want)
+			}
+		}
+	}
+	for name, want := range map[string]string{"watcher": `"role":"viewer"`, "shiftlead": `"role":"operator"`} {
+		if _, body := do(client(name), http.MethodGet, "/ui/api/site", ""); !strings.Contains(body, want) {
+			t.Errorf("site view for %s says no %s: %.300s", name, want, body)
+		}
+	}
+	if code, body := do(client("watcher"), http.MethodPost, "/ui/api/sf/retry", `{"ids":["parked-tls"]}`); code != http.StatusForbidden {
+		t.Fatalf("retry as a viewer: %d %s, want 403", code, body)
+	}
+	if ds, _ := sink.Deliveries(); delivered(ds, "parked-tls") {
+		t.Fatal("parked-tls delivered after a viewer's refused retry")
+	}
+	if code, body := do(client("shiftlead"), http.MethodPost, "/ui/api/sf/retry", `{"ids":["parked-tls"]}`); code != http.StatusOK || !strings.Contains(body, `"affected":1`) {
+		t.Fatalf("retry as an operator: %d %s, want 200 affecting 1", code, body)
+	}
+	testwait.For(t, 20*time.Second, "the operator's retried message at the sink", func() bool {
+		ds, err := sink.Deliveries()
+		return err == nil && delivered(ds, "parked-tls")
+	})
+	testwait.For(t, 10*time.Second, "an sf-retry audit entry naming shiftlead via the status page", func() bool {
+		var audit []*controlpb.AuditEntry
+		ctlJSON(t, c, nil, &audit, "audit", "--limit", "1000")
+		for _, e := range audit {
+			if e.Kind == "sf-retry" && e.Actor == "shiftlead via status page of "+n.ID {
+				return true
+			}
+		}
+		return false
+	})
+}
