@@ -134,7 +134,7 @@ func TestTimingFlagsMergeUnderNodeConfig(t *testing.T) {
 	if strings.Contains(got, "300ms") {
 		t.Errorf("-node-config's election_timeout should win over -election-ms:\n%s", got)
 	}
-	if got := timingYAML(0, 0, "x: 1\n"); got != "x: 1\n" {
-		t.Errorf("no timing flags: %q, want -node-config unchanged", got)
+	if got := timingYAML(0, 0, "api:\n  max_connections_per_address: 9\n"); !strings.Contains(got, "max_connections_per_address: 9") || strings.Contains(got, "cluster") {
+		t.Errorf("no timing flags: %q, want -node-config's bound and no cluster block", got)
 	}
 }

@@ -348,13 +348,19 @@ func parseFlags() options {
 	return o
 }
 
-// timingYAML puts -heartbeat-ms and -election-ms under -node-config's YAML,
-// which is merged over them so an explicit field wins.
+// timingYAML puts the benchmark's connection bound and -heartbeat-ms and
+// -election-ms under -node-config's YAML, which is merged over them so an
+// explicit field wins.
 func timingYAML(heartbeatMs, electionMs int, extra string) string {
 	if heartbeatMs < 0 || electionMs < 0 {
 		fatalf("-heartbeat-ms %d and -election-ms %d must not be negative", heartbeatMs, electionMs)
 	}
 	var b strings.Builder
+	// Every benchmark client dials from 127.0.0.1, and so does the peer
+	// that forwards to the leader: the control API's per-address bound
+	// (64 by default, sized for a site's many hosts) would refuse a
+	// 64-client run's connections, so here it is the listener's total.
+	b.WriteString("api:\n  max_connections_per_address: 256\n")
 	if heartbeatMs > 0 || electionMs > 0 {
 		b.WriteString("cluster:\n")
 	}
@@ -364,9 +370,6 @@ func timingYAML(heartbeatMs, electionMs int, extra string) string {
 	}
 	if electionMs > 0 {
 		fmt.Fprintf(&b, "  election_timeout: %s\n", time.Duration(electionMs)*time.Millisecond)
-	}
-	if b.Len() == 0 {
-		return extra
 	}
 	merged, err := testcluster.MergeYAML(b.String(), extra)
 	if err != nil {
