@@ -300,3 +300,23 @@ func TestSupersededPushesLeaveTheCheck(t *testing.T) {
 		t.Fatalf("an unrecorded conflicting push passed: %+v", rep.CAS)
 	}
 }
+
+// -kinds: a schedule of the given kinds alone, one fault a round, the same
+// for a seed.
+func TestScheduleOfKinds(t *testing.T) {
+	kinds := []string{faultIsolateActive, faultKillActive}
+	a := newScheduleOf(3, 40, kinds, 3*time.Second)
+	if !reflect.DeepEqual(a, newScheduleOf(3, 40, kinds, 3*time.Second)) {
+		t.Fatal("same seed, different schedules")
+	}
+	seen := map[string]int{}
+	for _, r := range a {
+		if len(r.Faults) != 1 {
+			t.Fatalf("round %d has %d faults, want 1", r.Index, len(r.Faults))
+		}
+		seen[r.Faults[0].Kind]++
+	}
+	if len(seen) != 2 || seen[faultIsolateActive] == 0 || seen[faultKillActive] == 0 {
+		t.Fatalf("kinds drawn %v, want both and only %v", seen, kinds)
+	}
+}

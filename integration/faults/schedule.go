@@ -99,6 +99,18 @@ func newSchedule(seed uint64, n int, mode string, witness bool, overrideAfter ti
 	return out
 }
 
+// newScheduleOf draws n rounds of single faults of the given kinds alone,
+// for measuring them (-kinds): failover after a partition against after a
+// SIGKILL, say. The same seed gives the same schedule.
+func newScheduleOf(seed uint64, n int, kinds []string, overrideAfter time.Duration) []round {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5ca1ab1e))
+	var out []round
+	for i := 0; i < n; i++ {
+		out = append(out, round{Index: i + 1, Faults: []fault{drawFault(rng, kinds[rng.IntN(len(kinds))], overrideAfter)}})
+	}
+	return out
+}
+
 func drawFault(rng *rand.Rand, kind string, overrideAfter time.Duration) fault {
 	between := func(lo, hi time.Duration) time.Duration {
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))

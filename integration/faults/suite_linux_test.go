@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,7 @@ var (
 	flagOut       = flag.String("out", "", "folder for report.json, summary.txt and timeline.svg per mode (default: a temporary folder, kept and printed)")
 	flagPairSplit = flag.Bool("pair-split", true, "short profile: also run the pair partition longer than override_after (both sides go Active, then heal)")
 	flagLoopbck   = flag.Bool("loopback", false, "force the degraded loopback mode even when namespaces are available")
+	flagKinds     = flag.String("kinds", "", "comma-separated fault kinds to draw from alone, one per round (default: the mode's whole mix), e.g. isolate-active,kill-active to compare failovers")
 )
 
 // shortRounds is the CI profile: a few minutes for all modes together.
@@ -179,6 +181,15 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 	sleepCtx(ctx, 2*time.Second)
 
 	h.Schedule = newSchedule(seed, rounds, mode, cfg.Witness, cfg.OverrideAfter)
+	if *flagKinds != "" {
+		kinds := strings.Split(*flagKinds, ",")
+		for _, k := range kinds {
+			if !slices.Contains(kindsFor(mode, cfg.Witness), k) {
+				t.Fatalf("-kinds: %q is not a fault of %s mode (%s)", k, mode, strings.Join(kindsFor(mode, cfg.Witness), ", "))
+			}
+		}
+		h.Schedule = newScheduleOf(seed, rounds, kinds, cfg.OverrideAfter)
+	}
 	if mode == "pair" && *flagRounds == 0 && !*flagPairSplit {
 		// -pair-split=false leaves out the partition longer than
 		// override_after (the split and its heal) for a quicker run.
