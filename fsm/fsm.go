@@ -649,15 +649,7 @@ func (f *FSM) readGuarded(read func() error) error {
 // viewCommitted commits the applied entries, then runs fn in a read
 // transaction: for reads too long to hold up applies.
 func (f *FSM) viewCommitted(fn func(tx *bolt.Tx) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.db == nil {
-		return ErrClosed
-	}
-	if err := f.commitLocked(); err != nil {
-		return err
-	}
-	return f.readGuarded(func() error { return f.db.View(fn) })
+	return f.readGuarded(func() error { return f.viewCommittedRaw(fn) })
 }
 
 // commitLocked is Commit for a caller holding f.mu.

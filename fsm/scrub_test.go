@@ -26,16 +26,7 @@ func TestScrubFindsDamageWhileRunning(t *testing.T) {
 	if sum != digest(t, f) || applied != f.Meta().AppliedIndex {
 		t.Fatalf("scrub says %s at %d, the FSM %s at %d", sum, applied, digest(t, f), f.Meta().AppliedIndex)
 	}
-	file, err := os.OpenFile(f.Path(), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := int64(8); p < 40; p++ {
-		if _, err := file.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef, 0x77, 0x77}, p*4096); err != nil {
-			t.Fatal(err)
-		}
-	}
-	file.Close()
+	damagePages(t, f.Path())
 	_, _, err = f.Scrub(context.Background(), 0)
 	if !errors.Is(err, ErrDamagedState) {
 		t.Fatalf("damaged state: got %v, want ErrDamagedState", err)

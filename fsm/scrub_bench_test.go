@@ -1,0 +1,79 @@
+//go:build unix
+
+package fsm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/fsm/fsmpb"
+)
+
+// BenchmarkScrub measures one unbounded Scrub of a state of SCRUB_MB
+// (default 256) MiB of pending messages: wall time and the process's CPU
+// time per GiB of state file. Run:
+// SCRUB_MB=1024 go test ./fsm -run '^$' -bench BenchmarkScrub -benchtime 1x
+func BenchmarkScrub(b *testing.B) {
+	mb := 256
+	if v := os.Getenv("SCRUB_MB"); v != "" {
+		fmt.Sscan(v, &mb)
+	}
+	f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	payload := make([]byte, 16<<10)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	var index uint64
+	for written := 0; written < mb<<20; {
+		msgs := make([]*fsmpb.Message, 32)
+		for m := range msgs {
+			msgs[m] = &fsmpb.Message{Id: fmt.Sprintf("m-%d-%d", index, m), Target: fmt.Sprintf("t-%d", m%4), Payload: payload}
+			written += len(payload)
+		}
+		data, err := Encode(&fsmpb.Command{StampUnixNano: int64(index + 1), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		index++
+		if r := f.ApplyBatch([]*raft.Log{{Index: index, Term: 1, Type: raft.LogCommand, Data: data}})[0].(*Result); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	if err := f.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(f.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	gib := float64(st.Size()) / (1 << 30)
+	b.ResetTimer()
+	for range b.N {
+		cpu0 := cpuTime()
+		start := time.Now()
+		if _, _, err := f.Scrub(context.Background(), 0); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds()/gib, "wall-s/GiB")
+		b.ReportMetric((cpuTime()-cpu0).Seconds()/gib, "cpu-s/GiB")
+	}
+	b.ReportMetric(float64(st.Size())/(1<<20), "file-MiB")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
