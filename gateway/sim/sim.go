@@ -794,7 +794,13 @@ func (s *Sim) changer() {
 			}
 			sess.mu.Unlock()
 			for _, it := range items {
-				sess.emit(sess.serverHandle, it, float64(n)+float64(it.handle)/1000)
+				v := float64(n) + float64(it.handle)/1000
+				// The tag's current value: what a read or a new
+				// subscriber (after a failover) gets, not 0.
+				s.mu.Lock()
+				s.values[it.tag] = v
+				s.mu.Unlock()
+				sess.emit(sess.serverHandle, it, v)
 			}
 		}
 	}
