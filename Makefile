@@ -50,3 +50,22 @@ faults:
 
 soak:
 	$(GO) test -count=1 -timeout 0 -v -run TestFaults ./integration/faults/ -seed $(SEED) -rounds $(ROUNDS) -modes witness -out faults-report
+
+# Release packages into dist/: .deb and .rpm (nfpm, pinned, run through
+# `go run` like the other tools) and a Windows zip, then their contents
+# checked (packaging/check-packages.sh). VERSION is the release without
+# the leading v.
+NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+VERSION ?= 0.2.0-dev
+STAMP = -ldflags "-X github.com/scadad/scadad/internal/version.stamped=v$(VERSION)"
+.PHONY: packages
+packages:
+	rm -rf dist && mkdir -p dist/linux dist/windows
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(STAMP) -o dist/linux/ ./cmd/scadad ./cmd/scadactl
+	sed 's#/usr/local/bin/scadad#/usr/bin/scadad#' packaging/scadad.service > dist/linux/scadad.service
+	VERSION=$(VERSION) ARCH=amd64 $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
+	VERSION=$(VERSION) ARCH=amd64 $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target dist/
+	GOOS=windows GOARCH=amd64 $(GO) build $(STAMP) -o dist/windows/ ./cmd/scadad ./cmd/scadactl
+	cp configs/node-a.yaml dist/windows/node.yaml && cp docs/upgrading.md CHANGELOG.md dist/windows/
+	cd dist/windows && zip -q ../scadad_$(VERSION)_windows_amd64.zip *
+	packaging/check-packages.sh dist $(VERSION)
