@@ -62,7 +62,8 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_DeployGet_FullMethodName,
 		controlpb.Control_SFStats_FullMethodName,
 		controlpb.Control_SFList_FullMethodName,
-		controlpb.Control_CertRevoked_FullMethodName:
+		controlpb.Control_CertRevoked_FullMethodName,
+		controlpb.Control_TokenList_FullMethodName:
 		return needViewer, true
 	case controlpb.Control_SFEnqueue_FullMethodName,
 		controlpb.Control_SFEnqueueStream_FullMethodName:
@@ -79,7 +80,9 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_RemoveMember_FullMethodName,
 		controlpb.Control_Override_FullMethodName,
 		controlpb.Control_SnapshotRestore_FullMethodName,
-		controlpb.Control_CertRevoke_FullMethodName:
+		controlpb.Control_CertRevoke_FullMethodName,
+		controlpb.Control_TokenCreate_FullMethodName,
+		controlpb.Control_TokenRevoke_FullMethodName:
 		return needAdmin, true
 	case controlpb.Control_Apply_FullMethodName,
 		controlpb.Heal_HealInfo_FullMethodName,

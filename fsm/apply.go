@@ -144,6 +144,10 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return nil
 	case *fsmpb.Command_CertRevoke:
 		return a.certRevoke(body.CertRevoke, res)
+	case *fsmpb.Command_TokenCreate:
+		return a.tokenCreate(body.TokenCreate, res)
+	case *fsmpb.Command_TokenRevoke:
+		return a.tokenRevoke(body.TokenRevoke, res)
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

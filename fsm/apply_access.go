@@ -16,7 +16,11 @@ import (
 var (
 	bucketAccess  = []byte("access")
 	accessRevoked = []byte("revoked")
+	accessTokens  = []byte("tokens") // name → TokenRecord
 )
+
+// MaxTokenTargets bounds the targets one token may be limited to.
+const MaxTokenTargets = 256
 
 // MaxSerialHex bounds a revoked serial (RFC 5280: 20 octets, 40 hex digits).
 const MaxSerialHex = 40
@@ -26,13 +30,9 @@ func (a *applier) certRevoke(c *fsmpb.CertRevoke, res *Result) error {
 		res.Err = e
 		return nil
 	}
-	access, err := a.tx.CreateBucketIfNotExists(bucketAccess)
+	revoked, err := a.accessBucket(accessRevoked)
 	if err != nil {
-		return fmt.Errorf("create access bucket: %w", err)
-	}
-	revoked, err := access.CreateBucketIfNotExists(accessRevoked)
-	if err != nil {
-		return fmt.Errorf("create revoked bucket: %w", err)
+		return err
 	}
 	if revoked.Get([]byte(c.Serial)) != nil {
 		return nil // already revoked: the first revocation stands
@@ -53,6 +53,80 @@ func (a *applier) certRevoke(c *fsmpb.CertRevoke, res *Result) error {
 	return err
 }
 
+func (a *applier) accessBucket(name []byte) (*bolt.Bucket, error) {
+	access, err := a.tx.CreateBucketIfNotExists(bucketAccess)
+	if err != nil {
+		return nil, fmt.Errorf("create access bucket: %w", err)
+	}
+	b, err := access.CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, fmt.Errorf("create access/%s bucket: %w", name, err)
+	}
+	return b, nil
+}
+
+func (a *applier) tokenCreate(c *fsmpb.TokenCreate, res *Result) error {
+	e := firstErr(checkID("token name", c.Name))
+	if e == nil && len(c.Sha256) != 32 {
+		e = cmdErr(CodeInvalid, "token %q: hash is %d bytes, want a SHA-256 (32)", c.Name, len(c.Sha256))
+	}
+	if e == nil && len(c.Targets) > MaxTokenTargets {
+		e = cmdErr(CodeInvalid, "token %q: %d targets, at most %d", c.Name, len(c.Targets), MaxTokenTargets)
+	}
+	for _, t := range c.Targets {
+		if e == nil {
+			e = checkID("token target", t)
+		}
+	}
+	if e == nil && c.ExpiresUnixNano < 0 {
+		e = cmdErr(CodeInvalid, "token %q: negative expiry", c.Name)
+	}
+	if e != nil {
+		res.Err = e
+		return nil
+	}
+	tokens, err := a.accessBucket(accessTokens)
+	if err != nil {
+		return err
+	}
+	if tokens.Get([]byte(c.Name)) != nil {
+		res.Err = cmdErr(CodeInvalid, "token %q exists: revoke it first, or choose another name", c.Name)
+		return nil
+	}
+	rec := &fsmpb.TokenRecord{Name: c.Name, Sha256: c.Sha256, Targets: c.Targets, ExpiresUnixNano: c.ExpiresUnixNano, Actor: a.cmd.Actor, StampUnixNano: a.cmd.StampUnixNano}
+	if err := a.putRecord(tokens, []byte(c.Name), rec); err != nil {
+		return fmt.Errorf("store token %q: %w", c.Name, err)
+	}
+	a.accessChanged = true
+	detail := c.Name + " for " + strings.Join(c.Targets, ",")
+	if len(c.Targets) == 0 {
+		detail = c.Name + " for every target"
+	}
+	_, err = a.writeAudit("token-create", detail)
+	return err
+}
+
+func (a *applier) tokenRevoke(c *fsmpb.TokenRevoke, res *Result) error {
+	if e := checkID("token name", c.Name); e != nil {
+		res.Err = e
+		return nil
+	}
+	tokens, err := a.accessBucket(accessTokens)
+	if err != nil {
+		return err
+	}
+	if tokens.Get([]byte(c.Name)) == nil {
+		res.Err = cmdErr(CodeUnknown, "no token %q", c.Name)
+		return nil
+	}
+	if err := tokens.Delete([]byte(c.Name)); err != nil {
+		return fmt.Errorf("delete token %q: %w", c.Name, err)
+	}
+	a.accessChanged = true
+	_, err = a.writeAudit("token-revoke", c.Name)
+	return err
+}
+
 // checkSerial accepts a serial as pki.SerialHex writes it: lower-case hex
 // of a positive number, no leading zeros, no separators.
 func checkSerial(s string) *CommandError {
@@ -67,7 +141,7 @@ func checkSerial(s string) *CommandError {
 
 // readAccess reads the access state of tx.
 func readAccess(tx *bolt.Tx) (*Access, error) {
-	acc := &Access{Revoked: map[string]RevokedCert{}}
+	acc := &Access{Revoked: map[string]RevokedCert{}, Tokens: map[[32]byte]Token{}}
 	b := tx.Bucket(bucketAccess)
 	if b == nil {
 		return acc, nil
@@ -83,6 +157,22 @@ func readAccess(tx *bolt.Tx) (*Access, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read revoked certificates: %w", err)
+		}
+	}
+	if tb := b.Bucket(accessTokens); tb != nil {
+		err := tb.ForEach(func(k, v []byte) error {
+			var rec fsmpb.TokenRecord
+			if _, err := getRecord(tb, k, &rec); err != nil {
+				return err
+			}
+			if len(rec.Sha256) != 32 {
+				return fmt.Errorf("token %q: stored hash of %d bytes", rec.Name, len(rec.Sha256))
+			}
+			acc.Tokens[[32]byte(rec.Sha256)] = tokenFromRecord(&rec)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read tokens: %w", err)
 		}
 	}
 	return acc, nil

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"crypto/sha256"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -66,5 +67,34 @@ func TestCertRevokeDenyList(t *testing.T) {
 	defer g.Close()
 	if !g.Access().IsRevoked("1f") || len(g.Access().RevokedList()) != 1 {
 		t.Errorf("deny list after reopen: %+v", g.Access().Revoked)
+	}
+}
+
+// A created token is found by its hash at once, once only (a second of the
+// same name is refused), until it is revoked; a malformed one is refused.
+func TestTokenCreateAndRevoke(t *testing.T) {
+	f := openTestFSM(t)
+	w := newLogWriter(t)
+	sum := sha256.Sum256([]byte("scadad_secret"))
+	mk := func(name string, hash []byte, targets ...string) *fsmpb.Command {
+		return &fsmpb.Command{Actor: "boss", Body: &fsmpb.Command_TokenCreate{TokenCreate: &fsmpb.TokenCreate{Name: name, Sha256: hash, Targets: targets}}}
+	}
+	if res := applyOne(t, f, w.cmd(mk("feed", sum[:5], "sink"))); res.Err == nil {
+		t.Error("a 5-byte hash was accepted")
+	}
+	mustOK(t, f, w.cmd(mk("feed", sum[:], "sink")))
+	tok, ok := f.Access().Token(sum)
+	if !ok || tok.Name != "feed" || len(tok.Targets) != 1 || tok.Targets[0] != "sink" || tok.Actor != "boss" {
+		t.Fatalf("token after create: %+v %v", tok, ok)
+	}
+	if res := applyOne(t, f, w.cmd(mk("feed", sum[:]))); res.Err == nil {
+		t.Error("a second token named feed was accepted")
+	}
+	mustOK(t, f, w.cmd(&fsmpb.Command{Body: &fsmpb.Command_TokenRevoke{TokenRevoke: &fsmpb.TokenRevoke{Name: "feed"}}}))
+	if _, ok := f.Access().Token(sum); ok {
+		t.Error("a revoked token is still known")
+	}
+	if res := applyOne(t, f, w.cmd(&fsmpb.Command{Body: &fsmpb.Command_TokenRevoke{TokenRevoke: &fsmpb.TokenRevoke{Name: "feed"}}})); res.Err == nil {
+		t.Error("revoking a token that is gone succeeded")
 	}
 }

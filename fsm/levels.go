@@ -34,8 +34,8 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 		// node refuses it as an unknown body, changing nothing (it keeps
 		// no records), and a member without a record counts as level 1.
 		return 1, true
-	case "cert_revoke":
-		// v0.2.0: the certificate deny list (docs/security.md).
+	case "cert_revoke", "token_create", "token_revoke":
+		// v0.2.0: the certificate deny list and bearer tokens (docs/security.md).
 		return 2, true
 	case "feature_probe":
 		return FeatureLevel + 1, true

@@ -18,11 +18,46 @@ func revokedFromRecord(r *fsmpb.RevokedCert) RevokedCert {
 	return RevokedCert{Serial: r.Serial, Name: r.Name, Reason: r.Reason, Actor: r.Actor, At: time.Unix(0, r.StampUnixNano).UTC(), LogIndex: r.LogIndex}
 }
 
+// Token is a producer's bearer token, known by its SHA-256 only.
+type Token struct {
+	Name    string
+	Targets []string  // none: any target
+	Expires time.Time // zero: never
+	Actor   string
+	Created time.Time
+}
+
+func tokenFromRecord(r *fsmpb.TokenRecord) Token {
+	t := Token{Name: r.Name, Targets: r.Targets, Actor: r.Actor, Created: time.Unix(0, r.StampUnixNano).UTC()}
+	if r.ExpiresUnixNano != 0 {
+		t.Expires = time.Unix(0, r.ExpiresUnixNano).UTC()
+	}
+	return t
+}
+
 // Access is the site's access control as of an applied index. It is never
 // changed once published: readers may hold it without locks.
 type Access struct {
 	// Revoked maps a serial (pki.SerialHex) to its revocation.
 	Revoked map[string]RevokedCert
+	// Tokens maps a bearer token's SHA-256 to the token.
+	Tokens map[[32]byte]Token
+}
+
+// Token looks a bearer token up by its SHA-256.
+func (a *Access) Token(hash [32]byte) (Token, bool) {
+	t, ok := a.Tokens[hash]
+	return t, ok
+}
+
+// TokenList is every token, by name.
+func (a *Access) TokenList() []Token {
+	out := make([]Token, 0, len(a.Tokens))
+	for _, t := range a.Tokens {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // IsRevoked reports whether the certificate serial is on the deny list.

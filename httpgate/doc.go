@@ -1,7 +1,8 @@
 // Package httpgate decides who may use a node's HTTP listener: producers
 // enqueue with a client certificate from the site CA whose role allows it
-// (producer, operator or admin), limited to the targets the certificate
-// names; /metrics takes any site certificate unless it is left open;
+// (producer, operator or admin), or with a bearer token the replicated
+// state knows by its SHA-256, each limited to the targets it names;
+// /metrics takes any site certificate or token unless it is left open;
 // /health/* is open. It writes the refusals: 401 with a JSON body naming
 // what is missing, 403 naming what is wrong.
 //

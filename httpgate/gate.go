@@ -1,15 +1,30 @@
 package httpgate
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/scadad/scadad/pki"
 )
+
+// Token is a bearer token as the replicated state knows it.
+type Token struct {
+	Name    string
+	Targets []string  // none: any target
+	Expires time.Time // zero: never
+}
+
+// TokenLookup finds a bearer token by the SHA-256 of what the request
+// carries after "Bearer "; it must be cheap, every enqueue asks it.
+type TokenLookup func(hash [32]byte) (Token, bool)
 
 // Gate checks requests on the HTTP listener.
 type Gate struct {
@@ -18,6 +33,49 @@ type Gate struct {
 	Insecure bool
 	// MetricsOpen serves /metrics to anyone.
 	MetricsOpen bool
+	// Tokens looks bearer tokens up (nil: none are accepted).
+	Tokens TokenLookup
+	Now    func() time.Time
+}
+
+var bearerPrefix = []byte("bearer ")
+
+// bearer returns the token a request carries, or nil.
+func bearer(ctx *fasthttp.RequestCtx) []byte {
+	h := ctx.Request.Header.Peek("Authorization")
+	if len(h) <= len(bearerPrefix) || !bytes.EqualFold(h[:len(bearerPrefix)], bearerPrefix) {
+		return nil
+	}
+	return bytes.TrimSpace(h[len(bearerPrefix):])
+}
+
+// token checks a bearer token; a refusal is written and ok is false.
+func (g *Gate) token(ctx *fasthttp.RequestCtx, raw []byte, target string) bool {
+	var t Token
+	found := false
+	if g.Tokens != nil {
+		t, found = g.Tokens(sha256.Sum256(raw))
+	}
+	switch {
+	case !found:
+		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: "bearer token not known (revoked, or never created): scadactl tokens list shows the tokens there are"})
+		return false
+	case !t.Expires.IsZero() && !g.now().Before(t.Expires):
+		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: fmt.Sprintf("bearer token %q expired %s", t.Name, t.Expires.UTC().Format(time.RFC3339))})
+		return false
+	case target != "" && len(t.Targets) > 0 && !slices.Contains(t.Targets, target):
+		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Target: target,
+			Error: fmt.Sprintf("bearer token %q may enqueue to %s only, not to %q", t.Name, strings.Join(t.Targets, ", "), target)})
+		return false
+	}
+	return true
+}
+
+func (g *Gate) now() time.Time {
+	if g.Now == nil {
+		return time.Now()
+	}
+	return g.Now()
 }
 
 // refusal is the JSON body of a 401 or 403.
@@ -36,9 +94,12 @@ func (g *Gate) Enqueue(ctx *fasthttp.RequestCtx, target string) bool {
 	}
 	cert := peerCert(ctx)
 	if cert == nil {
+		if raw := bearer(ctx); raw != nil {
+			return g.token(ctx, raw, target)
+		}
 		refuse(ctx, fasthttp.StatusUnauthorized, refusal{
-			Code: "unauthenticated", Missing: "client certificate",
-			Error: "no credentials: enqueue needs a client certificate from the site CA with role producer (scadactl certs issue --client --role producer --targets " + target + ")",
+			Code: "unauthenticated", Missing: "client certificate or bearer token",
+			Error: "no credentials: enqueue needs a bearer token (Authorization: Bearer …, from scadactl tokens create --name N --targets " + target + ") or a client certificate from the site CA with role producer",
 		})
 		return false
 	}
@@ -68,9 +129,12 @@ func (g *Gate) Metrics(ctx *fasthttp.RequestCtx) bool {
 	if g.Insecure || g.MetricsOpen || peerCert(ctx) != nil {
 		return true
 	}
+	if raw := bearer(ctx); raw != nil {
+		return g.token(ctx, raw, "")
+	}
 	refuse(ctx, fasthttp.StatusUnauthorized, refusal{
-		Code: "unauthenticated", Missing: "client certificate",
-		Error: "no credentials: /metrics needs a client certificate from the site CA (or http.metrics_open: true in the node config)",
+		Code: "unauthenticated", Missing: "client certificate or bearer token",
+		Error: "no credentials: /metrics needs a bearer token or a client certificate from the site CA (or http.metrics_open: true in the node config)",
 	})
 	return false
 }

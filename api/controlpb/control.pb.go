@@ -3120,6 +3120,362 @@ func (x *CertRevokedResponse) GetRevoked() []*RevokedCertificate {
 	return nil
 }
 
+type TokenCreateRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Targets          []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`                                              // none: any target
+	ExpiresInSeconds int64                  `protobuf:"varint,3,opt,name=expires_in_seconds,json=expiresInSeconds,proto3" json:"expires_in_seconds,omitempty"` // 0: never
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TokenCreateRequest) Reset() {
+	*x = TokenCreateRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenCreateRequest) ProtoMessage() {}
+
+func (x *TokenCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenCreateRequest.ProtoReflect.Descriptor instead.
+func (*TokenCreateRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *TokenCreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenCreateRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *TokenCreateRequest) GetExpiresInSeconds() int64 {
+	if x != nil {
+		return x.ExpiresInSeconds
+	}
+	return 0
+}
+
+type TokenCreateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenCreateResponse) Reset() {
+	*x = TokenCreateResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenCreateResponse) ProtoMessage() {}
+
+func (x *TokenCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenCreateResponse.ProtoReflect.Descriptor instead.
+func (*TokenCreateResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *TokenCreateResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenCreateResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenCreateResponse) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
+type TokenListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenListRequest) Reset() {
+	*x = TokenListRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenListRequest) ProtoMessage() {}
+
+func (x *TokenListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenListRequest.ProtoReflect.Descriptor instead.
+func (*TokenListRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{52}
+}
+
+type TokenInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Targets       []string               `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"` // 0: never
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	CreatedUnix   int64                  `protobuf:"varint,5,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenInfo) Reset() {
+	*x = TokenInfo{}
+	mi := &file_controlpb_control_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenInfo) ProtoMessage() {}
+
+func (x *TokenInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
+func (*TokenInfo) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TokenInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenInfo) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *TokenInfo) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
+func (x *TokenInfo) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *TokenInfo) GetCreatedUnix() int64 {
+	if x != nil {
+		return x.CreatedUnix
+	}
+	return 0
+}
+
+type TokenListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*TokenInfo           `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenListResponse) Reset() {
+	*x = TokenListResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenListResponse) ProtoMessage() {}
+
+func (x *TokenListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenListResponse.ProtoReflect.Descriptor instead.
+func (*TokenListResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TokenListResponse) GetTokens() []*TokenInfo {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type TokenRevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRevokeRequest) Reset() {
+	*x = TokenRevokeRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRevokeRequest) ProtoMessage() {}
+
+func (x *TokenRevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRevokeRequest.ProtoReflect.Descriptor instead.
+func (*TokenRevokeRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TokenRevokeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type TokenRevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRevokeResponse) Reset() {
+	*x = TokenRevokeResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRevokeResponse) ProtoMessage() {}
+
+func (x *TokenRevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRevokeResponse.ProtoReflect.Descriptor instead.
+func (*TokenRevokeResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{56}
+}
+
 var File_controlpb_control_proto protoreflect.FileDescriptor
 
 const file_controlpb_control_proto_rawDesc = "" +
@@ -3350,7 +3706,27 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"V\n" +
 	"\x13CertRevokedResponse\x12?\n" +
-	"\arevoked\x18\x01 \x03(\v2%.scadad.control.v1.RevokedCertificateR\arevoked2\x83\x10\n" +
+	"\arevoked\x18\x01 \x03(\v2%.scadad.control.v1.RevokedCertificateR\arevoked\"p\n" +
+	"\x12TokenCreateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\x12,\n" +
+	"\x12expires_in_seconds\x18\x03 \x01(\x03R\x10expiresInSeconds\"b\n" +
+	"\x13TokenCreateResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12!\n" +
+	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix\"\x12\n" +
+	"\x10TokenListRequest\"\x95\x01\n" +
+	"\tTokenInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\x12!\n" +
+	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12!\n" +
+	"\fcreated_unix\x18\x05 \x01(\x03R\vcreatedUnix\"I\n" +
+	"\x11TokenListResponse\x124\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x1c.scadad.control.v1.TokenInfoR\x06tokens\"(\n" +
+	"\x12TokenRevokeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13TokenRevokeResponse2\x97\x12\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -3376,7 +3752,10 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\tSFDiscard\x12\".scadad.control.v1.SFSelectRequest\x1a#.scadad.control.v1.SFSelectResponse\x12Y\n" +
 	"\n" +
 	"CertRevoke\x12$.scadad.control.v1.CertRevokeRequest\x1a%.scadad.control.v1.CertRevokeResponse\x12\\\n" +
-	"\vCertRevoked\x12%.scadad.control.v1.CertRevokedRequest\x1a&.scadad.control.v1.CertRevokedResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
+	"\vCertRevoked\x12%.scadad.control.v1.CertRevokedRequest\x1a&.scadad.control.v1.CertRevokedResponse\x12\\\n" +
+	"\vTokenCreate\x12%.scadad.control.v1.TokenCreateRequest\x1a&.scadad.control.v1.TokenCreateResponse\x12V\n" +
+	"\tTokenList\x12#.scadad.control.v1.TokenListRequest\x1a$.scadad.control.v1.TokenListResponse\x12\\\n" +
+	"\vTokenRevoke\x12%.scadad.control.v1.TokenRevokeRequest\x1a&.scadad.control.v1.TokenRevokeResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
 
 var (
 	file_controlpb_control_proto_rawDescOnce sync.Once
@@ -3390,7 +3769,7 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
@@ -3442,6 +3821,13 @@ var file_controlpb_control_proto_goTypes = []any{
 	(*CertRevokedRequest)(nil),      // 47: scadad.control.v1.CertRevokedRequest
 	(*RevokedCertificate)(nil),      // 48: scadad.control.v1.RevokedCertificate
 	(*CertRevokedResponse)(nil),     // 49: scadad.control.v1.CertRevokedResponse
+	(*TokenCreateRequest)(nil),      // 50: scadad.control.v1.TokenCreateRequest
+	(*TokenCreateResponse)(nil),     // 51: scadad.control.v1.TokenCreateResponse
+	(*TokenListRequest)(nil),        // 52: scadad.control.v1.TokenListRequest
+	(*TokenInfo)(nil),               // 53: scadad.control.v1.TokenInfo
+	(*TokenListResponse)(nil),       // 54: scadad.control.v1.TokenListResponse
+	(*TokenRevokeRequest)(nil),      // 55: scadad.control.v1.TokenRevokeRequest
+	(*TokenRevokeResponse)(nil),     // 56: scadad.control.v1.TokenRevokeResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -3454,57 +3840,64 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	38, // 7: scadad.control.v1.SFStatsResponse.targets:type_name -> scadad.control.v1.SFTargetStats
 	41, // 8: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
 	48, // 9: scadad.control.v1.CertRevokedResponse.revoked:type_name -> scadad.control.v1.RevokedCertificate
-	0,  // 10: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	5,  // 11: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	7,  // 12: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	9,  // 13: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	11, // 14: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	13, // 15: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	15, // 16: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	17, // 17: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	18, // 18: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	20, // 19: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	23, // 20: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	25, // 21: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	26, // 22: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	29, // 23: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	32, // 24: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	34, // 25: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 26: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	37, // 27: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	40, // 28: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	43, // 29: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	43, // 30: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	45, // 31: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
-	47, // 32: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
-	1,  // 33: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	6,  // 34: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	8,  // 35: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	10, // 36: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	12, // 37: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	14, // 38: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	16, // 39: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	18, // 40: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	19, // 41: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	22, // 42: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	24, // 43: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	24, // 44: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	28, // 45: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	31, // 46: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	33, // 47: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	35, // 48: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 49: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	39, // 50: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	42, // 51: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	44, // 52: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	44, // 53: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	46, // 54: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
-	49, // 55: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
-	33, // [33:56] is the sub-list for method output_type
-	10, // [10:33] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	53, // 10: scadad.control.v1.TokenListResponse.tokens:type_name -> scadad.control.v1.TokenInfo
+	0,  // 11: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 12: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 13: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 14: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 15: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 16: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 17: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 18: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 19: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 20: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 21: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 22: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 23: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 24: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 25: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 26: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 27: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 28: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 29: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 30: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 31: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	45, // 32: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
+	47, // 33: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
+	50, // 34: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
+	52, // 35: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
+	55, // 36: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
+	1,  // 37: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 38: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 39: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 40: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 41: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 42: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 43: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 44: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 45: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 46: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 47: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 48: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 49: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 50: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 51: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 52: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 53: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 54: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 55: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 56: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 57: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	46, // 58: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
+	49, // 59: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
+	51, // 60: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
+	54, // 61: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
+	56, // 62: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
+	37, // [37:63] is the sub-list for method output_type
+	11, // [11:37] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -3518,7 +3911,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

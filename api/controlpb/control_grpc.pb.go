@@ -44,6 +44,9 @@ const (
 	Control_SFDiscard_FullMethodName       = "/scadad.control.v1.Control/SFDiscard"
 	Control_CertRevoke_FullMethodName      = "/scadad.control.v1.Control/CertRevoke"
 	Control_CertRevoked_FullMethodName     = "/scadad.control.v1.Control/CertRevoked"
+	Control_TokenCreate_FullMethodName     = "/scadad.control.v1.Control/TokenCreate"
+	Control_TokenList_FullMethodName       = "/scadad.control.v1.Control/TokenList"
+	Control_TokenRevoke_FullMethodName     = "/scadad.control.v1.Control/TokenRevoke"
 )
 
 // ControlClient is the client API for Control service.
@@ -89,6 +92,11 @@ type ControlClient interface {
 	// the replicated deny list (admin); CertRevoked lists it.
 	CertRevoke(ctx context.Context, in *CertRevokeRequest, opts ...grpc.CallOption) (*CertRevokeResponse, error)
 	CertRevoked(ctx context.Context, in *CertRevokedRequest, opts ...grpc.CallOption) (*CertRevokedResponse, error)
+	// Bearer tokens for producers on the HTTP listener (admin; listing:
+	// viewer). The token is in TokenCreate's answer only, never stored.
+	TokenCreate(ctx context.Context, in *TokenCreateRequest, opts ...grpc.CallOption) (*TokenCreateResponse, error)
+	TokenList(ctx context.Context, in *TokenListRequest, opts ...grpc.CallOption) (*TokenListResponse, error)
+	TokenRevoke(ctx context.Context, in *TokenRevokeRequest, opts ...grpc.CallOption) (*TokenRevokeResponse, error)
 }
 
 type controlClient struct {
@@ -344,6 +352,36 @@ func (c *controlClient) CertRevoked(ctx context.Context, in *CertRevokedRequest,
 	return out, nil
 }
 
+func (c *controlClient) TokenCreate(ctx context.Context, in *TokenCreateRequest, opts ...grpc.CallOption) (*TokenCreateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenCreateResponse)
+	err := c.cc.Invoke(ctx, Control_TokenCreate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) TokenList(ctx context.Context, in *TokenListRequest, opts ...grpc.CallOption) (*TokenListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenListResponse)
+	err := c.cc.Invoke(ctx, Control_TokenList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) TokenRevoke(ctx context.Context, in *TokenRevokeRequest, opts ...grpc.CallOption) (*TokenRevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenRevokeResponse)
+	err := c.cc.Invoke(ctx, Control_TokenRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -387,6 +425,11 @@ type ControlServer interface {
 	// the replicated deny list (admin); CertRevoked lists it.
 	CertRevoke(context.Context, *CertRevokeRequest) (*CertRevokeResponse, error)
 	CertRevoked(context.Context, *CertRevokedRequest) (*CertRevokedResponse, error)
+	// Bearer tokens for producers on the HTTP listener (admin; listing:
+	// viewer). The token is in TokenCreate's answer only, never stored.
+	TokenCreate(context.Context, *TokenCreateRequest) (*TokenCreateResponse, error)
+	TokenList(context.Context, *TokenListRequest) (*TokenListResponse, error)
+	TokenRevoke(context.Context, *TokenRevokeRequest) (*TokenRevokeResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -465,6 +508,15 @@ func (UnimplementedControlServer) CertRevoke(context.Context, *CertRevokeRequest
 }
 func (UnimplementedControlServer) CertRevoked(context.Context, *CertRevokedRequest) (*CertRevokedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CertRevoked not implemented")
+}
+func (UnimplementedControlServer) TokenCreate(context.Context, *TokenCreateRequest) (*TokenCreateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TokenCreate not implemented")
+}
+func (UnimplementedControlServer) TokenList(context.Context, *TokenListRequest) (*TokenListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TokenList not implemented")
+}
+func (UnimplementedControlServer) TokenRevoke(context.Context, *TokenRevokeRequest) (*TokenRevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TokenRevoke not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -872,6 +924,60 @@ func _Control_CertRevoked_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_TokenCreate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).TokenCreate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_TokenCreate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).TokenCreate(ctx, req.(*TokenCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_TokenList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).TokenList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_TokenList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).TokenList(ctx, req.(*TokenListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_TokenRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).TokenRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_TokenRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).TokenRevoke(ctx, req.(*TokenRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -958,6 +1064,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CertRevoked",
 			Handler:    _Control_CertRevoked_Handler,
+		},
+		{
+			MethodName: "TokenCreate",
+			Handler:    _Control_TokenCreate_Handler,
+		},
+		{
+			MethodName: "TokenList",
+			Handler:    _Control_TokenList_Handler,
+		},
+		{
+			MethodName: "TokenRevoke",
+			Handler:    _Control_TokenRevoke_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

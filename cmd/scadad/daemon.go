@@ -334,7 +334,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			}
 			return true, ""
 		}
-		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen}
+		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen, Now: time.Now,
+			Tokens: func(hash [32]byte) (httpgate.Token, bool) {
+				t, ok := state.Access().Token(hash)
+				return httpgate.Token{Name: t.Name, Targets: t.Targets, Expires: t.Expires}, ok
+			}}
 		mux := healthMux(acting, ready, reg, cfg.HTTP.Pprof)
 		page := newConsole(cfg, srv, fwd, state, log)
 		goRun("console", page.Run)

@@ -59,6 +59,8 @@ type Command struct {
 	//	*Command_RecordFeatures
 	//	*Command_FeatureProbe
 	//	*Command_CertRevoke
+	//	*Command_TokenCreate
+	//	*Command_TokenRevoke
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -271,6 +273,24 @@ func (x *Command) GetCertRevoke() *CertRevoke {
 	return nil
 }
 
+func (x *Command) GetTokenCreate() *TokenCreate {
+	if x != nil {
+		if x, ok := x.Body.(*Command_TokenCreate); ok {
+			return x.TokenCreate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetTokenRevoke() *TokenRevoke {
+	if x != nil {
+		if x, ok := x.Body.(*Command_TokenRevoke); ok {
+			return x.TokenRevoke
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -336,6 +356,14 @@ type Command_CertRevoke struct {
 	CertRevoke *CertRevoke `protobuf:"bytes,40,opt,name=cert_revoke,json=certRevoke,proto3,oneof"`
 }
 
+type Command_TokenCreate struct {
+	TokenCreate *TokenCreate `protobuf:"bytes,41,opt,name=token_create,json=tokenCreate,proto3,oneof"`
+}
+
+type Command_TokenRevoke struct {
+	TokenRevoke *TokenRevoke `protobuf:"bytes,42,opt,name=token_revoke,json=tokenRevoke,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -365,6 +393,10 @@ func (*Command_RecordFeatures) isCommand_Body() {}
 func (*Command_FeatureProbe) isCommand_Body() {}
 
 func (*Command_CertRevoke) isCommand_Body() {}
+
+func (*Command_TokenCreate) isCommand_Body() {}
+
+func (*Command_TokenRevoke) isCommand_Body() {}
 
 // CertRevoke puts a certificate of the site CA on the replicated deny
 // list: every node refuses it at the next TLS handshake and closes its
@@ -429,6 +461,122 @@ func (x *CertRevoke) GetReason() string {
 	return ""
 }
 
+// TokenCreate stores a producer's bearer token by its SHA-256 (the token
+// itself is shown once and kept nowhere). A name already in use is
+// refused.
+type TokenCreate struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Sha256          []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`                                             // 32 bytes
+	Targets         []string               `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`                                           // none: any target
+	ExpiresUnixNano int64                  `protobuf:"varint,4,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"` // 0: never
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TokenCreate) Reset() {
+	*x = TokenCreate{}
+	mi := &file_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenCreate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenCreate) ProtoMessage() {}
+
+func (x *TokenCreate) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenCreate.ProtoReflect.Descriptor instead.
+func (*TokenCreate) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenCreate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenCreate) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *TokenCreate) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *TokenCreate) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+// TokenRevoke deletes the token called name.
+type TokenRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRevoke) Reset() {
+	*x = TokenRevoke{}
+	mi := &file_command_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRevoke) ProtoMessage() {}
+
+func (x *TokenRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRevoke.ProtoReflect.Descriptor instead.
+func (*TokenRevoke) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TokenRevoke) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type Noop struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -437,7 +585,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +597,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +610,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{2}
+	return file_command_proto_rawDescGZIP(), []int{4}
 }
 
 // PutArtifactChunk stores one chunk of a SHA-256 addressed artifact.
@@ -478,7 +626,7 @@ type PutArtifactChunk struct {
 
 func (x *PutArtifactChunk) Reset() {
 	*x = PutArtifactChunk{}
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +638,7 @@ func (x *PutArtifactChunk) String() string {
 func (*PutArtifactChunk) ProtoMessage() {}
 
 func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +651,7 @@ func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutArtifactChunk.ProtoReflect.Descriptor instead.
 func (*PutArtifactChunk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{3}
+	return file_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PutArtifactChunk) GetSha256() string {
@@ -546,7 +694,7 @@ type CommitArtifact struct {
 
 func (x *CommitArtifact) Reset() {
 	*x = CommitArtifact{}
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +706,7 @@ func (x *CommitArtifact) String() string {
 func (*CommitArtifact) ProtoMessage() {}
 
 func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +719,7 @@ func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitArtifact.ProtoReflect.Descriptor instead.
 func (*CommitArtifact) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{4}
+	return file_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommitArtifact) GetSha256() string {
@@ -611,7 +759,7 @@ type Deploy struct {
 
 func (x *Deploy) Reset() {
 	*x = Deploy{}
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +771,7 @@ func (x *Deploy) String() string {
 func (*Deploy) ProtoMessage() {}
 
 func (x *Deploy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +784,7 @@ func (x *Deploy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deploy.ProtoReflect.Descriptor instead.
 func (*Deploy) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{5}
+	return file_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Deploy) GetTarget() string {
@@ -688,7 +836,7 @@ type DeployAck struct {
 
 func (x *DeployAck) Reset() {
 	*x = DeployAck{}
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +848,7 @@ func (x *DeployAck) String() string {
 func (*DeployAck) ProtoMessage() {}
 
 func (x *DeployAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +861,7 @@ func (x *DeployAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployAck.ProtoReflect.Descriptor instead.
 func (*DeployAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{6}
+	return file_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeployAck) GetTarget() string {
@@ -762,7 +910,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +922,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +935,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KV) GetKey() string {
@@ -817,7 +965,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +977,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +990,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Message) GetId() string {
@@ -883,7 +1031,7 @@ type SFEnqueue struct {
 
 func (x *SFEnqueue) Reset() {
 	*x = SFEnqueue{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1043,7 @@ func (x *SFEnqueue) String() string {
 func (*SFEnqueue) ProtoMessage() {}
 
 func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1056,7 @@ func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueue.ProtoReflect.Descriptor instead.
 func (*SFEnqueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SFEnqueue) GetMessages() []*Message {
@@ -928,7 +1076,7 @@ type SFDelivered struct {
 
 func (x *SFDelivered) Reset() {
 	*x = SFDelivered{}
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1088,7 @@ func (x *SFDelivered) String() string {
 func (*SFDelivered) ProtoMessage() {}
 
 func (x *SFDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1101,7 @@ func (x *SFDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDelivered.ProtoReflect.Descriptor instead.
 func (*SFDelivered) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{10}
+	return file_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SFDelivered) GetIds() []string {
@@ -975,7 +1123,7 @@ type SFPark struct {
 
 func (x *SFPark) Reset() {
 	*x = SFPark{}
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1135,7 @@ func (x *SFPark) String() string {
 func (*SFPark) ProtoMessage() {}
 
 func (x *SFPark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1148,7 @@ func (x *SFPark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFPark.ProtoReflect.Descriptor instead.
 func (*SFPark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{11}
+	return file_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SFPark) GetId() string {
@@ -1037,7 +1185,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1197,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1210,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{12}
+	return file_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1091,7 +1239,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1251,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1264,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{13}
+	return file_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -1151,7 +1299,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1311,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1324,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Audit) GetKind() string {
@@ -1205,7 +1353,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1365,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1378,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -1268,7 +1416,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1428,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1441,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -1328,7 +1476,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1488,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,14 +1501,14 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{17}
+	return file_command_proto_rawDescGZIP(), []int{19}
 }
 
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xcb\b\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\xcd\t\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -1386,13 +1534,22 @@ const file_command_proto_rawDesc = "" +
 	"\x0frecord_features\x18\x16 \x01(\v2\x1d.scadad.fsm.v1.RecordFeaturesH\x00R\x0erecordFeatures\x12B\n" +
 	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbe\x12<\n" +
 	"\vcert_revoke\x18( \x01(\v2\x19.scadad.fsm.v1.CertRevokeH\x00R\n" +
-	"certRevokeB\x06\n" +
+	"certRevoke\x12?\n" +
+	"\ftoken_create\x18) \x01(\v2\x1a.scadad.fsm.v1.TokenCreateH\x00R\vtokenCreate\x12?\n" +
+	"\ftoken_revoke\x18* \x01(\v2\x1a.scadad.fsm.v1.TokenRevokeH\x00R\vtokenRevokeB\x06\n" +
 	"\x04body\"P\n" +
 	"\n" +
 	"CertRevoke\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x06\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x7f\n" +
+	"\vTokenCreate\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x18\n" +
+	"\atargets\x18\x03 \x03(\tR\atargets\x12*\n" +
+	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\"!\n" +
+	"\vTokenRevoke\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x06\n" +
 	"\x04Noop\"j\n" +
 	"\x10PutArtifactChunk\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x14\n" +
@@ -1464,50 +1621,54 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
-	(*Noop)(nil),             // 2: scadad.fsm.v1.Noop
-	(*PutArtifactChunk)(nil), // 3: scadad.fsm.v1.PutArtifactChunk
-	(*CommitArtifact)(nil),   // 4: scadad.fsm.v1.CommitArtifact
-	(*Deploy)(nil),           // 5: scadad.fsm.v1.Deploy
-	(*DeployAck)(nil),        // 6: scadad.fsm.v1.DeployAck
-	(*KV)(nil),               // 7: scadad.fsm.v1.KV
-	(*Message)(nil),          // 8: scadad.fsm.v1.Message
-	(*SFEnqueue)(nil),        // 9: scadad.fsm.v1.SFEnqueue
-	(*SFDelivered)(nil),      // 10: scadad.fsm.v1.SFDelivered
-	(*SFPark)(nil),           // 11: scadad.fsm.v1.SFPark
-	(*SFRetry)(nil),          // 12: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 13: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 14: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 15: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 16: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 17: scadad.fsm.v1.FeatureProbe
+	(*TokenCreate)(nil),      // 2: scadad.fsm.v1.TokenCreate
+	(*TokenRevoke)(nil),      // 3: scadad.fsm.v1.TokenRevoke
+	(*Noop)(nil),             // 4: scadad.fsm.v1.Noop
+	(*PutArtifactChunk)(nil), // 5: scadad.fsm.v1.PutArtifactChunk
+	(*CommitArtifact)(nil),   // 6: scadad.fsm.v1.CommitArtifact
+	(*Deploy)(nil),           // 7: scadad.fsm.v1.Deploy
+	(*DeployAck)(nil),        // 8: scadad.fsm.v1.DeployAck
+	(*KV)(nil),               // 9: scadad.fsm.v1.KV
+	(*Message)(nil),          // 10: scadad.fsm.v1.Message
+	(*SFEnqueue)(nil),        // 11: scadad.fsm.v1.SFEnqueue
+	(*SFDelivered)(nil),      // 12: scadad.fsm.v1.SFDelivered
+	(*SFPark)(nil),           // 13: scadad.fsm.v1.SFPark
+	(*SFRetry)(nil),          // 14: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 15: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 16: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 17: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 18: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 19: scadad.fsm.v1.FeatureProbe
 }
 var file_command_proto_depIdxs = []int32{
-	2,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
-	3,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
-	4,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
-	5,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
-	6,  // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
-	9,  // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
-	10, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
-	11, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	12, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	13, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	14, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	15, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	16, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	17, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	4,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
+	5,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
+	6,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
+	7,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
+	8,  // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
+	11, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
+	12, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
+	13, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
+	14, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	15, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	16, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	17, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	18, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	19, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
 	1,  // 14: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
-	7,  // 15: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	8,  // 16: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	2,  // 15: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
+	3,  // 16: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
+	9,  // 17: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	10, // 18: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1531,6 +1692,8 @@ func file_command_proto_init() {
 		(*Command_RecordFeatures)(nil),
 		(*Command_FeatureProbe)(nil),
 		(*Command_CertRevoke)(nil),
+		(*Command_TokenCreate)(nil),
+		(*Command_TokenRevoke)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1538,7 +1701,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

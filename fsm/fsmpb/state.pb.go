@@ -859,6 +859,91 @@ func (x *RevokedCert) GetLogIndex() uint64 {
 	return 0
 }
 
+// TokenRecord is one bearer token, stored by its hash.
+type TokenRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Sha256          []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Targets         []string               `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	ExpiresUnixNano int64                  `protobuf:"varint,4,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	Actor           string                 `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	StampUnixNano   int64                  `protobuf:"varint,6,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TokenRecord) Reset() {
+	*x = TokenRecord{}
+	mi := &file_state_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRecord) ProtoMessage() {}
+
+func (x *TokenRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
+func (*TokenRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TokenRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenRecord) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *TokenRecord) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *TokenRecord) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *TokenRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *TokenRecord) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -927,7 +1012,14 @@ const file_state_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x05 \x01(\x03R\rstampUnixNano\x12\x1b\n" +
-	"\tlog_index\x18\x06 \x01(\x04R\blogIndex*b\n" +
+	"\tlog_index\x18\x06 \x01(\x04R\blogIndex\"\xbd\x01\n" +
+	"\vTokenRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x18\n" +
+	"\atargets\x18\x03 \x03(\tR\atargets\x12*\n" +
+	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x06 \x01(\x03R\rstampUnixNano*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -946,7 +1038,7 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_state_proto_goTypes = []any{
 	(MessageState)(0),       // 0: scadad.fsm.v1.MessageState
 	(*StoredMessage)(nil),   // 1: scadad.fsm.v1.StoredMessage
@@ -959,10 +1051,11 @@ var file_state_proto_goTypes = []any{
 	(*AuditRecord)(nil),     // 8: scadad.fsm.v1.AuditRecord
 	(*NodeFeatures)(nil),    // 9: scadad.fsm.v1.NodeFeatures
 	(*RevokedCert)(nil),     // 10: scadad.fsm.v1.RevokedCert
-	(*KV)(nil),              // 11: scadad.fsm.v1.KV
+	(*TokenRecord)(nil),     // 11: scadad.fsm.v1.TokenRecord
+	(*KV)(nil),              // 12: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	11, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	12, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
 	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
 	2,  // [2:2] is the sub-list for method output_type
 	2,  // [2:2] is the sub-list for method input_type
@@ -983,7 +1076,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
