@@ -527,8 +527,11 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules, relay *
 		if _, err := w.Write(out); err != nil {
 			return err
 		}
-		// Several messages already read go on in one write.
-		if r.Buffered() == 0 {
+		// Several messages already read go on in one write; but an
+		// OpenSecureChannel goes at once: the client's next message waits
+		// for its answer (channelRelay.awaitOpen), and would otherwise
+		// wait for an answer to a request still in this buffer.
+		if kind == "OPN" || r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
 				return err
 			}
