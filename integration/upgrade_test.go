@@ -144,21 +144,8 @@ func TestMixedVersionWitnessSiteAndRollingUpgrade(t *testing.T) {
 	waitRole(t, c, b, "standby", 30*time.Second)
 	deploySite(t, c, testcluster.SiteConfig("upgrade", map[string]string{"sink": sink.URL}, 1000))
 
-	acked := map[string]bool{}
-	add := func(m map[string]bool) {
-		for id := range m {
-			acked[id] = true
-		}
-	}
-	add(enqueueNumbered(t, a, "mixed-old-active", 20))
-	add(enqueueNumbered(t, b, "mixed-via-new-standby", 20))
-	failoverTo(t, c, b)
-	add(enqueueNumbered(t, b, "mixed-new-active", 20))
-	add(enqueueNumbered(t, a, "mixed-via-old-standby", 20))
-	deploySite(t, c, testcluster.SiteConfig("upgrade-2", map[string]string{"sink": sink.URL}, 1000))
-	failoverTo(t, c, a)
-	add(enqueueNumbered(t, a, "mixed-back", 20))
-	checkDelivered(t, sink, keys(acked), 30*time.Second)
+	acked := ackedIDs{}
+	acked.add(mixedPhase(t, c, sink, a, b, "mixed"))
 	if lvl, low := clusterLevel(t, c, b); lvl != 1 {
 		t.Fatalf("mixed cluster at feature level %d (lowest %s), want 1", lvl, low)
 	}
@@ -193,7 +180,7 @@ func TestMixedVersionWitnessSiteAndRollingUpgrade(t *testing.T) {
 	if len(rolled) == 0 {
 		t.Fatal("the producer got nothing acknowledged during the upgrade")
 	}
-	add(rolled)
+	acked.add(rolled)
 	checkDelivered(t, sink, keys(acked), 60*time.Second)
 	t.Logf("rolling upgrade: %d messages acknowledged during it, all delivered; spans without an Active: %v", len(rolled), spans)
 	// One voter restart (node-a, after the failover) is planned as a
@@ -202,6 +189,34 @@ func TestMixedVersionWitnessSiteAndRollingUpgrade(t *testing.T) {
 	if len(spans) > 2 {
 		t.Fatalf("%d spans without an Active during the upgrade (%v), want at most one per upgraded voter", len(spans), spans)
 	}
+}
+
+// ackedIDs collects the ids producers had acknowledged.
+type ackedIDs map[string]bool
+
+func (a ackedIDs) add(m map[string]bool) {
+	for id := range m {
+		a[id] = true
+	}
+}
+
+// mixedPhase runs a mixed cluster's work with the previous release's
+// node old Active and this build's node cur Standby: enqueues through
+// both, a failover to cur, enqueues through both again, a deploy through
+// the new Active, a failover back; every acknowledged message delivered.
+func mixedPhase(t *testing.T, c *testcluster.Cluster, sink *testcluster.Sink, old, cur *testcluster.Node, prefix string) map[string]bool {
+	t.Helper()
+	acked := ackedIDs{}
+	acked.add(enqueueNumbered(t, old, prefix+"-old-active", 20))
+	acked.add(enqueueNumbered(t, cur, prefix+"-via-new-standby", 20))
+	failoverTo(t, c, cur)
+	acked.add(enqueueNumbered(t, cur, prefix+"-new-active", 20))
+	acked.add(enqueueNumbered(t, old, prefix+"-via-old-standby", 20))
+	deploySite(t, c, testcluster.SiteConfig(prefix+"-2", map[string]string{"sink": sink.URL}, 1000))
+	failoverTo(t, c, old)
+	acked.add(enqueueNumbered(t, old, prefix+"-back", 20))
+	checkDelivered(t, sink, keys(acked), 30*time.Second)
+	return acked
 }
 
 func keys(m map[string]bool) []string {
@@ -231,19 +246,8 @@ func TestMixedVersionBarePairAndRollingUpgrade(t *testing.T) {
 	waitRole(t, c, b, "standby", 30*time.Second)
 	deploySite(t, c, testcluster.SiteConfig("upgrade-pair", map[string]string{"sink": sink.URL}, 1000))
 
-	acked := map[string]bool{}
-	add := func(m map[string]bool) {
-		for id := range m {
-			acked[id] = true
-		}
-	}
-	add(enqueueNumbered(t, a, "pair-old-active", 20))
-	add(enqueueNumbered(t, b, "pair-via-new-standby", 20))
-	failoverTo(t, c, b)
-	add(enqueueNumbered(t, b, "pair-new-active", 20))
-	add(enqueueNumbered(t, a, "pair-via-old-standby", 20))
-	failoverTo(t, c, a)
-	checkDelivered(t, sink, keys(acked), 30*time.Second)
+	acked := ackedIDs{}
+	acked.add(mixedPhase(t, c, sink, a, b, "pair"))
 
 	stop := make(chan struct{})
 	produced := workload(c, 2, "pair-rolling", stop)
@@ -278,7 +282,7 @@ func TestMixedVersionBarePairAndRollingUpgrade(t *testing.T) {
 	if len(rolled) == 0 {
 		t.Fatal("the producer got nothing acknowledged during the upgrade")
 	}
-	add(rolled)
+	acked.add(rolled)
 	checkDelivered(t, sink, keys(acked), 60*time.Second)
 	t.Logf("bare pair rolling upgrade: %d messages acknowledged during it, all delivered; spans without an Active: %v", len(rolled), spans)
 	// Two restarts (each may wait out override_after against the
