@@ -302,13 +302,25 @@ var roleColors = map[string]string{
 // red bands with their names.
 func (rep *report) svg() string {
 	h := rep.hist
-	const left, width, rowH, top = 90.0, 1400.0, 46.0, 40.0
+	const left, rowH, top = 90.0, 46.0, 40.0
 	span := h.End.Sub(h.Start).Seconds()
 	if span <= 0 {
 		span = 1
 	}
+	// At least pxPerSecond: a soak of 300 rounds gets a wide picture to
+	// scroll through, not a squeezed one whose faults pile up.
+	width := max(1400, span*pxPerSecond)
 	x := func(t time.Time) float64 { return left + width*t.Sub(h.Start).Seconds()/span }
-	height := top + rowH*float64(len(h.Nodes)) + 70
+	var labels []label
+	for _, ev := range h.Events {
+		text := ev.Kind
+		if len(ev.Targets) > 0 {
+			text += " " + strings.Join(ev.Targets, ",")
+		}
+		labels = append(labels, label{X: x(ev.Start), Width: labelWidth(text), Text: text})
+	}
+	lanes := layoutLabels(labels)
+	height := top + rowH*float64(len(h.Nodes)) + 20 + labelLaneH*float64(lanes) + 10
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", left+width+20, height)
 	fmt.Fprintf(&b, `<text x="4" y="14">seed %d, mode %s, %d rounds, %s. green=active blue=standby grey=witness orange=detached light=no answer; bars=deliveries per 0.5 s under the node's epochs; red=faults</text>`+"\n", h.Seed, h.Mode, rep.Rounds, rep.DurationText)
@@ -386,11 +398,12 @@ func (rep *report) svg() string {
 			end = h.End
 		}
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#d32f2f" fill-opacity="0.18"/>`+"\n", x(ev.Start), top-4, max(x(end)-x(ev.Start), 1), bottom-top+4)
-		label := ev.Kind
-		if len(ev.Targets) > 0 {
-			label += " " + strings.Join(ev.Targets, ",")
-		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" fill="#b71c1c" font-size="9" transform="rotate(30 %.1f %.0f)">%s</text>`+"\n", x(ev.Start), bottom+10+float64(i%2)*8, x(ev.Start), bottom+10+float64(i%2)*8, html.EscapeString(label))
+		// Each label sits in the lane layoutLabels gave it, with a tick
+		// from the fault's start down to it.
+		l := labels[i]
+		y := bottom + 20 + labelLaneH*float64(l.Lane)
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#b71c1c" stroke-width="0.5" stroke-opacity="0.5"/>`+"\n", l.X, l.X, bottom, y-8)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" fill="#b71c1c" font-size="9"><title>%s</title>%s</text>`+"\n", l.X, y, html.EscapeString(l.Text), html.EscapeString(l.Text))
 	}
 	// Time axis every 10 s.
 	for s := 0.0; s <= span; s += 10 {
@@ -399,4 +412,51 @@ func (rep *report) svg() string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// pxPerSecond is the timeline's least horizontal scale: 10 s between axis
+// ticks is then 40 px, room for their labels.
+const pxPerSecond = 4.0
+
+// labelLaneH is the height of one lane of fault labels (font size 9).
+const labelLaneH = 11.0
+
+// label is one fault's name on the timeline: it starts at X and is Width
+// wide; layoutLabels sets its Lane.
+type label struct {
+	X, Width float64
+	Text     string
+	Lane     int
+}
+
+// labelWidth estimates the width of text at font size 9 (sans-serif
+// averages well under 0.6 em a character; 0.62 em keeps a margin).
+func labelWidth(text string) float64 { return float64(len([]rune(text)))*9*0.62 + 4 }
+
+// layoutLabels puts each label in the first lane (from the top) where it
+// starts after the previous label in that lane ends, so no two labels
+// overlap however dense the faults; it returns the number of lanes.
+func layoutLabels(ls []label) int {
+	order := make([]int, len(ls))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ls[order[a]].X < ls[order[b]].X })
+	var ends []float64 // per lane, where its last label ends
+	for _, i := range order {
+		l := &ls[i]
+		l.Lane = -1
+		for lane, end := range ends {
+			if l.X >= end {
+				l.Lane = lane
+				break
+			}
+		}
+		if l.Lane < 0 {
+			l.Lane = len(ends)
+			ends = append(ends, 0)
+		}
+		ends[l.Lane] = l.X + l.Width
+	}
+	return len(ends)
 }
