@@ -187,24 +187,8 @@ func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
 	}
 	writeLeaf(t, c, "foreign", foreign.Clients["feed"])
 
-	post := func(cl *http.Client, url, id string) (int, string, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(id))
-		req.Header.Set("Idempotency-Key", id)
-		resp, err := cl.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body), nil
-	}
-	client := func(name string) *http.Client {
-		cl, err := c.HTTPClient(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
+	post := func(cl *http.Client, url, id string) (int, string, error) { return postEnqueue(ctx, cl, url, id) }
+	client := func(name string) *http.Client { return client(t, c, name) }
 	for _, n := range []*testcluster.Node{active} {
 		sinkURL := n.URL("/v1/sf/sink")
 		plain := "http://" + n.HTTPAddr + "/v1/sf/sink"
