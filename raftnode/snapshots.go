@@ -43,17 +43,33 @@ func openSnapshotStore(parent string, retain int, hlog *hclogAdapter, log zerolo
 	return s, nil
 }
 
-// removePartial deletes the snapshot folders still named "<id>.tmp".
-func (s *snapshotStore) removePartial() error {
+// folders lists the snapshot store's folders (none before the first
+// snapshot).
+func (s *snapshotStore) folders() ([]os.DirEntry, error) {
 	entries, err := os.ReadDir(s.dir)
 	if os.IsNotExist(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("list snapshots in %s: %w", s.dir, err)
+		return nil, fmt.Errorf("list snapshots in %s: %w", s.dir, err)
 	}
+	folders := entries[:0]
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+		if e.IsDir() {
+			folders = append(folders, e)
+		}
+	}
+	return folders, nil
+}
+
+// removePartial deletes the snapshot folders still named "<id>.tmp".
+func (s *snapshotStore) removePartial() error {
+	folders, err := s.folders()
+	if err != nil {
+		return err
+	}
+	for _, e := range folders {
+		if !strings.HasSuffix(e.Name(), ".tmp") {
 			continue
 		}
 		path := filepath.Join(s.dir, e.Name())
@@ -72,17 +88,11 @@ var ErrDamagedSnapshot = errors.New("raft snapshot is damaged")
 
 // checkMetas reads every snapshot's meta.json as raft will.
 func (s *snapshotStore) checkMetas() error {
-	entries, err := os.ReadDir(s.dir)
-	if os.IsNotExist(err) {
-		return nil
-	}
+	folders, err := s.folders()
 	if err != nil {
-		return fmt.Errorf("list snapshots in %s: %w", s.dir, err)
+		return err
 	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
+	for _, e := range folders {
 		path := filepath.Join(s.dir, e.Name(), "meta.json")
 		data, err := os.ReadFile(path)
 		if err != nil {
