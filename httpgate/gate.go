@@ -35,7 +35,12 @@ type Gate struct {
 	MetricsOpen bool
 	// Tokens looks bearer tokens up (nil: none are accepted).
 	Tokens TokenLookup
-	Now    func() time.Time
+	// Revoked says whether a client certificate is on the deny list (nil:
+	// none is). The handshake refuses a revoked certificate and its open
+	// connections are closed when the revocation applies; this catches a
+	// request already read from such a connection in between.
+	Revoked func(*x509.Certificate) bool
+	Now     func() time.Time
 }
 
 var bearerPrefix = []byte("bearer ")
@@ -103,6 +108,9 @@ func (g *Gate) Enqueue(ctx *fasthttp.RequestCtx, target string) bool {
 		})
 		return false
 	}
+	if g.revoked(ctx, cert) {
+		return false
+	}
 	role, err := pki.CertRole(cert)
 	if err != nil {
 		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: err.Error()})
@@ -126,8 +134,11 @@ func (g *Gate) Enqueue(ctx *fasthttp.RequestCtx, target string) bool {
 // Metrics reports whether the request may read /metrics; when not, it has
 // written the refusal.
 func (g *Gate) Metrics(ctx *fasthttp.RequestCtx) bool {
-	if g.Insecure || g.MetricsOpen || peerCert(ctx) != nil {
+	if g.Insecure || g.MetricsOpen {
 		return true
+	}
+	if cert := peerCert(ctx); cert != nil {
+		return !g.revoked(ctx, cert)
 	}
 	if raw := bearer(ctx); raw != nil {
 		return g.token(ctx, raw, "")
@@ -137,6 +148,16 @@ func (g *Gate) Metrics(ctx *fasthttp.RequestCtx) bool {
 		Error: "no credentials: /metrics needs a bearer token or a client certificate from the site CA (or http.metrics_open: true in the node config)",
 	})
 	return false
+}
+
+// revoked refuses a revoked certificate (and says so).
+func (g *Gate) revoked(ctx *fasthttp.RequestCtx, cert *x509.Certificate) bool {
+	if g.Revoked == nil || !g.Revoked(cert) {
+		return false
+	}
+	refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden",
+		Error: fmt.Sprintf("certificate %q (serial %s) is revoked", cert.Subject.CommonName, pki.SerialHex(cert))})
+	return true
 }
 
 // peerCert is the request's verified client certificate, or nil.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -338,6 +339,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
 			Tokens: func(hash [32]byte) (httpgate.Token, bool) {
 				t, ok := state.Access().Token(hash)
 				return httpgate.Token{Name: t.Name, Targets: t.Targets, Expires: t.Expires}, ok
+			},
+			Revoked: func(c *x509.Certificate) bool {
+				acc := state.Access()
+				return len(acc.Revoked) > 0 && acc.IsRevoked(pki.SerialHex(c))
 			}}
 		mux := healthMux(acting, ready, reg, cfg.HTTP.Pprof)
 		page := newConsole(cfg, srv, fwd, state, log)
