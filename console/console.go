@@ -151,6 +151,7 @@ type Console struct {
 	samples []Sample // oldest first, at most o.Window/o.Every
 	reach   map[string]reachability
 	httpURL map[string]string // last known page address per member
+	roles   []RoleSpan        // oldest first; each node's newest may be open
 }
 
 type reachability struct {
@@ -425,6 +426,7 @@ func (c *Console) refresh(ctx context.Context) {
 		s.Pending[t.Target], s.Delivered[t.Target], s.Parked[t.Target] = t.Pending, t.DeliveredTotal, t.Parked
 	}
 	c.enqueueRates(v, s)
+	c.noteRoles(now, s.Role)
 	c.samples = append(c.samples, s)
 	if keep := int(c.o.Window / c.o.Every); len(c.samples) > keep {
 		c.samples = append(c.samples[:0], c.samples[len(c.samples)-keep:]...)
@@ -454,6 +456,78 @@ func (c *Console) enqueueRates(v *SiteView, now Sample) {
 			t.EnqueuedPerSec = in / dt
 		}
 	}
+}
+
+// RoleSpan is a stretch of time one node held one role (active, standby,
+// detached, witness, or unreachable) as this node's console saw it. The
+// spans are not replicated: they start when this console started, and the
+// replicated leader.elected entries (ActiveSpan) cover what came before.
+type RoleSpan struct {
+	Node string `json:"node"`
+	Role string `json:"role"`
+	From int64  `json:"from"` // Unix ms
+	To   int64  `json:"to"`
+	Open bool   `json:"open"`
+}
+
+// Role spans older than roleKeep, or beyond maxRoleSpans (a flapping node),
+// are forgotten: the timeline shows at most 48 hours.
+const (
+	roleKeep     = 48 * time.Hour
+	maxRoleSpans = 10000
+)
+
+// noteRoles extends each node's open span or, where its role changed,
+// closes it and opens a new one. c.mu is held.
+func (c *Console) noteRoles(now time.Time, roles map[string]string) {
+	ms := now.UnixMilli()
+	open := map[string]int{}
+	for i, s := range c.roles {
+		if s.Open {
+			open[s.Node] = i
+		}
+	}
+	ids := make([]string, 0, len(roles))
+	for id := range roles {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := roles[id]
+		if r == "" {
+			r = "unknown"
+		}
+		if i, ok := open[id]; ok {
+			c.roles[i].To = ms
+			if c.roles[i].Role == r {
+				continue
+			}
+			c.roles[i].Open = false
+		}
+		c.roles = append(c.roles, RoleSpan{Node: id, Role: r, From: ms, To: ms, Open: true})
+	}
+	cut := 0
+	for cut < len(c.roles) && (len(c.roles)-cut > maxRoleSpans || (!c.roles[cut].Open && c.roles[cut].To < ms-roleKeep.Milliseconds())) {
+		cut++
+	}
+	if cut > 0 {
+		c.roles = append(c.roles[:0], c.roles[cut:]...)
+	}
+}
+
+// rolesBetween returns the spans that overlap [from, to], cut to it.
+func (c *Console) rolesBetween(from, to int64) []RoleSpan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []RoleSpan{}
+	for _, s := range c.roles {
+		if s.To < from || s.From > to {
+			continue
+		}
+		s.From, s.To = max(s.From, from), min(s.To, to)
+		out = append(out, s)
+	}
+	return out
 }
 
 // pageURL is the status page's address on a node whose HTTP listener is
@@ -579,7 +653,8 @@ func (c *Console) getTimeline(w http.ResponseWriter, r *http.Request) {
 			spans = append(spans, s)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"from": from.UnixMilli(), "to": now.UnixMilli(), "events": events, "active": spans})
+	writeJSON(w, http.StatusOK, map[string]any{"from": from.UnixMilli(), "to": now.UnixMilli(), "events": events, "active": spans,
+		"roles": c.rolesBetween(from.UnixMilli(), now.UnixMilli())})
 }
 
 func (c *Console) getParked(w http.ResponseWriter, r *http.Request) {

@@ -233,3 +233,97 @@ func TestThePageAndItsAssetsAreServed(t *testing.T) {
 		t.Errorf("GET /nothing: %d, want 404", rec.Code)
 	}
 }
+
+// livePeer answers Status with whatever st holds, or err.
+type livePeer struct {
+	st  *controlpb.StatusResponse
+	err error
+}
+
+func (p *livePeer) Status(context.Context, *controlpb.StatusRequest, ...grpc.CallOption) (*controlpb.StatusResponse, error) {
+	return p.st, p.err
+}
+
+// The timeline's role lanes come from what the console saw: a peer that
+// was unreachable, came back as Standby and took over shows three spans,
+// and this node's own Active span ends when it became Standby.
+func TestTimelineRoleSpansFollowWhatTheConsoleSaw(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	peer := &livePeer{err: status.Error(codes.Unavailable, "connection refused")}
+	local := &fakeLocal{st: &controlpb.StatusResponse{NodeId: "node-b", Role: "active", ServiceLevel: 250}}
+	c := New(Options{
+		NodeID:  "node-b",
+		Members: []Member{{ID: "node-a"}, {ID: "node-b"}},
+		Local:   local,
+		Peer:    func(string) (StatusClient, error) { return peer, nil },
+		Audit:   trail{}, Now: func() time.Time { return now }, Log: zerolog.Nop(),
+	})
+	step := func(d time.Duration) { now = now.Add(d); c.refresh(context.Background()) }
+	start := now
+	c.refresh(context.Background())
+	step(10 * time.Second)
+	peer.st, peer.err = &controlpb.StatusResponse{NodeId: "node-a", Role: "standby", ServiceLevel: 200}, nil
+	step(10 * time.Second)
+	step(10 * time.Second)
+	peer.st = &controlpb.StatusResponse{NodeId: "node-a", Role: "active", ServiceLevel: 250}
+	local.st = &controlpb.StatusResponse{NodeId: "node-b", Role: "standby", ServiceLevel: 200}
+	step(10 * time.Second)
+
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/api/timeline?hours=1", nil))
+	var tl struct {
+		Roles []RoleSpan `json:"roles"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &tl); err != nil {
+		t.Fatalf("timeline: %v (%s)", err, rec.Body)
+	}
+	ms := func(d time.Duration) int64 { return start.Add(d).UnixMilli() }
+	want := map[string][]RoleSpan{
+		"node-a": {
+			{Node: "node-a", Role: "unreachable", From: ms(0), To: ms(20 * time.Second)},
+			{Node: "node-a", Role: "standby", From: ms(20 * time.Second), To: ms(40 * time.Second)},
+			{Node: "node-a", Role: "active", From: ms(40 * time.Second), To: ms(40 * time.Second), Open: true},
+		},
+		"node-b": {
+			{Node: "node-b", Role: "active", From: ms(0), To: ms(40 * time.Second)},
+			{Node: "node-b", Role: "standby", From: ms(40 * time.Second), To: ms(40 * time.Second), Open: true},
+		},
+	}
+	got := map[string][]RoleSpan{}
+	for _, s := range tl.Roles {
+		got[s.Node] = append(got[s.Node], s)
+	}
+	for node, w := range want {
+		if len(got[node]) != len(w) {
+			t.Errorf("%s spans %+v, want %+v", node, got[node], w)
+			continue
+		}
+		for i := range w {
+			if got[node][i] != w[i] {
+				t.Errorf("%s span %d: %+v, want %+v", node, i, got[node][i], w[i])
+			}
+		}
+	}
+}
+
+// A node that flaps for ever does not grow the console's memory.
+func TestRoleSpansAreBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	c := New(Options{NodeID: "node-b", Now: func() time.Time { return now }, Log: zerolog.Nop()})
+	for i := range maxRoleSpans + 500 {
+		now = now.Add(time.Second)
+		role := "standby"
+		if i%2 == 0 {
+			role = "unreachable"
+		}
+		c.mu.Lock()
+		c.noteRoles(now, map[string]string{"node-a": role})
+		c.mu.Unlock()
+	}
+	if len(c.roles) > maxRoleSpans {
+		t.Errorf("%d role spans kept, want at most %d", len(c.roles), maxRoleSpans)
+	}
+	if last := c.roles[len(c.roles)-1]; !last.Open || last.To != now.UnixMilli() {
+		t.Errorf("newest span %+v, want open until now", last)
+	}
+}

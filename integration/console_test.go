@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,6 +84,10 @@ type pageState struct {
 	Pending map[string]string
 	Events  []string
 	Buttons int
+	// Roles are the timeline's role lanes ("node role"), Enqueue the
+	// series names on the enqueue-rate chart.
+	Roles   []string
+	Enqueue []string
 }
 
 const readPage = `(() => {
@@ -94,8 +99,10 @@ const readPage = `(() => {
   const pending = {};
   for (const tr of document.querySelectorAll("#targets tbody tr")) pending[tr.dataset.target] = tr.querySelector("td.pending").innerText.trim();
   const events = [...document.querySelectorAll("#timeline g.event")].map(g => g.dataset.kind + " " + g.dataset.actor);
+  const roles = [...document.querySelectorAll("#timeline rect.role")].map(r => r.dataset.node + " " + r.dataset.role);
+  const enqueue = [...document.querySelectorAll("#chart-enqueue polyline title")].map(t => t.textContent);
   return {URL: location.href, Nodes: nodes, Pending: pending, Events: events,
-    Buttons: document.querySelectorAll("button.retry, button.discard, button.retry-all").length};
+    Buttons: document.querySelectorAll("button.retry, button.discard, button.retry-all").length, Roles: roles, Enqueue: enqueue};
 })()`
 
 func readTab(ctx context.Context) (pageState, error) {
@@ -295,6 +302,27 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return false
 	})
 
+	// The enqueue-rate chart has the target's series.
+	waitTab(t, onActive, 15*time.Second, "the enqueue-rate chart for hist", func(s pageState) bool { return slices.Contains(s.Enqueue, "hist") })
+
+	// A second revision: its diff against the first, from the page.
+	deploySite(t, c, testcluster.SiteConfig("console", map[string]string{"hist": sink.URL}, 3))
+	click(t, onActive, `button.diff-btn[data-rev="2"]`)
+	shown(t, onActive, `#diff span.add`)
+	type diffShown struct{ Head, Added, Removed, All string }
+	diff, err := chromedp.Run(onActive, chromedp.Evaluate[diffShown](`({Head: document.querySelector("#diff b").innerText,
+	  Added: [...document.querySelectorAll("#diff span.add")].map(e => e.innerText).join("\n"),
+	  Removed: [...document.querySelectorAll("#diff span.del")].map(e => e.innerText).join("\n"),
+	  All: document.querySelector("#diff").innerText})`))
+	if err != nil {
+		t.Fatalf("read the diff: %v", err)
+	}
+	if diff.Head != "revision 1 → 2" || !strings.Contains(diff.Added, "max_attempts: 3") || !strings.Contains(diff.Removed, "max_attempts: 2") ||
+		strings.Contains(diff.Added, "Pump1") || strings.Index(diff.All, diff.Removed) > strings.Index(diff.All, diff.Added) {
+		t.Errorf("diff of revision 2 shows %+v, want max_attempts 2 removed, then 3 added, nothing else", diff)
+	}
+	screenshot(t, onActive, "5-deploy-diff")
+
 	// SIGKILL of the Active.
 	killed := time.Now()
 	c.Kill(active)
@@ -314,14 +342,21 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return false
 	})
 	t.Logf("the survivor's timeline showed %s %s after the SIGKILL", elected, time.Since(killed).Round(time.Millisecond))
-	screenshot(t, onStandby, "5-after-sigkill-of-the-active")
+	// The survivor's role lanes: the dead node went from active to
+	// unreachable, the survivor from standby to active.
+	lanes := waitTab(t, onStandby, 10*time.Second, "role lanes of the failover on the timeline", func(s pageState) bool {
+		return slices.Contains(s.Roles, active.ID+" active") && slices.Contains(s.Roles, active.ID+" unreachable") &&
+			slices.Contains(s.Roles, standby.ID+" standby") && slices.Contains(s.Roles, standby.ID+" active")
+	})
+	t.Logf("the survivor's role lanes: %v", lanes.Roles)
+	screenshot(t, onStandby, "6-after-sigkill-of-the-active")
 
 	// The tab that was open on the dead node moves to a peer.
 	moved := waitTab(t, onActive, 15*time.Second, "the page moved to a live peer", func(s pageState) bool {
 		return !strings.Contains(s.URL, active.HTTPAddr) && s.Nodes[standby.ID].Role == "active"
 	})
 	t.Logf("the page that was open on %s moved to %s", active.ID, moved.URL)
-	screenshot(t, onActive, "6-moved-to-a-peer")
+	screenshot(t, onActive, "7-moved-to-a-peer")
 }
 
 func delivered(ds []testcluster.Delivery, id string) bool {

@@ -246,8 +246,9 @@ function lineDiff(a, b) {
   let i = 0, j = 0;
   while (i < m || j < n) {
     if (i < m && j < n && a[i] === b[j]) { out.push("  " + esc(a[i])); i++; j++; }
-    else if (j < n && (i >= m || L[i][j + 1] >= L[i + 1][j])) { out.push('<span class="add">+ ' + esc(b[j]) + "</span>"); j++; }
-    else { out.push('<span class="del">- ' + esc(a[i]) + "</span>"); i++; }
+    // A change reads as the old line, then the new one.
+    else if (i < m && (j >= n || L[i + 1][j] >= L[i][j + 1])) { out.push('<span class="del">- ' + esc(a[i]) + "</span>"); i++; }
+    else { out.push('<span class="add">+ ' + esc(b[j]) + "</span>"); j++; }
   }
   return out.join("\n");
 }
@@ -256,6 +257,9 @@ function lineDiff(a, b) {
 
 const kindColor = k => k === "leader.elected" ? "#1565c0" : k === "failover" ? "#2e7d32" : k === "override" ? "#c62828" :
   k.startsWith("heal.") ? "#6a1b9a" : k === "deploy" ? "#ef6c00" : "#607d8b";
+
+const roleColor = r => r === "active" ? "#1565c0" : r === "standby" ? "#66bb6a" : r === "detached" ? "#ffa726" :
+  r === "witness" ? "#90a4ae" : r === "unreachable" ? "#c62828" : "#bdbdbd";
 
 async function pollTimeline() {
   try {
@@ -285,6 +289,14 @@ function renderTimeline(t) {
     svg += '<text x="4" y="' + (row(id) + 15) + '">' + esc(id) + "</text>";
     svg += '<rect x="' + left + '" y="' + (row(id) + 3) + '" width="' + (W - left - 10) + '" height="' + (rowH - 6) + '" fill="#eceff1"/>';
   });
+  // What this node's console saw of each node's role, under the
+  // replicated Active spans (which also cover the time before it started).
+  for (const s of t.roles || []) {
+    if (!nodes.includes(s.node)) continue;
+    svg += '<rect class="role" data-node="' + esc(s.node) + '" data-role="' + esc(s.role) + '" x="' + x(s.from) + '" y="' + (row(s.node) + 3) + '" width="' +
+      Math.max(1, x(s.to) - x(s.from)) + '" height="' + (rowH - 6) + '" fill="' + roleColor(s.role) + '"><title>' + esc(s.node) + " " + esc(s.role) + " " +
+      clock(s.from) + "–" + (s.open ? "now" : clock(s.to)) + "</title></rect>";
+  }
   for (const s of t.active) {
     svg += '<rect class="active" data-node="' + esc(s.node) + '" x="' + x(s.from) + '" y="' + (row(s.node) + 3) + '" width="' + Math.max(1, x(s.to) - x(s.from)) +
       '" height="' + (rowH - 6) + '" fill="#1565c0"><title>' + esc(s.node) + " Active " + clock(s.from) + "–" + (s.open ? "now" : clock(s.to)) + "</title></rect>";
@@ -316,7 +328,7 @@ function renderTimeline(t) {
   svg += "</svg>";
   $("#timeline").innerHTML = svg;
   const recent = t.events.slice(-8).reverse();
-  $("#timeline-legend").innerHTML = '<span style="color:#1565c0">■ Active</span><span style="color:#c62828">■ unreachable</span>' +
+  $("#timeline-legend").innerHTML = ["active", "standby", "detached", "witness", "unreachable"].map(r => '<span style="color:' + roleColor(r) + '">■ ' + r + "</span>").join("") +
     "<ul class=\"recent\">" + recent.map(e => '<li data-kind="' + esc(e.kind) + '"><span style="color:' + kindColor(e.kind) + '">●</span> ' + clock(e.at) + " <b>" + esc(e.kind) + "</b> " +
       esc(e.actor) + ": " + esc(e.detail) + "</li>").join("") + "</ul>";
 }
@@ -327,7 +339,7 @@ async function pollHistory() {
   try {
     const h = await api("/ui/api/history");
     const s = h.samples || [];
-    const sl = {}, pending = {}, rate = {};
+    const sl = {}, pending = {}, rate = {}, enq = {};
     for (const p of s) {
       for (const [n, v] of Object.entries(p.service_level || {})) (sl[n] = sl[n] || []).push([p.at, v]);
       for (const [t, v] of Object.entries(p.pending || {})) (pending[t] = pending[t] || []).push([p.at, v]);
@@ -337,11 +349,16 @@ async function pollHistory() {
       for (const [t, v] of Object.entries(s[i].delivered_total || {})) {
         const before = (s[i - 1].delivered_total || {})[t];
         if (before !== undefined && dt > 0 && v >= before) (rate[t] = rate[t] || []).push([s[i].at, (v - before) / dt]);
+        // What arrived is what is held now plus what left, less what was
+        // held before (a discard in between reads as fewer).
+        const held = p => (p.pending || {})[t] + ((p.parked || {})[t] || 0) + ((p.delivered_total || {})[t] || 0);
+        if ((s[i - 1].pending || {})[t] !== undefined && dt > 0) (enq[t] = enq[t] || []).push([s[i].at, Math.max(0, held(s[i]) - held(s[i - 1])) / dt]);
       }
     }
     lineChart($("#chart-sl"), sl, 0, 255);
     lineChart($("#chart-pending"), pending, 0);
     lineChart($("#chart-rate"), rate, 0);
+    lineChart($("#chart-enqueue"), enq, 0);
   } catch (e) { /* the site poll reports lost contact */ }
 }
 
