@@ -377,8 +377,9 @@ func (c *Client) serve(ctx context.Context, s *liveSession) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); c.streamEvents(sctx, s) }()
+	go func() { defer wg.Done(); c.streamAlarms(sctx, s) }()
 	go func() { defer wg.Done(); c.probe(sctx, s) }()
 	select {
 	case <-ctx.Done():

@@ -28,6 +28,7 @@ type recorder struct {
 	mu     sync.Mutex
 	states []gateway.State
 	events []gateway.DataChange
+	alarms []gateway.Alarm
 }
 
 func (r *recorder) DataChange(d gateway.DataChange) {

@@ -59,6 +59,8 @@ func CommandKind(c *gatewaypb.MxCommand) string {
 		return KindSubscribeBulk
 	case *gatewaypb.MxCommand_RemoveItemBulk:
 		return KindRemoveItemBulk
+	case *gatewaypb.MxCommand_SubscribeAlarms:
+		return KindSubscribeAlarms
 	default:
 		return KindUnknown
 	}

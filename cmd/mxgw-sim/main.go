@@ -5,6 +5,7 @@
 //	mxgw-sim -listen 127.0.0.1:5001 -admin 127.0.0.1:5002 -caps old -cost 120ms
 //	curl -X POST '127.0.0.1:5002/wedge?for=60s'
 //	curl 127.0.0.1:5002/stats
+//	curl -X POST '127.0.0.1:5002/alarms/raise?id=A1&source=Z28061&severity=700&condition=HiLevel'
 package main
 
 import (
@@ -44,6 +45,7 @@ func run(args []string) error {
 	change := fs.Duration("change", time.Second, "value change interval per advised item (0 = none)")
 	skipAbandoned := fs.Bool("skip-abandoned", false, "skip commands whose caller already gave up (the real STA does not)")
 	badPrefix := fs.String("bad-tag-prefix", "", "tags with this prefix fail to add")
+	alarmScript := fs.String("alarm-script", "", "file with an alarm schedule played from the start (see sim.ParseAlarmScript)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,6 +57,16 @@ func run(args []string) error {
 		capSet = sim.NewCapabilities()
 	default:
 		return fmt.Errorf("-caps must be old or new, not %q", *caps)
+	}
+	var steps []sim.AlarmStep
+	if *alarmScript != "" {
+		text, err := os.ReadFile(*alarmScript)
+		if err != nil {
+			return fmt.Errorf("-alarm-script: %w", err)
+		}
+		if steps, err = sim.ParseAlarmScript(string(text)); err != nil {
+			return fmt.Errorf("-alarm-script %s: %w", *alarmScript, err)
+		}
 	}
 	log := newLogger(os.Stderr)
 	s := sim.New(sim.Config{
@@ -71,6 +83,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(steps) > 0 {
+		go s.RunAlarmScript(ctx, steps)
+	}
 	if *admin != "" {
 		srv := &http.Server{Addr: *admin, Handler: s.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {

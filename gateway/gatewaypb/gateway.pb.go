@@ -364,6 +364,7 @@ type MxCommand struct {
 	//	*MxCommand_AdviseItemBulk
 	//	*MxCommand_SubscribeBulk
 	//	*MxCommand_RemoveItemBulk
+	//	*MxCommand_SubscribeAlarms
 	Kind          isMxCommand_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -478,6 +479,15 @@ func (x *MxCommand) GetRemoveItemBulk() *RemoveItemBulkCommand {
 	return nil
 }
 
+func (x *MxCommand) GetSubscribeAlarms() *SubscribeAlarmsCommand {
+	if x != nil {
+		if x, ok := x.Kind.(*MxCommand_SubscribeAlarms); ok {
+			return x.SubscribeAlarms
+		}
+	}
+	return nil
+}
+
 type isMxCommand_Kind interface {
 	isMxCommand_Kind()
 }
@@ -514,6 +524,11 @@ type MxCommand_RemoveItemBulk struct {
 	RemoveItemBulk *RemoveItemBulkCommand `protobuf:"bytes,31,opt,name=remove_item_bulk,json=removeItemBulk,proto3,oneof"`
 }
 
+type MxCommand_SubscribeAlarms struct {
+	// 40 and up: alarms, gated by "server-stream-active-alarms".
+	SubscribeAlarms *SubscribeAlarmsCommand `protobuf:"bytes,40,opt,name=subscribe_alarms,json=subscribeAlarms,proto3,oneof"`
+}
+
 func (*MxCommand_Ping) isMxCommand_Kind() {}
 
 func (*MxCommand_Read) isMxCommand_Kind() {}
@@ -530,6 +545,8 @@ func (*MxCommand_SubscribeBulk) isMxCommand_Kind() {}
 
 func (*MxCommand_RemoveItemBulk) isMxCommand_Kind() {}
 
+func (*MxCommand_SubscribeAlarms) isMxCommand_Kind() {}
+
 type MxCommandReply struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	SessionId           string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -544,6 +561,7 @@ type MxCommandReply struct {
 	//	*MxCommandReply_AdviseItemBulk
 	//	*MxCommandReply_SubscribeBulk
 	//	*MxCommandReply_RemoveItemBulk
+	//	*MxCommandReply_SubscribeAlarms
 	Result        isMxCommandReply_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -672,6 +690,15 @@ func (x *MxCommandReply) GetRemoveItemBulk() *RemoveItemBulkReply {
 	return nil
 }
 
+func (x *MxCommandReply) GetSubscribeAlarms() *SubscribeAlarmsReply {
+	if x != nil {
+		if x, ok := x.Result.(*MxCommandReply_SubscribeAlarms); ok {
+			return x.SubscribeAlarms
+		}
+	}
+	return nil
+}
+
 type isMxCommandReply_Result interface {
 	isMxCommandReply_Result()
 }
@@ -708,6 +735,10 @@ type MxCommandReply_RemoveItemBulk struct {
 	RemoveItemBulk *RemoveItemBulkReply `protobuf:"bytes,31,opt,name=remove_item_bulk,json=removeItemBulk,proto3,oneof"`
 }
 
+type MxCommandReply_SubscribeAlarms struct {
+	SubscribeAlarms *SubscribeAlarmsReply `protobuf:"bytes,40,opt,name=subscribe_alarms,json=subscribeAlarms,proto3,oneof"`
+}
+
 func (*MxCommandReply_Ping) isMxCommandReply_Result() {}
 
 func (*MxCommandReply_Read) isMxCommandReply_Result() {}
@@ -723,6 +754,8 @@ func (*MxCommandReply_AdviseItemBulk) isMxCommandReply_Result() {}
 func (*MxCommandReply_SubscribeBulk) isMxCommandReply_Result() {}
 
 func (*MxCommandReply_RemoveItemBulk) isMxCommandReply_Result() {}
+
+func (*MxCommandReply_SubscribeAlarms) isMxCommandReply_Result() {}
 
 // ItemStatus is one tag's (or item's) outcome inside a bulk reply: bulk
 // commands succeed or fail per item, never all-or-nothing.
@@ -1888,6 +1921,481 @@ func (x *DataChange) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
+// SubscribeAlarmsCommand subscribes the session to the alarms of one alarm
+// source (an object or a tag). Subscribing a source again is harmless: the
+// reply is the source's current conditions either way, which makes it the
+// condition refresh too.
+type SubscribeAlarmsCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerHandle  int32                  `protobuf:"varint,1,opt,name=server_handle,json=serverHandle,proto3" json:"server_handle,omitempty"`
+	Source        string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeAlarmsCommand) Reset() {
+	*x = SubscribeAlarmsCommand{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeAlarmsCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeAlarmsCommand) ProtoMessage() {}
+
+func (x *SubscribeAlarmsCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeAlarmsCommand.ProtoReflect.Descriptor instead.
+func (*SubscribeAlarmsCommand) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SubscribeAlarmsCommand) GetServerHandle() int32 {
+	if x != nil {
+		return x.ServerHandle
+	}
+	return 0
+}
+
+func (x *SubscribeAlarmsCommand) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type SubscribeAlarmsReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every alarm of the source the gateway knows, active or not yet
+	// acknowledged, at the moment the command ran.
+	Alarms        []*AlarmState `protobuf:"bytes,1,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeAlarmsReply) Reset() {
+	*x = SubscribeAlarmsReply{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeAlarmsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeAlarmsReply) ProtoMessage() {}
+
+func (x *SubscribeAlarmsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeAlarmsReply.ProtoReflect.Descriptor instead.
+func (*SubscribeAlarmsReply) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SubscribeAlarmsReply) GetAlarms() []*AlarmState {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+// AlarmState is one alarm's condition after its latest transition.
+type AlarmState struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	// The alarm source (object or tag) it belongs to.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	ConditionName string `protobuf:"bytes,3,opt,name=condition_name,json=conditionName,proto3" json:"condition_name,omitempty"`
+	// 1 (least) .. 1000 (most urgent), as OPC UA Part 9.
+	Severity uint32 `protobuf:"varint,4,opt,name=severity,proto3" json:"severity,omitempty"`
+	Message  string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Active   bool   `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
+	Acked    bool   `protobuf:"varint,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	// The condition's sub-state as the field system names it ("HiHi",
+	// "Normal", "Off", ...).
+	ConditionState string                 `protobuf:"bytes,8,opt,name=condition_state,json=conditionState,proto3" json:"condition_state,omitempty"`
+	TransitionTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=transition_time,json=transitionTime,proto3" json:"transition_time,omitempty"`
+	// Counts this alarm's transitions on the gateway, from 1.
+	TransitionSeq uint64 `protobuf:"varint,10,opt,name=transition_seq,json=transitionSeq,proto3" json:"transition_seq,omitempty"`
+	// Who acknowledged the current activation, and with what comment.
+	AckOperator   string `protobuf:"bytes,11,opt,name=ack_operator,json=ackOperator,proto3" json:"ack_operator,omitempty"`
+	AckComment    string `protobuf:"bytes,12,opt,name=ack_comment,json=ackComment,proto3" json:"ack_comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmState) Reset() {
+	*x = AlarmState{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmState) ProtoMessage() {}
+
+func (x *AlarmState) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmState.ProtoReflect.Descriptor instead.
+func (*AlarmState) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AlarmState) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmState) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AlarmState) GetConditionName() string {
+	if x != nil {
+		return x.ConditionName
+	}
+	return ""
+}
+
+func (x *AlarmState) GetSeverity() uint32 {
+	if x != nil {
+		return x.Severity
+	}
+	return 0
+}
+
+func (x *AlarmState) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AlarmState) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *AlarmState) GetAcked() bool {
+	if x != nil {
+		return x.Acked
+	}
+	return false
+}
+
+func (x *AlarmState) GetConditionState() string {
+	if x != nil {
+		return x.ConditionState
+	}
+	return ""
+}
+
+func (x *AlarmState) GetTransitionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TransitionTime
+	}
+	return nil
+}
+
+func (x *AlarmState) GetTransitionSeq() uint64 {
+	if x != nil {
+		return x.TransitionSeq
+	}
+	return 0
+}
+
+func (x *AlarmState) GetAckOperator() string {
+	if x != nil {
+		return x.AckOperator
+	}
+	return ""
+}
+
+func (x *AlarmState) GetAckComment() string {
+	if x != nil {
+		return x.AckComment
+	}
+	return ""
+}
+
+type StreamActiveAlarmsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamActiveAlarmsRequest) Reset() {
+	*x = StreamActiveAlarmsRequest{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamActiveAlarmsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamActiveAlarmsRequest) ProtoMessage() {}
+
+func (x *StreamActiveAlarmsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamActiveAlarmsRequest.ProtoReflect.Descriptor instead.
+func (*StreamActiveAlarmsRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StreamActiveAlarmsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type AlarmEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*AlarmEvent_Transition
+	Kind          isAlarmEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmEvent) Reset() {
+	*x = AlarmEvent{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmEvent) ProtoMessage() {}
+
+func (x *AlarmEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmEvent.ProtoReflect.Descriptor instead.
+func (*AlarmEvent) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AlarmEvent) GetKind() isAlarmEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *AlarmEvent) GetTransition() *AlarmState {
+	if x != nil {
+		if x, ok := x.Kind.(*AlarmEvent_Transition); ok {
+			return x.Transition
+		}
+	}
+	return nil
+}
+
+type isAlarmEvent_Kind interface {
+	isAlarmEvent_Kind()
+}
+
+type AlarmEvent_Transition struct {
+	Transition *AlarmState `protobuf:"bytes,1,opt,name=transition,proto3,oneof"`
+}
+
+func (*AlarmEvent_Transition) isAlarmEvent_Kind() {}
+
+type AcknowledgeAlarmRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	AlarmId   string                 `protobuf:"bytes,2,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Comment   string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	// The operator identity the acknowledgement is made as.
+	Operator string `protobuf:"bytes,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	// The acknowledger's fencing epoch, "cluster.term" (also sent as the
+	// x-scadad-epoch metadata, as on writes): a gateway that saw a newer
+	// epoch refuses it FAILED_PRECONDITION.
+	Epoch         string `protobuf:"bytes,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeAlarmRequest) Reset() {
+	*x = AcknowledgeAlarmRequest{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeAlarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeAlarmRequest) ProtoMessage() {}
+
+func (x *AcknowledgeAlarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeAlarmRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeAlarmRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AcknowledgeAlarmRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcknowledgeAlarmRequest) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AcknowledgeAlarmRequest) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *AcknowledgeAlarmRequest) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *AcknowledgeAlarmRequest) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+type AcknowledgeAlarmReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Alarm         *AlarmState            `protobuf:"bytes,1,opt,name=alarm,proto3" json:"alarm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeAlarmReply) Reset() {
+	*x = AcknowledgeAlarmReply{}
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeAlarmReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeAlarmReply) ProtoMessage() {}
+
+func (x *AcknowledgeAlarmReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_gatewaypb_gateway_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeAlarmReply.ProtoReflect.Descriptor instead.
+func (*AcknowledgeAlarmReply) Descriptor() ([]byte, []int) {
+	return file_gateway_gatewaypb_gateway_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AcknowledgeAlarmReply) GetAlarm() *AlarmState {
+	if x != nil {
+		return x.Alarm
+	}
+	return nil
+}
+
 var File_gateway_gatewaypb_gateway_proto protoreflect.FileDescriptor
 
 const file_gateway_gatewaypb_gateway_proto_rawDesc = "" +
@@ -1916,7 +2424,7 @@ const file_gateway_gatewaypb_gateway_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\x15client_correlation_id\x18\x02 \x01(\tR\x13clientCorrelationId\x126\n" +
-	"\acommand\x18\x03 \x01(\v2\x1c.scadad.gateway.v1.MxCommandR\acommand\"\xe1\x04\n" +
+	"\acommand\x18\x03 \x01(\v2\x1c.scadad.gateway.v1.MxCommandR\acommand\"\xb9\x05\n" +
 	"\tMxCommand\x124\n" +
 	"\x04ping\x18\n" +
 	" \x01(\v2\x1e.scadad.gateway.v1.PingCommandH\x00R\x04ping\x124\n" +
@@ -1926,8 +2434,9 @@ const file_gateway_gatewaypb_gateway_proto_rawDesc = "" +
 	"\radd_item_bulk\x18\x1c \x01(\v2%.scadad.gateway.v1.AddItemBulkCommandH\x00R\vaddItemBulk\x12T\n" +
 	"\x10advise_item_bulk\x18\x1d \x01(\v2(.scadad.gateway.v1.AdviseItemBulkCommandH\x00R\x0eadviseItemBulk\x12P\n" +
 	"\x0esubscribe_bulk\x18\x1e \x01(\v2'.scadad.gateway.v1.SubscribeBulkCommandH\x00R\rsubscribeBulk\x12T\n" +
-	"\x10remove_item_bulk\x18\x1f \x01(\v2(.scadad.gateway.v1.RemoveItemBulkCommandH\x00R\x0eremoveItemBulkB\x06\n" +
-	"\x04kind\"\xab\x05\n" +
+	"\x10remove_item_bulk\x18\x1f \x01(\v2(.scadad.gateway.v1.RemoveItemBulkCommandH\x00R\x0eremoveItemBulk\x12V\n" +
+	"\x10subscribe_alarms\x18( \x01(\v2).scadad.gateway.v1.SubscribeAlarmsCommandH\x00R\x0fsubscribeAlarmsB\x06\n" +
+	"\x04kind\"\x81\x06\n" +
 	"\x0eMxCommandReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
@@ -1940,7 +2449,8 @@ const file_gateway_gatewaypb_gateway_proto_rawDesc = "" +
 	"\radd_item_bulk\x18\x1c \x01(\v2#.scadad.gateway.v1.AddItemBulkReplyH\x00R\vaddItemBulk\x12R\n" +
 	"\x10advise_item_bulk\x18\x1d \x01(\v2&.scadad.gateway.v1.AdviseItemBulkReplyH\x00R\x0eadviseItemBulk\x12N\n" +
 	"\x0esubscribe_bulk\x18\x1e \x01(\v2%.scadad.gateway.v1.SubscribeBulkReplyH\x00R\rsubscribeBulk\x12R\n" +
-	"\x10remove_item_bulk\x18\x1f \x01(\v2&.scadad.gateway.v1.RemoveItemBulkReplyH\x00R\x0eremoveItemBulkB\b\n" +
+	"\x10remove_item_bulk\x18\x1f \x01(\v2&.scadad.gateway.v1.RemoveItemBulkReplyH\x00R\x0eremoveItemBulk\x12T\n" +
+	"\x10subscribe_alarms\x18( \x01(\v2'.scadad.gateway.v1.SubscribeAlarmsReplyH\x00R\x0fsubscribeAlarmsB\b\n" +
 	"\x06result\"t\n" +
 	"\n" +
 	"ItemStatus\x12\x1f\n" +
@@ -2018,12 +2528,53 @@ const file_gateway_gatewaypb_gateway_proto_rawDesc = "" +
 	"tagAddress\x12.\n" +
 	"\x05value\x18\x04 \x01(\v2\x18.scadad.gateway.v1.ValueR\x05value\x12\x18\n" +
 	"\aquality\x18\x05 \x01(\x05R\aquality\x128\n" +
-	"\ttimestamp\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp2\xf2\x02\n" +
+	"\ttimestamp\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"U\n" +
+	"\x16SubscribeAlarmsCommand\x12#\n" +
+	"\rserver_handle\x18\x01 \x01(\x05R\fserverHandle\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"M\n" +
+	"\x14SubscribeAlarmsReply\x125\n" +
+	"\x06alarms\x18\x01 \x03(\v2\x1d.scadad.gateway.v1.AlarmStateR\x06alarms\"\xa3\x03\n" +
+	"\n" +
+	"AlarmState\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12%\n" +
+	"\x0econdition_name\x18\x03 \x01(\tR\rconditionName\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\rR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\x12\x14\n" +
+	"\x05acked\x18\a \x01(\bR\x05acked\x12'\n" +
+	"\x0fcondition_state\x18\b \x01(\tR\x0econditionState\x12C\n" +
+	"\x0ftransition_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0etransitionTime\x12%\n" +
+	"\x0etransition_seq\x18\n" +
+	" \x01(\x04R\rtransitionSeq\x12!\n" +
+	"\fack_operator\x18\v \x01(\tR\vackOperator\x12\x1f\n" +
+	"\vack_comment\x18\f \x01(\tR\n" +
+	"ackComment\":\n" +
+	"\x19StreamActiveAlarmsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"U\n" +
+	"\n" +
+	"AlarmEvent\x12?\n" +
+	"\n" +
+	"transition\x18\x01 \x01(\v2\x1d.scadad.gateway.v1.AlarmStateH\x00R\n" +
+	"transitionB\x06\n" +
+	"\x04kind\"\x9f\x01\n" +
+	"\x17AcknowledgeAlarmRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\balarm_id\x18\x02 \x01(\tR\aalarmId\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\tR\boperator\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\tR\x05epoch\"L\n" +
+	"\x15AcknowledgeAlarmReply\x123\n" +
+	"\x05alarm\x18\x01 \x01(\v2\x1d.scadad.gateway.v1.AlarmStateR\x05alarm2\xc1\x04\n" +
 	"\x0fMxAccessGateway\x12Y\n" +
 	"\vOpenSession\x12%.scadad.gateway.v1.OpenSessionRequest\x1a#.scadad.gateway.v1.OpenSessionReply\x12\\\n" +
 	"\fCloseSession\x12&.scadad.gateway.v1.CloseSessionRequest\x1a$.scadad.gateway.v1.CloseSessionReply\x12P\n" +
 	"\x06Invoke\x12#.scadad.gateway.v1.MxCommandRequest\x1a!.scadad.gateway.v1.MxCommandReply\x12T\n" +
-	"\fStreamEvents\x12&.scadad.gateway.v1.StreamEventsRequest\x1a\x1a.scadad.gateway.v1.MxEvent0\x01B,Z*github.com/scadad/scadad/gateway/gatewaypbb\x06proto3"
+	"\fStreamEvents\x12&.scadad.gateway.v1.StreamEventsRequest\x1a\x1a.scadad.gateway.v1.MxEvent0\x01\x12c\n" +
+	"\x12StreamActiveAlarms\x12,.scadad.gateway.v1.StreamActiveAlarmsRequest\x1a\x1d.scadad.gateway.v1.AlarmEvent0\x01\x12h\n" +
+	"\x10AcknowledgeAlarm\x12*.scadad.gateway.v1.AcknowledgeAlarmRequest\x1a(.scadad.gateway.v1.AcknowledgeAlarmReplyB,Z*github.com/scadad/scadad/gateway/gatewaypbb\x06proto3"
 
 var (
 	file_gateway_gatewaypb_gateway_proto_rawDescOnce sync.Once
@@ -2037,42 +2588,49 @@ func file_gateway_gatewaypb_gateway_proto_rawDescGZIP() []byte {
 	return file_gateway_gatewaypb_gateway_proto_rawDescData
 }
 
-var file_gateway_gatewaypb_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_gateway_gatewaypb_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_gateway_gatewaypb_gateway_proto_goTypes = []any{
-	(*OpenSessionRequest)(nil),       // 0: scadad.gateway.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),         // 1: scadad.gateway.v1.OpenSessionReply
-	(*CloseSessionRequest)(nil),      // 2: scadad.gateway.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),        // 3: scadad.gateway.v1.CloseSessionReply
-	(*MxCommandRequest)(nil),         // 4: scadad.gateway.v1.MxCommandRequest
-	(*MxCommand)(nil),                // 5: scadad.gateway.v1.MxCommand
-	(*MxCommandReply)(nil),           // 6: scadad.gateway.v1.MxCommandReply
-	(*ItemStatus)(nil),               // 7: scadad.gateway.v1.ItemStatus
-	(*PingCommand)(nil),              // 8: scadad.gateway.v1.PingCommand
-	(*PingReply)(nil),                // 9: scadad.gateway.v1.PingReply
-	(*AddItemBulkCommand)(nil),       // 10: scadad.gateway.v1.AddItemBulkCommand
-	(*AddItemBulkReply)(nil),         // 11: scadad.gateway.v1.AddItemBulkReply
-	(*AdviseSupervisoryCommand)(nil), // 12: scadad.gateway.v1.AdviseSupervisoryCommand
-	(*AdviseSupervisoryReply)(nil),   // 13: scadad.gateway.v1.AdviseSupervisoryReply
-	(*AdviseItemBulkCommand)(nil),    // 14: scadad.gateway.v1.AdviseItemBulkCommand
-	(*AdviseItemBulkReply)(nil),      // 15: scadad.gateway.v1.AdviseItemBulkReply
-	(*SubscribeBulkCommand)(nil),     // 16: scadad.gateway.v1.SubscribeBulkCommand
-	(*SubscribeBulkReply)(nil),       // 17: scadad.gateway.v1.SubscribeBulkReply
-	(*RemoveItemBulkCommand)(nil),    // 18: scadad.gateway.v1.RemoveItemBulkCommand
-	(*RemoveItemBulkReply)(nil),      // 19: scadad.gateway.v1.RemoveItemBulkReply
-	(*ReadCommand)(nil),              // 20: scadad.gateway.v1.ReadCommand
-	(*ReadReply)(nil),                // 21: scadad.gateway.v1.ReadReply
-	(*WriteCommand)(nil),             // 22: scadad.gateway.v1.WriteCommand
-	(*WriteReply)(nil),               // 23: scadad.gateway.v1.WriteReply
-	(*Value)(nil),                    // 24: scadad.gateway.v1.Value
-	(*StreamEventsRequest)(nil),      // 25: scadad.gateway.v1.StreamEventsRequest
-	(*MxEvent)(nil),                  // 26: scadad.gateway.v1.MxEvent
-	(*DataChange)(nil),               // 27: scadad.gateway.v1.DataChange
-	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
+	(*OpenSessionRequest)(nil),        // 0: scadad.gateway.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),          // 1: scadad.gateway.v1.OpenSessionReply
+	(*CloseSessionRequest)(nil),       // 2: scadad.gateway.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),         // 3: scadad.gateway.v1.CloseSessionReply
+	(*MxCommandRequest)(nil),          // 4: scadad.gateway.v1.MxCommandRequest
+	(*MxCommand)(nil),                 // 5: scadad.gateway.v1.MxCommand
+	(*MxCommandReply)(nil),            // 6: scadad.gateway.v1.MxCommandReply
+	(*ItemStatus)(nil),                // 7: scadad.gateway.v1.ItemStatus
+	(*PingCommand)(nil),               // 8: scadad.gateway.v1.PingCommand
+	(*PingReply)(nil),                 // 9: scadad.gateway.v1.PingReply
+	(*AddItemBulkCommand)(nil),        // 10: scadad.gateway.v1.AddItemBulkCommand
+	(*AddItemBulkReply)(nil),          // 11: scadad.gateway.v1.AddItemBulkReply
+	(*AdviseSupervisoryCommand)(nil),  // 12: scadad.gateway.v1.AdviseSupervisoryCommand
+	(*AdviseSupervisoryReply)(nil),    // 13: scadad.gateway.v1.AdviseSupervisoryReply
+	(*AdviseItemBulkCommand)(nil),     // 14: scadad.gateway.v1.AdviseItemBulkCommand
+	(*AdviseItemBulkReply)(nil),       // 15: scadad.gateway.v1.AdviseItemBulkReply
+	(*SubscribeBulkCommand)(nil),      // 16: scadad.gateway.v1.SubscribeBulkCommand
+	(*SubscribeBulkReply)(nil),        // 17: scadad.gateway.v1.SubscribeBulkReply
+	(*RemoveItemBulkCommand)(nil),     // 18: scadad.gateway.v1.RemoveItemBulkCommand
+	(*RemoveItemBulkReply)(nil),       // 19: scadad.gateway.v1.RemoveItemBulkReply
+	(*ReadCommand)(nil),               // 20: scadad.gateway.v1.ReadCommand
+	(*ReadReply)(nil),                 // 21: scadad.gateway.v1.ReadReply
+	(*WriteCommand)(nil),              // 22: scadad.gateway.v1.WriteCommand
+	(*WriteReply)(nil),                // 23: scadad.gateway.v1.WriteReply
+	(*Value)(nil),                     // 24: scadad.gateway.v1.Value
+	(*StreamEventsRequest)(nil),       // 25: scadad.gateway.v1.StreamEventsRequest
+	(*MxEvent)(nil),                   // 26: scadad.gateway.v1.MxEvent
+	(*DataChange)(nil),                // 27: scadad.gateway.v1.DataChange
+	(*SubscribeAlarmsCommand)(nil),    // 28: scadad.gateway.v1.SubscribeAlarmsCommand
+	(*SubscribeAlarmsReply)(nil),      // 29: scadad.gateway.v1.SubscribeAlarmsReply
+	(*AlarmState)(nil),                // 30: scadad.gateway.v1.AlarmState
+	(*StreamActiveAlarmsRequest)(nil), // 31: scadad.gateway.v1.StreamActiveAlarmsRequest
+	(*AlarmEvent)(nil),                // 32: scadad.gateway.v1.AlarmEvent
+	(*AcknowledgeAlarmRequest)(nil),   // 33: scadad.gateway.v1.AcknowledgeAlarmRequest
+	(*AcknowledgeAlarmReply)(nil),     // 34: scadad.gateway.v1.AcknowledgeAlarmReply
+	(*durationpb.Duration)(nil),       // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
 }
 var file_gateway_gatewaypb_gateway_proto_depIdxs = []int32{
-	28, // 0: scadad.gateway.v1.OpenSessionRequest.command_timeout:type_name -> google.protobuf.Duration
-	28, // 1: scadad.gateway.v1.OpenSessionReply.default_command_timeout:type_name -> google.protobuf.Duration
+	35, // 0: scadad.gateway.v1.OpenSessionRequest.command_timeout:type_name -> google.protobuf.Duration
+	35, // 1: scadad.gateway.v1.OpenSessionReply.default_command_timeout:type_name -> google.protobuf.Duration
 	5,  // 2: scadad.gateway.v1.MxCommandRequest.command:type_name -> scadad.gateway.v1.MxCommand
 	8,  // 3: scadad.gateway.v1.MxCommand.ping:type_name -> scadad.gateway.v1.PingCommand
 	20, // 4: scadad.gateway.v1.MxCommand.read:type_name -> scadad.gateway.v1.ReadCommand
@@ -2082,38 +2640,48 @@ var file_gateway_gatewaypb_gateway_proto_depIdxs = []int32{
 	14, // 8: scadad.gateway.v1.MxCommand.advise_item_bulk:type_name -> scadad.gateway.v1.AdviseItemBulkCommand
 	16, // 9: scadad.gateway.v1.MxCommand.subscribe_bulk:type_name -> scadad.gateway.v1.SubscribeBulkCommand
 	18, // 10: scadad.gateway.v1.MxCommand.remove_item_bulk:type_name -> scadad.gateway.v1.RemoveItemBulkCommand
-	9,  // 11: scadad.gateway.v1.MxCommandReply.ping:type_name -> scadad.gateway.v1.PingReply
-	21, // 12: scadad.gateway.v1.MxCommandReply.read:type_name -> scadad.gateway.v1.ReadReply
-	23, // 13: scadad.gateway.v1.MxCommandReply.write:type_name -> scadad.gateway.v1.WriteReply
-	13, // 14: scadad.gateway.v1.MxCommandReply.advise_supervisory:type_name -> scadad.gateway.v1.AdviseSupervisoryReply
-	11, // 15: scadad.gateway.v1.MxCommandReply.add_item_bulk:type_name -> scadad.gateway.v1.AddItemBulkReply
-	15, // 16: scadad.gateway.v1.MxCommandReply.advise_item_bulk:type_name -> scadad.gateway.v1.AdviseItemBulkReply
-	17, // 17: scadad.gateway.v1.MxCommandReply.subscribe_bulk:type_name -> scadad.gateway.v1.SubscribeBulkReply
-	19, // 18: scadad.gateway.v1.MxCommandReply.remove_item_bulk:type_name -> scadad.gateway.v1.RemoveItemBulkReply
-	7,  // 19: scadad.gateway.v1.AddItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
-	7,  // 20: scadad.gateway.v1.AdviseSupervisoryReply.item:type_name -> scadad.gateway.v1.ItemStatus
-	7,  // 21: scadad.gateway.v1.AdviseItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
-	7,  // 22: scadad.gateway.v1.SubscribeBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
-	7,  // 23: scadad.gateway.v1.RemoveItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
-	24, // 24: scadad.gateway.v1.ReadReply.value:type_name -> scadad.gateway.v1.Value
-	29, // 25: scadad.gateway.v1.ReadReply.timestamp:type_name -> google.protobuf.Timestamp
-	24, // 26: scadad.gateway.v1.WriteCommand.value:type_name -> scadad.gateway.v1.Value
-	27, // 27: scadad.gateway.v1.MxEvent.data_change:type_name -> scadad.gateway.v1.DataChange
-	24, // 28: scadad.gateway.v1.DataChange.value:type_name -> scadad.gateway.v1.Value
-	29, // 29: scadad.gateway.v1.DataChange.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 30: scadad.gateway.v1.MxAccessGateway.OpenSession:input_type -> scadad.gateway.v1.OpenSessionRequest
-	2,  // 31: scadad.gateway.v1.MxAccessGateway.CloseSession:input_type -> scadad.gateway.v1.CloseSessionRequest
-	4,  // 32: scadad.gateway.v1.MxAccessGateway.Invoke:input_type -> scadad.gateway.v1.MxCommandRequest
-	25, // 33: scadad.gateway.v1.MxAccessGateway.StreamEvents:input_type -> scadad.gateway.v1.StreamEventsRequest
-	1,  // 34: scadad.gateway.v1.MxAccessGateway.OpenSession:output_type -> scadad.gateway.v1.OpenSessionReply
-	3,  // 35: scadad.gateway.v1.MxAccessGateway.CloseSession:output_type -> scadad.gateway.v1.CloseSessionReply
-	6,  // 36: scadad.gateway.v1.MxAccessGateway.Invoke:output_type -> scadad.gateway.v1.MxCommandReply
-	26, // 37: scadad.gateway.v1.MxAccessGateway.StreamEvents:output_type -> scadad.gateway.v1.MxEvent
-	34, // [34:38] is the sub-list for method output_type
-	30, // [30:34] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	28, // 11: scadad.gateway.v1.MxCommand.subscribe_alarms:type_name -> scadad.gateway.v1.SubscribeAlarmsCommand
+	9,  // 12: scadad.gateway.v1.MxCommandReply.ping:type_name -> scadad.gateway.v1.PingReply
+	21, // 13: scadad.gateway.v1.MxCommandReply.read:type_name -> scadad.gateway.v1.ReadReply
+	23, // 14: scadad.gateway.v1.MxCommandReply.write:type_name -> scadad.gateway.v1.WriteReply
+	13, // 15: scadad.gateway.v1.MxCommandReply.advise_supervisory:type_name -> scadad.gateway.v1.AdviseSupervisoryReply
+	11, // 16: scadad.gateway.v1.MxCommandReply.add_item_bulk:type_name -> scadad.gateway.v1.AddItemBulkReply
+	15, // 17: scadad.gateway.v1.MxCommandReply.advise_item_bulk:type_name -> scadad.gateway.v1.AdviseItemBulkReply
+	17, // 18: scadad.gateway.v1.MxCommandReply.subscribe_bulk:type_name -> scadad.gateway.v1.SubscribeBulkReply
+	19, // 19: scadad.gateway.v1.MxCommandReply.remove_item_bulk:type_name -> scadad.gateway.v1.RemoveItemBulkReply
+	29, // 20: scadad.gateway.v1.MxCommandReply.subscribe_alarms:type_name -> scadad.gateway.v1.SubscribeAlarmsReply
+	7,  // 21: scadad.gateway.v1.AddItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
+	7,  // 22: scadad.gateway.v1.AdviseSupervisoryReply.item:type_name -> scadad.gateway.v1.ItemStatus
+	7,  // 23: scadad.gateway.v1.AdviseItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
+	7,  // 24: scadad.gateway.v1.SubscribeBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
+	7,  // 25: scadad.gateway.v1.RemoveItemBulkReply.items:type_name -> scadad.gateway.v1.ItemStatus
+	24, // 26: scadad.gateway.v1.ReadReply.value:type_name -> scadad.gateway.v1.Value
+	36, // 27: scadad.gateway.v1.ReadReply.timestamp:type_name -> google.protobuf.Timestamp
+	24, // 28: scadad.gateway.v1.WriteCommand.value:type_name -> scadad.gateway.v1.Value
+	27, // 29: scadad.gateway.v1.MxEvent.data_change:type_name -> scadad.gateway.v1.DataChange
+	24, // 30: scadad.gateway.v1.DataChange.value:type_name -> scadad.gateway.v1.Value
+	36, // 31: scadad.gateway.v1.DataChange.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 32: scadad.gateway.v1.SubscribeAlarmsReply.alarms:type_name -> scadad.gateway.v1.AlarmState
+	36, // 33: scadad.gateway.v1.AlarmState.transition_time:type_name -> google.protobuf.Timestamp
+	30, // 34: scadad.gateway.v1.AlarmEvent.transition:type_name -> scadad.gateway.v1.AlarmState
+	30, // 35: scadad.gateway.v1.AcknowledgeAlarmReply.alarm:type_name -> scadad.gateway.v1.AlarmState
+	0,  // 36: scadad.gateway.v1.MxAccessGateway.OpenSession:input_type -> scadad.gateway.v1.OpenSessionRequest
+	2,  // 37: scadad.gateway.v1.MxAccessGateway.CloseSession:input_type -> scadad.gateway.v1.CloseSessionRequest
+	4,  // 38: scadad.gateway.v1.MxAccessGateway.Invoke:input_type -> scadad.gateway.v1.MxCommandRequest
+	25, // 39: scadad.gateway.v1.MxAccessGateway.StreamEvents:input_type -> scadad.gateway.v1.StreamEventsRequest
+	31, // 40: scadad.gateway.v1.MxAccessGateway.StreamActiveAlarms:input_type -> scadad.gateway.v1.StreamActiveAlarmsRequest
+	33, // 41: scadad.gateway.v1.MxAccessGateway.AcknowledgeAlarm:input_type -> scadad.gateway.v1.AcknowledgeAlarmRequest
+	1,  // 42: scadad.gateway.v1.MxAccessGateway.OpenSession:output_type -> scadad.gateway.v1.OpenSessionReply
+	3,  // 43: scadad.gateway.v1.MxAccessGateway.CloseSession:output_type -> scadad.gateway.v1.CloseSessionReply
+	6,  // 44: scadad.gateway.v1.MxAccessGateway.Invoke:output_type -> scadad.gateway.v1.MxCommandReply
+	26, // 45: scadad.gateway.v1.MxAccessGateway.StreamEvents:output_type -> scadad.gateway.v1.MxEvent
+	32, // 46: scadad.gateway.v1.MxAccessGateway.StreamActiveAlarms:output_type -> scadad.gateway.v1.AlarmEvent
+	34, // 47: scadad.gateway.v1.MxAccessGateway.AcknowledgeAlarm:output_type -> scadad.gateway.v1.AcknowledgeAlarmReply
+	42, // [42:48] is the sub-list for method output_type
+	36, // [36:42] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_gateway_gatewaypb_gateway_proto_init() }
@@ -2130,6 +2698,7 @@ func file_gateway_gatewaypb_gateway_proto_init() {
 		(*MxCommand_AdviseItemBulk)(nil),
 		(*MxCommand_SubscribeBulk)(nil),
 		(*MxCommand_RemoveItemBulk)(nil),
+		(*MxCommand_SubscribeAlarms)(nil),
 	}
 	file_gateway_gatewaypb_gateway_proto_msgTypes[6].OneofWrappers = []any{
 		(*MxCommandReply_Ping)(nil),
@@ -2140,6 +2709,7 @@ func file_gateway_gatewaypb_gateway_proto_init() {
 		(*MxCommandReply_AdviseItemBulk)(nil),
 		(*MxCommandReply_SubscribeBulk)(nil),
 		(*MxCommandReply_RemoveItemBulk)(nil),
+		(*MxCommandReply_SubscribeAlarms)(nil),
 	}
 	file_gateway_gatewaypb_gateway_proto_msgTypes[24].OneofWrappers = []any{
 		(*Value_DoubleValue)(nil),
@@ -2150,13 +2720,16 @@ func file_gateway_gatewaypb_gateway_proto_init() {
 	file_gateway_gatewaypb_gateway_proto_msgTypes[26].OneofWrappers = []any{
 		(*MxEvent_DataChange)(nil),
 	}
+	file_gateway_gatewaypb_gateway_proto_msgTypes[32].OneofWrappers = []any{
+		(*AlarmEvent_Transition)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_gatewaypb_gateway_proto_rawDesc), len(file_gateway_gatewaypb_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,10 +41,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MxAccessGateway_OpenSession_FullMethodName  = "/scadad.gateway.v1.MxAccessGateway/OpenSession"
-	MxAccessGateway_CloseSession_FullMethodName = "/scadad.gateway.v1.MxAccessGateway/CloseSession"
-	MxAccessGateway_Invoke_FullMethodName       = "/scadad.gateway.v1.MxAccessGateway/Invoke"
-	MxAccessGateway_StreamEvents_FullMethodName = "/scadad.gateway.v1.MxAccessGateway/StreamEvents"
+	MxAccessGateway_OpenSession_FullMethodName        = "/scadad.gateway.v1.MxAccessGateway/OpenSession"
+	MxAccessGateway_CloseSession_FullMethodName       = "/scadad.gateway.v1.MxAccessGateway/CloseSession"
+	MxAccessGateway_Invoke_FullMethodName             = "/scadad.gateway.v1.MxAccessGateway/Invoke"
+	MxAccessGateway_StreamEvents_FullMethodName       = "/scadad.gateway.v1.MxAccessGateway/StreamEvents"
+	MxAccessGateway_StreamActiveAlarms_FullMethodName = "/scadad.gateway.v1.MxAccessGateway/StreamActiveAlarms"
+	MxAccessGateway_AcknowledgeAlarm_FullMethodName   = "/scadad.gateway.v1.MxAccessGateway/AcknowledgeAlarm"
 )
 
 // MxAccessGatewayClient is the client API for MxAccessGateway service.
@@ -63,6 +65,15 @@ type MxAccessGatewayClient interface {
 	// graceful end of the stream (the server returns OK) is not a disconnect:
 	// the session is still valid and the client opens a new stream.
 	StreamEvents(ctx context.Context, in *StreamEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MxEvent], error)
+	// StreamActiveAlarms delivers the alarm transitions of the alarm sources
+	// the session subscribed (SubscribeAlarmsCommand). Only gateways that
+	// advertise "server-stream-active-alarms" offer it. As with StreamEvents,
+	// a graceful end is not a disconnect.
+	StreamActiveAlarms(ctx context.Context, in *StreamActiveAlarmsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AlarmEvent], error)
+	// AcknowledgeAlarm acknowledges one alarm on the field system. Only
+	// gateways that advertise "unary-acknowledge-alarm" offer it. It runs on
+	// the session's apartment like every command.
+	AcknowledgeAlarm(ctx context.Context, in *AcknowledgeAlarmRequest, opts ...grpc.CallOption) (*AcknowledgeAlarmReply, error)
 }
 
 type mxAccessGatewayClient struct {
@@ -122,6 +133,35 @@ func (c *mxAccessGatewayClient) StreamEvents(ctx context.Context, in *StreamEven
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type MxAccessGateway_StreamEventsClient = grpc.ServerStreamingClient[MxEvent]
 
+func (c *mxAccessGatewayClient) StreamActiveAlarms(ctx context.Context, in *StreamActiveAlarmsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AlarmEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MxAccessGateway_ServiceDesc.Streams[1], MxAccessGateway_StreamActiveAlarms_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamActiveAlarmsRequest, AlarmEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MxAccessGateway_StreamActiveAlarmsClient = grpc.ServerStreamingClient[AlarmEvent]
+
+func (c *mxAccessGatewayClient) AcknowledgeAlarm(ctx context.Context, in *AcknowledgeAlarmRequest, opts ...grpc.CallOption) (*AcknowledgeAlarmReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeAlarmReply)
+	err := c.cc.Invoke(ctx, MxAccessGateway_AcknowledgeAlarm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MxAccessGatewayServer is the server API for MxAccessGateway service.
 // All implementations must embed UnimplementedMxAccessGatewayServer
 // for forward compatibility.
@@ -138,6 +178,15 @@ type MxAccessGatewayServer interface {
 	// graceful end of the stream (the server returns OK) is not a disconnect:
 	// the session is still valid and the client opens a new stream.
 	StreamEvents(*StreamEventsRequest, grpc.ServerStreamingServer[MxEvent]) error
+	// StreamActiveAlarms delivers the alarm transitions of the alarm sources
+	// the session subscribed (SubscribeAlarmsCommand). Only gateways that
+	// advertise "server-stream-active-alarms" offer it. As with StreamEvents,
+	// a graceful end is not a disconnect.
+	StreamActiveAlarms(*StreamActiveAlarmsRequest, grpc.ServerStreamingServer[AlarmEvent]) error
+	// AcknowledgeAlarm acknowledges one alarm on the field system. Only
+	// gateways that advertise "unary-acknowledge-alarm" offer it. It runs on
+	// the session's apartment like every command.
+	AcknowledgeAlarm(context.Context, *AcknowledgeAlarmRequest) (*AcknowledgeAlarmReply, error)
 	mustEmbedUnimplementedMxAccessGatewayServer()
 }
 
@@ -159,6 +208,12 @@ func (UnimplementedMxAccessGatewayServer) Invoke(context.Context, *MxCommandRequ
 }
 func (UnimplementedMxAccessGatewayServer) StreamEvents(*StreamEventsRequest, grpc.ServerStreamingServer[MxEvent]) error {
 	return status.Error(codes.Unimplemented, "method StreamEvents not implemented")
+}
+func (UnimplementedMxAccessGatewayServer) StreamActiveAlarms(*StreamActiveAlarmsRequest, grpc.ServerStreamingServer[AlarmEvent]) error {
+	return status.Error(codes.Unimplemented, "method StreamActiveAlarms not implemented")
+}
+func (UnimplementedMxAccessGatewayServer) AcknowledgeAlarm(context.Context, *AcknowledgeAlarmRequest) (*AcknowledgeAlarmReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgeAlarm not implemented")
 }
 func (UnimplementedMxAccessGatewayServer) mustEmbedUnimplementedMxAccessGatewayServer() {}
 func (UnimplementedMxAccessGatewayServer) testEmbeddedByValue()                         {}
@@ -246,6 +301,35 @@ func _MxAccessGateway_StreamEvents_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type MxAccessGateway_StreamEventsServer = grpc.ServerStreamingServer[MxEvent]
 
+func _MxAccessGateway_StreamActiveAlarms_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamActiveAlarmsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MxAccessGatewayServer).StreamActiveAlarms(m, &grpc.GenericServerStream[StreamActiveAlarmsRequest, AlarmEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MxAccessGateway_StreamActiveAlarmsServer = grpc.ServerStreamingServer[AlarmEvent]
+
+func _MxAccessGateway_AcknowledgeAlarm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeAlarmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MxAccessGatewayServer).AcknowledgeAlarm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MxAccessGateway_AcknowledgeAlarm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MxAccessGatewayServer).AcknowledgeAlarm(ctx, req.(*AcknowledgeAlarmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MxAccessGateway_ServiceDesc is the grpc.ServiceDesc for MxAccessGateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -265,11 +349,20 @@ var MxAccessGateway_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Invoke",
 			Handler:    _MxAccessGateway_Invoke_Handler,
 		},
+		{
+			MethodName: "AcknowledgeAlarm",
+			Handler:    _MxAccessGateway_AcknowledgeAlarm_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "StreamEvents",
 			Handler:       _MxAccessGateway_StreamEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamActiveAlarms",
+			Handler:       _MxAccessGateway_StreamActiveAlarms_Handler,
 			ServerStreams: true,
 		},
 	},

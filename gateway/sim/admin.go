@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,6 +22,11 @@ import (
 //	POST /end-streams                end event streams gracefully
 //	POST /capabilities?set=old|new
 //	POST /config?cost=&per_tag=&deadline=&max_timeout=&change=&cost.<kind>=
+//	GET  /alarms                     every alarm the gateway holds, JSON
+//	POST /alarms/raise?id=&source=&severity=&condition=&message=&state=
+//	POST /alarms/clear?id=
+//	POST /alarms/ack?id=&operator=&comment=   a field-side acknowledgement
+//	POST /alarms/script              body: an alarm script (ParseAlarmScript), played from now
 func (s *Sim) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
@@ -77,6 +85,53 @@ func (s *Sim) AdminHandler() http.Handler {
 			return
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /alarms", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Alarms())
+	})
+	mux.HandleFunc("POST /alarms/raise", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		sev, err := strconv.ParseUint(q.Get("severity"), 10, 32)
+		if err != nil {
+			http.Error(w, "severity: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := s.RaiseAlarm(AlarmSpec{ID: q.Get("id"), Source: q.Get("source"), Severity: uint32(sev),
+			Condition: q.Get("condition"), Message: q.Get("message"), State: q.Get("state")}); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("POST /alarms/clear", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ClearAlarm(r.URL.Query().Get("id")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("POST /alarms/ack", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if err := s.AckAlarm(q.Get("id"), q.Get("operator"), q.Get("comment")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("POST /alarms/script", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		steps, err := ParseAlarmScript(string(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		go s.RunAlarmScript(context.Background(), steps)
+		fmt.Fprintf(w, "ok: %d steps\n", len(steps))
 	})
 	return mux
 }

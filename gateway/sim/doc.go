@@ -4,7 +4,9 @@
 // a per-session command deadline answered with DEADLINE_EXCEEDED (while the
 // abandoned command still occupies the apartment later, as the real STA
 // does), old and new capability sets, values that change, and fault
-// injection (wedge, dropped replies, restart). It counts what tests and the
+// injection (wedge, dropped replies, restart), and alarms: raised, cleared
+// and acknowledged through the admin API or a scripted schedule, streamed to
+// subscribed sessions, acknowledged by clients with the fencing epoch. It counts what tests and the
 // storm benchmark assert on.
 //
 // It serves tests, benchmarks and the demo (cmd/mxgw-sim). It must not be

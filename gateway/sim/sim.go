@@ -93,6 +93,7 @@ type Stats struct {
 	WritesWithoutEpoch       int64 `json:"writes_without_epoch"`
 	// LastCommandTimeout is the timeout requested by the newest session (0 = none).
 	LastRequestedTimeout time.Duration `json:"last_requested_timeout"`
+	Alarms               AlarmStats    `json:"alarms"`
 }
 
 type item struct {
@@ -115,6 +116,10 @@ type session struct {
 	nextHandle  int32
 	inFlight    int64
 	subInFlight int64
+
+	alarmSources  map[string]bool
+	alarmInFlight map[string]int64
+	alarmEvents   chan *pb.AlarmEvent
 }
 
 type job struct {
@@ -148,6 +153,7 @@ type Sim struct {
 	dropKinds    map[string]bool
 	values       map[string]gateway.Value
 	highestEpoch role.Epoch
+	alarms       map[string]*gateway.Alarm
 	stats        Stats
 	wake         chan struct{}
 
@@ -294,6 +300,8 @@ func (s *Sim) Stats() Stats {
 	st := s.stats
 	st.Commands = copyCounts(s.stats.Commands)
 	st.Executed = copyCounts(s.stats.Executed)
+	st.Alarms.Subscribes = copyCounts(s.stats.Alarms.Subscribes)
+	st.Alarms.Acks = append([]AckRecord(nil), s.stats.Alarms.Acks...)
 	st.Sessions = len(s.sessions)
 	st.QueueLength = len(s.queue)
 	for _, sess := range s.sessions {
@@ -318,7 +326,7 @@ func (s *Sim) ResetStats() {
 }
 
 func (s *Sim) resetStatsLocked() {
-	s.stats = Stats{Commands: map[string]int64{}, Executed: map[string]int64{}}
+	s.stats = Stats{Commands: map[string]int64{}, Executed: map[string]int64{}, Alarms: AlarmStats{Subscribes: map[string]int64{}}}
 }
 
 func copyCounts(m map[string]int64) map[string]int64 {
@@ -357,13 +365,16 @@ func (s *Sim) OpenSession(_ context.Context, req *pb.OpenSessionRequest) (*pb.Op
 	}
 	s.nextSession++
 	sess := &session{
-		id:           fmt.Sprintf("s%d-%d", s.gen, s.nextSession),
-		serverHandle: int32(s.nextSession),
-		timeout:      timeout,
-		supervisory:  req.GetWriteUserId() == 0,
-		closed:       make(chan struct{}),
-		events:       make(chan *pb.MxEvent, 8192),
-		items:        make(map[int32]*item),
+		id:            fmt.Sprintf("s%d-%d", s.gen, s.nextSession),
+		serverHandle:  int32(s.nextSession),
+		timeout:       timeout,
+		supervisory:   req.GetWriteUserId() == 0,
+		closed:        make(chan struct{}),
+		events:        make(chan *pb.MxEvent, 8192),
+		items:         make(map[int32]*item),
+		alarmSources:  map[string]bool{},
+		alarmInFlight: map[string]int64{},
+		alarmEvents:   make(chan *pb.AlarmEvent, 8192),
 	}
 	s.sessions[sess.id] = sess
 	s.stats.SessionsOpened++
@@ -447,14 +458,31 @@ func (s *Sim) Invoke(ctx context.Context, req *pb.MxCommandRequest) (*pb.MxComma
 		s.mu.Unlock()
 		return nil, status.Error(codes.InvalidArgument, "unknown command")
 	}
-	j := &job{kind: kind, sess: sess, done: make(chan result, 1), gen: s.gen}
-	j.cost = s.costLocked(kind, req.GetCommand())
+	cost := s.costLocked(kind, req.GetCommand())
 	run, err := s.prepare(ctx, sess, req)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	j.run = run
+	source := req.GetCommand().GetSubscribeAlarms().GetSource()
+	if kind == gateway.KindSubscribeAlarms {
+		s.trackAlarmInFlightLocked(sess, source, +1)
+		defer func() {
+			s.mu.Lock()
+			s.trackAlarmInFlightLocked(sess, source, -1)
+			s.mu.Unlock()
+		}()
+	}
+	s.mu.Unlock()
+	return s.runJob(ctx, sess, kind, cost, req.GetClientCorrelationId(), run)
+}
+
+// runJob queues run on the apartment and answers when it ran, or
+// DEADLINE_EXCEEDED after the session's command timeout, whichever is
+// first; a reply being dropped is never answered.
+func (s *Sim) runJob(ctx context.Context, sess *session, kind string, cost time.Duration, corr string, run func() (*pb.MxCommandReply, error)) (*pb.MxCommandReply, error) {
+	s.mu.Lock()
+	j := &job{kind: kind, sess: sess, done: make(chan result, 1), gen: s.gen, cost: cost, run: run}
 	s.queue = append(s.queue, j)
 	s.trackInFlightLocked(sess, kind, +1)
 	timeout := sess.timeout
@@ -490,7 +518,7 @@ func (s *Sim) Invoke(ctx context.Context, req *pb.MxCommandRequest) (*pb.MxComma
 			return nil, r.err
 		}
 		r.reply.SessionId = sess.id
-		r.reply.ClientCorrelationId = req.GetClientCorrelationId()
+		r.reply.ClientCorrelationId = corr
 		return r.reply, nil
 	case <-deadline.C:
 		j.abandoned.Store(true)
@@ -675,6 +703,14 @@ func (s *Sim) prepare(ctx context.Context, sess *session, req *pb.MxCommandReque
 				Value: pv, Quality: int32(gateway.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
 			}}}, nil
 		}, nil
+	case *pb.MxCommand_SubscribeAlarms:
+		if !s.hasCapLocked(gateway.CapStreamActiveAlarms) {
+			return nil, status.Error(codes.InvalidArgument, "unknown command")
+		}
+		if k.SubscribeAlarms.GetSource() == "" {
+			return nil, status.Error(codes.InvalidArgument, "subscribe alarms: source is empty")
+		}
+		return s.subscribeAlarmsLocked(sess, k.SubscribeAlarms.GetSource()), nil
 	case *pb.MxCommand_Write:
 		if err := s.checkEpochLocked(ctx); err != nil {
 			return nil, err
