@@ -3,6 +3,7 @@
 // injection and counters are on a small HTTP admin interface:
 //
 //	mxgw-sim -listen 127.0.0.1:5001 -admin 127.0.0.1:5002 -caps old -cost 120ms
+//	mxgw-sim -site configs/site-local.yaml   # each tag sends its attribute's type
 //	curl -X POST '127.0.0.1:5002/wedge?for=60s'
 //	curl 127.0.0.1:5002/stats
 //	curl -X POST '127.0.0.1:5002/alarms/raise?id=A1&source=Z28061&severity=700&condition=HiLevel'
@@ -24,6 +25,7 @@ import (
 
 	"github.com/scadad/scadad/gateway/sim"
 	"github.com/scadad/scadad/internal/tty"
+	"github.com/scadad/scadad/siteconfig"
 )
 
 func main() {
@@ -46,8 +48,21 @@ func run(args []string) error {
 	skipAbandoned := fs.Bool("skip-abandoned", false, "skip commands whose caller already gave up (the real STA does not)")
 	badPrefix := fs.String("bad-tag-prefix", "", "tags with this prefix fail to add")
 	alarmScript := fs.String("alarm-script", "", "file with an alarm schedule played from the start (see sim.ParseAlarmScript)")
+	sitePath := fs.String("site", "", "site config (YAML) whose attribute types the simulated tags take; without it every tag is a Double")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var kinds map[string]sim.Kind
+	if *sitePath != "" {
+		data, err := os.ReadFile(*sitePath)
+		if err != nil {
+			return fmt.Errorf("-site: %w", err)
+		}
+		site, err := siteconfig.Parse(data)
+		if err != nil {
+			return fmt.Errorf("-site %s: %w", *sitePath, err)
+		}
+		kinds = sim.KindsOf(site)
 	}
 	var capSet []string
 	switch *caps {
@@ -72,7 +87,7 @@ func run(args []string) error {
 	s := sim.New(sim.Config{
 		Capabilities: capSet, DefaultCommandTimeout: *deadline, MaxCommandTimeout: *maxTimeout,
 		CommandCost: *cost, PerTagCost: *perTag, ChangeInterval: *change,
-		SkipAbandoned: *skipAbandoned, BadTagPrefix: *badPrefix, Logger: log,
+		SkipAbandoned: *skipAbandoned, BadTagPrefix: *badPrefix, Kinds: kinds, Logger: log,
 	})
 	addr, err := s.Start(*listen)
 	if err != nil {

@@ -9,6 +9,10 @@
 // subscribed sessions, acknowledged by clients with the fencing epoch. It counts what tests and the
 // storm benchmark assert on.
 //
-// It serves tests, benchmarks and the demo (cmd/mxgw-sim). It must not be
-// imported by production code paths of scadad.
+// Each tag sends values of the type its site config attribute declares
+// (Config.Kinds, KindsOf); a tag of no known type sends Doubles.
+//
+// It serves tests, benchmarks and the demo (cmd/mxgw-sim, and scadad --dev,
+// which embeds it as the demo site's gateway). It must not be imported by
+// production code paths of scadad.
 package sim

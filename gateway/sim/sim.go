@@ -63,7 +63,10 @@ type Config struct {
 	SkipAbandoned bool
 	// BadTagPrefix makes AddItem fail for tags with this prefix ("" = none).
 	BadTagPrefix string
-	Logger       zerolog.Logger
+	// Kinds is the type of value sent for each tag (KindsOf reads them
+	// from a site config); a tag not listed gets Doubles.
+	Kinds  map[string]Kind
+	Logger zerolog.Logger
 }
 
 // Stats is a snapshot of the simulator's counters.
@@ -152,6 +155,7 @@ type Sim struct {
 	dropUntil    time.Time
 	dropKinds    map[string]bool
 	values       map[string]gateway.Value
+	step         int64 // changes made so far: the next initial value is the current step's
 	highestEpoch role.Epoch
 	alarms       map[string]*gateway.Alarm
 	stats        Stats
@@ -694,10 +698,10 @@ func (s *Sim) prepare(ctx context.Context, sess *session, req *pb.MxCommandReque
 		return func() (*pb.MxCommandReply, error) {
 			s.mu.Lock()
 			v, ok := s.values[tag]
-			s.mu.Unlock()
 			if !ok {
-				v = float64(0)
+				v = s.cfg.Kinds[tag].value(s.step, &item{tag: tag})
 			}
+			s.mu.Unlock()
 			pv, _ := gateway.ValueToProto(v)
 			return &pb.MxCommandReply{Result: &pb.MxCommandReply_Read{Read: &pb.ReadReply{
 				Value: pv, Quality: int32(gateway.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
@@ -780,7 +784,8 @@ func (s *Sim) sendInitial(sess *session, h int32) {
 	s.mu.Lock()
 	v, ok := s.values[it.tag]
 	if !ok {
-		v = float64(0)
+		// Of the tag's kind: a Boolean attribute must never see a Double.
+		v = s.cfg.Kinds[it.tag].value(s.step, it)
 	}
 	s.mu.Unlock()
 	sess.emit(sess.serverHandle, it, v)
@@ -815,6 +820,8 @@ func (s *Sim) changer() {
 			continue
 		}
 		n++
+		s.step = n
+		kinds := s.cfg.Kinds
 		sessions := make([]*session, 0, len(s.sessions))
 		for _, sess := range s.sessions {
 			sessions = append(sessions, sess)
@@ -830,7 +837,7 @@ func (s *Sim) changer() {
 			}
 			sess.mu.Unlock()
 			for _, it := range items {
-				v := float64(n) + float64(it.handle)/1000
+				v := kinds[it.tag].value(n, it)
 				// The tag's current value: what a read or a new
 				// subscriber (after a failover) gets, not 0.
 				s.mu.Lock()
