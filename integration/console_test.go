@@ -28,7 +28,7 @@ const chromium = "/usr/bin/chromium"
 
 // browser starts a headless Chromium for t (no network but loopback, a
 // fresh profile) and returns a context to open tabs from.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := exec.LookPath(chromium); err != nil {
 		t.Fatalf("the status page tests need Chromium at %s (apt-get install chromium; .ci/run does): %v", chromium, err)
@@ -48,6 +48,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1400, 1500),
 	}
+	opts = append(opts, extra...)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
 	bctx, bcancel := chromedp.NewContext(actx)
@@ -67,6 +68,44 @@ func tab(t *testing.T, b context.Context, url string) context.Context {
 		t.Fatalf("open %s: %v", url, err)
 	}
 	return ctx
+}
+
+// certPolicy is the Chromium policy .ci/run installs so that a headless
+// browser answers a TLS listener's certificate request on 127.0.0.1 with
+// the one certificate from a scadad site CA in its profile (headless
+// Chromium asks no one and sends none without it).
+const certPolicy = "/etc/chromium/policies/managed/scadad-tests.json"
+
+// certBrowser is a browser whose certificate store (an NSS database in
+// its own HOME) trusts c's site CA and holds the client certificate name
+// (issued with scadactl certs issue), and nothing else.
+func certBrowser(t *testing.T, c *testcluster.Cluster, name string) context.Context {
+	t.Helper()
+	if _, err := os.Stat(certPolicy); err != nil {
+		t.Fatalf("the browser test with client certificates needs the Chromium policy %s (.ci/run installs it): %v", certPolicy, err)
+	}
+	for _, tool := range []string{"certutil", "pk12util", "openssl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the browser test with client certificates needs %s (apt-get install libnss3-tools openssl; .ci/run does): %v", tool, err)
+		}
+	}
+	home := t.TempDir()
+	db := filepath.Join(home, ".pki", "nssdb")
+	if err := os.MkdirAll(db, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p12 := filepath.Join(home, name+".p12")
+	for _, cmd := range [][]string{
+		{"certutil", "-N", "-d", "sql:" + db, "--empty-password"},
+		{"certutil", "-A", "-d", "sql:" + db, "-n", "site CA", "-t", "C,,", "-i", filepath.Join(c.Certs, "ca.crt")},
+		{"openssl", "pkcs12", "-export", "-in", filepath.Join(c.Certs, name+".crt"), "-inkey", filepath.Join(c.Certs, name+".key"), "-out", p12, "-passout", "pass:"},
+		{"pk12util", "-d", "sql:" + db, "-i", p12, "-W", ""},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
+		}
+	}
+	return browser(t, chromedp.Env("HOME="+home))
 }
 
 // pageNode is one row of the page's node table.
@@ -439,8 +478,10 @@ func TestStatusPageViewerCannotAct(t *testing.T) {
 
 // On a TLS listener the status page goes by the client certificate's
 // role, as the control API does: no certificate or a producer's reads
-// nothing (401), a viewer reads and may not act (403), an operator's retry
-// reaches the sink and the audit trail names the operator.
+// nothing (401), a viewer reads and may not act (403), and in a real
+// browser holding each certificate the viewer's page has no buttons while
+// the operator's retry from the page reaches the sink, the audit trail
+// naming the operator.
 func TestStatusPageRolesOnATLSListener(t *testing.T) {
 	sink := startSink(t)
 	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, LogLevel: "info", HTTPTLS: true})
@@ -510,9 +551,33 @@ func TestStatusPageRolesOnATLSListener(t *testing.T) {
 	if ds, _ := sink.Deliveries(); delivered(ds, "parked-tls") {
 		t.Fatal("parked-tls delivered after a viewer's refused retry")
 	}
-	if code, body := do(client("shiftlead"), http.MethodPost, "/ui/api/sf/retry", `{"ids":["parked-tls"]}`); code != http.StatusOK || !strings.Contains(body, `"affected":1`) {
-		t.Fatalf("retry as an operator: %d %s, want 200 affecting 1", code, body)
+
+	// In a browser holding each certificate: the viewer reads the page
+	// and sees no buttons; the operator retries from it.
+	page := "https://" + n.HTTPAddr + "/"
+	asViewer := tab(t, certBrowser(t, c, "watcher"), page)
+	asOperator := tab(t, certBrowser(t, c, "shiftlead"), page)
+	for _, who := range []struct {
+		tab  context.Context
+		want string
+	}{{asViewer, "you: viewer (read only)"}, {asOperator, "you: operator"}} {
+		testwait.ForDetail(t, 15*time.Second, "the page says "+who.want, func() (bool, string) {
+			cctx, cancel := context.WithTimeout(who.tab, 5*time.Second)
+			defer cancel()
+			got, err := chromedp.Run(cctx, chromedp.Evaluate[string](`(document.querySelector("#whoami") || {}).textContent || ""`))
+			return err == nil && got == who.want, fmt.Sprintf("%q (%v)", got, err)
+		})
 	}
+	for _, tb := range []context.Context{asViewer, asOperator} {
+		click(t, tb, `#targets tr[data-target="hist"] button.show-parked`)
+		shown(t, tb, `#parked tr[data-id="parked-tls"]`)
+	}
+	if s, err := readTab(asViewer); err != nil || s.Buttons != 0 {
+		t.Errorf("the viewer's page shows %d retry/discard buttons (%v), want none", s.Buttons, err)
+	}
+	screenshot(t, asViewer, "1-viewer-with-a-client-certificate")
+	click(t, asOperator, `#parked button.retry[data-id="parked-tls"]`)
+	click(t, asOperator, `#confirm-yes`)
 	testwait.For(t, 20*time.Second, "the operator's retried message at the sink", func() bool {
 		ds, err := sink.Deliveries()
 		return err == nil && delivered(ds, "parked-tls")
