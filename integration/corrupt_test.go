@@ -27,6 +27,9 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg = []byte(strings.Replace(string(cfg), "cluster:\n", "cluster:\n  snapshot_threshold: 64\n  snapshot_interval: 1s\n", 1))
+		// The raft.db case needs a log in raft.db: a new node's default
+		// (auto) is raft-wal.
+		cfg = append(cfg, "\nraft:\n  log_store: boltdb\n"...)
 		if err := os.WriteFile(n.Config, cfg, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ const (
 // Modes of a cluster, see DESIGN.md §3.
 // DefaultLogStore is raft.log_store when unset (docs/performance.md says
 // why).
-const DefaultLogStore = "boltdb"
+const DefaultLogStore = "auto"
 
 const (
 	ModeWitness = "witness"
@@ -51,9 +51,11 @@ type Config struct {
 // Raft tunes the node's raft storage.
 type Raft struct {
 	// LogStore is where the raft log lives: boltdb (raft-boltdb/v2,
-	// data_dir/raft/raft.db) or wal (hashicorp/raft-wal,
-	// data_dir/raft/raft-wal/). A node switched from boltdb to wal moves
-	// its log over at the next start; back from wal to boltdb is refused.
+	// data_dir/raft/raft.db), wal (hashicorp/raft-wal,
+	// data_dir/raft/raft-wal/) or auto (the default: wal for a new node,
+	// the store already in data_dir otherwise, so an upgrade changes
+	// nothing on disk). A node switched from boltdb to wal moves its log
+	// over at the next start; back from wal to boltdb is refused.
 	LogStore string `yaml:"log_store"`
 }
 
@@ -392,8 +394,8 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		bad("data_dir", "required")
 	}
-	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "wal" {
-		bad("raft.log_store", "%q is not boltdb or wal", c.Raft.LogStore)
+	if c.Raft.LogStore != "auto" && c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "wal" {
+		bad("raft.log_store", "%q is not auto, boltdb or wal", c.Raft.LogStore)
 	}
 	switch c.Cluster.Mode {
 	case ModeWitness, ModePair, ModeStrict:

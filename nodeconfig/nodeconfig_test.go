@@ -41,6 +41,9 @@ func TestParseValidAppliesDefaults(t *testing.T) {
 	if c.HTTP.Connections != (ConnLimits{1024, 256}) || c.API.Connections != (ConnLimits{256, 64}) || c.Cluster.RaftConnections != (ConnLimits{128, 32}) {
 		t.Errorf("connection limits http %+v api %+v raft %+v", c.HTTP.Connections, c.API.Connections, c.Cluster.RaftConnections)
 	}
+	if c.Raft.LogStore != "auto" {
+		t.Errorf("raft.log_store default %q, want auto", c.Raft.LogStore)
+	}
 	if c.HTTP.MaxBodyBytesInFlight != 64<<20 {
 		t.Errorf("http.max_body_bytes_in_flight default %d", c.HTTP.MaxBodyBytesInFlight)
 	}
@@ -73,6 +76,7 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"per-address over total", [2]string{"data_dir:", "http: {max_connections: 10, max_connections_per_address: 11}\ndata_dir:"}, []string{"http.max_connections_per_address", "from 1 to max_connections (10)"}},
 		{"raft connections", [2]string{"mode: witness", "mode: witness\n  raft_connections: {max_connections: -1}"}, []string{"cluster.raft_connections.max_connections: must be at least 1"}},
 		{"body budget under one message", [2]string{"data_dir:", "http: {max_body_bytes_in_flight: 1000}\ndata_dir:"}, []string{"http.max_body_bytes_in_flight", "1048576"}},
+		{"log store", [2]string{"data_dir:", "raft: {log_store: lmdb}\ndata_dir:"}, []string{"raft.log_store", `"lmdb" is not auto, boltdb or wal`}},
 		{"opcua cert without key", [2]string{"data_dir:", "opcua: {cert: ua.der}\ndata_dir:"}, []string{"opcua: cert and key go together", "opcua/pki/own"}},
 	}
 	for _, tt := range tests {

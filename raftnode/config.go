@@ -124,7 +124,7 @@ type Config struct {
 	// raft: a heal interrupted after it fenced this node resumes without the
 	// node becoming Active on its old cluster first (see Fence).
 	StartFenced bool
-	// LogStore picks the raft log store (default LogStoreBoltDB). Opening
+	// LogStore picks the raft log store (default LogStoreAuto). Opening
 	// with LogStoreWAL moves an existing raft.db into the WAL first.
 	LogStore LogStore
 	// VerifyLogStore runs the full check of raft.db before it is opened
@@ -188,7 +188,7 @@ func (c *Config) applyDefaults() {
 		c.Mode = ModeWitness
 	}
 	if c.LogStore == "" {
-		c.LogStore = LogStoreBoltDB
+		c.LogStore = LogStoreAuto
 	}
 	if c.AdvertiseAddr == "" {
 		if m, ok := c.member(c.NodeID); ok {
@@ -219,8 +219,8 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("mode %q is not witness, pair or strict", c.Mode))
 	}
-	if c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL {
-		errs = append(errs, fmt.Errorf("log store %q is not boltdb or wal", c.LogStore))
+	if c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL && c.LogStore != LogStoreAuto {
+		errs = append(errs, fmt.Errorf("log store %q is not auto, boltdb or wal", c.LogStore))
 	}
 	seenID, seenAddr := map[string]bool{}, map[string]bool{}
 	witnesses := 0

@@ -28,7 +28,29 @@ const (
 	// LogStoreWAL is hashicorp/raft-wal: append-only segment files in
 	// DataDir/raft-wal, one fsync per append.
 	LogStoreWAL LogStore = "wal"
+	// LogStoreAuto is LogStoreWAL for a new node and LogStoreBoltDB for a
+	// node whose log is already in raft.db: an upgrade then changes
+	// nothing on disk, and the previous release (raft-boltdb only) can
+	// still be started on the folder. Rejoin keeps the store it resolved.
+	LogStoreAuto LogStore = "auto"
 )
+
+// resolveAuto picks the store for LogStoreAuto from what DataDir holds.
+func (n *Node) resolveAuto() (LogStore, error) {
+	_, walErr := os.Stat(n.walPath())
+	_, boltErr := os.Stat(n.logStorePath())
+	switch {
+	case walErr == nil:
+		return LogStoreWAL, nil
+	case !errors.Is(walErr, fs.ErrNotExist):
+		return "", fmt.Errorf("raft log %s: %w", n.walPath(), walErr)
+	case boltErr == nil:
+		return LogStoreBoltDB, nil
+	case !errors.Is(boltErr, fs.ErrNotExist):
+		return "", fmt.Errorf("raft log %s: %w", n.logStorePath(), boltErr)
+	}
+	return LogStoreWAL, nil
+}
 
 const (
 	walDir = "raft-wal"

@@ -21,6 +21,7 @@ func TestBoltLogMigratesToWAL(t *testing.T) {
 	t.Parallel()
 	ids := []string{"a", "b", "w"}
 	h := newHarness(t, ModeWitness, ids, "w")
+	h.tweak = func(c *Config) { c.LogStore = LogStoreBoltDB }
 	for _, id := range ids {
 		h.start(id)
 	}
@@ -111,6 +112,7 @@ func TestBoltLogMigratesToWAL(t *testing.T) {
 func TestWALMigrationInterruptedBeforeTheRenameFinishes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ModeStrict, []string{"a"}, "")
+	h.tweak = func(c *Config) { c.LogStore = LogStoreBoltDB }
 	h.start("a")
 	h.waitOneActive(20 * time.Second)
 	h.apply("a", "one")
@@ -138,5 +140,54 @@ func TestWALMigrationInterruptedBeforeTheRenameFinishes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); !os.IsNotExist(err) {
 		t.Fatalf("raft.db not put aside (%v)", err)
+	}
+}
+
+// LogStoreAuto gives a new node a WAL and leaves a node whose log is
+// already in raft.db on raft.db: an upgraded node changes nothing on disk,
+// so a node on raft-boltdb alone (the previous release) still starts on
+// its folder with every entry.
+func TestAutoLogStoreIsWALForANewNodeAndKeepsAnExistingRaftDB(t *testing.T) {
+	t.Parallel()
+	fresh := newHarness(t, ModeStrict, []string{"a"}, "")
+	fresh.tweak = func(c *Config) { c.LogStore = LogStoreAuto }
+	fresh.start("a")
+	fresh.waitOneActive(20 * time.Second)
+	fresh.apply("a", "one")
+	fresh.kill("a")
+	dir := fresh.dirs["a"]
+	if _, err := os.Stat(filepath.Join(dir, walDir)); err != nil {
+		t.Fatalf("a new node on auto has no WAL: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); !os.IsNotExist(err) {
+		t.Fatalf("a new node on auto made a raft.db (%v)", err)
+	}
+	fresh.start("a")
+	fresh.waitOneActive(20 * time.Second)
+	fresh.apply("a", "two")
+	if got := fresh.fsms["a"].Values(); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("values after a restart on the WAL: %v", got)
+	}
+
+	old := newHarness(t, ModeStrict, []string{"a"}, "")
+	old.tweak = func(c *Config) { c.LogStore = LogStoreBoltDB }
+	old.start("a")
+	old.waitOneActive(20 * time.Second)
+	old.apply("a", "one")
+	old.kill("a")
+	old.tweak = func(c *Config) { c.LogStore = LogStoreAuto }
+	old.start("a")
+	old.waitOneActive(20 * time.Second)
+	old.apply("a", "two")
+	old.kill("a")
+	dir = old.dirs["a"]
+	if _, err := os.Stat(filepath.Join(dir, walDir)); !os.IsNotExist(err) {
+		t.Fatalf("auto moved an existing raft.db into a WAL (%v)", err)
+	}
+	old.tweak = func(c *Config) { c.LogStore = LogStoreBoltDB }
+	old.start("a")
+	old.waitOneActive(20 * time.Second)
+	if got := old.fsms["a"].Values(); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("values on raft.db after running on auto: %v", got)
 	}
 }

@@ -241,6 +241,14 @@ func (n *Node) openStores() error {
 		both  logStableStore
 		pages *releasingStore
 	)
+	if n.cfg.LogStore == LogStoreAuto {
+		resolved, err := n.resolveAuto()
+		if err != nil {
+			return err
+		}
+		n.cfg.LogStore = resolved
+		n.log.Info().Str("log_store", string(resolved)).Msg("raft.log_store: auto picked the raft log store from the data folder")
+	}
 	switch n.cfg.LogStore {
 	case LogStoreWAL:
 		w, err := n.openWAL()
