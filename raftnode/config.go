@@ -84,7 +84,9 @@ type Config struct {
 	// is ready to grant the voter's vote: the voter wins, and failover takes
 	// the voter's heartbeat timeout. A longer witness heartbeat timeout would
 	// instead delay every failover to the witness's timeout. If the witness
-	// wins anyway it hands leadership off at once.
+	// wins anyway it hands leadership off at once. When the witness holds
+	// entries the voter lacks, the voter cannot win: the witness then
+	// stands as soon as it refuses the voter's pre-vote (witnessvote.go).
 	WitnessHeartbeatTimeout time.Duration
 	WitnessElectionTimeout  time.Duration
 	SnapshotThreshold       uint64

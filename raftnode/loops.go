@@ -22,14 +22,19 @@ func (n *Node) roleLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.RoleInterval)
 	defer tick.Stop()
+	var stand witnessStand
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-n.obsCh:
+		case o := <-n.obsCh:
+			if req, ok := o.Data.(raft.RequestPreVoteRequest); ok {
+				n.onPreVote(&stand, req)
+			}
 		case <-tick.C:
 		}
 		n.refreshRole()
+		n.settleStand(&stand)
 	}
 }
 

@@ -40,6 +40,8 @@ type suiteConfig struct {
 	Dir            string // scratch: cluster, sink record
 	ClientsPerNode int
 	CASClients     int
+	// Extra is YAML merged over every node's config (testcluster.Options.Extra).
+	Extra string
 }
 
 // runner drives one cluster through a schedule and records the history.
@@ -106,7 +108,7 @@ func (r *runner) start(ctx context.Context) error {
 	opts := testcluster.Options{
 		Mode: r.cfg.Mode, Voters: r.cfg.Voters, Witness: r.cfg.Witness,
 		OverrideAfter: r.cfg.OverrideAfter, Dir: filepath.Join(r.cfg.Dir, "cluster"), LogLevel: "info",
-		Wrap: r.net.Wrap,
+		Wrap: r.net.Wrap, Extra: r.cfg.Extra,
 	}
 	if r.net.Host("node-a") != "" {
 		opts.Host = r.net.Host

@@ -1,0 +1,150 @@
+//go:build linux
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog partitions the
+// Active (packets dropped, no RST) at a moment when its last entries
+// reached the witness but not the Standby: the Standby cannot win an
+// election (the witness refuses its pre-vote: its own log is longer), so
+// the witness must stand and hand over. Before the fix it stood only when
+// its own election timer fired (3 x election_timeout), so the failover
+// took at least that long; the witness now stands as soon as it refuses
+// such a pre-vote.
+//
+// The timeouts are four times the defaults so the order of events does
+// not depend on how fast tc filters go in on a loaded machine: the
+// Standby's silence starts at the first cut, the witness's at the second,
+// and the witness (half the heartbeat timeout) must time out first.
+func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real clusters in network namespaces")
+	}
+	ok, why := netnsAvailable()
+	if !ok {
+		t.Skip("network namespaces unavailable: " + why)
+	}
+	const heartbeat, election = 2 * time.Second, 2 * time.Second
+	witnessElection := 3 * election // raftnode's WitnessElectionTimeout default
+	nn, err := newNetns([]string{"node-a", "node-b", "witness"})
+	if err != nil {
+		t.Fatalf("make namespaces: %v", err)
+	}
+	onExit.add(func() { nn.Close() })
+	t.Cleanup(func() {
+		if err := nn.Close(); err != nil {
+			t.Errorf("remove namespaces: %v", err)
+		}
+	})
+	cfg := suiteConfig{
+		Mode: "witness", Voters: 2, Witness: true, OverrideAfter: 10 * time.Second, Dir: t.TempDir(),
+		Extra: fmt.Sprintf("cluster:\n  heartbeat_timeout: %s\n  election_timeout: %s\n  leader_lease_timeout: 1s\n", heartbeat, election),
+	}
+	r := newRunner(cfg, bin, nn, t.Logf)
+	onExit.add(r.close)
+	t.Cleanup(func() {
+		r.close()
+		if t.Failed() && r.c != nil {
+			for _, n := range r.c.Nodes {
+				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogTail(40))
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := r.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const trials = 3
+	for trial := 1; trial <= trials; trial++ {
+		active, err := r.waitOneActive(ctx, 60*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, epochBefore, standbys, witness := r.current()
+		standby := standbys[0]
+		cuts := map[string]int{}
+
+		// The Active's packets to the Standby vanish: what it commits now
+		// reaches the witness alone, and the Standby's log falls behind.
+		if err := addCuts(nn, cuts, link{active.ID, standby.ID}); err != nil {
+			t.Fatal(err)
+		}
+		id := "longer-log-" + strconv.Itoa(trial)
+		if !r.enqueue(ctx, active, id) {
+			t.Fatalf("trial %d: enqueue %s on the Active %s was not acknowledged", trial, id, active.ID)
+		}
+		// The rest of the partition: the Active hears nobody and nobody hears it.
+		start := time.Now()
+		if err := addCuts(nn, cuts, link{active.ID, witness.ID}, link{witness.ID, active.ID}, link{standby.ID, active.ID}); err != nil {
+			t.Fatal(err)
+		}
+		var failover time.Duration
+		for {
+			s := r.health(ctx, standby)
+			if s.OK && s.Role == "active" && s.Epoch != epochBefore {
+				failover = time.Since(start)
+				break
+			}
+			if time.Since(start) > 3*witnessElection {
+				t.Fatalf("trial %d: %s not Active %s after the partition of %s (last answer %+v)", trial, standby.ID, 3*witnessElection, active.ID, s)
+			}
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
+		t.Logf("trial %d: partition of %s at %s; %s Active after %s (witness election timeout %s)",
+			trial, active.ID, start.Format("15:04:05.000"), standby.ID, failover.Round(time.Millisecond), witnessElection)
+		if failover >= witnessElection {
+			t.Errorf("trial %d: failover took %s, at least the witness's election timeout (%s): the witness waited for its own timer instead of standing when it refused the Standby's pre-vote",
+				trial, failover.Round(time.Millisecond), witnessElection)
+		}
+		if err := nn.Apply(nil, 0); err != nil {
+			t.Fatalf("heal: %v", err)
+		}
+		// The message acknowledged before the partition is on the new Active.
+		pending, _, err := r.buffered(ctx)
+		if err != nil {
+			t.Fatalf("trial %d: buffered: %v", trial, err)
+		}
+		delivered, err := deliveries(r.sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := pending[id]
+		for _, d := range delivered {
+			found = found || d.ID == id
+		}
+		if !found {
+			t.Errorf("trial %d: acknowledged message %s is neither buffered nor delivered", trial, id)
+		}
+	}
+}
+
+// addCuts drops packets on more links without touching the filters
+// already in place (Apply replaces them all, opening every link for a
+// moment). handles counts the filters per host.
+func addCuts(n *netnsNet, handles map[string]int, cut ...link) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, l := range cut {
+		to, ok := n.hosts[l.To]
+		if _, ok2 := n.hosts[l.From]; !ok || !ok2 {
+			return fmt.Errorf("cut %s→%s: unknown host", l.From, l.To)
+		}
+		handles[l.From]++
+		err := run("ip", "netns", "exec", n.ns(l.From), "tc", "filter", "add", "dev", "eth0", "parent", "1:",
+			"protocol", "ip", "prio", "10", "handle", strconv.Itoa(handles[l.From]), "bpf", "bytecode", bpfDropBytecode(net.ParseIP(to), 1), "classid", "1:2")
+		if err != nil {
+			return fmt.Errorf("cut %s→%s: %w", l.From, l.To, err)
+		}
+		n.applied[l.From] = true
+	}
+	return nil
+}
