@@ -12,6 +12,8 @@ import (
 type Config struct {
 	Connections []ConnectionConfig
 	Instances   []InstanceConfig
+	// AlarmSources are the alarm sources subscribed, each on a connection.
+	AlarmSources []AlarmSourceConfig
 	// HotStandby runs the workers (read-only) on a Standby node too.
 	HotStandby bool
 }
@@ -102,11 +104,25 @@ func (c Config) Validate() error {
 			attrs[in.Name][a.Name] = true
 		}
 	}
+	alarms := map[string]bool{}
+	for i, a := range c.AlarmSources {
+		switch {
+		case a.Source == "":
+			errs = append(errs, fmt.Errorf("alarm_sources[%d]: source is empty", i))
+		case alarms[a.key()]:
+			errs = append(errs, fmt.Errorf("alarm_sources[%d]: source %q listed twice for connection %q", i, a.Source, a.Connection))
+		}
+		alarms[a.key()] = true
+		if !conns[a.Connection] {
+			errs = append(errs, fmt.Errorf("alarm_sources[%d] %q: unknown connection %q", i, a.Source, a.Connection))
+		}
+	}
 	return errors.Join(errs...)
 }
 
 func (c Config) clone() Config {
-	out := Config{Connections: slices.Clone(c.Connections), Instances: make([]InstanceConfig, len(c.Instances)), HotStandby: c.HotStandby}
+	out := Config{Connections: slices.Clone(c.Connections), Instances: make([]InstanceConfig, len(c.Instances)), HotStandby: c.HotStandby,
+		AlarmSources: slices.Clone(c.AlarmSources)}
 	for i, in := range c.Instances {
 		in.Attributes = slices.Clone(in.Attributes)
 		out.Instances[i] = in

@@ -10,9 +10,11 @@
 // reconfigured by difference.
 //
 // The guarded retry (Guard, Worker) is independent of what is subscribed:
-// tag subscriptions use it here, and any other subscriber kind (alarm
-// sources, where a connection offers them) implements Subscription and runs
-// under the same Worker.
+// tag subscriptions use it, and so do alarm sources (one worker per
+// (connection, alarm source), the seeds' "same amplifier, still unguarded"):
+// an alarm subscribe's reply is the source's current conditions, handed to
+// an AlarmSink only while its attempt is live, and the connection's
+// active-alarm stream goes to the same sink.
 //
 // It owns no protocol (package gateway does) and no presentation: values and
 // qualities go to a Sink the OPC UA server and history forwarding implement.

@@ -31,6 +31,9 @@ type Options struct {
 	HotStandby bool
 	// Sink receives values and qualities. Required.
 	Sink Sink
+	// Alarms receives alarm snapshots and transitions of the configured
+	// alarm sources; nil drops them.
+	Alarms AlarmSink
 	// Dialer makes connections; nil dials real gateways (GatewayDialer with
 	// gateway metrics registered on Registerer).
 	Dialer Dialer
@@ -69,11 +72,24 @@ type Manager struct {
 }
 
 type workerHandle struct {
+	// inst is the instance of a tag worker; an alarm worker has none
+	// (alarm is its source).
 	inst   InstanceConfig
+	alarm  AlarmSourceConfig
+	conn   *connection
+	name   string // the worker's key within its connection
 	w      *Worker
-	sub    *tagSubscription
+	sub    subscriptionState
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// subscriptionState is what the manager does to a worker's subscription
+// besides driving it: forget it when its session is replaced, release it
+// when the worker stops (returning the gateway cleanup to run, or nil).
+type subscriptionState interface {
+	reset()
+	release() func()
 }
 
 // NewManager checks opts and returns a manager; Run starts it.
@@ -233,6 +249,10 @@ func (m *Manager) reconcile(want Config) {
 	for _, in := range want.Instances {
 		wantInsts[in.key()] = in
 	}
+	wantAlarms := map[string]AlarmSourceConfig{}
+	for _, a := range want.AlarmSources {
+		wantAlarms[a.key()] = a
+	}
 	// Connections that go or change take their workers with them.
 	for name, c := range m.conns {
 		if wc, ok := wantConns[name]; ok && wc == c.cfg {
@@ -240,7 +260,7 @@ func (m *Manager) reconcile(want Config) {
 		}
 		var stopped []InstanceConfig
 		for key, h := range m.workers {
-			if h.inst.Connection == name {
+			if h.conn.cfg.Name == name {
 				m.stopWorker(key, false)
 				stopped = append(stopped, h.inst)
 			}
@@ -258,6 +278,12 @@ func (m *Manager) reconcile(want Config) {
 		}
 	}
 	for key, h := range m.workers {
+		if h.alarm.Source != "" {
+			if _, ok := wantAlarms[key]; !ok {
+				m.stopWorker(key, true)
+			}
+			continue
+		}
 		if in, ok := wantInsts[key]; !ok || !in.equal(h.inst) {
 			m.stopWorker(key, true)
 		}
@@ -285,6 +311,16 @@ func (m *Manager) reconcile(want Config) {
 		}
 		m.startWorker(c, in)
 	}
+	for key, a := range wantAlarms {
+		if _, ok := m.workers[key]; ok {
+			continue
+		}
+		c, ok := m.conns[a.Connection]
+		if !ok {
+			continue
+		}
+		m.startAlarmWorker(c, a)
+	}
 }
 
 // policy is the subscribe retry of connection cc: its own, with the
@@ -294,7 +330,7 @@ func (m *Manager) policy(cc ConnectionConfig) RetryPolicy {
 }
 
 func (m *Manager) startConnection(cc ConnectionConfig) (*connection, error) {
-	c := &connection{cfg: cc, sink: m.opts.Sink, routes: map[int32]target{}, early: map[int32]gateway.DataChange{}, workers: map[string]*workerHandle{},
+	c := &connection{cfg: cc, sink: m.opts.Sink, alarms: m.opts.Alarms, alarmSources: map[string]int{}, routes: map[int32]target{}, early: map[int32]gateway.DataChange{}, workers: map[string]*workerHandle{},
 		log: m.log.With().Str("connection", cc.Name).Logger()}
 	conn, err := m.dialer.Dial(cc, c)
 	if err != nil {
@@ -320,14 +356,31 @@ func (m *Manager) startWorker(c *connection, in InstanceConfig) {
 	w := NewWorker(sub, WorkerOptions{Connection: in.Connection, Instance: in.Name, Policy: m.policy(c.cfg),
 		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &workerHandle{inst: in, w: w, sub: sub, cancel: cancel, done: make(chan struct{})}
 	// Instance names are unique within a connection.
-	c.addWorker(in.Name, h)
-	m.workers[in.key()] = h
+	h := &workerHandle{inst: in, conn: c, name: in.Name, w: w, sub: sub, cancel: cancel, done: make(chan struct{})}
+	m.runWorker(in.key(), h, ctx)
+}
+
+// startAlarmWorker runs the guarded subscribe of one alarm source: the
+// same Worker and Guard as the tag workers, one in flight per (connection,
+// source).
+func (m *Manager) startAlarmWorker(c *connection, a AlarmSourceConfig) {
+	sub := &alarmSubscription{conn: c, source: a.Source}
+	w := NewWorker(sub, WorkerOptions{Connection: a.Connection, Instance: alarmWorkerLabel(a.Source), Policy: m.policy(c.cfg),
+		Clock: m.opts.Clock, Rand: m.opts.Rand, Logger: m.log, Metrics: m.metrics})
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &workerHandle{alarm: a, conn: c, name: alarmWorkerKey(a.Source), w: w, sub: sub, cancel: cancel, done: make(chan struct{})}
+	c.addAlarmSource(a.Source)
+	m.runWorker(a.key(), h, ctx)
+}
+
+func (m *Manager) runWorker(key string, h *workerHandle, ctx context.Context) {
+	h.conn.addWorker(h.name, h)
+	m.workers[key] = h
 	m.statusMu.Lock()
-	m.status[in.key()] = w
+	m.status[key] = h.w
 	m.statusMu.Unlock()
-	go func() { defer close(h.done); w.Run(ctx) }()
+	go func() { defer close(h.done); h.w.Run(ctx) }()
 }
 
 // stopWorker stops a worker; release also removes its items from the
@@ -336,8 +389,11 @@ func (m *Manager) stopWorker(key string, release bool) {
 	h := m.workers[key]
 	h.cancel()
 	<-h.done
-	c := h.sub.conn
-	c.removeWorker(h.inst.Name)
+	c := h.conn
+	c.removeWorker(h.name)
+	if h.alarm.Source != "" {
+		c.removeAlarmSource(h.alarm.Source)
+	}
 	if remove := h.sub.release(); release && remove != nil {
 		m.background.Add(1)
 		go func() { defer m.background.Done(); remove() }()
@@ -372,6 +428,13 @@ type connection struct {
 	session uint64
 	good    bool
 	workers map[string]*workerHandle
+	// alarms receives the alarm transitions of alarmSources, the sources
+	// with a worker on this connection.
+	alarms       AlarmSink
+	alarmSources map[string]int
+	// alarmMu keeps the sink's calls for this connection one at a time
+	// (a snapshot and a streamed transition may race otherwise).
+	alarmMu sync.Mutex
 }
 
 func (c *connection) addWorker(name string, h *workerHandle) {
