@@ -103,6 +103,19 @@ func CertificateRoles(r *http.Request) Role {
 	return Nobody
 }
 
+// CertificateOrLoopback is CertificateRoles, except that a request
+// without a client certificate from this machine may act
+// (http.console_loopback_operators, as scadad --dev runs).
+func CertificateOrLoopback(r *http.Request) Role {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		if isLoopback(r) {
+			return Operator
+		}
+		return Nobody
+	}
+	return CertificateRoles(r)
+}
+
 // AtMostViewer caps authorize at Viewer (http.console_read_only).
 func AtMostViewer(authorize func(*http.Request) Role) func(*http.Request) Role {
 	return func(r *http.Request) Role { return min(authorize(r), Viewer) }
@@ -111,14 +124,19 @@ func AtMostViewer(authorize func(*http.Request) Role) func(*http.Request) Role {
 // LoopbackOperators is the Authorize the daemon uses until the management
 // plane has roles: a client on this machine may act, anyone else reads.
 func LoopbackOperators(r *http.Request) Role {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return Viewer
-	}
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+	if isLoopback(r) {
 		return Operator
 	}
 	return Viewer
+}
+
+func isLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Options configure a Console.

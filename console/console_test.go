@@ -327,3 +327,18 @@ func TestRoleSpansAreBounded(t *testing.T) {
 		t.Errorf("newest span %+v, want open until now", last)
 	}
 }
+
+// With console_loopback_operators a browser on the node's machine acts
+// without a certificate; from elsewhere it still needs one.
+func TestCertificateOrLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		remote string
+		want   Role
+	}{{"127.0.0.1:5000", Operator}, {"[::1]:5000", Operator}, {"192.0.2.7:5000", Nobody}, {"garbage", Nobody}} {
+		req := httptest.NewRequest(http.MethodGet, "https://node-b/", nil)
+		req.RemoteAddr = tc.remote
+		if got := CertificateOrLoopback(req); got != tc.want {
+			t.Errorf("no certificate from %s: %v, want %v", tc.remote, got, tc.want)
+		}
+	}
+}

@@ -151,6 +151,11 @@ type HTTP struct {
 	// from it (on a TLS listener: a client certificate with role operator
 	// or admin; on an insecure one: a client on this machine).
 	ConsoleReadOnly bool `yaml:"console_read_only"`
+	// ConsoleLoopbackOperators lets a browser on this machine without a
+	// client certificate use the status page of a TLS listener as an
+	// operator (scadad --dev sets it; anyone who can log in to the
+	// machine can then act, so a plant leaves it off).
+	ConsoleLoopbackOperators bool `yaml:"console_loopback_operators"`
 }
 
 // ConnLimits bound one listener's connections: its share of the process's

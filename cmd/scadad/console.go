@@ -22,8 +22,11 @@ func newConsole(cfg *nodeconfig.Config, srv *control.Server, fwd *control.Forwar
 	// A TLS listener asks the client certificate's role; a plain-HTTP
 	// lab listener has none to ask, so only this machine may act.
 	authorize := console.CertificateRoles
-	if cfg.HTTP.Insecure {
+	switch {
+	case cfg.HTTP.Insecure:
 		authorize = console.LoopbackOperators
+	case cfg.HTTP.ConsoleLoopbackOperators:
+		authorize = console.CertificateOrLoopback
 	}
 	if cfg.HTTP.ConsoleReadOnly {
 		authorize = console.AtMostViewer(authorize)

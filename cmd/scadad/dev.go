@@ -52,7 +52,7 @@ func devConfig(dir string) (*nodeconfig.Config, error) {
 			Members: []nodeconfig.Member{{ID: "dev", RaftAddr: devRaftAddr, APIAddr: devAPIAddr}},
 		},
 		TLS:  nodeconfig.TLS{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, "dev.crt"), Key: filepath.Join(certs, "dev.key")},
-		HTTP: nodeconfig.HTTP{Listen: devHTTPAddr},
+		HTTP: nodeconfig.HTTP{Listen: devHTTPAddr, ConsoleLoopbackOperators: true},
 		Log:  nodeconfig.Log{Format: "console"},
 	}
 	c.ApplyDefaults()
