@@ -154,24 +154,20 @@ func readTab(ctx context.Context) (pageState, error) {
 // that is shown.
 func click(t *testing.T, ctx context.Context, sel string) {
 	t.Helper()
-	js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); if (!e || e.offsetParent === null) return false; e.click(); return true; })()`
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ok, err := chromedp.Run(cctx, chromedp.Evaluate[bool](js))
-		cancel()
-		if err == nil && ok {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no %s to click on the page within 15 s", sel)
+	untilShown(t, ctx, sel, "e.click(); ")
 }
 
 // shown waits up to 15 s for an element sel matches to be shown.
 func shown(t *testing.T, ctx context.Context, sel string) {
 	t.Helper()
-	js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); return !!e && e.offsetParent !== null; })()`
+	untilShown(t, ctx, sel, "")
+}
+
+// untilShown runs then (JavaScript, with the element as e) on the first
+// element sel matches once it is shown, waiting up to 15 s.
+func untilShown(t *testing.T, ctx context.Context, sel, then string) {
+	t.Helper()
+	js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); if (!e || e.offsetParent === null) return false; ` + then + `return true; })()`
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
