@@ -134,6 +134,8 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.sfRetry(body.SfRetry, res)
 	case *fsmpb.Command_SfDiscard:
 		return a.sfDiscard(body.SfDiscard, res)
+	case *fsmpb.Command_SfAttempts:
+		return a.sfAttempts(body.SfAttempts, res)
 	case *fsmpb.Command_Audit:
 		return a.auditCommand(body.Audit, res)
 	case *fsmpb.Command_SetClusterEpoch:

@@ -271,11 +271,63 @@ func (a *applier) sfPark(c *fsmpb.SFPark, res *Result) error {
 	msg.Attempts = c.Attempts
 	msg.ParkReason = c.Reason
 	msg.ParkStampUnixNano = a.cmd.StampUnixNano
+	msg.LastError = c.Reason
+	msg.LastAttemptStampUnixNano = a.cmd.StampUnixNano
 	parkSeq, err := a.place(msg, counters, fsmpb.MessageState_MESSAGE_STATE_PARKED)
 	if err != nil {
 		return err
 	}
 	res.Park = &ParkOutcome{Target: msg.Target, ParkSeq: parkSeq}
+	return nil
+}
+
+// sfAttempts records failed attempts of pending messages in place. The
+// whole command is checked before anything changes.
+func (a *applier) sfAttempts(c *fsmpb.SFAttempts, res *Result) error {
+	if n := len(c.Attempts); n == 0 || n > MaxBulk {
+		res.Err = cmdErr(CodeInvalid, "attempts of %d messages, want 1..%d", n, MaxBulk)
+		return nil
+	}
+	for _, at := range c.Attempts {
+		if e := firstErr(checkID("message id", at.Id), checkText("last error", at.LastError, MaxTextBytes)); e != nil {
+			res.Err = e
+			return nil
+		}
+	}
+	out := &AttemptsOutcome{}
+	for _, at := range c.Attempts {
+		loc, err := a.locate(at.Id)
+		if err != nil {
+			return err
+		}
+		if loc == nil || loc.State != fsmpb.MessageState_MESSAGE_STATE_PENDING {
+			out.NotPending++
+			continue
+		}
+		q, err := queue(a.pending, loc.Target, false)
+		if err != nil {
+			return err
+		}
+		if q == nil {
+			return fmt.Errorf("message %q indexed in missing queue %q", at.Id, loc.Target)
+		}
+		msg := &fsmpb.StoredMessage{}
+		ok, err := getRecord(q, u64(loc.Seq), msg)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("message %q indexed at %s/%d but absent", at.Id, loc.Target, loc.Seq)
+		}
+		msg.Attempts = at.Attempts
+		msg.LastError = at.LastError
+		msg.LastAttemptStampUnixNano = a.cmd.StampUnixNano
+		if err := a.putRecord(q, u64(loc.Seq), msg); err != nil {
+			return fmt.Errorf("record attempts of %q: %w", at.Id, err)
+		}
+		out.Recorded++
+	}
+	res.Attempts = out
 	return nil
 }
 
@@ -424,6 +476,7 @@ func (a *applier) sfRetry(c *fsmpb.SFRetry, res *Result) error {
 	out, err := a.moveParked("sf.retry", c.Ids, c.AllOfTarget, "", res,
 		func(msg *fsmpb.StoredMessage, counters *fsmpb.TargetCounters) error {
 			msg.Attempts, msg.ParkReason, msg.ParkStampUnixNano = 0, "", 0
+			msg.LastError, msg.LastAttemptStampUnixNano = "", 0
 			_, err := a.place(msg, counters, fsmpb.MessageState_MESSAGE_STATE_PENDING)
 			return err
 		})

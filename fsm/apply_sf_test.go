@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -261,5 +262,51 @@ func TestSFDeliveredTombstonesAreBounded(t *testing.T) {
 	}
 	if info.DeliveredTombstones != DeliveredTombstones {
 		t.Fatalf("tombstones %d", info.DeliveredTombstones)
+	}
+}
+
+func TestSFAttemptsRecordedOnPendingOnly(t *testing.T) {
+	f, w := openTestFSM(t), newLogWriter(t)
+	mustOK(t, f, w.cmd(enqueue(msg("m1", "A", "p1"), msg("m2", "A", "p2"), msg("m3", "A", "p3"))))
+	mustOK(t, f, w.cmd(delivered("m3")))
+	r := mustOK(t, f, w.cmd(attempts(
+		&fsmpb.SFAttempt{Id: "m1", Attempts: 3, LastError: "target answered 503"},
+		&fsmpb.SFAttempt{Id: "m3", Attempts: 1, LastError: "late"},
+		&fsmpb.SFAttempt{Id: "never", Attempts: 1, LastError: "x"})))
+	if *r.Attempts != (AttemptsOutcome{Recorded: 1, NotPending: 2}) {
+		t.Fatalf("outcome %+v", r.Attempts)
+	}
+	msgs, _ := f.SFPending("A", 0, 10)
+	if len(msgs) != 2 || msgs[0].Attempts != 3 || msgs[0].LastError != "target answered 503" || msgs[0].LastAttemptAt.IsZero() ||
+		string(msgs[0].Payload) != "p1" || msgs[0].Seq != 1 || msgs[1].Attempts != 0 || msgs[1].LastError != "" {
+		t.Fatalf("pending %+v", msgs)
+	}
+	// Park keeps the count it is given and the reason as the last error;
+	// retry starts both again.
+	mustOK(t, f, w.cmd(park("m1", "target answered 400: bad", 4)))
+	parked, _ := f.SFParked("A", 10)
+	if len(parked) != 1 || parked[0].Attempts != 4 || parked[0].LastError != "target answered 400: bad" {
+		t.Fatalf("parked %+v", parked)
+	}
+	if r := mustOK(t, f, w.cmd(attempts(&fsmpb.SFAttempt{Id: "m1", Attempts: 9, LastError: "y"}))); r.Attempts.NotPending != 1 {
+		t.Fatalf("attempts of a parked message recorded: %+v", r.Attempts)
+	}
+	mustOK(t, f, w.cmd(retry("", "m1")))
+	msgs, _ = f.SFPending("A", 0, 10)
+	if len(msgs) != 2 || msgs[1].ID != "m1" || msgs[1].Attempts != 0 || msgs[1].LastError != "" || !msgs[1].LastAttemptAt.IsZero() {
+		t.Fatalf("retried %+v", msgs)
+	}
+	// Refused whole when any entry is bad; nothing changes.
+	for _, bad := range []*fsmpb.Command{
+		attempts(),
+		attempts(&fsmpb.SFAttempt{Id: "m2", Attempts: 1}, &fsmpb.SFAttempt{Id: "", Attempts: 1}),
+		attempts(&fsmpb.SFAttempt{Id: "m2", Attempts: 1, LastError: strings.Repeat("e", MaxTextBytes+1)}),
+	} {
+		if r := applyOne(t, f, w.cmd(bad)); !errors.Is(r.Err, ErrInvalid) {
+			t.Fatalf("bad attempts %v: %v", bad, r.Err)
+		}
+	}
+	if msgs, _ := f.SFPending("A", 0, 10); msgs[0].ID != "m2" || msgs[0].Attempts != 0 {
+		t.Fatalf("a refused SFAttempts changed the state: %+v", msgs[0])
 	}
 }

@@ -199,3 +199,7 @@ func newSHA() hash.Hash { return sha256.New() }
 func newGzip(w io.Writer) *gzip.Writer { return gzip.NewWriter(w) }
 
 func protoMarshal(m proto.Message) ([]byte, error) { return proto.Marshal(m) }
+
+func attempts(entries ...*fsmpb.SFAttempt) *fsmpb.Command {
+	return &fsmpb.Command{Body: &fsmpb.Command_SfAttempts{SfAttempts: &fsmpb.SFAttempts{Attempts: entries}}}
+}

@@ -37,6 +37,9 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 	case "cert_revoke", "token_create", "token_revoke":
 		// v0.2.0: the certificate deny list and bearer tokens (docs/security.md).
 		return 2, true
+	case "sf_attempts":
+		// v0.2.0: replicated delivery attempts (docs/store-and-forward.md).
+		return 2, true
 	case "feature_probe":
 		return FeatureLevel + 1, true
 	}

@@ -62,23 +62,30 @@ type Message struct {
 	Headers      []Header
 	EnqueuedAt   time.Time
 	EnqueueActor string
-	// Attempts, ParkReason and ParkedAt are set on parked messages.
-	Attempts   uint32
+	// Attempts counts failed deliveries and LastError/LastAttemptAt
+	// describe the latest, as the Active node recorded them (SFAttempts,
+	// in batches: a pending message's figures may trail by a moment).
+	Attempts      uint32
+	LastError     string
+	LastAttemptAt time.Time
+	// ParkReason and ParkedAt are set on parked messages.
 	ParkReason string
 	ParkedAt   time.Time
 }
 
 func messageFrom(seq uint64, m *fsmpb.StoredMessage) Message {
 	out := Message{
-		ID:           m.Id,
-		Target:       m.Target,
-		Seq:          seq,
-		Payload:      m.Payload,
-		EnqueuedAt:   stampTime(m.EnqueueStampUnixNano),
-		EnqueueActor: m.EnqueueActor,
-		Attempts:     m.Attempts,
-		ParkReason:   m.ParkReason,
-		ParkedAt:     stampTime(m.ParkStampUnixNano),
+		ID:            m.Id,
+		Target:        m.Target,
+		Seq:           seq,
+		Payload:       m.Payload,
+		EnqueuedAt:    stampTime(m.EnqueueStampUnixNano),
+		EnqueueActor:  m.EnqueueActor,
+		Attempts:      m.Attempts,
+		LastError:     m.LastError,
+		LastAttemptAt: stampTime(m.LastAttemptStampUnixNano),
+		ParkReason:    m.ParkReason,
+		ParkedAt:      stampTime(m.ParkStampUnixNano),
 	}
 	for _, h := range m.Headers {
 		out.Headers = append(out.Headers, Header{Key: h.Key, Value: h.Value})

@@ -18,6 +18,7 @@ type Result struct {
 	Enqueue   *EnqueueOutcome
 	Delivered *DeliveredOutcome
 	Park      *ParkOutcome
+	Attempts  *AttemptsOutcome
 	Retry     *MoveOutcome
 	Discard   *MoveOutcome
 	Audit     *AuditOutcome
@@ -80,6 +81,14 @@ type DeliveredOutcome struct {
 type ParkOutcome struct {
 	Target  string
 	ParkSeq uint64
+}
+
+// AttemptsOutcome answers SFAttempts.
+type AttemptsOutcome struct {
+	Recorded int
+	// NotPending counts ids that were delivered, parked or never seen by
+	// the time the command applied; nothing was recorded for them.
+	NotPending int
 }
 
 // MoveOutcome answers SFRetry and SFDiscard.

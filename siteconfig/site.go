@@ -208,6 +208,11 @@ type Target struct {
 	// catch up, so a target down for days cannot fill the disk the rest of
 	// the site shares. 0 (the default) sets no cap.
 	MaxPending int `yaml:"max_pending,omitempty"`
+	// ParkOn lists the answers that park a message at once instead of
+	// being retried: HTTP status codes or classes ("400", "4xx"), or
+	// "none". Empty: every 4xx except 408, 425 and 429 parks at once;
+	// 5xx, timeouts and connection errors are retried.
+	ParkOn []string `yaml:"park_on,omitempty"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

@@ -500,6 +500,29 @@ func (v *validator) target(p string, t *Target) {
 	if t.MaxPending < 0 {
 		v.add(field(p, "max_pending"), "%d is negative (0 sets no cap)", t.MaxPending)
 	}
+	v.parkOn(field(p, "park_on"), t.ParkOn)
+}
+
+// parkOn checks an HTTP target's park_on: "none" alone, or status codes
+// and classes of three characters, the first 1-5, the others digits or x
+// ("400", "4xx", "40x").
+func (v *validator) parkOn(p string, parkOn []string) {
+	for i, code := range parkOn {
+		ip := fmt.Sprintf("%s[%d]", p, i)
+		if code == "none" {
+			if len(parkOn) > 1 {
+				v.add(ip, `"none" must be the only entry`)
+			}
+			continue
+		}
+		ok := len(code) == 3 && code[0] >= '1' && code[0] <= '5'
+		for j := 1; ok && j < 3; j++ {
+			ok = code[j] == 'x' || code[j] >= '0' && code[j] <= '9'
+		}
+		if !ok {
+			v.add(ip, `%q is not an HTTP status code or class ("400", "4xx", "40x") or "none"`, code)
+		}
+	}
 }
 
 func isHeaderToken(s string) bool {

@@ -151,6 +151,10 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].max_in_flight"}, "outside"},
 		{"target cap", func(s *Site) { s.Targets[0].MaxPending = -5 },
 			[]string{"targets[0].max_pending"}, "negative"},
+		{"target park_on code", func(s *Site) { s.Targets[0].ParkOn = []string{"400", "4x", "600"} },
+			[]string{"targets[0].park_on[1]", "targets[0].park_on[2]"}, "not an HTTP status code"},
+		{"target park_on none with others", func(s *Site) { s.Targets[0].ParkOn = []string{"none", "4xx"} },
+			[]string{"targets[0].park_on[0]"}, "only entry"},
 		{"target ca_file on http", func(s *Site) {
 			s.Targets[0].URL = "http://hist.local/in"
 			s.Targets[0].CAFile = "/etc/scadad/hist-ca.pem"

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,7 +50,12 @@ type DelivererOptions struct {
 	// Active node if the node dies within the wait (with the same
 	// Idempotency-Key, as any delivery around a failover).
 	RemoveDelay time.Duration
-	Clock       clock.Clock
+	// AttemptsInterval is how long failed attempts gather before an
+	// SFAttempts records them in the buffer (default 1 s): a target that
+	// fails fast costs at most one raft entry per interval, whatever its
+	// backoff. A failover within it loses the latest attempts' count.
+	AttemptsInterval time.Duration
+	Clock            clock.Clock
 	// Jitter returns a uniform draw in [0,1) for backoff jitter.
 	Jitter  func() float64
 	Logger  zerolog.Logger
@@ -93,6 +99,9 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 	}
 	if opts.RemoveBatch <= 0 || opts.RemoveBatch > fsm.MaxBulk {
 		opts.RemoveBatch = min(2048, fsm.MaxBulk)
+	}
+	if opts.AttemptsInterval <= 0 {
+		opts.AttemptsInterval = time.Second
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.System()
@@ -367,6 +376,7 @@ type worker struct {
 	done   chan struct{}
 	live   *liveStats
 	rem    *remover
+	att    *attemptRecorder
 	log    zerolog.Logger
 
 	// client sends this target's deliveries when it has a CAFile (built
@@ -383,6 +393,7 @@ func (d *Deliverer) newWorker(parent context.Context, t Target, epoch role.Epoch
 		log:  d.opts.Logger.With().Str("target", t.Name).Stringer("epoch", epoch).Logger(),
 	}
 	w.rem = newRemover(d, w.log)
+	w.att = newAttemptRecorder(d, w.log)
 	return w
 }
 
@@ -399,6 +410,8 @@ func (w *worker) run() {
 	defer w.dropClient()
 	go w.rem.run()
 	defer w.rem.close()
+	go w.att.run()
+	defer w.att.close()
 	changes, stopChanges := w.d.opts.Reader.Changes()
 	defer stopChanges()
 	w.log.Info().Msg("s&f delivery started")
@@ -490,9 +503,13 @@ func (w *worker) sleep(d time.Duration) bool {
 }
 
 // deliver sends m until it is delivered or parked (true), or the worker
-// must stop (false).
+// must stop (false). Failed attempts count on from what the buffer
+// recorded (an earlier Active node's attempts included). A refusal the
+// target's classification calls permanent parks m at once; any other
+// failure is retried after a backoff, or after the receiver's
+// Retry-After, until max_attempts.
 func (w *worker) deliver(m *Message) bool {
-	failures := 0
+	failures := int(m.Attempts)
 	for {
 		// The gate can close for a moment without a role change (the
 		// leader's quorum confirmation is late); a real change of role or
@@ -507,6 +524,7 @@ func (w *worker) deliver(m *Message) bool {
 		now := w.d.opts.Clock.Now()
 		if err == nil {
 			w.d.opts.Metrics.observeDelivery(w.cfg.Name, true, now.Sub(start))
+			w.att.forget(m.ID)
 			// Handed to the remover before it counts as delivered: a
 			// reader of Live that sees it delivered also finds it
 			// waiting for removal.
@@ -523,23 +541,34 @@ func (w *worker) deliver(m *Message) bool {
 		failures++
 		w.d.opts.Metrics.observeDelivery(w.cfg.Name, false, now.Sub(start))
 		w.live.failure(now, err, failures)
-		w.log.Warn().Err(err).Str("id", m.ID).Int("attempt", failures).Int("max_attempts", w.cfg.MaxAttempts).Msg("delivery failed")
-		if failures >= w.cfg.MaxAttempts {
-			return w.park(m, failures, err)
+		permanent, retryAfter := classify(err, w.cfg.ParkOn)
+		w.log.Warn().Err(err).Str("id", m.ID).Int("attempt", failures).Int("max_attempts", w.cfg.MaxAttempts).Bool("permanent", permanent).Msg("delivery failed")
+		switch {
+		case permanent:
+			w.att.forget(m.ID)
+			return w.park(m, failures, err, ParkRefused)
+		case failures >= w.cfg.MaxAttempts:
+			w.att.forget(m.ID)
+			return w.park(m, failures, err, ParkMaxAttempts)
 		}
-		if !w.sleep(backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, failures, w.d.opts.Jitter())) {
+		w.att.record(m.ID, failures, errorText(err, maxReasonBytes))
+		wait := backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, failures, w.d.opts.Jitter())
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		if !w.sleep(wait) {
 			return false
 		}
 	}
 }
 
+// maxReasonBytes bounds the error text kept with a message.
+const maxReasonBytes = 1024
+
 // park moves m to the parked list, retrying the command until it commits
 // or the worker stops.
-func (w *worker) park(m *Message, attempts int, cause error) bool {
-	reason := cause.Error()
-	if len(reason) > 1024 {
-		reason = reason[:1024]
-	}
+func (w *worker) park(m *Message, attempts int, cause error, why string) bool {
+	reason := errorText(cause, maxReasonBytes)
 	for try := 1; ; try++ {
 		if !w.gate() {
 			return false
@@ -556,8 +585,8 @@ func (w *worker) park(m *Message, attempts int, cause error) bool {
 		}
 		switch {
 		case err == nil:
-			w.d.opts.Metrics.observeParked(w.cfg.Name)
-			w.log.Warn().Str("id", m.ID).Int("attempts", attempts).Str("reason", reason).Msg("message parked")
+			w.d.opts.Metrics.observeParked(w.cfg.Name, why)
+			w.log.Warn().Str("id", m.ID).Int("attempts", attempts).Str("why", why).Str("reason", reason).Msg("message parked")
 			return true
 		case errors.Is(err, fsm.ErrNotPending):
 			// Gone meanwhile (delivered by an earlier leader's removal
@@ -575,6 +604,13 @@ func (w *worker) park(m *Message, attempts int, cause error) bool {
 type DeliveryError struct {
 	Status int
 	Body   string // the start of the answer
+	// RetryAfter is the answer's Retry-After (429 and 503 only).
+	RetryAfter time.Duration
+}
+
+// Verdict implements Refusal.
+func (e *DeliveryError) Verdict() Verdict {
+	return Verdict{Code: strconv.Itoa(e.Status), Permanent: httpPermanent(e.Status), RetryAfter: e.RetryAfter}
 }
 
 func (e *DeliveryError) Error() string {
@@ -631,7 +667,11 @@ func (w *worker) post(m *Message) error {
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
-	return &DeliveryError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(head))}
+	derr := &DeliveryError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(head))}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		derr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), w.d.opts.Clock.Now())
+	}
+	return derr
 }
 
 // httpClient is the client for this target's deliveries: the Deliverer's,

@@ -9,8 +9,11 @@
 //     POST /v1/sf/{target}.
 //   - Delivery (Deliverer): on the Active node only, one worker per target
 //     POSTs pending messages in FIFO order with Idempotency-Key and
-//     X-Scadad-Epoch headers, backs off exponentially with jitter on
-//     failure, parks a message after the target's max attempts and removes
+//     X-Scadad-Epoch headers, parks a message the target refuses for good
+//     at once (Refusal, classify, the target's ParkOn), backs off
+//     exponentially with jitter (or the receiver's Retry-After) on other
+//     failures, parks a message after the target's max attempts, records
+//     failed attempts with batched SFAttempts commands and removes
 //     delivered ids with batched SFDelivered commands. Every delivery is
 //     preceded by a check that the node is still Active in the epoch the
 //     worker was started under; a role change cancels in-flight requests.
@@ -23,9 +26,9 @@
 //
 // Delivery is at-least-once: a message delivered just before the Active node
 // dies, or before its SFDelivered commits, is delivered again by the next
-// Active node with the same Idempotency-Key. Delivery attempt counts live in
-// memory on the Active node: a failover or a restart of a target's worker
-// starts them again from zero.
+// Active node with the same Idempotency-Key. Failed attempts are
+// replicated (at most AttemptsInterval late), so a new Active node counts
+// on from the buffer's count.
 //
 // It must not: write the buffer other than through the Proposer (Raft), read
 // the FSM's files, deliver anything unless the role source says Active, or

@@ -106,6 +106,14 @@ type sink struct {
 	mu      sync.Mutex
 	got     []received
 	respond func(r received, n int) int // n counts requests with this id, from 1
+	// header, when set (setHeader), adds headers to an answer.
+	header func(r received, n int) http.Header
+}
+
+func (s *sink) setHeader(f func(r received, n int) http.Header) {
+	s.mu.Lock()
+	s.header = f
+	s.mu.Unlock()
 }
 
 func newSink(t testing.TB, roles *role.Broadcaster, respond func(r received, n int) int) *sink {
@@ -124,8 +132,13 @@ func newSink(t testing.TB, roles *role.Broadcaster, respond func(r received, n i
 				n++
 			}
 		}
-		respond := s.respond
+		respond, header := s.respond, s.header
 		s.mu.Unlock()
+		if header != nil {
+			for k, v := range header(rec, n) {
+				w.Header()[k] = v
+			}
+		}
 		status := http.StatusOK
 		if respond != nil {
 			status = respond(rec, n)

@@ -45,8 +45,8 @@ func NewMetrics(reg prometheus.Registerer, reader Reader) (*Metrics, error) {
 			Name: "scadad_sf_delivery_errors_total", Help: "Failed delivery attempts, by target.",
 		}, []string{"target"}),
 		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "scadad_sf_parked_total", Help: "Messages parked after their target's max attempts, by target.",
-		}, []string{"target"}),
+			Name: "scadad_sf_parked_total", Help: "Messages this node parked, by target and reason (refused: a permanent refusal, parked at once; max_attempts: the target's max attempts failed).",
+		}, []string{"target", "reason"}),
 		targetFull: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_sf_target_full_total", Help: "Enqueues this node refused because the target held its max_pending messages, by target.",
 		}, []string{"target"}),
@@ -109,7 +109,8 @@ func (m *Metrics) knowTargets(names []string) {
 		m.duplicates.WithLabelValues(name)
 		m.delivered.WithLabelValues(name)
 		m.deliveryErrors.WithLabelValues(name)
-		m.parkedTotal.WithLabelValues(name)
+		m.parkedTotal.WithLabelValues(name, ParkRefused)
+		m.parkedTotal.WithLabelValues(name, ParkMaxAttempts)
 		m.targetFull.WithLabelValues(name)
 	}
 }
@@ -150,9 +151,9 @@ func (m *Metrics) observeDelivery(target string, ok bool, d time.Duration) {
 	m.deliveryTime.WithLabelValues(target).Observe(d.Seconds())
 }
 
-func (m *Metrics) observeParked(target string) {
+func (m *Metrics) observeParked(target, reason string) {
 	if m != nil {
-		m.parkedTotal.WithLabelValues(target).Inc()
+		m.parkedTotal.WithLabelValues(target, reason).Inc()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mathrand "math/rand/v2"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -121,6 +122,10 @@ type Target struct {
 	// MaxPending caps the messages the target may hold pending; 0 sets
 	// none. Enqueues beyond it get a TargetFullError.
 	MaxPending int
+	// ParkOn replaces the kind's judgement of which answers park a message
+	// at once: answer codes or patterns ("400", "4xx"), or ParkOnNone.
+	// Empty: the kind's default (HTTP: 4xx except 408, 425 and 429).
+	ParkOn []string
 }
 
 // withDefaults fills zero fields.
@@ -171,6 +176,9 @@ func (t Target) validate() error {
 	if t.MaxPending < 0 {
 		return fmt.Errorf("target %s: max pending %d is negative", t.Name, t.MaxPending)
 	}
+	if err := ValidateParkOn(t.ParkOn); err != nil {
+		return fmt.Errorf("target %s: %w", t.Name, err)
+	}
 	return nil
 }
 
@@ -180,7 +188,7 @@ func sameTarget(a, b Target) bool {
 	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
 		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
 		a.MaxInFlight != b.MaxInFlight || a.CAFile != b.CAFile ||
-		len(a.Headers) != len(b.Headers) {
+		len(a.Headers) != len(b.Headers) || !slices.Equal(a.ParkOn, b.ParkOn) {
 		return false
 	}
 	for k, v := range a.Headers {

@@ -2637,8 +2637,11 @@ type SFMessage struct {
 	Size             int32                  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	ParkReason       string                 `protobuf:"bytes,6,opt,name=park_reason,json=parkReason,proto3" json:"park_reason,omitempty"`
 	Attempts         int32                  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// last_error is the latest failed attempt's error (pending or parked).
+	LastError           string `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastAttemptUnixNano int64  `protobuf:"varint,9,opt,name=last_attempt_unix_nano,json=lastAttemptUnixNano,proto3" json:"last_attempt_unix_nano,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SFMessage) Reset() {
@@ -2716,6 +2719,20 @@ func (x *SFMessage) GetParkReason() string {
 func (x *SFMessage) GetAttempts() int32 {
 	if x != nil {
 		return x.Attempts
+	}
+	return 0
+}
+
+func (x *SFMessage) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *SFMessage) GetLastAttemptUnixNano() int64 {
+	if x != nil {
+		return x.LastAttemptUnixNano
 	}
 	return 0
 }
@@ -3675,7 +3692,7 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\rSFListRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
 	"\x06parked\x18\x02 \x01(\bR\x06parked\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\xc4\x01\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x98\x02\n" +
 	"\tSFMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x10\n" +
@@ -3684,7 +3701,10 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x04size\x18\x05 \x01(\x05R\x04size\x12\x1f\n" +
 	"\vpark_reason\x18\x06 \x01(\tR\n" +
 	"parkReason\x12\x1a\n" +
-	"\battempts\x18\a \x01(\x05R\battempts\"J\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError\x123\n" +
+	"\x16last_attempt_unix_nano\x18\t \x01(\x03R\x13lastAttemptUnixNano\"J\n" +
 	"\x0eSFListResponse\x128\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1c.scadad.control.v1.SFMessageR\bmessages\"G\n" +
 	"\x0fSFSelectRequest\x12\x10\n" +

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -308,4 +309,10 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// oneLine keeps a receiver's answer (which may span lines) in its table
+// row.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }

@@ -81,9 +81,15 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 			return rpcErr("sf list", err)
 		}
 		return g.printOut(resp.Messages, func(w *tabwriter.Writer) {
-			fmt.Fprintf(w, "ID\tTARGET\tSEQ\tENQUEUED\tSIZE\tATTEMPTS\tPARK REASON\n")
+			// LAST ERROR is a pending message's latest failed attempt or
+			// what parked a parked one.
+			fmt.Fprintf(w, "ID\tTARGET\tSEQ\tENQUEUED\tSIZE\tATTEMPTS\tLAST ERROR\n")
 			for _, m := range resp.Messages {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", m.Id, m.Target, m.Seq, time.Unix(0, m.EnqueuedUnixNano).UTC().Format(time.RFC3339), m.Size, m.Attempts, orDash(m.ParkReason))
+				lastErr := m.LastError
+				if m.ParkReason != "" {
+					lastErr = m.ParkReason
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", m.Id, m.Target, m.Seq, time.Unix(0, m.EnqueuedUnixNano).UTC().Format(time.RFC3339), m.Size, m.Attempts, orDash(oneLine(lastErr)))
 			}
 		})
 	case "retry", "discard":

@@ -95,7 +95,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
 			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
-			CAFile: t.CAFile, MaxPending: t.MaxPending,
+			CAFile: t.CAFile, MaxPending: t.MaxPending, ParkOn: t.ParkOn,
 		})
 	}
 	return out
@@ -169,7 +169,12 @@ func (s *sfService) List(ctx context.Context, target string, parked bool, limit 
 	}
 	var out []*controlpb.SFMessage
 	for _, m := range msgs {
-		out = append(out, &controlpb.SFMessage{Id: m.ID, Target: m.Target, Seq: m.Seq, EnqueuedUnixNano: m.EnqueuedAt.UnixNano(), Size: int32(len(m.Payload)), ParkReason: m.ParkReason, Attempts: int32(m.Attempts)})
+		sm := &controlpb.SFMessage{Id: m.ID, Target: m.Target, Seq: m.Seq, EnqueuedUnixNano: m.EnqueuedAt.UnixNano(), Size: int32(len(m.Payload)),
+			ParkReason: m.ParkReason, Attempts: int32(m.Attempts), LastError: m.LastError}
+		if !m.LastAttemptAt.IsZero() {
+			sm.LastAttemptUnixNano = m.LastAttemptAt.UnixNano()
+		}
+		out = append(out, sm)
 	}
 	return out, nil
 }

@@ -38,6 +38,8 @@ type config struct {
 	status    int
 	seed      uint64
 	bodies    bool
+	// retryAfter, when set, is sent as Retry-After with every failure.
+	retryAfter string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -51,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.failRate, "fail-rate", 0, "fail each later request with this probability (0..1)")
 	fs.DurationVar(&c.delay, "delay", 0, "wait this long before answering each request")
 	fs.IntVar(&c.status, "status", http.StatusServiceUnavailable, "HTTP status of a failed request")
+	fs.StringVar(&c.retryAfter, "retry-after", "", "send this Retry-After header (seconds or an HTTP date) with every failed request")
 	fs.BoolVar(&c.bodies, "bodies", false, "record each request's body too (for tests that check content, not only digests)")
 	fs.Uint64Var(&c.seed, "seed", uint64(time.Now().UnixNano()), "seed of the -fail-rate draws")
 	if err := fs.Parse(args); err != nil {

@@ -295,3 +295,18 @@ func TestSinkConcurrentRequestsAllRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSinkSendsRetryAfterWithFailures(t *testing.T) {
+	base, stop := startSink(t, "-fail-first", "1", "-status", "503", "-retry-after", "2")
+	defer stop()
+	for i, want := range []string{"2", ""} {
+		resp, err := http.Post(base+"/in", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Retry-After"); got != want {
+			t.Fatalf("request %d (%d): Retry-After %q, want %q", i, resp.StatusCode, got, want)
+		}
+	}
+}

@@ -42,10 +42,11 @@ type Record struct {
 type sink struct {
 	rec *recorder
 
-	failFirst int64
-	failRate  float64
-	status    int
-	bodies    bool
+	failFirst  int64
+	failRate   float64
+	status     int
+	bodies     bool
+	retryAfter string
 
 	seq      atomic.Uint64
 	forced   atomic.Bool  // fail everything (control endpoint)
@@ -59,12 +60,13 @@ type sink struct {
 
 func newSink(cfg config, rec *recorder) *sink {
 	s := &sink{
-		rec:       rec,
-		failFirst: cfg.failFirst,
-		failRate:  cfg.failRate,
-		status:    cfg.status,
-		bodies:    cfg.bodies,
-		rand:      rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
+		rec:        rec,
+		failFirst:  cfg.failFirst,
+		failRate:   cfg.failRate,
+		status:     cfg.status,
+		bodies:     cfg.bodies,
+		retryAfter: cfg.retryAfter,
+		rand:       rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
 	}
 	s.delayNS.Store(int64(cfg.delay))
 	return s
@@ -125,6 +127,9 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.errCount.Add(1)
+	if s.retryAfter != "" {
+		w.Header().Set("Retry-After", s.retryAfter)
+	}
 	http.Error(w, fmt.Sprintf("sfsink: failing on purpose (%d)", status), status)
 }
 

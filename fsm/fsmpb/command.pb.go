@@ -58,6 +58,7 @@ type Command struct {
 	//	*Command_SetClusterEpoch
 	//	*Command_RecordFeatures
 	//	*Command_FeatureProbe
+	//	*Command_SfAttempts
 	//	*Command_CertRevoke
 	//	*Command_TokenCreate
 	//	*Command_TokenRevoke
@@ -264,6 +265,15 @@ func (x *Command) GetFeatureProbe() *FeatureProbe {
 	return nil
 }
 
+func (x *Command) GetSfAttempts() *SFAttempts {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SfAttempts); ok {
+			return x.SfAttempts
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCertRevoke() *CertRevoke {
 	if x != nil {
 		if x, ok := x.Body.(*Command_CertRevoke); ok {
@@ -351,6 +361,10 @@ type Command_FeatureProbe struct {
 	FeatureProbe *FeatureProbe `protobuf:"bytes,23,opt,name=feature_probe,json=featureProbe,proto3,oneof"`
 }
 
+type Command_SfAttempts struct {
+	SfAttempts *SFAttempts `protobuf:"bytes,24,opt,name=sf_attempts,json=sfAttempts,proto3,oneof"`
+}
+
 type Command_CertRevoke struct {
 	// 40 and up: the site's access control (issue 25).
 	CertRevoke *CertRevoke `protobuf:"bytes,40,opt,name=cert_revoke,json=certRevoke,proto3,oneof"`
@@ -391,6 +405,8 @@ func (*Command_SetClusterEpoch) isCommand_Body() {}
 func (*Command_RecordFeatures) isCommand_Body() {}
 
 func (*Command_FeatureProbe) isCommand_Body() {}
+
+func (*Command_SfAttempts) isCommand_Body() {}
 
 func (*Command_CertRevoke) isCommand_Body() {}
 
@@ -1172,6 +1188,115 @@ func (x *SFPark) GetAttempts() uint32 {
 	return 0
 }
 
+// SFAttempts records failed delivery attempts of pending messages, so a
+// failover keeps counting where the last Active node stopped and an
+// operator sees the error on any node. Gathered and sent in batches, like
+// SFDelivered; an id no longer pending is skipped.
+type SFAttempts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempts      []*SFAttempt           `protobuf:"bytes,1,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SFAttempts) Reset() {
+	*x = SFAttempts{}
+	mi := &file_command_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SFAttempts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SFAttempts) ProtoMessage() {}
+
+func (x *SFAttempts) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SFAttempts.ProtoReflect.Descriptor instead.
+func (*SFAttempts) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SFAttempts) GetAttempts() []*SFAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+// SFAttempt is one message's failed attempts so far and the last error.
+type SFAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastError     string                 `protobuf:"bytes,3,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SFAttempt) Reset() {
+	*x = SFAttempt{}
+	mi := &file_command_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SFAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SFAttempt) ProtoMessage() {}
+
+func (x *SFAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SFAttempt.ProtoReflect.Descriptor instead.
+func (*SFAttempt) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SFAttempt) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SFAttempt) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *SFAttempt) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // SFRetry moves parked messages back to the tail of their pending queue:
 // the listed ids, or (when all_of_target is set) the target's parked
 // messages, oldest first, a bounded number per command.
@@ -1185,7 +1310,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1322,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1335,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1239,7 +1364,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1376,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1389,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -1299,7 +1424,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1436,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1449,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Audit) GetKind() string {
@@ -1353,7 +1478,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1490,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1503,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{17}
+	return file_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -1416,7 +1541,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1553,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1566,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{18}
+	return file_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -1476,7 +1601,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1613,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,14 +1626,15 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{19}
+	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xcd\t\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\x8b\n" +
+	"\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -1533,6 +1659,8 @@ const file_command_proto_rawDesc = "" +
 	"\x11set_cluster_epoch\x18\x15 \x01(\v2\x1e.scadad.fsm.v1.SetClusterEpochH\x00R\x0fsetClusterEpoch\x12H\n" +
 	"\x0frecord_features\x18\x16 \x01(\v2\x1d.scadad.fsm.v1.RecordFeaturesH\x00R\x0erecordFeatures\x12B\n" +
 	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbe\x12<\n" +
+	"\vsf_attempts\x18\x18 \x01(\v2\x19.scadad.fsm.v1.SFAttemptsH\x00R\n" +
+	"sfAttempts\x12<\n" +
 	"\vcert_revoke\x18( \x01(\v2\x19.scadad.fsm.v1.CertRevokeH\x00R\n" +
 	"certRevoke\x12?\n" +
 	"\ftoken_create\x18) \x01(\v2\x1a.scadad.fsm.v1.TokenCreateH\x00R\vtokenCreate\x12?\n" +
@@ -1588,7 +1716,15 @@ const file_command_proto_rawDesc = "" +
 	"\x06SFPark\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
-	"\battempts\x18\x03 \x01(\rR\battempts\"?\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"B\n" +
+	"\n" +
+	"SFAttempts\x124\n" +
+	"\battempts\x18\x01 \x03(\v2\x18.scadad.fsm.v1.SFAttemptR\battempts\"V\n" +
+	"\tSFAttempt\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\battempts\x18\x02 \x01(\rR\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"?\n" +
 	"\aSFRetry\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
 	"\rall_of_target\x18\x02 \x01(\tR\vallOfTarget\"Y\n" +
@@ -1621,7 +1757,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
@@ -1637,12 +1773,14 @@ var file_command_proto_goTypes = []any{
 	(*SFEnqueue)(nil),        // 11: scadad.fsm.v1.SFEnqueue
 	(*SFDelivered)(nil),      // 12: scadad.fsm.v1.SFDelivered
 	(*SFPark)(nil),           // 13: scadad.fsm.v1.SFPark
-	(*SFRetry)(nil),          // 14: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 15: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 16: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 17: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 18: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 19: scadad.fsm.v1.FeatureProbe
+	(*SFAttempts)(nil),       // 14: scadad.fsm.v1.SFAttempts
+	(*SFAttempt)(nil),        // 15: scadad.fsm.v1.SFAttempt
+	(*SFRetry)(nil),          // 16: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 17: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 18: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 19: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 20: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 21: scadad.fsm.v1.FeatureProbe
 }
 var file_command_proto_depIdxs = []int32{
 	4,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
@@ -1653,22 +1791,24 @@ var file_command_proto_depIdxs = []int32{
 	11, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
 	12, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
 	13, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	14, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	15, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	16, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	17, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	18, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	19, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
-	1,  // 14: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
-	2,  // 15: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
-	3,  // 16: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
-	9,  // 17: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	10, // 18: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	17, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	18, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	19, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	20, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	21, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	14, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
+	1,  // 15: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
+	2,  // 16: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
+	3,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
+	9,  // 18: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	10, // 19: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	15, // 20: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1691,6 +1831,7 @@ func file_command_proto_init() {
 		(*Command_SetClusterEpoch)(nil),
 		(*Command_RecordFeatures)(nil),
 		(*Command_FeatureProbe)(nil),
+		(*Command_SfAttempts)(nil),
 		(*Command_CertRevoke)(nil),
 		(*Command_TokenCreate)(nil),
 		(*Command_TokenRevoke)(nil),
@@ -1701,7 +1842,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -85,8 +85,12 @@ type StoredMessage struct {
 	Attempts             uint32                 `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	ParkReason           string                 `protobuf:"bytes,8,opt,name=park_reason,json=parkReason,proto3" json:"park_reason,omitempty"`
 	ParkStampUnixNano    int64                  `protobuf:"varint,9,opt,name=park_stamp_unix_nano,json=parkStampUnixNano,proto3" json:"park_stamp_unix_nano,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// last_error and last_attempt_stamp_unix_nano describe the latest failed
+	// delivery attempt (SFAttempts, SFPark); attempts counts them.
+	LastError                string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastAttemptStampUnixNano int64  `protobuf:"varint,11,opt,name=last_attempt_stamp_unix_nano,json=lastAttemptStampUnixNano,proto3" json:"last_attempt_stamp_unix_nano,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
@@ -178,6 +182,20 @@ func (x *StoredMessage) GetParkReason() string {
 func (x *StoredMessage) GetParkStampUnixNano() int64 {
 	if x != nil {
 		return x.ParkStampUnixNano
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *StoredMessage) GetLastAttemptStampUnixNano() int64 {
+	if x != nil {
+		return x.LastAttemptStampUnixNano
 	}
 	return 0
 }
@@ -948,7 +966,7 @@ var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
 	"\n" +
-	"\vstate.proto\x12\rscadad.fsm.v1\x1a\rcommand.proto\"\xc8\x02\n" +
+	"\vstate.proto\x12\rscadad.fsm.v1\x1a\rcommand.proto\"\xa7\x03\n" +
 	"\rStoredMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x18\n" +
@@ -959,7 +977,11 @@ const file_state_proto_rawDesc = "" +
 	"\battempts\x18\a \x01(\rR\battempts\x12\x1f\n" +
 	"\vpark_reason\x18\b \x01(\tR\n" +
 	"parkReason\x12/\n" +
-	"\x14park_stamp_unix_nano\x18\t \x01(\x03R\x11parkStampUnixNano\"n\n" +
+	"\x14park_stamp_unix_nano\x18\t \x01(\x03R\x11parkStampUnixNano\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x12>\n" +
+	"\x1clast_attempt_stamp_unix_nano\x18\v \x01(\x03R\x18lastAttemptStampUnixNano\"n\n" +
 	"\x0fMessageLocation\x121\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1b.scadad.fsm.v1.MessageStateR\x05state\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x10\n" +

@@ -27,13 +27,14 @@ type Sink struct {
 
 // Delivery is one request the sink recorded.
 type Delivery struct {
-	Seq    uint64 `json:"seq"`
-	ID     string `json:"id"`
-	Epoch  string `json:"epoch"`
-	Size   int    `json:"size"`
-	SHA256 string `json:"sha256"`
-	Status int    `json:"status"`
-	Body   []byte `json:"body"` // recorded only when the sink runs with -bodies
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"` // arrival, RFC 3339 with nanoseconds
+	ID     string    `json:"id"`
+	Epoch  string    `json:"epoch"`
+	Size   int       `json:"size"`
+	SHA256 string    `json:"sha256"`
+	Status int       `json:"status"`
+	Body   []byte    `json:"body"` // recorded only when the sink runs with -bodies
 }
 
 // StartSink runs sfsink on a free loopback port, recording into dir.
@@ -113,6 +114,19 @@ func terminate(p *os.Process, exited <-chan struct{}) {
 // Deliveries reads what the sink recorded so far: the successful requests
 // (2xx) only.
 func (s *Sink) Deliveries() ([]Delivery, error) {
+	all, err := s.Requests()
+	var out []Delivery
+	for _, d := range all {
+		if d.Status >= 200 && d.Status < 300 {
+			out = append(out, d)
+		}
+	}
+	return out, err
+}
+
+// Requests reads every request the sink recorded so far, answered with
+// success or not, in arrival order.
+func (s *Sink) Requests() ([]Delivery, error) {
 	f, err := os.Open(s.Record)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -129,9 +143,7 @@ func (s *Sink) Deliveries() ([]Delivery, error) {
 		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
 			continue // a line being written right now
 		}
-		if d.Status >= 200 && d.Status < 300 {
-			out = append(out, d)
-		}
+		out = append(out, d)
 	}
 	return out, sc.Err()
 }
