@@ -3,6 +3,7 @@ package featuregate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestGateRefusesTheProbeUntilEveryMemberApplies(t *testing.T) {
 		lags  string
 		allow bool
 	}{
-		{"witness behind", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "node-b", Level: next, Version: "v9"}, {NodeID: "witness", Level: fsm.FeatureLevel, Version: "v0.2.0"}}, "node witness records level 2 (v0.2.0)", false},
+		{"witness behind", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "node-b", Level: next, Version: "v9"}, {NodeID: "witness", Level: fsm.FeatureLevel, Version: "v0.2.0"}}, fmt.Sprintf("node witness records level %d (v0.2.0)", fsm.FeatureLevel), false},
 		{"voter without a record", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "witness", Level: next, Version: "v9"}}, "node node-b has recorded no feature level", false},
 		{"all upgraded", levels{{NodeID: "node-a", Level: next, Version: "v9"}, {NodeID: "node-b", Level: next, Version: "v9"}, {NodeID: "witness", Level: next, Version: "v9"}}, "", true},
 	} {
@@ -65,7 +66,7 @@ func TestGateRefusesTheProbeUntilEveryMemberApplies(t *testing.T) {
 			t.Errorf("%s: err %v, calls %d; want a feature_level refusal", tc.name, res.Err, app.calls)
 			continue
 		}
-		if !strings.Contains(res.Err.Error(), tc.lags) || !strings.Contains(res.Err.Error(), "needs FSM feature level 3") {
+		if !strings.Contains(res.Err.Error(), tc.lags) || !strings.Contains(res.Err.Error(), fmt.Sprintf("needs FSM feature level %d", next)) {
 			t.Errorf("%s: %q does not name the lagging node (%q)", tc.name, res.Err, tc.lags)
 		}
 	}

@@ -150,6 +150,16 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.tokenCreate(body.TokenCreate, res)
 	case *fsmpb.Command_TokenRevoke:
 		return a.tokenRevoke(body.TokenRevoke, res)
+	case *fsmpb.Command_AlarmObserve:
+		return a.alarmObserve(body.AlarmObserve, res)
+	case *fsmpb.Command_AlarmAck:
+		return a.alarmAck(body.AlarmAck, res)
+	case *fsmpb.Command_AlarmShelve:
+		return a.alarmShelve(body.AlarmShelve, res)
+	case *fsmpb.Command_AlarmComment:
+		return a.alarmComment(body.AlarmComment, res)
+	case *fsmpb.Command_AlarmHistoryMark:
+		return a.alarmHistoryMark(body.AlarmHistoryMark, res)
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

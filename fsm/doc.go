@@ -1,6 +1,6 @@
 // Package fsm is scadad's replicated state machine: the site's deployed
 // configuration artifacts and pointers, the store-and-forward buffer, the
-// cluster epoch and the audit trail, kept in one bbolt file and changed only
+// cluster epoch, the audit trail and the alarm state, kept in one bbolt file and changed only
 // by Raft log entries.
 //
 // It owns:
@@ -43,6 +43,11 @@
 //	audit/                   uint64 BE seq → AuditRecord
 //	features/                node id → NodeFeatures (added by v0.2.0 in
 //	                         place; v0.1.0 ignores it, schema stays 1)
+//	alarms/state/            alarm id → AlarmRecord (v0.3.0, level 3; made by
+//	                         the first alarm command; records are kept so an
+//	                         alarm's transition numbers never start over)
+//	alarms/log/              uint64 BE log seq → AlarmTransition (the newest
+//	                         MaxAlarmLog); alarms "log_seq", "history_mark"
 //
 // # Feature levels
 //

@@ -14,7 +14,7 @@ import (
 type Level uint32
 
 // FeatureLevel is the highest level this build applies.
-const FeatureLevel Level = 2
+const FeatureLevel Level = 3
 
 // commandLevel is THE table of command levels: the feature level a node
 // needs to apply each command body (the field name in fsmpb.Command's body
@@ -40,6 +40,9 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 	case "sf_attempts":
 		// v0.2.0: replicated delivery attempts (docs/store-and-forward.md).
 		return 2, true
+	case "alarm_observe", "alarm_ack", "alarm_shelve", "alarm_comment", "alarm_history_mark":
+		// v0.3.0: the replicated alarm state (docs/alarms.md).
+		return 3, true
 	case "feature_probe":
 		return FeatureLevel + 1, true
 	}
@@ -53,6 +56,8 @@ func levelRelease(l Level) string {
 		return "v0.1.0"
 	case 2:
 		return "v0.2.0"
+	case 3:
+		return "v0.3.0"
 	}
 	return "an unreleased build"
 }

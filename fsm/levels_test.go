@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -127,7 +128,7 @@ func TestApplyStopsAtAnEntryAboveItsLevel(t *testing.T) {
 	if got := f.Meta().AppliedIndex; got != p.Index-1 {
 		t.Fatalf("applied index %d, want %d (stopped before the probe)", got, p.Index-1)
 	}
-	if f.ApplyBlocked() == nil || !strings.Contains(f.ApplyBlocked().Error(), "needs FSM feature level 3") {
+	if f.ApplyBlocked() == nil || !strings.Contains(f.ApplyBlocked().Error(), fmt.Sprintf("needs FSM feature level %d", FeatureLevel+1)) {
 		t.Fatalf("ApplyBlocked = %v", f.ApplyBlocked())
 	}
 	later := w.cmd(audit("later", "also waits"))

@@ -23,6 +23,7 @@ type Result struct {
 	Discard   *MoveOutcome
 	Audit     *AuditOutcome
 	Epoch     *EpochOutcome
+	Alarm     *AlarmOutcome
 }
 
 // ArtifactOutcome answers PutArtifactChunk and CommitArtifact.

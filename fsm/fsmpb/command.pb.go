@@ -62,6 +62,11 @@ type Command struct {
 	//	*Command_CertRevoke
 	//	*Command_TokenCreate
 	//	*Command_TokenRevoke
+	//	*Command_AlarmObserve
+	//	*Command_AlarmAck
+	//	*Command_AlarmShelve
+	//	*Command_AlarmComment
+	//	*Command_AlarmHistoryMark
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -301,6 +306,51 @@ func (x *Command) GetTokenRevoke() *TokenRevoke {
 	return nil
 }
 
+func (x *Command) GetAlarmObserve() *AlarmObserve {
+	if x != nil {
+		if x, ok := x.Body.(*Command_AlarmObserve); ok {
+			return x.AlarmObserve
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAlarmAck() *AlarmAck {
+	if x != nil {
+		if x, ok := x.Body.(*Command_AlarmAck); ok {
+			return x.AlarmAck
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAlarmShelve() *AlarmShelve {
+	if x != nil {
+		if x, ok := x.Body.(*Command_AlarmShelve); ok {
+			return x.AlarmShelve
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAlarmComment() *AlarmComment {
+	if x != nil {
+		if x, ok := x.Body.(*Command_AlarmComment); ok {
+			return x.AlarmComment
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAlarmHistoryMark() *AlarmHistoryMark {
+	if x != nil {
+		if x, ok := x.Body.(*Command_AlarmHistoryMark); ok {
+			return x.AlarmHistoryMark
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -378,6 +428,27 @@ type Command_TokenRevoke struct {
 	TokenRevoke *TokenRevoke `protobuf:"bytes,42,opt,name=token_revoke,json=tokenRevoke,proto3,oneof"`
 }
 
+type Command_AlarmObserve struct {
+	// 60 and up: the site's alarm state (issue 30).
+	AlarmObserve *AlarmObserve `protobuf:"bytes,60,opt,name=alarm_observe,json=alarmObserve,proto3,oneof"`
+}
+
+type Command_AlarmAck struct {
+	AlarmAck *AlarmAck `protobuf:"bytes,61,opt,name=alarm_ack,json=alarmAck,proto3,oneof"`
+}
+
+type Command_AlarmShelve struct {
+	AlarmShelve *AlarmShelve `protobuf:"bytes,62,opt,name=alarm_shelve,json=alarmShelve,proto3,oneof"`
+}
+
+type Command_AlarmComment struct {
+	AlarmComment *AlarmComment `protobuf:"bytes,63,opt,name=alarm_comment,json=alarmComment,proto3,oneof"`
+}
+
+type Command_AlarmHistoryMark struct {
+	AlarmHistoryMark *AlarmHistoryMark `protobuf:"bytes,64,opt,name=alarm_history_mark,json=alarmHistoryMark,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -413,6 +484,16 @@ func (*Command_CertRevoke) isCommand_Body() {}
 func (*Command_TokenCreate) isCommand_Body() {}
 
 func (*Command_TokenRevoke) isCommand_Body() {}
+
+func (*Command_AlarmObserve) isCommand_Body() {}
+
+func (*Command_AlarmAck) isCommand_Body() {}
+
+func (*Command_AlarmShelve) isCommand_Body() {}
+
+func (*Command_AlarmComment) isCommand_Body() {}
+
+func (*Command_AlarmHistoryMark) isCommand_Body() {}
 
 // CertRevoke puts a certificate of the site CA on the replicated deny
 // list: every node refuses it at the next TLS handshake and closes its
@@ -1629,12 +1710,480 @@ func (*FeatureProbe) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
+// AlarmCondition is one alarm's condition as the field reports it (a
+// gateway's alarm stream or subscribe reply, or the limit evaluation).
+type AlarmCondition struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId            string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Source             string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	ConditionName      string                 `protobuf:"bytes,3,opt,name=condition_name,json=conditionName,proto3" json:"condition_name,omitempty"`
+	Severity           uint32                 `protobuf:"varint,4,opt,name=severity,proto3" json:"severity,omitempty"` // 1..1000
+	Message            string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Active             bool                   `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
+	Acked              bool                   `protobuf:"varint,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	ConditionState     string                 `protobuf:"bytes,8,opt,name=condition_state,json=conditionState,proto3" json:"condition_state,omitempty"`
+	TransitionUnixNano int64                  `protobuf:"varint,9,opt,name=transition_unix_nano,json=transitionUnixNano,proto3" json:"transition_unix_nano,omitempty"` // the field's time of its latest transition
+	GatewaySeq         uint64                 `protobuf:"varint,10,opt,name=gateway_seq,json=gatewaySeq,proto3" json:"gateway_seq,omitempty"`                          // the gateway's transition count; 0 for limit alarms
+	AckOperator        string                 `protobuf:"bytes,11,opt,name=ack_operator,json=ackOperator,proto3" json:"ack_operator,omitempty"`
+	AckComment         string                 `protobuf:"bytes,12,opt,name=ack_comment,json=ackComment,proto3" json:"ack_comment,omitempty"`
+	Kind               string                 `protobuf:"bytes,13,opt,name=kind,proto3" json:"kind,omitempty"` // "native" or "limit"
+	Connection         string                 `protobuf:"bytes,14,opt,name=connection,proto3" json:"connection,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *AlarmCondition) Reset() {
+	*x = AlarmCondition{}
+	mi := &file_command_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmCondition) ProtoMessage() {}
+
+func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmCondition.ProtoReflect.Descriptor instead.
+func (*AlarmCondition) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AlarmCondition) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetConditionName() string {
+	if x != nil {
+		return x.ConditionName
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetSeverity() uint32 {
+	if x != nil {
+		return x.Severity
+	}
+	return 0
+}
+
+func (x *AlarmCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *AlarmCondition) GetAcked() bool {
+	if x != nil {
+		return x.Acked
+	}
+	return false
+}
+
+func (x *AlarmCondition) GetConditionState() string {
+	if x != nil {
+		return x.ConditionState
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetTransitionUnixNano() int64 {
+	if x != nil {
+		return x.TransitionUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmCondition) GetGatewaySeq() uint64 {
+	if x != nil {
+		return x.GatewaySeq
+	}
+	return 0
+}
+
+func (x *AlarmCondition) GetAckOperator() string {
+	if x != nil {
+		return x.AckOperator
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetAckComment() string {
+	if x != nil {
+		return x.AckComment
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AlarmCondition) GetConnection() string {
+	if x != nil {
+		return x.Connection
+	}
+	return ""
+}
+
+// AlarmObserve records the field's view of alarms. Each condition that
+// differs from the stored state becomes one or more transitions (raised,
+// cleared, acknowledged, changed), numbered per alarm; one that does not
+// (a refresh, a duplicate, an older gateway_seq) changes nothing. With
+// refresh_source set it is a source's full snapshot: a stored alarm of that
+// source and connection that is active but absent from it has cleared.
+type AlarmObserve struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Conditions        []*AlarmCondition      `protobuf:"bytes,1,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	RefreshSource     string                 `protobuf:"bytes,2,opt,name=refresh_source,json=refreshSource,proto3" json:"refresh_source,omitempty"`
+	RefreshConnection string                 `protobuf:"bytes,3,opt,name=refresh_connection,json=refreshConnection,proto3" json:"refresh_connection,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *AlarmObserve) Reset() {
+	*x = AlarmObserve{}
+	mi := &file_command_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmObserve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmObserve) ProtoMessage() {}
+
+func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmObserve.ProtoReflect.Descriptor instead.
+func (*AlarmObserve) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AlarmObserve) GetConditions() []*AlarmCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *AlarmObserve) GetRefreshSource() string {
+	if x != nil {
+		return x.RefreshSource
+	}
+	return ""
+}
+
+func (x *AlarmObserve) GetRefreshConnection() string {
+	if x != nil {
+		return x.RefreshConnection
+	}
+	return ""
+}
+
+// AlarmAck acknowledges (or, with confirm, confirms) an alarm as operator.
+type AlarmAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId       string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Operator      string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	Comment       string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	Confirm       bool                   `protobuf:"varint,4,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmAck) Reset() {
+	*x = AlarmAck{}
+	mi := &file_command_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmAck) ProtoMessage() {}
+
+func (x *AlarmAck) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmAck.ProtoReflect.Descriptor instead.
+func (*AlarmAck) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AlarmAck) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmAck) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *AlarmAck) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *AlarmAck) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+// AlarmShelve shelves (shelve=true) or unshelves an alarm.
+type AlarmShelve struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId       string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Operator      string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	Shelve        bool                   `protobuf:"varint,3,opt,name=shelve,proto3" json:"shelve,omitempty"`
+	UntilUnixNano int64                  `protobuf:"varint,4,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"` // 0: until unshelved
+	Comment       string                 `protobuf:"bytes,5,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmShelve) Reset() {
+	*x = AlarmShelve{}
+	mi := &file_command_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmShelve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmShelve) ProtoMessage() {}
+
+func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmShelve.ProtoReflect.Descriptor instead.
+func (*AlarmShelve) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AlarmShelve) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmShelve) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *AlarmShelve) GetShelve() bool {
+	if x != nil {
+		return x.Shelve
+	}
+	return false
+}
+
+func (x *AlarmShelve) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmShelve) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+// AlarmComment adds an operator comment to an alarm.
+type AlarmComment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId       string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Operator      string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	Comment       string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmComment) Reset() {
+	*x = AlarmComment{}
+	mi := &file_command_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmComment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmComment) ProtoMessage() {}
+
+func (x *AlarmComment) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmComment.ProtoReflect.Descriptor instead.
+func (*AlarmComment) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AlarmComment) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmComment) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *AlarmComment) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+// AlarmHistoryMark records that every alarm transition up to log seq has
+// been enqueued to the alarm-history target. It only rises.
+type AlarmHistoryMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmHistoryMark) Reset() {
+	*x = AlarmHistoryMark{}
+	mi := &file_command_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmHistoryMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmHistoryMark) ProtoMessage() {}
+
+func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmHistoryMark.ProtoReflect.Descriptor instead.
+func (*AlarmHistoryMark) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AlarmHistoryMark) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\x8b\n" +
-	"\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\xdd\f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -1664,7 +2213,12 @@ const file_command_proto_rawDesc = "" +
 	"\vcert_revoke\x18( \x01(\v2\x19.scadad.fsm.v1.CertRevokeH\x00R\n" +
 	"certRevoke\x12?\n" +
 	"\ftoken_create\x18) \x01(\v2\x1a.scadad.fsm.v1.TokenCreateH\x00R\vtokenCreate\x12?\n" +
-	"\ftoken_revoke\x18* \x01(\v2\x1a.scadad.fsm.v1.TokenRevokeH\x00R\vtokenRevokeB\x06\n" +
+	"\ftoken_revoke\x18* \x01(\v2\x1a.scadad.fsm.v1.TokenRevokeH\x00R\vtokenRevoke\x12B\n" +
+	"\ralarm_observe\x18< \x01(\v2\x1b.scadad.fsm.v1.AlarmObserveH\x00R\falarmObserve\x126\n" +
+	"\talarm_ack\x18= \x01(\v2\x17.scadad.fsm.v1.AlarmAckH\x00R\balarmAck\x12?\n" +
+	"\falarm_shelve\x18> \x01(\v2\x1a.scadad.fsm.v1.AlarmShelveH\x00R\valarmShelve\x12B\n" +
+	"\ralarm_comment\x18? \x01(\v2\x1b.scadad.fsm.v1.AlarmCommentH\x00R\falarmComment\x12O\n" +
+	"\x12alarm_history_mark\x18@ \x01(\v2\x1f.scadad.fsm.v1.AlarmHistoryMarkH\x00R\x10alarmHistoryMarkB\x06\n" +
 	"\x04body\"P\n" +
 	"\n" +
 	"CertRevoke\x12\x16\n" +
@@ -1743,7 +2297,50 @@ const file_command_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\rR\x05level\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\"\x0e\n" +
-	"\fFeatureProbeB$Z\"github.com/scadad/scadad/fsm/fsmpbb\x06proto3"
+	"\fFeatureProbe\"\xc2\x03\n" +
+	"\x0eAlarmCondition\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12%\n" +
+	"\x0econdition_name\x18\x03 \x01(\tR\rconditionName\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\rR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\x12\x14\n" +
+	"\x05acked\x18\a \x01(\bR\x05acked\x12'\n" +
+	"\x0fcondition_state\x18\b \x01(\tR\x0econditionState\x120\n" +
+	"\x14transition_unix_nano\x18\t \x01(\x03R\x12transitionUnixNano\x12\x1f\n" +
+	"\vgateway_seq\x18\n" +
+	" \x01(\x04R\n" +
+	"gatewaySeq\x12!\n" +
+	"\fack_operator\x18\v \x01(\tR\vackOperator\x12\x1f\n" +
+	"\vack_comment\x18\f \x01(\tR\n" +
+	"ackComment\x12\x12\n" +
+	"\x04kind\x18\r \x01(\tR\x04kind\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x0e \x01(\tR\n" +
+	"connection\"\xa3\x01\n" +
+	"\fAlarmObserve\x12=\n" +
+	"\n" +
+	"conditions\x18\x01 \x03(\v2\x1d.scadad.fsm.v1.AlarmConditionR\n" +
+	"conditions\x12%\n" +
+	"\x0erefresh_source\x18\x02 \x01(\tR\rrefreshSource\x12-\n" +
+	"\x12refresh_connection\x18\x03 \x01(\tR\x11refreshConnection\"u\n" +
+	"\bAlarmAck\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\x12\x18\n" +
+	"\aconfirm\x18\x04 \x01(\bR\aconfirm\"\x9e\x01\n" +
+	"\vAlarmShelve\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x16\n" +
+	"\x06shelve\x18\x03 \x01(\bR\x06shelve\x12&\n" +
+	"\x0funtil_unix_nano\x18\x04 \x01(\x03R\runtilUnixNano\x12\x18\n" +
+	"\acomment\x18\x05 \x01(\tR\acomment\"_\n" +
+	"\fAlarmComment\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\"$\n" +
+	"\x10AlarmHistoryMark\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seqB$Z\"github.com/scadad/scadad/fsm/fsmpbb\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -1757,7 +2354,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
@@ -1781,6 +2378,12 @@ var file_command_proto_goTypes = []any{
 	(*SetClusterEpoch)(nil),  // 19: scadad.fsm.v1.SetClusterEpoch
 	(*RecordFeatures)(nil),   // 20: scadad.fsm.v1.RecordFeatures
 	(*FeatureProbe)(nil),     // 21: scadad.fsm.v1.FeatureProbe
+	(*AlarmCondition)(nil),   // 22: scadad.fsm.v1.AlarmCondition
+	(*AlarmObserve)(nil),     // 23: scadad.fsm.v1.AlarmObserve
+	(*AlarmAck)(nil),         // 24: scadad.fsm.v1.AlarmAck
+	(*AlarmShelve)(nil),      // 25: scadad.fsm.v1.AlarmShelve
+	(*AlarmComment)(nil),     // 26: scadad.fsm.v1.AlarmComment
+	(*AlarmHistoryMark)(nil), // 27: scadad.fsm.v1.AlarmHistoryMark
 }
 var file_command_proto_depIdxs = []int32{
 	4,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
@@ -1801,14 +2404,20 @@ var file_command_proto_depIdxs = []int32{
 	1,  // 15: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
 	2,  // 16: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
 	3,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
-	9,  // 18: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	10, // 19: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	15, // 20: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	23, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
+	24, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
+	25, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
+	26, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
+	27, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
+	9,  // 23: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	10, // 24: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	15, // 25: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
+	22, // 26: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1835,6 +2444,11 @@ func file_command_proto_init() {
 		(*Command_CertRevoke)(nil),
 		(*Command_TokenCreate)(nil),
 		(*Command_TokenRevoke)(nil),
+		(*Command_AlarmObserve)(nil),
+		(*Command_AlarmAck)(nil),
+		(*Command_AlarmShelve)(nil),
+		(*Command_AlarmComment)(nil),
+		(*Command_AlarmHistoryMark)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1842,7 +2456,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -962,6 +962,338 @@ func (x *TokenRecord) GetStampUnixNano() int64 {
 	return 0
 }
 
+// AlarmRecord is one alarm's replicated state.
+type AlarmRecord struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	AlarmId             string                 `protobuf:"bytes,1,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Source              string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	ConditionName       string                 `protobuf:"bytes,3,opt,name=condition_name,json=conditionName,proto3" json:"condition_name,omitempty"`
+	Severity            uint32                 `protobuf:"varint,4,opt,name=severity,proto3" json:"severity,omitempty"`
+	Message             string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Active              bool                   `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
+	Acked               bool                   `protobuf:"varint,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	Confirmed           bool                   `protobuf:"varint,8,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	ConditionState      string                 `protobuf:"bytes,9,opt,name=condition_state,json=conditionState,proto3" json:"condition_state,omitempty"`
+	ActiveSinceUnixNano int64                  `protobuf:"varint,10,opt,name=active_since_unix_nano,json=activeSinceUnixNano,proto3" json:"active_since_unix_nano,omitempty"`
+	TransitionUnixNano  int64                  `protobuf:"varint,11,opt,name=transition_unix_nano,json=transitionUnixNano,proto3" json:"transition_unix_nano,omitempty"`
+	GatewaySeq          uint64                 `protobuf:"varint,12,opt,name=gateway_seq,json=gatewaySeq,proto3" json:"gateway_seq,omitempty"`
+	// seq counts the alarm's transitions: (alarm_id, seq) names each one.
+	Seq                  uint64 `protobuf:"varint,13,opt,name=seq,proto3" json:"seq,omitempty"`
+	AckOperator          string `protobuf:"bytes,14,opt,name=ack_operator,json=ackOperator,proto3" json:"ack_operator,omitempty"`
+	AckUnixNano          int64  `protobuf:"varint,15,opt,name=ack_unix_nano,json=ackUnixNano,proto3" json:"ack_unix_nano,omitempty"`
+	AckComment           string `protobuf:"bytes,16,opt,name=ack_comment,json=ackComment,proto3" json:"ack_comment,omitempty"`
+	Shelved              bool   `protobuf:"varint,17,opt,name=shelved,proto3" json:"shelved,omitempty"`
+	ShelvedBy            string `protobuf:"bytes,18,opt,name=shelved_by,json=shelvedBy,proto3" json:"shelved_by,omitempty"`
+	ShelvedUntilUnixNano int64  `protobuf:"varint,19,opt,name=shelved_until_unix_nano,json=shelvedUntilUnixNano,proto3" json:"shelved_until_unix_nano,omitempty"`
+	Kind                 string `protobuf:"bytes,20,opt,name=kind,proto3" json:"kind,omitempty"`
+	Connection           string `protobuf:"bytes,21,opt,name=connection,proto3" json:"connection,omitempty"`
+	LastComment          string `protobuf:"bytes,22,opt,name=last_comment,json=lastComment,proto3" json:"last_comment,omitempty"`
+	LastCommentBy        string `protobuf:"bytes,23,opt,name=last_comment_by,json=lastCommentBy,proto3" json:"last_comment_by,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *AlarmRecord) Reset() {
+	*x = AlarmRecord{}
+	mi := &file_state_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmRecord) ProtoMessage() {}
+
+func (x *AlarmRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmRecord.ProtoReflect.Descriptor instead.
+func (*AlarmRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AlarmRecord) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetConditionName() string {
+	if x != nil {
+		return x.ConditionName
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetSeverity() uint32 {
+	if x != nil {
+		return x.Severity
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *AlarmRecord) GetAcked() bool {
+	if x != nil {
+		return x.Acked
+	}
+	return false
+}
+
+func (x *AlarmRecord) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
+	}
+	return false
+}
+
+func (x *AlarmRecord) GetConditionState() string {
+	if x != nil {
+		return x.ConditionState
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetActiveSinceUnixNano() int64 {
+	if x != nil {
+		return x.ActiveSinceUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetTransitionUnixNano() int64 {
+	if x != nil {
+		return x.TransitionUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetGatewaySeq() uint64 {
+	if x != nil {
+		return x.GatewaySeq
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetAckOperator() string {
+	if x != nil {
+		return x.AckOperator
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetAckUnixNano() int64 {
+	if x != nil {
+		return x.AckUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetAckComment() string {
+	if x != nil {
+		return x.AckComment
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetShelved() bool {
+	if x != nil {
+		return x.Shelved
+	}
+	return false
+}
+
+func (x *AlarmRecord) GetShelvedBy() string {
+	if x != nil {
+		return x.ShelvedBy
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetShelvedUntilUnixNano() int64 {
+	if x != nil {
+		return x.ShelvedUntilUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmRecord) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetConnection() string {
+	if x != nil {
+		return x.Connection
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetLastComment() string {
+	if x != nil {
+		return x.LastComment
+	}
+	return ""
+}
+
+func (x *AlarmRecord) GetLastCommentBy() string {
+	if x != nil {
+		return x.LastCommentBy
+	}
+	return ""
+}
+
+// AlarmTransition is one entry of the alarm log: what happened to an alarm
+// and its state right after.
+type AlarmTransition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LogSeq        uint64                 `protobuf:"varint,1,opt,name=log_seq,json=logSeq,proto3" json:"log_seq,omitempty"`
+	AlarmId       string                 `protobuf:"bytes,2,opt,name=alarm_id,json=alarmId,proto3" json:"alarm_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind          string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"` // raised, cleared, acknowledged, confirmed, shelved, unshelved, comment, changed
+	StampUnixNano int64                  `protobuf:"varint,5,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	Operator      string                 `protobuf:"bytes,6,opt,name=operator,proto3" json:"operator,omitempty"`
+	Comment       string                 `protobuf:"bytes,7,opt,name=comment,proto3" json:"comment,omitempty"`
+	State         *AlarmRecord           `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	LogIndex      uint64                 `protobuf:"varint,9,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmTransition) Reset() {
+	*x = AlarmTransition{}
+	mi := &file_state_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmTransition) ProtoMessage() {}
+
+func (x *AlarmTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmTransition.ProtoReflect.Descriptor instead.
+func (*AlarmTransition) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AlarmTransition) GetLogSeq() uint64 {
+	if x != nil {
+		return x.LogSeq
+	}
+	return 0
+}
+
+func (x *AlarmTransition) GetAlarmId() string {
+	if x != nil {
+		return x.AlarmId
+	}
+	return ""
+}
+
+func (x *AlarmTransition) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AlarmTransition) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AlarmTransition) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmTransition) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *AlarmTransition) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *AlarmTransition) GetState() *AlarmRecord {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *AlarmTransition) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -1041,7 +1373,47 @@ const file_state_proto_rawDesc = "" +
 	"\atargets\x18\x03 \x03(\tR\atargets\x12*\n" +
 	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\x12\x14\n" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12&\n" +
-	"\x0fstamp_unix_nano\x18\x06 \x01(\x03R\rstampUnixNano*b\n" +
+	"\x0fstamp_unix_nano\x18\x06 \x01(\x03R\rstampUnixNano\"\x83\x06\n" +
+	"\vAlarmRecord\x12\x19\n" +
+	"\balarm_id\x18\x01 \x01(\tR\aalarmId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12%\n" +
+	"\x0econdition_name\x18\x03 \x01(\tR\rconditionName\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\rR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\x12\x14\n" +
+	"\x05acked\x18\a \x01(\bR\x05acked\x12\x1c\n" +
+	"\tconfirmed\x18\b \x01(\bR\tconfirmed\x12'\n" +
+	"\x0fcondition_state\x18\t \x01(\tR\x0econditionState\x123\n" +
+	"\x16active_since_unix_nano\x18\n" +
+	" \x01(\x03R\x13activeSinceUnixNano\x120\n" +
+	"\x14transition_unix_nano\x18\v \x01(\x03R\x12transitionUnixNano\x12\x1f\n" +
+	"\vgateway_seq\x18\f \x01(\x04R\n" +
+	"gatewaySeq\x12\x10\n" +
+	"\x03seq\x18\r \x01(\x04R\x03seq\x12!\n" +
+	"\fack_operator\x18\x0e \x01(\tR\vackOperator\x12\"\n" +
+	"\rack_unix_nano\x18\x0f \x01(\x03R\vackUnixNano\x12\x1f\n" +
+	"\vack_comment\x18\x10 \x01(\tR\n" +
+	"ackComment\x12\x18\n" +
+	"\ashelved\x18\x11 \x01(\bR\ashelved\x12\x1d\n" +
+	"\n" +
+	"shelved_by\x18\x12 \x01(\tR\tshelvedBy\x125\n" +
+	"\x17shelved_until_unix_nano\x18\x13 \x01(\x03R\x14shelvedUntilUnixNano\x12\x12\n" +
+	"\x04kind\x18\x14 \x01(\tR\x04kind\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x15 \x01(\tR\n" +
+	"connection\x12!\n" +
+	"\flast_comment\x18\x16 \x01(\tR\vlastComment\x12&\n" +
+	"\x0flast_comment_by\x18\x17 \x01(\tR\rlastCommentBy\"\x98\x02\n" +
+	"\x0fAlarmTransition\x12\x17\n" +
+	"\alog_seq\x18\x01 \x01(\x04R\x06logSeq\x12\x19\n" +
+	"\balarm_id\x18\x02 \x01(\tR\aalarmId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x05 \x01(\x03R\rstampUnixNano\x12\x1a\n" +
+	"\boperator\x18\x06 \x01(\tR\boperator\x12\x18\n" +
+	"\acomment\x18\a \x01(\tR\acomment\x120\n" +
+	"\x05state\x18\b \x01(\v2\x1a.scadad.fsm.v1.AlarmRecordR\x05state\x12\x1b\n" +
+	"\tlog_index\x18\t \x01(\x04R\blogIndex*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1060,7 +1432,7 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_state_proto_goTypes = []any{
 	(MessageState)(0),       // 0: scadad.fsm.v1.MessageState
 	(*StoredMessage)(nil),   // 1: scadad.fsm.v1.StoredMessage
@@ -1074,16 +1446,19 @@ var file_state_proto_goTypes = []any{
 	(*NodeFeatures)(nil),    // 9: scadad.fsm.v1.NodeFeatures
 	(*RevokedCert)(nil),     // 10: scadad.fsm.v1.RevokedCert
 	(*TokenRecord)(nil),     // 11: scadad.fsm.v1.TokenRecord
-	(*KV)(nil),              // 12: scadad.fsm.v1.KV
+	(*AlarmRecord)(nil),     // 12: scadad.fsm.v1.AlarmRecord
+	(*AlarmTransition)(nil), // 13: scadad.fsm.v1.AlarmTransition
+	(*KV)(nil),              // 14: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	12, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	14, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
 	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
-	2,  // [2:2] is the sub-list for method output_type
-	2,  // [2:2] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	12, // 2: scadad.fsm.v1.AlarmTransition.state:type_name -> scadad.fsm.v1.AlarmRecord
+	3,  // [3:3] is the sub-list for method output_type
+	3,  // [3:3] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_state_proto_init() }
@@ -1098,7 +1473,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
