@@ -172,8 +172,26 @@ type ConnLimits struct {
 // Log configures zerolog.
 type Log struct {
 	Level  string `yaml:"level"`
-	Format string `yaml:"format"` // json | console
+	Format string `yaml:"format"` // json | console, of stderr
+	// File is a size-rotated JSON log file besides stderr. Under the
+	// Windows service manager, where stderr goes nowhere, it is always
+	// written (default path data_dir/log/scadad.log).
+	File LogFile `yaml:"file"`
 }
+
+// LogFile is the rotated JSON log file: when it reaches MaxSizeMiB it is
+// renamed with its time and a new one begun; the oldest renamed files go
+// past MaxBackups or MaxAgeDays (0: no bound on that one).
+type LogFile struct {
+	Path       string `yaml:"path"`
+	MaxSizeMiB int    `yaml:"max_size_mib"`
+	MaxBackups int    `yaml:"max_backups"`
+	MaxAgeDays int    `yaml:"max_age_days"`
+}
+
+// DefaultLogFile is log.file.path under the Windows service manager when
+// none is set, relative to data_dir.
+const DefaultLogFile = "log/scadad.log"
 
 // State tunes the checks of the state file (fsm.db) while the node runs.
 type State struct {
@@ -307,6 +325,15 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Log.Format == "" {
 		c.Log.Format = "json"
+	}
+	if c.Log.File.MaxSizeMiB == 0 {
+		c.Log.File.MaxSizeMiB = 100
+	}
+	if c.Log.File.MaxBackups == 0 {
+		c.Log.File.MaxBackups = 10
+	}
+	if c.Log.File.MaxAgeDays == 0 {
+		c.Log.File.MaxAgeDays = 30
 	}
 	if c.SF.MaxPayloadBytes == 0 {
 		c.SF.MaxPayloadBytes = 1 << 20
@@ -529,6 +556,15 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not one of json, console", c.Log.Format)
 	}
+	if c.Log.File.MaxSizeMiB < 1 || c.Log.File.MaxSizeMiB > 1<<20 {
+		bad("log.file.max_size_mib", "%d is outside 1..1048576", c.Log.File.MaxSizeMiB)
+	}
+	if c.Log.File.MaxBackups < 0 {
+		bad("log.file.max_backups", "must not be negative (0 keeps the default, 10)")
+	}
+	if c.Log.File.MaxAgeDays < 0 {
+		bad("log.file.max_age_days", "must not be negative (0 keeps the default, 30)")
+	}
 	if (c.OPCUA.Cert == "") != (c.OPCUA.Key == "") {
 		bad("opcua", "cert and key go together (neither: a self-signed certificate is made in %s)", filepath.Join(c.PKIDir(), "own"))
 	}
@@ -579,6 +615,20 @@ func (c *Config) resolvePaths(base string) {
 	abs(&c.TLS.Key)
 	abs(&c.OPCUA.Cert)
 	abs(&c.OPCUA.Key)
+	abs(&c.Log.File.Path)
+}
+
+// LogFilePath is the rotated log file to write, or "" for none:
+// log.file.path, or data_dir/log/scadad.log under a service manager that
+// gives the process no stderr.
+func (c *Config) LogFilePath(noStderr bool) string {
+	switch {
+	case c.Log.File.Path != "":
+		return c.Log.File.Path
+	case noStderr:
+		return filepath.Join(c.DataDir, filepath.FromSlash(DefaultLogFile))
+	}
+	return ""
 }
 
 // OPCUAHostPort splits an opc.tcp://host:port endpoint.

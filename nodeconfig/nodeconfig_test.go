@@ -77,6 +77,8 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"raft connections", [2]string{"mode: witness", "mode: witness\n  raft_connections: {max_connections: -1}"}, []string{"cluster.raft_connections.max_connections: must be at least 1"}},
 		{"body budget under one message", [2]string{"data_dir:", "http: {max_body_bytes_in_flight: 1000}\ndata_dir:"}, []string{"http.max_body_bytes_in_flight", "1048576"}},
 		{"log store", [2]string{"data_dir:", "raft: {log_store: lmdb}\ndata_dir:"}, []string{"raft.log_store", `"lmdb" is not auto, boltdb or wal`}},
+		{"log file size", [2]string{"data_dir:", "log: {file: {max_size_mib: -5}}\ndata_dir:"}, []string{"log.file.max_size_mib", "outside 1..1048576"}},
+		{"log file backups", [2]string{"data_dir:", "log: {file: {max_backups: -1, max_age_days: -2}}\ndata_dir:"}, []string{"log.file.max_backups: must not be negative", "log.file.max_age_days: must not be negative"}},
 		{"opcua cert without key", [2]string{"data_dir:", "opcua: {cert: ua.der}\ndata_dir:"}, []string{"opcua: cert and key go together", "opcua/pki/own"}},
 	}
 	for _, tt := range tests {
@@ -95,6 +97,26 @@ func TestParseNamesTheBadField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestLogFileDefaultsAndPath(t *testing.T) {
+	c, err := Parse([]byte(valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Log.File != (LogFile{MaxSizeMiB: 100, MaxBackups: 10, MaxAgeDays: 30}) {
+		t.Errorf("log.file defaults %+v", c.Log.File)
+	}
+	if p := c.LogFilePath(false); p != "" {
+		t.Errorf("with stderr and no log.file.path: %q, want no file", p)
+	}
+	if p := c.LogFilePath(true); p != "/var/lib/scadad/log/scadad.log" {
+		t.Errorf("without stderr: %q, want the data dir's log/scadad.log", p)
+	}
+	c.Log.File.Path = "/var/log/scadad/node.log"
+	if p := c.LogFilePath(false); p != c.Log.File.Path {
+		t.Errorf("log.file.path set: %q", p)
 	}
 }
 

@@ -63,11 +63,7 @@ func apiServerOptions() []grpc.ServerOption {
 
 // runDaemon wires the parts and runs until ctx ends, then shuts down in
 // reverse order.
-func runDaemon(ctx context.Context, cfg *nodeconfig.Config) error {
-	log, err := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format, cfg.NodeID)
-	if err != nil {
-		return err
-	}
+func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) error {
 	collectorSettingsFor(cfg.Runtime, os.Getenv).apply(log)
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(stdlogWriter{log.With().Str("part", "stdlog").Logger()})

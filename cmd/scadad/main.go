@@ -11,6 +11,7 @@ import (
 
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
+	"github.com/scadad/scadad/winsvc"
 )
 
 func main() {
@@ -18,7 +19,14 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "service" {
+		return runServiceCommand(args[1:], os.Stdout, os.Stderr, osServiceEnv())
+	}
 	fs := flag.NewFlagSet("scadad", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: scadad --config FILE | --dev | --version\n       scadad service install|uninstall|start|stop (Windows)")
+		fs.PrintDefaults()
+	}
 	configPath := fs.String("config", "", "node config file (YAML)")
 	dev := fs.Bool("dev", false, "run a one-node site on its embedded default: own data folder, generated certificates, fixed loopback ports")
 	devDir := fs.String("dev-dir", "scadad-dev", "data folder for --dev")
@@ -33,33 +41,56 @@ func run(args []string) int {
 		fmt.Println("scadad", version.Get())
 		return 0
 	}
+	// Under the Windows service manager stderr goes nowhere: what stops
+	// the start goes to the Event Log, the rest to the log file too.
+	out := logOutputs{stderr: os.Stderr}
+	if winsvc.UnderServiceManager() {
+		events, closeEvents, err := winsvc.OpenEventLog(winsvc.DefaultName)
+		if err != nil {
+			// Registered by hand (sc create) without the source: the log
+			// file still has everything.
+			events, closeEvents = winsvc.Discard{}, func() error { return nil }
+		}
+		defer func() { _ = closeEvents() }()
+		out = logOutputs{events: events}
+	}
+	fail := func(code int, err error) int {
+		if out.stderr != nil {
+			fmt.Fprintf(out.stderr, "scadad: %v\n", err)
+		} else {
+			_ = out.events.Error(winsvc.EventFatal, "scadad did not start: "+err.Error())
+		}
+		return code
+	}
 	var cfg *nodeconfig.Config
 	var err error
 	switch {
 	case *dev && *configPath != "":
-		fmt.Fprintln(os.Stderr, "scadad: --dev and --config exclude each other")
-		return 2
+		return fail(2, errors.New("--dev and --config exclude each other"))
 	case *dev:
 		cfg, err = devConfig(*devDir)
 	case *configPath != "":
 		cfg, err = nodeconfig.Load(*configPath)
 	default:
-		fmt.Fprintln(os.Stderr, "scadad: pass --config FILE, or --dev for a one-node site on the embedded default")
-		return 2
+		return fail(2, errors.New("pass --config FILE, or --dev for a one-node site on the embedded default"))
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "scadad: %v\n", err)
-		return 1
+		return fail(1, err)
 	}
-	if underServiceManager() {
-		return runAsService(func(ctx context.Context) error { return runDaemon(ctx, cfg) })
+	log, closeLog, err := openLog(cfg, out)
+	if err != nil {
+		return fail(1, err)
+	}
+	defer func() { _ = closeLog() }()
+	if out.stderr == nil {
+		about := fmt.Sprintf("%s, node %s, config %s", version.Get(), cfg.NodeID, *configPath)
+		return winsvc.Run(winsvc.DefaultName, func(ctx context.Context) error { return runDaemon(ctx, cfg, log) }, out.events, about)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dumpStacksOnSignal(ctx, os.Stderr)
-	if err := runDaemon(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "scadad: %v\n", err)
-		return 1
+	if err := runDaemon(ctx, cfg, log); err != nil {
+		return fail(1, err)
 	}
 	return 0
 }
