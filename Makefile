@@ -25,7 +25,7 @@ alerts-test:
 # committed as the regression case with its fix.
 FUZZTIME ?= 10s
 FUZZ_TARGETS = ./siteconfig:FuzzParse ./nodeconfig:FuzzParse ./fsm:FuzzDecode ./fsm:FuzzSnapshot \
-	./storeforward:FuzzEnqueueRequest ./opcua:FuzzFrontPreDecode ./gateway:FuzzGatewayMessages
+	./storeforward:FuzzEnqueueRequest ./opcua:FuzzFrontPreDecode ./opcua:FuzzEncodingLimits ./gateway:FuzzGatewayMessages
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

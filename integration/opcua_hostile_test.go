@@ -22,10 +22,11 @@ import (
 // nothing recovers: the first ended the whole scadad process with v0.9.0,
 // the second with v0.9.1, and the third (a Variant declaring 2^31-1 array
 // dimensions, 8 GiB) stalls the process long enough to lose the Active
-// role (WORKAROUNDS.md row 18). On a site with a None profile the front
-// decodes what travels in clear first (the first two); on a secure-only
-// site a None channel carries discovery alone (all three). The Active must
-// go on serving, as Active.
+// role, and the fourth (a million nested Variants) overflows the decoding
+// goroutine's stack, which ends the process (WORKAROUNDS.md row 18). On a
+// site with a None profile the front walks and decodes what travels in
+// clear first; on a secure-only site a None channel carries discovery
+// alone. The Active must go on serving, as Active.
 func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 	sim, c, active, standby := opcuaPair(t)
 	lab := testcluster.SiteConfigGateway("hostile", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
@@ -49,6 +50,14 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 	dims := encodeRequest(t, write)
 	dims[at] = 0xCB
 	dims = append(dims[:at+13], append([]byte{0xFF, 0xFF, 0xFF, 0x7F}, dims[at+13:]...)...)
+	// The same Write with its value a Double inside a million nested
+	// Variants (one byte each): the decoder recursed until the goroutine's
+	// stack passed 1 GB, a fatal error nothing recovers.
+	plain := encodeRequest(t, &ua.WriteRequest{RequestHeader: header, NodesToWrite: []*ua.WriteValue{{NodeID: ua.NewStringNodeID(1, "Pump1.SpeedSP"),
+		AttributeID: ua.AttributeIDValue, Value: &ua.DataValue{EncodingMask: ua.DataValueValue, Value: ua.MustVariant(1.0)}}}})
+	deep := append([]byte(nil), plain[:len(plain)-9]...) // the Double Variant is last
+	deep = append(deep, bytes.Repeat([]byte{byte(ua.TypeIDVariant)}, 1<<20-64-len(plain))...)
+	deep = append(deep, plain[len(plain)-9:]...)
 
 	stillActive := func(what string) {
 		t.Helper()
@@ -64,11 +73,17 @@ func TestOPCUAMalformedRequestsDoNotKillTheServer(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		body []byte
-	}{{"an array of 2^31-1 strings", hugeArray}, {"a variant array of length -2", negative}} {
+	}{{"an array of 2^31-1 strings", hugeArray}, {"a variant array of length -2", negative},
+		{"a variant of 2^31-1 dimensions", dims}, {"a million nested variants", deep}} {
 		sendPlainRequest(t, active.OPCUA, tc.body)
 		stillActive(tc.name + " (a site with a None profile)")
 		testwait.For(t, 10*time.Second, "ServiceLevel 250 on the Active after "+tc.name, func() bool { return serviceLevel(active.OPCUA) == 250 })
 	}
+	// The last three refused by the front before the library's decoder
+	// (the first the library refuses itself, allocating nothing).
+	testwait.For(t, 5*time.Second, "the front's refusal of the three hostile Writes on the None channel", func() bool {
+		return metricLine(active, `scadad_opcua_connections_refused_total{reason="malformed"}`) == "3"
+	})
 
 	secure := bytes.Replace(lab, []byte("  security: [{policy: None, mode: None}]\n"), []byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n"), 1)
 	if bytes.Equal(secure, lab) {

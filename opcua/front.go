@@ -449,6 +449,11 @@ func undecodable(policy string, panicked any) *channelRefusedError {
 		why: fmt.Sprintf("a request the OPC UA decoder cannot take (%v)", panicked)}
 }
 
+func overEncodingLimits(policy string, err error) *channelRefusedError {
+	return &channelRefusedError{policy: policy, label: refusedMalformed, code: ua.StatusBadEncodingLimitsExceeded,
+		why: "a request over the decoder's limits: " + err.Error()}
+}
+
 // copyRequests passes the client's messages to the library, each read
 // whole (Part 6, 7.1.2: an 8-byte header with the message size) and
 // re-secured by relay, and refuses a channel the rules do not allow:
@@ -480,28 +485,18 @@ func copyRequests(library net.Conn, client net.Conn, rules channelRules, relay *
 		return e
 	}
 	for {
-		if _, err := io.ReadFull(r, hdr); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		size := int(binary.LittleEndian.Uint32(hdr[4:8]))
-		if size < symHeaderLen {
-			return fmt.Errorf("client message of %d bytes, shorter than its headers", size)
-		}
-		kind := string(hdr[:3])
+		msg, err := readMessage(r, hdr, symHeaderLen, requestLimit)
+		var big *oversizeError
 		switch {
-		case kind == "OPN" && size > maxOPNLen:
-			return fmt.Errorf("OpenSecureChannel of %d bytes, more than %d", size, maxOPNLen)
-		case kind != "OPN" && size > maxClassifiedLen:
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.As(err, &big) && big.kind != "OPN":
 			// Too large to read whole and check first.
-			return refuse(tooLarge(ch.policy, size))
+			return refuse(tooLarge(ch.policy, big.size))
+		case err != nil:
+			return fmt.Errorf("read a client message: %w", err)
 		}
-		msg, err := readRest(r, hdr, size)
-		if err != nil {
-			return err
-		}
+		kind := string(msg[:3])
 		if kind == "OPN" {
 			policy, cert := openSecurity(msg)
 			if !rules.allows(policy) {
@@ -555,19 +550,12 @@ func copyResponses(client, library net.Conn, stalled time.Duration, relay *chann
 	r := bufio.NewReaderSize(library, 64<<10)
 	hdr := make([]byte, uacpHeaderLen)
 	for {
-		if _, err := io.ReadFull(r, hdr); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
+		msg, err := readMessage(r, hdr, uacpHeaderLen, func(string) int { return maxServerMessageLen })
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		size := int(binary.LittleEndian.Uint32(hdr[4:8]))
-		if size < uacpHeaderLen || size > maxServerMessageLen {
-			return fmt.Errorf("server message of %d bytes", size)
-		}
-		msg, err := readRest(r, hdr, size)
 		if err != nil {
-			return err
+			return fmt.Errorf("read a server message: %w", err)
 		}
 		out, err := relay.fromLibrary(msg)
 		if err != nil {
@@ -606,10 +594,7 @@ func (c *channelState) opened(relay *channelRelay, rules channelRules, body []by
 	if c.discoveryOnly && (len(body) < 4 || !plainRequestHeader(body[4:])) {
 		return notDiscovery("an OpenSecureChannel request header with an AdditionalHeader, or malformed")
 	}
-	if p := decodePanic(body); p != nil {
-		return undecodable(policy, p)
-	}
-	return nil
+	return checkDecodable(policy, body)
 }
 
 // request looks at one chunk of a request (its body in clear) and says why
@@ -634,10 +619,7 @@ func (c *channelState) request(chunk byte, body []byte) *channelRefusedError {
 			return notDiscovery(why)
 		}
 	}
-	if p := decodePanic(whole); p != nil {
-		return undecodable(c.policy, p)
-	}
-	return nil
+	return checkDecodable(c.policy, whole)
 }
 
 // discoveryTypes are the requests a None channel carries on a site that
@@ -716,6 +698,20 @@ func skipNodeID(b []byte, at int) (int, bool) {
 	return at + size, at+size <= len(b)
 }
 
+// checkDecodable says why the library's decoder must not be given a
+// request body (type id and request): what would make it allocate far
+// more than the body holds, or nest without end (predecode.go), or what
+// it panics on.
+func checkDecodable(policy string, body []byte) *channelRefusedError {
+	if err := checkEncodingLimits(body); err != nil {
+		return overEncodingLimits(policy, err)
+	}
+	if p := decodePanic(body); p != nil {
+		return undecodable(policy, p)
+	}
+	return nil
+}
+
 // decodePanic decodes a request body (type id and request) as the
 // library will, and returns what the decoder panicked with, if it did.
 // A decoding error is not ours to judge: the library answers it.
@@ -725,12 +721,50 @@ func decodePanic(body []byte) (panicked any) {
 	return nil
 }
 
-// readRest reads the rest of a message of size bytes whose header is hdr.
-func readRest(r io.Reader, hdr []byte, size int) ([]byte, error) {
+// requestLimit bounds a client message of a kind: an OpenSecureChannel
+// carries certificates, anything else is read whole to be checked first.
+func requestLimit(kind string) int {
+	if kind == "OPN" {
+		return maxOPNLen
+	}
+	return maxClassifiedLen
+}
+
+// oversizeError is a message larger than its reader takes: its header
+// was read, its body was not.
+type oversizeError struct {
+	kind        string
+	size, limit int
+}
+
+func (e *oversizeError) Error() string {
+	return fmt.Sprintf("%s message of %d bytes, more than %d", e.kind, e.size, e.limit)
+}
+
+// readMessage reads one message (Part 6, 7.1.2: an 8-byte header whose
+// size includes it) into a new slice, using hdr for its header: io.EOF
+// when r ends before one starts, an *oversizeError when its size passes
+// maxLen(its kind), unread.
+func readMessage(r io.Reader, hdr []byte, minLen int, maxLen func(kind string) int) ([]byte, error) {
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, err
+	}
+	size, kind := int(binary.LittleEndian.Uint32(hdr[4:8])), string(hdr[:3])
+	if size < minLen {
+		return nil, fmt.Errorf("%s message of %d bytes, shorter than its headers", kind, size)
+	}
+	if limit := maxLen(kind); size > limit {
+		return nil, &oversizeError{kind: kind, size: size, limit: limit}
+	}
 	msg := make([]byte, size)
 	copy(msg, hdr)
-	_, err := io.ReadFull(r, msg[uacpHeaderLen:])
-	return msg, err
+	if _, err := io.ReadFull(r, msg[uacpHeaderLen:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read a %s message of %d bytes: %w", kind, size, err)
+	}
+	return msg, nil
 }
 
 // openSecurity reads an OpenSecureChannel message's asymmetric security

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -80,5 +81,31 @@ func FuzzFrontPreDecode(f *testing.F) {
 		}
 		_ = discoveryRequest(data)
 		_ = plainRequestHeader(data)
+	})
+}
+
+// FuzzEncodingLimits puts random bytes where a Write carries its value's
+// Variant: what the pre-decode lets through, the library's decoder takes
+// in memory bounded by the request's size, and never overflows its stack.
+// Run: go test ./opcua -run '^$' -fuzz FuzzEncodingLimits -fuzztime 30s
+func FuzzEncodingLimits(f *testing.F) {
+	f.Add([]byte{0x0B, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(append([]byte{0xCB}, le32(1, 0, 0, 1, 0x7FFFFFFF)...))
+	f.Add(append([]byte{0xCB}, le32(0, 3, 2048, 2048, 1024)...))
+	f.Add(append(bytes.Repeat([]byte{24}, 200), 0x0B, 0, 0, 0, 0, 0, 0, 0, 0))
+	f.Add(append([]byte{0x97}, le32(2)...)) // an array of DataValues
+	f.Fuzz(func(t *testing.T, variant []byte) {
+		body, at := hostileWrite(t)
+		req := append(append(append([]byte(nil), body[:at]...), variant...), body[at+13:]...)
+		if checkEncodingLimits(req) != nil {
+			return
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_ = decodePanic(req)
+		runtime.ReadMemStats(&after)
+		if got, bound := after.TotalAlloc-before.TotalAlloc, uint64(4<<20+1024*len(req)); got > bound {
+			t.Fatalf("the decoder allocated %d bytes for a %d-byte request the pre-decode let through", got, len(req))
+		}
 	})
 }

@@ -369,6 +369,9 @@ func decodeOpenRequest(body []byte) (req *ua.OpenSecureChannelRequest, err error
 			err = relayFailed(ua.StatusBadDecodingError, "an OpenSecureChannel request the decoder cannot take (%v)", p)
 		}
 	}()
+	if err := checkEncodingLimits(body); err != nil {
+		return nil, relayFailed(ua.StatusBadEncodingLimitsExceeded, "an OpenSecureChannel request over the decoder's limits: %v", err)
+	}
 	_, v, err := ua.DecodeService(body)
 	if err != nil {
 		return nil, relayFailed(ua.StatusBadDecodingError, "decode an OpenSecureChannel request: %v", err)
