@@ -213,6 +213,12 @@ type Target struct {
 	// "none". Empty: every 4xx except 408, 425 and 429 parks at once;
 	// 5xx, timeouts and connection errors are retried.
 	ParkOn []string `yaml:"park_on,omitempty"`
+	// BatchMaxMessages > 1 delivers up to that many pending messages in
+	// one request (a JSON array or NDJSON body, BatchFormat), acknowledged
+	// as a whole; BatchMaxBytes bounds the payloads of one batch.
+	BatchMaxMessages int    `yaml:"batch_max_messages,omitempty"`
+	BatchMaxBytes    int    `yaml:"batch_max_bytes,omitempty"`
+	BatchFormat      string `yaml:"batch_format,omitempty"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

@@ -29,6 +29,8 @@ const (
 	MaxServerSessions   = 10000
 	MaxTargetAttempts   = 1000000
 	MaxTargetInFlight   = 64
+	MaxTargetBatch      = 10000
+	MaxTargetBatchBytes = 64 << 20
 	maxProblemsReported = 1000
 )
 
@@ -501,6 +503,17 @@ func (v *validator) target(p string, t *Target) {
 		v.add(field(p, "max_pending"), "%d is negative (0 sets no cap)", t.MaxPending)
 	}
 	v.parkOn(field(p, "park_on"), t.ParkOn)
+	if t.BatchMaxMessages < 0 || t.BatchMaxMessages > MaxTargetBatch {
+		v.add(field(p, "batch_max_messages"), "%d is outside 0..%d (0 and 1 send one message per request)", t.BatchMaxMessages, MaxTargetBatch)
+	}
+	if t.BatchMaxBytes < 0 || t.BatchMaxBytes > MaxTargetBatchBytes {
+		v.add(field(p, "batch_max_bytes"), "%d is outside 0..%d (0: 4 MiB)", t.BatchMaxBytes, MaxTargetBatchBytes)
+	}
+	switch t.BatchFormat {
+	case "", "json", "ndjson":
+	default:
+		v.add(field(p, "batch_format"), "unknown %q: want json or ndjson", t.BatchFormat)
+	}
 }
 
 // parkOn checks an HTTP target's park_on: "none" alone, or status codes

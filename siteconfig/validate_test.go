@@ -153,6 +153,10 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].max_pending"}, "negative"},
 		{"target park_on code", func(s *Site) { s.Targets[0].ParkOn = []string{"400", "4x", "600"} },
 			[]string{"targets[0].park_on[1]", "targets[0].park_on[2]"}, "not an HTTP status code"},
+		{"target batch", func(s *Site) { s.Targets[0].BatchMaxMessages, s.Targets[0].BatchMaxBytes = 10001, -1 },
+			[]string{"targets[0].batch_max_messages", "targets[0].batch_max_bytes"}, "outside"},
+		{"target batch format", func(s *Site) { s.Targets[0].BatchFormat = "xml" },
+			[]string{"targets[0].batch_format"}, `unknown "xml"`},
 		{"target park_on none with others", func(s *Site) { s.Targets[0].ParkOn = []string{"none", "4xx"} },
 			[]string{"targets[0].park_on[0]"}, "only entry"},
 		{"target ca_file on http", func(s *Site) {

@@ -1,19 +1,12 @@
 package storeforward
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"sort"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +53,8 @@ type DelivererOptions struct {
 	Jitter  func() float64
 	Logger  zerolog.Logger
 	Metrics *Metrics
+	// Kinds are the target kinds beyond HTTP, by Target.Kind.
+	Kinds map[string]Kind
 }
 
 // Deliverer drains the buffer to the targets while the node is Active: one
@@ -67,7 +62,8 @@ type DelivererOptions struct {
 // (in-flight requests cancelled) when it stops being Active or its epoch
 // changes. It also holds the configured targets on every node.
 type Deliverer struct {
-	opts DelivererOptions
+	opts  DelivererOptions
+	kinds map[string]Kind // read-only after NewDeliverer
 
 	mu      sync.Mutex
 	targets map[string]Target
@@ -109,28 +105,20 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 	if opts.Jitter == nil {
 		opts.Jitter = defaultJitter
 	}
+	kinds := map[string]Kind{KindHTTP: httpKind{client: opts.Client, now: opts.Clock.Now}}
+	for name, k := range opts.Kinds {
+		if name == KindHTTP || k == nil {
+			return nil, fmt.Errorf("new deliverer: kind %q cannot be added", name)
+		}
+		kinds[name] = k
+	}
 	return &Deliverer{
 		opts:    opts,
+		kinds:   kinds,
 		targets: make(map[string]Target),
 		live:    make(map[string]*liveStats),
 		reconf:  make(chan struct{}, 1),
 	}, nil
-}
-
-func newHTTPClient() *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   16,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 // SetTargets replaces the configured targets. Running workers of removed or
@@ -143,6 +131,13 @@ func (d *Deliverer) SetTargets(targets []Target) error {
 	for _, t := range targets {
 		t = t.withDefaults()
 		if err := t.validate(); err != nil {
+			return fmt.Errorf("set targets: %w", err)
+		}
+		kind, ok := d.kinds[kindOf(t)]
+		if !ok {
+			return fmt.Errorf("set targets: target %s: unknown kind %q (known: %s)", t.Name, t.Kind, strings.Join(d.KindNames(), ", "))
+		}
+		if err := kind.Validate(t); err != nil {
 			return fmt.Errorf("set targets: %w", err)
 		}
 		if _, dup := next[t.Name]; dup {
@@ -160,6 +155,16 @@ func (d *Deliverer) SetTargets(targets []Target) error {
 	default:
 	}
 	return nil
+}
+
+// KindNames are the kinds this Deliverer delivers, sorted.
+func (d *Deliverer) KindNames() []string {
+	names := make([]string, 0, len(d.kinds))
+	for n := range d.kinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Target implements TargetLookup.
@@ -324,19 +329,19 @@ type liveStats struct {
 // had been failing with, if it had, which a delivery clears: the target
 // works again, and a last error shown after that would read as a current
 // fault.
-func (ls *liveStats) delivery(now time.Time) (recovered string, since time.Time) {
+func (ls *liveStats) delivery(now time.Time, n int) (recovered string, since time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	recovered, since = ls.lastErr, ls.failingSince
 	ls.lastErr, ls.failingSince = "", time.Time{}
-	ls.delivered++
+	ls.delivered += uint64(n)
 	ls.headAttempts = 0
 	sec := now.Unix()
 	i := sec % rateWindow
 	if ls.secs[i] != sec {
 		ls.secs[i], ls.counts[i] = sec, 0
 	}
-	ls.counts[i]++
+	ls.counts[i] += uint64(n)
 	return recovered, since
 }
 
@@ -379,10 +384,10 @@ type worker struct {
 	att    *attemptRecorder
 	log    zerolog.Logger
 
-	// client sends this target's deliveries when it has a CAFile (built
-	// on first use); otherwise the Deliverer's client does.
-	clientMu sync.Mutex
-	client   *http.Client
+	// sender is made on the first attempt (and again after NewSender
+	// failed) and closed when the worker stops.
+	senderMu sync.Mutex
+	sender   Sender
 }
 
 func (d *Deliverer) newWorker(parent context.Context, t Target, epoch role.Epoch) *worker {
@@ -397,6 +402,41 @@ func (d *Deliverer) newWorker(parent context.Context, t Target, epoch role.Epoch
 	return w
 }
 
+// getSender returns the worker's sender, making it if need be.
+func (w *worker) getSender() (Sender, error) {
+	w.senderMu.Lock()
+	defer w.senderMu.Unlock()
+	if w.sender != nil {
+		return w.sender, nil
+	}
+	s, err := w.d.kinds[kindOf(w.cfg)].NewSender(w.cfg, SenderEnv{Epoch: w.epoch, NodeID: w.d.opts.Actor, Logger: w.log})
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s delivery: %w", kindOf(w.cfg), err)
+	}
+	w.sender = s
+	return s, nil
+}
+
+func (w *worker) closeSender() {
+	w.senderMu.Lock()
+	defer w.senderMu.Unlock()
+	if w.sender != nil {
+		w.sender.Close()
+		w.sender = nil
+	}
+}
+
+// send makes one attempt at batch, bounded by the target's timeout.
+func (w *worker) send(batch []*Message) error {
+	s, err := w.getSender()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
+	defer cancel()
+	return s.Send(ctx, batch)
+}
+
 // gate reports whether this worker may still deliver: the node is Active in
 // the epoch the worker was started under. Checked before every attempt, so
 // once another role is published no new delivery starts.
@@ -407,7 +447,7 @@ func (w *worker) gate() bool {
 
 func (w *worker) run() {
 	defer close(w.done)
-	defer w.dropClient()
+	defer w.closeSender()
 	go w.rem.run()
 	defer w.rem.close()
 	go w.att.run()
@@ -417,21 +457,21 @@ func (w *worker) run() {
 	w.log.Info().Msg("s&f delivery started")
 	defer w.log.Info().Msg("s&f delivery stopped")
 
-	// Strict FIFO (MaxInFlight 1): this loop delivers each message
-	// itself, the next one only once it is delivered or parked; a
-	// hand-over per message would only add to a path bound by round
-	// trips. Otherwise MaxInFlight senders take messages in enqueue order
-	// from an unbuffered channel, so one is handed over only when a sender
-	// is free.
+	// Strict FIFO (MaxInFlight 1): this loop delivers each batch itself,
+	// the next one only once it is delivered or parked; a hand-over per
+	// batch would only add to a path bound by round trips. Otherwise
+	// MaxInFlight senders take batches in enqueue order from an
+	// unbuffered channel, so one is handed over only when a sender is
+	// free.
 	strict := w.cfg.MaxInFlight <= 1
-	jobs := make(chan *Message)
+	jobs := make(chan []*Message)
 	var senders sync.WaitGroup
 	for i := 0; !strict && i < w.cfg.MaxInFlight; i++ {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			for m := range jobs {
-				if !w.deliver(m) {
+			for b := range jobs {
+				if !w.deliver(b) {
 					// Only a stopped worker gives up on a message.
 					w.cancel()
 				}
@@ -454,7 +494,7 @@ func (w *worker) run() {
 			w.log.Warn().Uint64("cursor", cursor).Msg("s&f state restored from a snapshot; delivery reads the target's queue from its head again")
 			cursor, restores = 0, r
 		}
-		msgs, err := w.d.opts.Reader.SFPending(w.cfg.Name, cursor, w.d.opts.ReadBatch)
+		msgs, err := w.d.opts.Reader.SFPending(w.cfg.Name, cursor, max(w.d.opts.ReadBatch, w.cfg.BatchMaxMessages))
 		if err != nil {
 			readFailures++
 			w.log.Error().Err(err).Msg("read pending messages")
@@ -472,21 +512,38 @@ func (w *worker) run() {
 			}
 			continue
 		}
-		for i := range msgs {
+		for rest := msgs; len(rest) > 0; {
+			batch := nextBatch(rest, w.cfg.BatchMaxMessages, w.cfg.BatchMaxBytes)
+			rest = rest[len(batch):]
 			if strict {
-				if !w.deliver(&msgs[i]) {
+				if !w.deliver(batch) {
 					return // stopped
 				}
 			} else {
 				select {
-				case jobs <- &msgs[i]:
+				case jobs <- batch:
 				case <-w.ctx.Done():
 					return
 				}
 			}
-			cursor = msgs[i].Seq
+			cursor = batch[len(batch)-1].Seq
 		}
 	}
+}
+
+// nextBatch takes the head of msgs: at least one message, then more while
+// the batch stays within maxMessages and maxBytes of payload.
+func nextBatch(msgs []Message, maxMessages, maxBytes int) []*Message {
+	batch := []*Message{&msgs[0]}
+	size := len(msgs[0].Payload)
+	for i := 1; i < len(msgs) && len(batch) < maxMessages; i++ {
+		if size+len(msgs[i].Payload) > maxBytes {
+			break
+		}
+		size += len(msgs[i].Payload)
+		batch = append(batch, &msgs[i])
+	}
+	return batch
 }
 
 // sleep waits d or until the worker is stopped; false means stopped.
@@ -502,14 +559,19 @@ func (w *worker) sleep(d time.Duration) bool {
 	}
 }
 
-// deliver sends m until it is delivered or parked (true), or the worker
-// must stop (false). Failed attempts count on from what the buffer
+// deliver sends batch until it is delivered or parked (true), or the
+// worker must stop (false). Failed attempts count on from what the buffer
 // recorded (an earlier Active node's attempts included). A refusal the
-// target's classification calls permanent parks m at once; any other
-// failure is retried after a backoff, or after the receiver's
-// Retry-After, until max_attempts.
-func (w *worker) deliver(m *Message) bool {
-	failures := int(m.Attempts)
+// target's classification calls permanent parks a message at once; any
+// other failure is retried after a backoff, or after the receiver's
+// Retry-After, until max_attempts. A batch of several messages that is
+// refused for good, or reaches max_attempts, is delivered again one
+// message at a time, so only a message that fails on its own parks.
+func (w *worker) deliver(batch []*Message) bool {
+	failures := 0
+	for _, m := range batch {
+		failures = max(failures, int(m.Attempts))
+	}
 	for {
 		// The gate can close for a moment without a role change (the
 		// leader's quorum confirmation is late); a real change of role or
@@ -520,17 +582,19 @@ func (w *worker) deliver(m *Message) bool {
 			}
 		}
 		start := w.d.opts.Clock.Now()
-		err := w.post(m)
+		err := w.send(batch)
 		now := w.d.opts.Clock.Now()
 		if err == nil {
-			w.d.opts.Metrics.observeDelivery(w.cfg.Name, true, now.Sub(start))
-			w.att.forget(m.ID)
-			// Handed to the remover before it counts as delivered: a
-			// reader of Live that sees it delivered also finds it
-			// waiting for removal.
-			w.rem.add(m.ID)
-			if lastErr, since := w.live.delivery(now); lastErr != "" {
-				w.log.Info().Str("id", m.ID).Str("failing_for", now.Sub(since).Round(time.Millisecond).String()).Str("last_error", lastErr).Msg("delivery resumed")
+			w.d.opts.Metrics.observeDelivery(w.cfg.Name, len(batch), now.Sub(start))
+			for _, m := range batch {
+				w.att.forget(m.ID)
+				// Handed to the remover before it counts as delivered:
+				// a reader of Live that sees it delivered also finds it
+				// waiting for removal.
+				w.rem.add(m.ID)
+			}
+			if lastErr, since := w.live.delivery(now, len(batch)); lastErr != "" {
+				w.log.Info().Str("id", batch[0].ID).Str("failing_for", now.Sub(since).Round(time.Millisecond).String()).Str("last_error", lastErr).Msg("delivery resumed")
 			}
 			return true
 		}
@@ -539,19 +603,31 @@ func (w *worker) deliver(m *Message) bool {
 			return false
 		}
 		failures++
-		w.d.opts.Metrics.observeDelivery(w.cfg.Name, false, now.Sub(start))
+		w.d.opts.Metrics.observeDelivery(w.cfg.Name, 0, now.Sub(start))
 		w.live.failure(now, err, failures)
 		permanent, retryAfter := classify(err, w.cfg.ParkOn)
-		w.log.Warn().Err(err).Str("id", m.ID).Int("attempt", failures).Int("max_attempts", w.cfg.MaxAttempts).Bool("permanent", permanent).Msg("delivery failed")
+		w.log.Warn().Err(err).Str("id", batch[0].ID).Int("messages", len(batch)).Int("attempt", failures).Int("max_attempts", w.cfg.MaxAttempts).Bool("permanent", permanent).Msg("delivery failed")
+		if len(batch) > 1 && (permanent || failures >= w.cfg.MaxAttempts) {
+			for _, m := range batch {
+				m.Attempts = uint32(failures)
+				if !w.deliver([]*Message{m}) {
+					return false
+				}
+			}
+			return true
+		}
 		switch {
 		case permanent:
-			w.att.forget(m.ID)
-			return w.park(m, failures, err, ParkRefused)
+			w.att.forget(batch[0].ID)
+			return w.park(batch[0], failures, err, ParkRefused)
 		case failures >= w.cfg.MaxAttempts:
-			w.att.forget(m.ID)
-			return w.park(m, failures, err, ParkMaxAttempts)
+			w.att.forget(batch[0].ID)
+			return w.park(batch[0], failures, err, ParkMaxAttempts)
 		}
-		w.att.record(m.ID, failures, errorText(err, maxReasonBytes))
+		text := errorText(err, maxReasonBytes)
+		for _, m := range batch {
+			w.att.record(m.ID, failures, text)
+		}
 		wait := backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, failures, w.d.opts.Jitter())
 		if retryAfter > 0 {
 			wait = retryAfter
@@ -597,120 +673,6 @@ func (w *worker) park(m *Message, attempts int, cause error, why string) bool {
 		if !w.sleep(backoff.Delay(w.cfg.BackoffFloor, w.cfg.BackoffMax, try, w.d.opts.Jitter())) {
 			return false
 		}
-	}
-}
-
-// DeliveryError is a delivery the target answered with a non-2xx status.
-type DeliveryError struct {
-	Status int
-	Body   string // the start of the answer
-	// RetryAfter is the answer's Retry-After (429 and 503 only).
-	RetryAfter time.Duration
-}
-
-// Verdict implements Refusal.
-func (e *DeliveryError) Verdict() Verdict {
-	return Verdict{Code: strconv.Itoa(e.Status), Permanent: httpPermanent(e.Status), RetryAfter: e.RetryAfter}
-}
-
-func (e *DeliveryError) Error() string {
-	if e.Body == "" {
-		return fmt.Sprintf("target answered %d", e.Status)
-	}
-	return fmt.Sprintf("target answered %d: %s", e.Status, e.Body)
-}
-
-// post makes one delivery attempt, bounded by the target's timeout.
-func (w *worker) post(m *Message) error {
-	ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(m.Payload))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	for k, v := range w.cfg.Headers {
-		req.Header.Set(k, v)
-	}
-	for _, h := range m.Headers {
-		req.Header.Set(h.Key, h.Value)
-	}
-	if req.Header.Get("Content-Type") == "" {
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	req.Header.Set(HeaderIdempotencyKey, m.ID)
-	req.Header.Set(HeaderEpoch, w.epoch.String())
-	client, err := w.httpClient()
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err // the URL may carry credentials; the target name says where
-		}
-		if errors.Is(err, context.DeadlineExceeded) && w.ctx.Err() == nil {
-			return fmt.Errorf("post: no answer within %v", w.cfg.Timeout)
-		}
-		var verr *tls.CertificateVerificationError
-		if errors.As(err, &verr) {
-			// The target may have moved to a certificate of a CA
-			// rotated into ca_file in place: read it again next time.
-			w.dropClient()
-		}
-		return fmt.Errorf("post: %w", err)
-	}
-	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	// Drain a little more so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	derr := &DeliveryError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(head))}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		derr.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), w.d.opts.Clock.Now())
-	}
-	return derr
-}
-
-// httpClient is the client for this target's deliveries: the Deliverer's,
-// or for a target with a CAFile one that trusts those CAs only. A CA file
-// that cannot be read fails the attempt, as an unreachable target would
-// (counted, retried, shown in sf stats), and is read again next time; so
-// is one after the target's certificate failed verification (dropClient).
-func (w *worker) httpClient() (*http.Client, error) {
-	if w.cfg.CAFile == "" {
-		return w.d.opts.Client, nil
-	}
-	w.clientMu.Lock()
-	defer w.clientMu.Unlock()
-	if w.client != nil {
-		return w.client, nil
-	}
-	pem, err := os.ReadFile(w.cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("read ca_file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ca_file %s holds no PEM certificate", w.cfg.CAFile)
-	}
-	c := newHTTPClient()
-	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	w.client = c
-	return c, nil
-}
-
-// dropClient lets go of the target's own client, if it has one, and its
-// connections: the next attempt (or the next worker) builds another from
-// the CA file as it is then.
-func (w *worker) dropClient() {
-	w.clientMu.Lock()
-	defer w.clientMu.Unlock()
-	if w.client != nil {
-		w.client.CloseIdleConnections()
-		w.client = nil
 	}
 }
 

@@ -8,7 +8,10 @@
 //     committed. The message id is the idempotency key. Also the HTTP API
 //     POST /v1/sf/{target}.
 //   - Delivery (Deliverer): on the Active node only, one worker per target
-//     POSTs pending messages in FIFO order with Idempotency-Key and
+//     hands pending messages, in FIFO order and in batches up to the
+//     target's BatchMaxMessages/BatchMaxBytes, to its kind's Sender (Kind:
+//     HTTP is built in, DelivererOptions.Kinds adds others; the HTTP kind
+//     POSTs one message or a JSON/NDJSON batch) with Idempotency-Key and
 //     X-Scadad-Epoch headers, parks a message the target refuses for good
 //     at once (Refusal, classify, the target's ParkOn), backs off
 //     exponentially with jitter (or the receiver's Retry-After) on other

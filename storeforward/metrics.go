@@ -139,12 +139,14 @@ func (m *Metrics) observeEnqueued(target string, duplicate bool, d time.Duration
 	m.enqueueLatency.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeDelivery(target string, ok bool, d time.Duration) {
+// observeDelivery counts one attempt that delivered n messages (0: it
+// failed).
+func (m *Metrics) observeDelivery(target string, n int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	if ok {
-		m.delivered.WithLabelValues(target).Inc()
+	if n > 0 {
+		m.delivered.WithLabelValues(target).Add(float64(n))
 	} else {
 		m.deliveryErrors.WithLabelValues(target).Inc()
 	}

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
-	"net/url"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -91,13 +91,21 @@ const (
 	DefaultBackoffMax      = 5 * time.Minute
 	DefaultMaxAttempts     = 10
 	DefaultMaxPayloadBytes = 1 << 20
+	DefaultBatchMaxBytes   = 4 << 20
+	// MaxBatchMessages bounds a target's BatchMaxMessages.
+	MaxBatchMessages = 10000
 )
 
 // Target is one delivery endpoint. The daemon maps siteconfig.Target to it.
 // Zero durations and limits take the defaults above.
 type Target struct {
 	Name string
-	// URL is the http(s) endpoint messages are POSTed to.
+	// Kind names the Kind that delivers (KindHTTP when empty).
+	Kind string
+	// Settings are the kind's own settings (a comparable value the kind
+	// defines: a change restarts the target's worker); nil for HTTP.
+	Settings any
+	// URL is the http(s) endpoint messages are POSTed to (HTTP only).
 	URL string
 	// Headers are added to every delivery; a message's own headers win.
 	Headers map[string]string
@@ -122,6 +130,13 @@ type Target struct {
 	// MaxPending caps the messages the target may hold pending; 0 sets
 	// none. Enqueues beyond it get a TargetFullError.
 	MaxPending int
+	// BatchMaxMessages and BatchMaxBytes bound one delivery of several
+	// messages (taken in FIFO order from what is pending, never waited
+	// for); 1 (the default) delivers one message at a time. BatchFormat
+	// is the HTTP batch body (BatchJSON, the default, or BatchNDJSON).
+	BatchMaxMessages int
+	BatchMaxBytes    int
+	BatchFormat      string
 	// ParkOn replaces the kind's judgement of which answers park a message
 	// at once: answer codes or patterns ("400", "4xx"), or ParkOnNone.
 	// Empty: the kind's default (HTTP: 4xx except 408, 425 and 429).
@@ -151,30 +166,31 @@ func (t Target) withDefaults() Target {
 	if t.MaxInFlight <= 0 {
 		t.MaxInFlight = 1
 	}
+	if t.BatchMaxMessages <= 0 {
+		t.BatchMaxMessages = 1
+	}
+	if t.BatchMaxBytes <= 0 {
+		t.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if t.BatchFormat == "" {
+		t.BatchFormat = BatchJSON
+	}
 	return t
 }
 
+// validate checks what every kind shares; the kind checks the rest.
 func (t Target) validate() error {
 	if t.Name == "" || len(t.Name) > fsm.MaxIDBytes {
 		return fmt.Errorf("target name %q: want 1..%d bytes", t.Name, fsm.MaxIDBytes)
-	}
-	u, err := url.Parse(t.URL)
-	if err != nil {
-		return fmt.Errorf("target %s: url: %w", t.Name, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("target %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
-	}
-	for k := range t.Headers {
-		if reservedHeader(k) {
-			return fmt.Errorf("target %s: header %s is set by delivery and may not be configured", t.Name, k)
-		}
 	}
 	if t.MaxPayloadBytes > fsm.MaxPayloadBytes {
 		return fmt.Errorf("target %s: max payload %d bytes is above the buffer's limit %d", t.Name, t.MaxPayloadBytes, fsm.MaxPayloadBytes)
 	}
 	if t.MaxPending < 0 {
 		return fmt.Errorf("target %s: max pending %d is negative", t.Name, t.MaxPending)
+	}
+	if t.BatchMaxMessages > MaxBatchMessages {
+		return fmt.Errorf("target %s: batch of %d messages is above the limit %d", t.Name, t.BatchMaxMessages, MaxBatchMessages)
 	}
 	if err := ValidateParkOn(t.ParkOn); err != nil {
 		return fmt.Errorf("target %s: %w", t.Name, err)
@@ -188,6 +204,8 @@ func sameTarget(a, b Target) bool {
 	if a.Name != b.Name || a.URL != b.URL || a.Timeout != b.Timeout || a.BackoffFloor != b.BackoffFloor ||
 		a.BackoffMax != b.BackoffMax || a.MaxAttempts != b.MaxAttempts || a.MaxPayloadBytes != b.MaxPayloadBytes ||
 		a.MaxInFlight != b.MaxInFlight || a.CAFile != b.CAFile ||
+		a.Kind != b.Kind || !reflect.DeepEqual(a.Settings, b.Settings) ||
+		a.BatchMaxMessages != b.BatchMaxMessages || a.BatchMaxBytes != b.BatchMaxBytes || a.BatchFormat != b.BatchFormat ||
 		len(a.Headers) != len(b.Headers) || !slices.Equal(a.ParkOn, b.ParkOn) {
 		return false
 	}

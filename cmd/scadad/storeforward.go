@@ -96,6 +96,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
 			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
 			CAFile: t.CAFile, MaxPending: t.MaxPending, ParkOn: t.ParkOn,
+			BatchMaxMessages: t.BatchMaxMessages, BatchMaxBytes: t.BatchMaxBytes, BatchFormat: t.BatchFormat,
 		})
 	}
 	return out
