@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/scadad/scadad/activegate"
 	"math/big"
 	"net"
 	"net/url"
@@ -175,6 +176,10 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	Roles      RoleSource
 	Writer     Writer
+	// Gate counts role-gate denials of writes as surface "write" of
+	// scadad_gate_denied_total (the process-wide counter); nil counts them
+	// only in scadad_opcua_write_denied_total, its alias for one release.
+	Gate *activegate.Counter
 	// Clock defaults to the wall clock.
 	Clock Clock
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/scadad/scadad/activegate"
 	"math"
 	"reflect"
 	"slices"
@@ -507,6 +508,7 @@ func (s *Server) writeOne(wv *ua.WriteValue, who identity) ua.StatusCode {
 	st := s.roles.Current()
 	if allow, reason := WriteGate(st); !allow {
 		s.metrics.denied.WithLabelValues(reason).Inc()
+		s.gate.Denied(activegate.SurfaceWrite, reason)
 		s.metrics.writes.WithLabelValues("denied").Inc()
 		s.log.Warn().Str("reason", reason).Stringer("role", st.Role).Int("voters", st.Voters).
 			Str("instance", v.instance).Str("attribute", v.name).Msg("opcua write denied by role gate")

@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
+	"github.com/scadad/scadad/activegate"
 	"net"
 	"slices"
 	"strconv"
@@ -32,6 +33,7 @@ type Server struct {
 	log    zerolog.Logger
 	roles  RoleSource
 	writer Writer
+	gate   *activegate.Counter
 	clock  Clock
 
 	// lib is the library's server now serving; restartLibrary replaces
@@ -191,6 +193,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log:        deps.Logger.With().Str("component", "opcua").Logger(),
 		roles:      deps.Roles,
 		writer:     deps.Writer,
+		gate:       deps.Gate,
 		clock:      clock,
 		libOpts:    opts,
 		restartGap: defaultRestartGap,
