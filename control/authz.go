@@ -63,7 +63,8 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_SFStats_FullMethodName,
 		controlpb.Control_SFList_FullMethodName,
 		controlpb.Control_CertRevoked_FullMethodName,
-		controlpb.Control_TokenList_FullMethodName:
+		controlpb.Control_TokenList_FullMethodName,
+		controlpb.Control_Check_FullMethodName:
 		return needViewer, true
 	case controlpb.Control_SFEnqueue_FullMethodName,
 		controlpb.Control_SFEnqueueStream_FullMethodName:

@@ -20,6 +20,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/raftnode"
 	"github.com/scadad/scadad/role"
 )
@@ -125,6 +126,9 @@ type Server struct {
 	Now func() time.Time
 	// HTTPAddr is this node's HTTP listener as configured (empty: none).
 	HTTPAddr string
+	// Checkpoints lists the cross-node state checkpoints of this node's
+	// replica, newest first (Check); nil: none.
+	Checkpoints func() ([]*fsmpb.CheckpointRecord, error)
 }
 
 func (s *Server) now() time.Time {

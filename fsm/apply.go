@@ -38,6 +38,10 @@ type applier struct {
 	blocked *BlockedError
 	// accessChanged says an entry of the batch changed the access control.
 	accessChanged bool
+	// checkpointAt is the index of a Checkpoint entry just applied: the
+	// batch stops after it so the state at that index can be committed
+	// and digested.
+	checkpointAt uint64
 }
 
 func newApplier(tx *bolt.Tx) *applier {
@@ -160,6 +164,10 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.alarmComment(body.AlarmComment, res)
 	case *fsmpb.Command_AlarmHistoryMark:
 		return a.alarmHistoryMark(body.AlarmHistoryMark, res)
+	case *fsmpb.Command_Checkpoint:
+		return a.checkpoint(body.Checkpoint, res)
+	case *fsmpb.Command_CheckpointReport:
+		return a.checkpointReport(body.CheckpointReport, res)
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

@@ -1,11 +1,13 @@
 package fsm
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -39,28 +41,65 @@ func digestTx(tx *bolt.Tx) (string, error) {
 }
 
 func digestTxRaw(tx *bolt.Tx) ([]byte, error) {
-	h := sha256.New()
+	return digestTxPaced(context.Background(), tx, nil)
+}
+
+// digestTxCtx is digestTx ended by ctx and paced to at most cpuShare of
+// one core (0 or 1 and above: unbounded).
+func digestTxCtx(ctx context.Context, tx *bolt.Tx, cpuShare float64) (string, error) {
+	sum, err := digestTxPaced(ctx, tx, newDutyCycle(cpuShare, time.Now, sleepCtx))
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum), nil
+}
+
+func digestTxPaced(ctx context.Context, tx *bolt.Tx, pace *dutyCycle) ([]byte, error) {
+	w := &digestWalk{h: sha256.New(), ctx: ctx, pace: pace}
 	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-		return digestBucket(h, 0, name, b)
+		return w.bucket(0, name, b)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return h.Sum(nil), nil
+	return w.h.Sum(nil), nil
 }
 
-func digestBucket(h hash.Hash, depth uint32, name []byte, b *bolt.Bucket) error {
-	writeField(h, 'B', depth, name)
+// digestWalk hashes buckets, checking ctx and pausing for the pace every
+// few hundred keys.
+type digestWalk struct {
+	h    hash.Hash
+	ctx  context.Context
+	pace *dutyCycle
+	keys int
+}
+
+func (w *digestWalk) bucket(depth uint32, name []byte, b *bolt.Bucket) error {
+	writeField(w.h, 'B', depth, name)
 	err := b.ForEach(func(k, v []byte) error {
-		if v == nil {
-			return digestBucket(h, depth+1, k, b.Bucket(k))
+		if w.keys++; w.keys%256 == 0 {
+			if err := w.ctx.Err(); err != nil {
+				return err
+			}
+			if err := w.pace.pause(w.ctx); err != nil {
+				return err
+			}
 		}
-		writeField(h, 'K', depth, k)
-		writeField(h, 'V', depth, v)
+		if v == nil {
+			return w.bucket(depth+1, k, b.Bucket(k))
+		}
+		writeField(w.h, 'K', depth, k)
+		writeField(w.h, 'V', depth, v)
 		return nil
 	})
-	writeField(h, 'E', depth, nil)
+	writeField(w.h, 'E', depth, nil)
 	return err
+}
+
+// digestBucket hashes one bucket without pacing (tests).
+func digestBucket(h hash.Hash, depth uint32, name []byte, b *bolt.Bucket) error {
+	w := &digestWalk{h: h, ctx: context.Background()}
+	return w.bucket(depth, name, b)
 }
 
 // writeField length-prefixes every field so no two walks hash alike.

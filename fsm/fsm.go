@@ -70,6 +70,9 @@ type Options struct {
 	// entry that needs more stops the applying (see ApplyBlocked). Zero
 	// is the build's FeatureLevel; tests raise it to apply FeatureProbe.
 	FeatureLevel Level
+	// DigestCPUShare bounds a checkpoint's digest of the state to this
+	// share of one core (0: unbounded).
+	DigestCPUShare float64
 }
 
 func (o Options) featureLevel() Level {
@@ -156,6 +159,13 @@ type FSM struct {
 	// release, after a commit or by ReleasePages, failed.
 	releasedAt    int64
 	releaseFailed atomic.Bool
+
+	// digests carries this node's checkpoint digests out (LocalDigests);
+	// bg counts the digests running, bgCtx ends them (Close, Restore).
+	digests  chan LocalDigest
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 var (
@@ -183,7 +193,9 @@ func Open(path string, opts Options) (*FSM, error) {
 		}
 		opts.NoSync = true // bbolt's flag; the marker keeps the file trustworthy
 	}
-	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{}), deferred: deferred}
+	f := &FSM{path: path, opts: opts, log: opts.Logger, subs: make(map[chan uint64]struct{}), deferred: deferred,
+		digests: make(chan LocalDigest, 16)}
+	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
 	err := boltsafe.Guard(path, func() error {
 		db, err := openDB(path, opts)
 		if err != nil {
@@ -302,6 +314,7 @@ func (f *FSM) Close() error {
 	if f.deferred {
 		syncErr = f.db.Sync()
 	}
+	f.stopDigests()
 	err := f.db.Close()
 	f.db = nil
 	if err == nil {
@@ -419,23 +432,37 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 
 	f.txMu.Lock()
 	defer f.txMu.Unlock()
-	newMeta, accessChanged, err := f.applyOpen(logs, results)
-	if err != nil {
-		serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", logs[0].Index, logs[len(logs)-1].Index, err)}
-		f.storageFailure(serr)
-		fail(results, serr)
-		return out
-	}
 	old := f.meta.Load()
-	f.meta.Store(&newMeta)
-	if accessChanged {
-		// Read from the open transaction, which holds what was just
-		// applied; the entries' results already say what they did.
-		if acc, err := readAccess(f.open); err == nil {
-			f.access.Store(acc)
-		} else {
-			f.log.Error().Err(err).Msg("access control not reloaded after an applied change")
+	newMeta := *old
+	for rest, restRes := logs, results; len(rest) > 0; {
+		m, accessChanged, done, checkpoint, err := f.applyOpen(rest, restRes)
+		if err != nil {
+			serr := &StorageError{Err: fmt.Errorf("apply entries %d..%d: %w", rest[0].Index, rest[len(rest)-1].Index, err)}
+			f.storageFailure(serr)
+			fail(restRes, serr)
+			return out
 		}
+		newMeta = m
+		f.meta.Store(&newMeta)
+		if accessChanged {
+			// Read from the open transaction, which holds what was just
+			// applied; the entries' results already say what they did.
+			if acc, err := readAccess(f.open); err == nil {
+				f.access.Store(acc)
+			} else {
+				f.log.Error().Err(err).Msg("access control not reloaded after an applied change")
+			}
+		}
+		if checkpoint != 0 {
+			// The state at the checkpoint's index, committed, is what a
+			// read transaction opened now sees.
+			if err := f.commitOpen(); err != nil {
+				fail(restRes[done:], err)
+				break
+			}
+			f.startCheckpointDigest(checkpoint)
+		}
+		rest, restRes = rest[done:], restRes[done:]
 	}
 	if f.openBytes >= f.opts.CommitBytes {
 		// A failure is recorded for the entries to come. These are
@@ -454,18 +481,22 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // held since the last commit are lost from the file, not from the raft
 // log, and the storage failure makes the node replay them after restart.
 // The caller holds f.mu shared and f.txMu.
-func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error) {
+//
+// It stops after a Checkpoint entry, reporting its index, so the caller
+// can commit and digest the state at it; done is how many of logs it took.
+func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (m Meta, accessChanged bool, done int, checkpoint uint64, err error) {
 	if f.open == nil {
 		tx, err := f.db.Begin(true)
 		if err != nil {
-			return Meta{}, false, err
+			return Meta{}, false, 0, 0, err
 		}
 		f.open = tx
 	}
+	done = len(logs)
 	// A damaged page panics bbolt wherever a read reaches it: an error here,
 	// so the node can rebuild its state instead of dying.
 	var a *applier
-	err := boltsafe.Guard(f.path, func() error {
+	err = boltsafe.Guard(f.path, func() error {
 		a = newApplier(f.open)
 		a.have = f.opts.featureLevel()
 		for i, l := range logs {
@@ -486,6 +517,10 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error)
 				f.openBytes += len(l.Data)
 			}
 			a.meta.AppliedIndex, a.meta.AppliedTerm = l.Index, l.Term
+			if a.checkpointAt != 0 {
+				done = i + 1
+				break
+			}
 		}
 		return a.flush()
 	})
@@ -496,9 +531,9 @@ func (f *FSM) applyOpen(logs []*raft.Log, results []*Result) (Meta, bool, error)
 		tx := f.open
 		_ = boltsafe.Guard(f.path, tx.Rollback)
 		f.open, f.openBytes = nil, 0
-		return Meta{}, false, damagedOr(f.path, err)
+		return Meta{}, false, 0, 0, damagedOr(f.path, err)
 	}
-	return a.meta, a.accessChanged, nil
+	return a.meta, a.accessChanged, done, a.checkpointAt, nil
 }
 
 // Commit commits the entries applied since the last commit, if any. With

@@ -43,6 +43,9 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 	case "alarm_observe", "alarm_ack", "alarm_shelve", "alarm_comment", "alarm_history_mark":
 		// v0.3.0: the replicated alarm state (docs/alarms.md).
 		return 3, true
+	case "checkpoint", "checkpoint_report":
+		// v0.2.0: cross-node state checkpoints (docs/faults.md).
+		return 2, true
 	case "feature_probe":
 		return FeatureLevel + 1, true
 	}

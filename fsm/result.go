@@ -24,6 +24,8 @@ type Result struct {
 	Audit     *AuditOutcome
 	Epoch     *EpochOutcome
 	Alarm     *AlarmOutcome
+	// Checkpoint answers Checkpoint and CheckpointReport.
+	Checkpoint *CheckpointOutcome
 }
 
 // ArtifactOutcome answers PutArtifactChunk and CommitArtifact.

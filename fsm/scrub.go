@@ -12,8 +12,8 @@ import (
 // Scrub checks the committed state file whole while the FSM runs: bbolt's
 // consistency check of every reachable page, a walk of every key and value
 // (the digest's, so a page that panics bbolt is found here and not by a
-// reader), and a read of every byte of the file at no more than
-// bytesPerSecond (0: unbounded). It returns the digest of the state it
+// reader) at no more than Options.DigestCPUShare of one core, and a read of
+// every byte of the file at no more than bytesPerSecond (0: unbounded). It returns the digest of the state it
 // checked and its applied index. A damaged state is an error wrapping
 // ErrDamagedState; the caller decides what follows (rebuild from raft).
 //
@@ -33,7 +33,7 @@ func (f *FSM) Scrub(ctx context.Context, bytesPerSecond int64) (digest string, a
 				return err
 			}
 			var err error
-			digest, err = digestTx(tx)
+			digest, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare)
 			if err != nil {
 				return fmt.Errorf("%w %s: walk: %v", boltsafe.ErrDamaged, f.path, err)
 			}

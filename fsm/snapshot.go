@@ -528,7 +528,9 @@ func (f *FSM) swapIn(tmp string) error {
 	} else if err := f.commitLocked(); err != nil {
 		return err
 	}
-	// Close waits for open snapshots (read transactions) to be released.
+	// Close waits for open snapshots (read transactions) to be released;
+	// a checkpoint digest of the old state is ended first.
+	f.stopDigests()
 	if err := f.db.Close(); err != nil {
 		return fmt.Errorf("close state: %w", err)
 	}

@@ -202,6 +202,16 @@ type State struct {
 	// ScrubBytesPerSecond bounds the scrub's read of the file, so it never
 	// takes the disk or a core from the workload. Default 32 MiB/s.
 	ScrubBytesPerSecond int64 `yaml:"scrub_bytes_per_second"`
+	// ScrubCPUShare bounds the CPU of the scrub's walk of every key and
+	// value and of a checkpoint's digest to this share of one core
+	// (0 < share <= 1). Default 0.25.
+	ScrubCPUShare float64 `yaml:"scrub_cpu_share"`
+	// CheckpointInterval is how often the Active proposes a cross-node
+	// checkpoint (every node digests its state at one log index and the
+	// majority's digest decides which node diverged); it also proposes one
+	// when it becomes Active and a node proposes one after it installs a
+	// snapshot. Default 1h.
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
 // SF tunes the store-and-forward enqueue path.
@@ -343,6 +353,10 @@ func (c *Config) ApplyDefaults() {
 	if c.State.ScrubBytesPerSecond == 0 {
 		c.State.ScrubBytesPerSecond = 32 << 20
 	}
+	if c.State.ScrubCPUShare == 0 {
+		c.State.ScrubCPUShare = 0.25
+	}
+	def(&c.State.CheckpointInterval, time.Hour)
 	if c.SF.BatchMaxMessages == 0 {
 		c.SF.BatchMaxMessages = 512
 	}
@@ -417,6 +431,12 @@ func (c *Config) Validate() error {
 	}
 	if c.State.ScrubInterval < 0 || c.State.ScrubBytesPerSecond < 0 {
 		bad("state", "scrub_interval and scrub_bytes_per_second must be positive (got %s, %d)", c.State.ScrubInterval.D(), c.State.ScrubBytesPerSecond)
+	}
+	if c.State.ScrubCPUShare < 0 || c.State.ScrubCPUShare > 1 {
+		bad("state.scrub_cpu_share", "must be above 0 and at most 1 (a share of one core), got %g", c.State.ScrubCPUShare)
+	}
+	if c.State.CheckpointInterval < 0 {
+		bad("state.checkpoint_interval", "must be positive, got %s", c.State.CheckpointInterval.D())
 	}
 	if c.NodeID == "" {
 		bad("node_id", "required")

@@ -3493,6 +3493,271 @@ func (*TokenRevokeResponse) Descriptor() ([]byte, []int) {
 	return file_controlpb_control_proto_rawDescGZIP(), []int{56}
 }
 
+type CheckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{57}
+}
+
+type CheckReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckReport) Reset() {
+	*x = CheckReport{}
+	mi := &file_controlpb_control_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckReport) ProtoMessage() {}
+
+func (x *CheckReport) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckReport.ProtoReflect.Descriptor instead.
+func (*CheckReport) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *CheckReport) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CheckReport) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *CheckReport) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+type Checkpoint struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Index          uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	TimeUnixNano   int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Actor          string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason         string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Voters         []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
+	Reports        []*CheckReport         `protobuf:"bytes,6,rep,name=reports,proto3" json:"reports,omitempty"`
+	MajorityDigest string                 `protobuf:"bytes,7,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"`
+	Diverged       []string               `protobuf:"bytes,8,rep,name=diverged,proto3" json:"diverged,omitempty"`
+	Split          bool                   `protobuf:"varint,9,opt,name=split,proto3" json:"split,omitempty"`
+	// verdict in words: "agree", "diverged: N", "split", "waiting for ..."
+	Verdict       string `protobuf:"bytes,10,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_controlpb_control_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Checkpoint) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetReports() []*CheckReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetMajorityDigest() string {
+	if x != nil {
+		return x.MajorityDigest
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetDiverged() []string {
+	if x != nil {
+		return x.Diverged
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetSplit() bool {
+	if x != nil {
+		return x.Split
+	}
+	return false
+}
+
+func (x *Checkpoint) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+type CheckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the answering node
+	Checkpoints   []*Checkpoint          `protobuf:"bytes,2,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`     // newest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *CheckResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
 var File_controlpb_control_proto protoreflect.FileDescriptor
 
 const file_controlpb_control_proto_rawDesc = "" +
@@ -3746,7 +4011,28 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x06tokens\x18\x01 \x03(\v2\x1c.scadad.control.v1.TokenInfoR\x06tokens\"(\n" +
 	"\x12TokenRevokeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13TokenRevokeResponse2\x97\x12\n" +
+	"\x13TokenRevokeResponse\"\x0e\n" +
+	"\fCheckRequest\"d\n" +
+	"\vCheckReport\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12$\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\xbd\x02\n" +
+	"\n" +
+	"Checkpoint\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06voters\x18\x05 \x03(\tR\x06voters\x128\n" +
+	"\areports\x18\x06 \x03(\v2\x1e.scadad.control.v1.CheckReportR\areports\x12'\n" +
+	"\x0fmajority_digest\x18\a \x01(\tR\x0emajorityDigest\x12\x1a\n" +
+	"\bdiverged\x18\b \x03(\tR\bdiverged\x12\x14\n" +
+	"\x05split\x18\t \x01(\bR\x05split\x12\x18\n" +
+	"\averdict\x18\n" +
+	" \x01(\tR\averdict\"i\n" +
+	"\rCheckResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12?\n" +
+	"\vcheckpoints\x18\x02 \x03(\v2\x1d.scadad.control.v1.CheckpointR\vcheckpoints2\xe3\x12\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -3775,7 +4061,8 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\vCertRevoked\x12%.scadad.control.v1.CertRevokedRequest\x1a&.scadad.control.v1.CertRevokedResponse\x12\\\n" +
 	"\vTokenCreate\x12%.scadad.control.v1.TokenCreateRequest\x1a&.scadad.control.v1.TokenCreateResponse\x12V\n" +
 	"\tTokenList\x12#.scadad.control.v1.TokenListRequest\x1a$.scadad.control.v1.TokenListResponse\x12\\\n" +
-	"\vTokenRevoke\x12%.scadad.control.v1.TokenRevokeRequest\x1a&.scadad.control.v1.TokenRevokeResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
+	"\vTokenRevoke\x12%.scadad.control.v1.TokenRevokeRequest\x1a&.scadad.control.v1.TokenRevokeResponse\x12J\n" +
+	"\x05Check\x12\x1f.scadad.control.v1.CheckRequest\x1a .scadad.control.v1.CheckResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
 
 var (
 	file_controlpb_control_proto_rawDescOnce sync.Once
@@ -3789,7 +4076,7 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
@@ -3848,6 +4135,10 @@ var file_controlpb_control_proto_goTypes = []any{
 	(*TokenListResponse)(nil),       // 54: scadad.control.v1.TokenListResponse
 	(*TokenRevokeRequest)(nil),      // 55: scadad.control.v1.TokenRevokeRequest
 	(*TokenRevokeResponse)(nil),     // 56: scadad.control.v1.TokenRevokeResponse
+	(*CheckRequest)(nil),            // 57: scadad.control.v1.CheckRequest
+	(*CheckReport)(nil),             // 58: scadad.control.v1.CheckReport
+	(*Checkpoint)(nil),              // 59: scadad.control.v1.Checkpoint
+	(*CheckResponse)(nil),           // 60: scadad.control.v1.CheckResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -3861,63 +4152,67 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	41, // 8: scadad.control.v1.SFListResponse.messages:type_name -> scadad.control.v1.SFMessage
 	48, // 9: scadad.control.v1.CertRevokedResponse.revoked:type_name -> scadad.control.v1.RevokedCertificate
 	53, // 10: scadad.control.v1.TokenListResponse.tokens:type_name -> scadad.control.v1.TokenInfo
-	0,  // 11: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	5,  // 12: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	7,  // 13: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	9,  // 14: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	11, // 15: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	13, // 16: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	15, // 17: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	17, // 18: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	18, // 19: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	20, // 20: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	23, // 21: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	25, // 22: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	26, // 23: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	29, // 24: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	32, // 25: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	34, // 26: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 27: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	37, // 28: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	40, // 29: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	43, // 30: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	43, // 31: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	45, // 32: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
-	47, // 33: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
-	50, // 34: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
-	52, // 35: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
-	55, // 36: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
-	1,  // 37: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	6,  // 38: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	8,  // 39: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	10, // 40: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	12, // 41: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	14, // 42: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	16, // 43: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	18, // 44: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	19, // 45: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	22, // 46: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	24, // 47: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	24, // 48: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	28, // 49: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	31, // 50: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	33, // 51: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	35, // 52: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 53: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	39, // 54: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	42, // 55: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	44, // 56: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	44, // 57: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	46, // 58: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
-	49, // 59: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
-	51, // 60: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
-	54, // 61: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
-	56, // 62: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
-	37, // [37:63] is the sub-list for method output_type
-	11, // [11:37] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	58, // 11: scadad.control.v1.Checkpoint.reports:type_name -> scadad.control.v1.CheckReport
+	59, // 12: scadad.control.v1.CheckResponse.checkpoints:type_name -> scadad.control.v1.Checkpoint
+	0,  // 13: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 14: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 15: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 16: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 17: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 18: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 19: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 20: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 21: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 22: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 23: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 24: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 25: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 26: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 27: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 28: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 29: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 30: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 31: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 32: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 33: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	45, // 34: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
+	47, // 35: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
+	50, // 36: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
+	52, // 37: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
+	55, // 38: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
+	57, // 39: scadad.control.v1.Control.Check:input_type -> scadad.control.v1.CheckRequest
+	1,  // 40: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 41: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 42: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 43: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 44: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 45: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 46: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 47: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 48: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 49: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 50: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 51: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 52: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 53: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 54: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 55: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 56: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 57: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 58: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 59: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 60: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	46, // 61: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
+	49, // 62: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
+	51, // 63: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
+	54, // 64: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
+	56, // 65: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
+	60, // 66: scadad.control.v1.Control.Check:output_type -> scadad.control.v1.CheckResponse
+	40, // [40:67] is the sub-list for method output_type
+	13, // [13:40] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -3931,7 +4226,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,7 @@ const (
 	Control_TokenCreate_FullMethodName     = "/scadad.control.v1.Control/TokenCreate"
 	Control_TokenList_FullMethodName       = "/scadad.control.v1.Control/TokenList"
 	Control_TokenRevoke_FullMethodName     = "/scadad.control.v1.Control/TokenRevoke"
+	Control_Check_FullMethodName           = "/scadad.control.v1.Control/Check"
 )
 
 // ControlClient is the client API for Control service.
@@ -97,6 +98,9 @@ type ControlClient interface {
 	TokenCreate(ctx context.Context, in *TokenCreateRequest, opts ...grpc.CallOption) (*TokenCreateResponse, error)
 	TokenList(ctx context.Context, in *TokenListRequest, opts ...grpc.CallOption) (*TokenListResponse, error)
 	TokenRevoke(ctx context.Context, in *TokenRevokeRequest, opts ...grpc.CallOption) (*TokenRevokeResponse, error)
+	// Check shows the cross-node state checkpoints from the answering
+	// node's replica: each node's digest at each and the verdict (viewer).
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
 
 type controlClient struct {
@@ -382,6 +386,16 @@ func (c *controlClient) TokenRevoke(ctx context.Context, in *TokenRevokeRequest,
 	return out, nil
 }
 
+func (c *controlClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, Control_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -430,6 +444,9 @@ type ControlServer interface {
 	TokenCreate(context.Context, *TokenCreateRequest) (*TokenCreateResponse, error)
 	TokenList(context.Context, *TokenListRequest) (*TokenListResponse, error)
 	TokenRevoke(context.Context, *TokenRevokeRequest) (*TokenRevokeResponse, error)
+	// Check shows the cross-node state checkpoints from the answering
+	// node's replica: each node's digest at each and the verdict (viewer).
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -517,6 +534,9 @@ func (UnimplementedControlServer) TokenList(context.Context, *TokenListRequest) 
 }
 func (UnimplementedControlServer) TokenRevoke(context.Context, *TokenRevokeRequest) (*TokenRevokeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TokenRevoke not implemented")
+}
+func (UnimplementedControlServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -978,6 +998,24 @@ func _Control_TokenRevoke_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1076,6 +1114,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TokenRevoke",
 			Handler:    _Control_TokenRevoke_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _Control_Check_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

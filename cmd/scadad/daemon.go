@@ -83,7 +83,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	if err != nil {
 		return err
 	}
-	state, err := openState(fsmPath(cfg), log)
+	state, err := openState(fsmPath(cfg), cfg.State.ScrubCPUShare, log)
 	if err != nil {
 		return withRecovery(fmt.Errorf("open state: %w", err))
 	}
@@ -225,6 +225,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		CertNotAfter: validity.Cert,
 		CANotAfter:   validity.CA,
 		HTTPAddr:     cfg.HTTP.Listen,
+		Checkpoints:  state.Checkpoints,
 	}
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
@@ -295,6 +296,12 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		metrics: newScrubMetrics(reg), log: log.With().Str("part", "scrub").Logger(), now: time.Now,
 	}
 	goRun("scrub", scrub.run)
+	checkpoints := &checkpointer{
+		nodeID: cfg.NodeID, interval: cfg.State.CheckpointInterval.D(), state: state, propose: fwd, roles: roles,
+		voters: raftVoters(node), rebuild: scrub.rebuild, metrics: newCheckpointMetrics(reg),
+		log: log.With().Str("part", "checkpoint").Logger(), now: time.Now, tick: time.Second,
+	}
+	goRun("checkpoint", checkpoints.run)
 	goRun("state-commits", func(ctx context.Context) error {
 		commitStateEvery(ctx, state, stateCommitInterval)
 		return nil
@@ -488,9 +495,10 @@ func withRecovery(err error) error {
 	return err
 }
 
-func openState(path string, log zerolog.Logger) (*fsm.FSM, error) {
+func openState(path string, cpuShare float64, log zerolog.Logger) (*fsm.FSM, error) {
 	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped,
-		CommitBytes: stateCommitBytes}
+		DigestCPUShare: cpuShare,
+		CommitBytes:    stateCommitBytes}
 	state, err := fsm.Open(path, opts)
 	if !errors.Is(err, fsm.ErrUnsyncedState) {
 		return state, err

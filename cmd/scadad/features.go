@@ -86,3 +86,21 @@ func registerBuildInfo(reg prometheus.Registerer, info version.Info, state *fsm.
 	}
 	return nil
 }
+
+// raftVoters lists the voters of the raft configuration (the witness
+// among them): the members whose digests decide a checkpoint's verdict.
+func raftVoters(node *raftnode.Node) func() ([]string, error) {
+	return func() ([]string, error) {
+		ms, err := node.Members()
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, m := range ms {
+			if m.Suffrage == "voter" {
+				ids = append(ids, m.ID)
+			}
+		}
+		return ids, nil
+	}
+}

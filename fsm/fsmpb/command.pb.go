@@ -67,6 +67,8 @@ type Command struct {
 	//	*Command_AlarmShelve
 	//	*Command_AlarmComment
 	//	*Command_AlarmHistoryMark
+	//	*Command_Checkpoint
+	//	*Command_CheckpointReport
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -351,6 +353,24 @@ func (x *Command) GetAlarmHistoryMark() *AlarmHistoryMark {
 	return nil
 }
 
+func (x *Command) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		if x, ok := x.Body.(*Command_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCheckpointReport() *CheckpointReport {
+	if x != nil {
+		if x, ok := x.Body.(*Command_CheckpointReport); ok {
+			return x.CheckpointReport
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -449,6 +469,15 @@ type Command_AlarmHistoryMark struct {
 	AlarmHistoryMark *AlarmHistoryMark `protobuf:"bytes,64,opt,name=alarm_history_mark,json=alarmHistoryMark,proto3,oneof"`
 }
 
+type Command_Checkpoint struct {
+	// 50 and up: cross-node state checkpoints (issue 23).
+	Checkpoint *Checkpoint `protobuf:"bytes,50,opt,name=checkpoint,proto3,oneof"`
+}
+
+type Command_CheckpointReport struct {
+	CheckpointReport *CheckpointReport `protobuf:"bytes,51,opt,name=checkpoint_report,json=checkpointReport,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -494,6 +523,10 @@ func (*Command_AlarmShelve) isCommand_Body() {}
 func (*Command_AlarmComment) isCommand_Body() {}
 
 func (*Command_AlarmHistoryMark) isCommand_Body() {}
+
+func (*Command_Checkpoint) isCommand_Body() {}
+
+func (*Command_CheckpointReport) isCommand_Body() {}
 
 // CertRevoke puts a certificate of the site CA on the replicated deny
 // list: every node refuses it at the next TLS handshake and closes its
@@ -629,6 +662,123 @@ func (x *TokenCreate) GetExpiresUnixNano() int64 {
 	return 0
 }
 
+// Checkpoint asks every node holding the state to report the digest of
+// its state as applied up to this entry's index. voters are the members
+// whose reports decide the verdict (the raft voters, the witness among
+// them: it holds the state too).
+type Checkpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Voters        []string               `protobuf:"bytes,1,rep,name=voters,proto3" json:"voters,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_command_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Checkpoint) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CheckpointReport is one node's digest of its state at a checkpoint.
+type CheckpointReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // the Checkpoint entry's log index
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Digest        string                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"` // 64 lower-case hex digits (fsm.Digest)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointReport) Reset() {
+	*x = CheckpointReport{}
+	mi := &file_command_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointReport) ProtoMessage() {}
+
+func (x *CheckpointReport) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointReport.ProtoReflect.Descriptor instead.
+func (*CheckpointReport) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CheckpointReport) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CheckpointReport) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CheckpointReport) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 // TokenRevoke deletes the token called name.
 type TokenRevoke struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -639,7 +789,7 @@ type TokenRevoke struct {
 
 func (x *TokenRevoke) Reset() {
 	*x = TokenRevoke{}
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +801,7 @@ func (x *TokenRevoke) String() string {
 func (*TokenRevoke) ProtoMessage() {}
 
 func (x *TokenRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +814,7 @@ func (x *TokenRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRevoke.ProtoReflect.Descriptor instead.
 func (*TokenRevoke) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{3}
+	return file_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TokenRevoke) GetName() string {
@@ -682,7 +832,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +844,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +857,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{4}
+	return file_command_proto_rawDescGZIP(), []int{6}
 }
 
 // PutArtifactChunk stores one chunk of a SHA-256 addressed artifact.
@@ -723,7 +873,7 @@ type PutArtifactChunk struct {
 
 func (x *PutArtifactChunk) Reset() {
 	*x = PutArtifactChunk{}
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +885,7 @@ func (x *PutArtifactChunk) String() string {
 func (*PutArtifactChunk) ProtoMessage() {}
 
 func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +898,7 @@ func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutArtifactChunk.ProtoReflect.Descriptor instead.
 func (*PutArtifactChunk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{5}
+	return file_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PutArtifactChunk) GetSha256() string {
@@ -791,7 +941,7 @@ type CommitArtifact struct {
 
 func (x *CommitArtifact) Reset() {
 	*x = CommitArtifact{}
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +953,7 @@ func (x *CommitArtifact) String() string {
 func (*CommitArtifact) ProtoMessage() {}
 
 func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +966,7 @@ func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitArtifact.ProtoReflect.Descriptor instead.
 func (*CommitArtifact) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{6}
+	return file_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommitArtifact) GetSha256() string {
@@ -856,7 +1006,7 @@ type Deploy struct {
 
 func (x *Deploy) Reset() {
 	*x = Deploy{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1018,7 @@ func (x *Deploy) String() string {
 func (*Deploy) ProtoMessage() {}
 
 func (x *Deploy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1031,7 @@ func (x *Deploy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deploy.ProtoReflect.Descriptor instead.
 func (*Deploy) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Deploy) GetTarget() string {
@@ -933,7 +1083,7 @@ type DeployAck struct {
 
 func (x *DeployAck) Reset() {
 	*x = DeployAck{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1095,7 @@ func (x *DeployAck) String() string {
 func (*DeployAck) ProtoMessage() {}
 
 func (x *DeployAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1108,7 @@ func (x *DeployAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployAck.ProtoReflect.Descriptor instead.
 func (*DeployAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeployAck) GetTarget() string {
@@ -1007,7 +1157,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1169,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1182,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KV) GetKey() string {
@@ -1062,7 +1212,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1224,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1237,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{10}
+	return file_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Message) GetId() string {
@@ -1128,7 +1278,7 @@ type SFEnqueue struct {
 
 func (x *SFEnqueue) Reset() {
 	*x = SFEnqueue{}
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1290,7 @@ func (x *SFEnqueue) String() string {
 func (*SFEnqueue) ProtoMessage() {}
 
 func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1303,7 @@ func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueue.ProtoReflect.Descriptor instead.
 func (*SFEnqueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{11}
+	return file_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SFEnqueue) GetMessages() []*Message {
@@ -1173,7 +1323,7 @@ type SFDelivered struct {
 
 func (x *SFDelivered) Reset() {
 	*x = SFDelivered{}
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1335,7 @@ func (x *SFDelivered) String() string {
 func (*SFDelivered) ProtoMessage() {}
 
 func (x *SFDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1348,7 @@ func (x *SFDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDelivered.ProtoReflect.Descriptor instead.
 func (*SFDelivered) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{12}
+	return file_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SFDelivered) GetIds() []string {
@@ -1220,7 +1370,7 @@ type SFPark struct {
 
 func (x *SFPark) Reset() {
 	*x = SFPark{}
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1382,7 @@ func (x *SFPark) String() string {
 func (*SFPark) ProtoMessage() {}
 
 func (x *SFPark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1395,7 @@ func (x *SFPark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFPark.ProtoReflect.Descriptor instead.
 func (*SFPark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{13}
+	return file_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SFPark) GetId() string {
@@ -1282,7 +1432,7 @@ type SFAttempts struct {
 
 func (x *SFAttempts) Reset() {
 	*x = SFAttempts{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1444,7 @@ func (x *SFAttempts) String() string {
 func (*SFAttempts) ProtoMessage() {}
 
 func (x *SFAttempts) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1457,7 @@ func (x *SFAttempts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFAttempts.ProtoReflect.Descriptor instead.
 func (*SFAttempts) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SFAttempts) GetAttempts() []*SFAttempt {
@@ -1329,7 +1479,7 @@ type SFAttempt struct {
 
 func (x *SFAttempt) Reset() {
 	*x = SFAttempt{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1491,7 @@ func (x *SFAttempt) String() string {
 func (*SFAttempt) ProtoMessage() {}
 
 func (x *SFAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1504,7 @@ func (x *SFAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFAttempt.ProtoReflect.Descriptor instead.
 func (*SFAttempt) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SFAttempt) GetId() string {
@@ -1391,7 +1541,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1553,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1566,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1445,7 +1595,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1607,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1620,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{17}
+	return file_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -1505,7 +1655,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1667,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1680,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{18}
+	return file_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Audit) GetKind() string {
@@ -1559,7 +1709,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1721,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1734,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{19}
+	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -1622,7 +1772,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1784,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1797,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{20}
+	return file_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -1682,7 +1832,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1844,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1857,7 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{21}
+	return file_command_proto_rawDescGZIP(), []int{23}
 }
 
 // AlarmCondition is one alarm's condition as the field reports it (a
@@ -1734,7 +1884,7 @@ type AlarmCondition struct {
 
 func (x *AlarmCondition) Reset() {
 	*x = AlarmCondition{}
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1896,7 @@ func (x *AlarmCondition) String() string {
 func (*AlarmCondition) ProtoMessage() {}
 
 func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1909,7 @@ func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmCondition.ProtoReflect.Descriptor instead.
 func (*AlarmCondition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{22}
+	return file_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AlarmCondition) GetAlarmId() string {
@@ -1877,7 +2027,7 @@ type AlarmObserve struct {
 
 func (x *AlarmObserve) Reset() {
 	*x = AlarmObserve{}
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2039,7 @@ func (x *AlarmObserve) String() string {
 func (*AlarmObserve) ProtoMessage() {}
 
 func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2052,7 @@ func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmObserve.ProtoReflect.Descriptor instead.
 func (*AlarmObserve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{23}
+	return file_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AlarmObserve) GetConditions() []*AlarmCondition {
@@ -1939,7 +2089,7 @@ type AlarmAck struct {
 
 func (x *AlarmAck) Reset() {
 	*x = AlarmAck{}
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2101,7 @@ func (x *AlarmAck) String() string {
 func (*AlarmAck) ProtoMessage() {}
 
 func (x *AlarmAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2114,7 @@ func (x *AlarmAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmAck.ProtoReflect.Descriptor instead.
 func (*AlarmAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{24}
+	return file_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AlarmAck) GetAlarmId() string {
@@ -2009,7 +2159,7 @@ type AlarmShelve struct {
 
 func (x *AlarmShelve) Reset() {
 	*x = AlarmShelve{}
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2171,7 @@ func (x *AlarmShelve) String() string {
 func (*AlarmShelve) ProtoMessage() {}
 
 func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2184,7 @@ func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmShelve.ProtoReflect.Descriptor instead.
 func (*AlarmShelve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{25}
+	return file_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AlarmShelve) GetAlarmId() string {
@@ -2084,7 +2234,7 @@ type AlarmComment struct {
 
 func (x *AlarmComment) Reset() {
 	*x = AlarmComment{}
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2246,7 @@ func (x *AlarmComment) String() string {
 func (*AlarmComment) ProtoMessage() {}
 
 func (x *AlarmComment) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2259,7 @@ func (x *AlarmComment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmComment.ProtoReflect.Descriptor instead.
 func (*AlarmComment) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{26}
+	return file_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AlarmComment) GetAlarmId() string {
@@ -2144,7 +2294,7 @@ type AlarmHistoryMark struct {
 
 func (x *AlarmHistoryMark) Reset() {
 	*x = AlarmHistoryMark{}
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2306,7 @@ func (x *AlarmHistoryMark) String() string {
 func (*AlarmHistoryMark) ProtoMessage() {}
 
 func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2319,7 @@ func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmHistoryMark.ProtoReflect.Descriptor instead.
 func (*AlarmHistoryMark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{27}
+	return file_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AlarmHistoryMark) GetSeq() uint64 {
@@ -2183,7 +2333,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xdd\f\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\xea\r\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -2218,7 +2368,11 @@ const file_command_proto_rawDesc = "" +
 	"\talarm_ack\x18= \x01(\v2\x17.scadad.fsm.v1.AlarmAckH\x00R\balarmAck\x12?\n" +
 	"\falarm_shelve\x18> \x01(\v2\x1a.scadad.fsm.v1.AlarmShelveH\x00R\valarmShelve\x12B\n" +
 	"\ralarm_comment\x18? \x01(\v2\x1b.scadad.fsm.v1.AlarmCommentH\x00R\falarmComment\x12O\n" +
-	"\x12alarm_history_mark\x18@ \x01(\v2\x1f.scadad.fsm.v1.AlarmHistoryMarkH\x00R\x10alarmHistoryMarkB\x06\n" +
+	"\x12alarm_history_mark\x18@ \x01(\v2\x1f.scadad.fsm.v1.AlarmHistoryMarkH\x00R\x10alarmHistoryMark\x12;\n" +
+	"\n" +
+	"checkpoint\x182 \x01(\v2\x19.scadad.fsm.v1.CheckpointH\x00R\n" +
+	"checkpoint\x12N\n" +
+	"\x11checkpoint_report\x183 \x01(\v2\x1f.scadad.fsm.v1.CheckpointReportH\x00R\x10checkpointReportB\x06\n" +
 	"\x04body\"P\n" +
 	"\n" +
 	"CertRevoke\x12\x16\n" +
@@ -2229,7 +2383,15 @@ const file_command_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x18\n" +
 	"\atargets\x18\x03 \x03(\tR\atargets\x12*\n" +
-	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\"!\n" +
+	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\"<\n" +
+	"\n" +
+	"Checkpoint\x12\x16\n" +
+	"\x06voters\x18\x01 \x03(\tR\x06voters\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"Y\n" +
+	"\x10CheckpointReport\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"!\n" +
 	"\vTokenRevoke\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x06\n" +
 	"\x04Noop\"j\n" +
@@ -2354,70 +2516,74 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
 	(*TokenCreate)(nil),      // 2: scadad.fsm.v1.TokenCreate
-	(*TokenRevoke)(nil),      // 3: scadad.fsm.v1.TokenRevoke
-	(*Noop)(nil),             // 4: scadad.fsm.v1.Noop
-	(*PutArtifactChunk)(nil), // 5: scadad.fsm.v1.PutArtifactChunk
-	(*CommitArtifact)(nil),   // 6: scadad.fsm.v1.CommitArtifact
-	(*Deploy)(nil),           // 7: scadad.fsm.v1.Deploy
-	(*DeployAck)(nil),        // 8: scadad.fsm.v1.DeployAck
-	(*KV)(nil),               // 9: scadad.fsm.v1.KV
-	(*Message)(nil),          // 10: scadad.fsm.v1.Message
-	(*SFEnqueue)(nil),        // 11: scadad.fsm.v1.SFEnqueue
-	(*SFDelivered)(nil),      // 12: scadad.fsm.v1.SFDelivered
-	(*SFPark)(nil),           // 13: scadad.fsm.v1.SFPark
-	(*SFAttempts)(nil),       // 14: scadad.fsm.v1.SFAttempts
-	(*SFAttempt)(nil),        // 15: scadad.fsm.v1.SFAttempt
-	(*SFRetry)(nil),          // 16: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 17: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 18: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 19: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 20: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 21: scadad.fsm.v1.FeatureProbe
-	(*AlarmCondition)(nil),   // 22: scadad.fsm.v1.AlarmCondition
-	(*AlarmObserve)(nil),     // 23: scadad.fsm.v1.AlarmObserve
-	(*AlarmAck)(nil),         // 24: scadad.fsm.v1.AlarmAck
-	(*AlarmShelve)(nil),      // 25: scadad.fsm.v1.AlarmShelve
-	(*AlarmComment)(nil),     // 26: scadad.fsm.v1.AlarmComment
-	(*AlarmHistoryMark)(nil), // 27: scadad.fsm.v1.AlarmHistoryMark
+	(*Checkpoint)(nil),       // 3: scadad.fsm.v1.Checkpoint
+	(*CheckpointReport)(nil), // 4: scadad.fsm.v1.CheckpointReport
+	(*TokenRevoke)(nil),      // 5: scadad.fsm.v1.TokenRevoke
+	(*Noop)(nil),             // 6: scadad.fsm.v1.Noop
+	(*PutArtifactChunk)(nil), // 7: scadad.fsm.v1.PutArtifactChunk
+	(*CommitArtifact)(nil),   // 8: scadad.fsm.v1.CommitArtifact
+	(*Deploy)(nil),           // 9: scadad.fsm.v1.Deploy
+	(*DeployAck)(nil),        // 10: scadad.fsm.v1.DeployAck
+	(*KV)(nil),               // 11: scadad.fsm.v1.KV
+	(*Message)(nil),          // 12: scadad.fsm.v1.Message
+	(*SFEnqueue)(nil),        // 13: scadad.fsm.v1.SFEnqueue
+	(*SFDelivered)(nil),      // 14: scadad.fsm.v1.SFDelivered
+	(*SFPark)(nil),           // 15: scadad.fsm.v1.SFPark
+	(*SFAttempts)(nil),       // 16: scadad.fsm.v1.SFAttempts
+	(*SFAttempt)(nil),        // 17: scadad.fsm.v1.SFAttempt
+	(*SFRetry)(nil),          // 18: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 19: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 20: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 21: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 22: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 23: scadad.fsm.v1.FeatureProbe
+	(*AlarmCondition)(nil),   // 24: scadad.fsm.v1.AlarmCondition
+	(*AlarmObserve)(nil),     // 25: scadad.fsm.v1.AlarmObserve
+	(*AlarmAck)(nil),         // 26: scadad.fsm.v1.AlarmAck
+	(*AlarmShelve)(nil),      // 27: scadad.fsm.v1.AlarmShelve
+	(*AlarmComment)(nil),     // 28: scadad.fsm.v1.AlarmComment
+	(*AlarmHistoryMark)(nil), // 29: scadad.fsm.v1.AlarmHistoryMark
 }
 var file_command_proto_depIdxs = []int32{
-	4,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
-	5,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
-	6,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
-	7,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
-	8,  // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
-	11, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
-	12, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
-	13, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	16, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	17, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	18, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	19, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	20, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	21, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
-	14, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
+	6,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
+	7,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
+	8,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
+	9,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
+	10, // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
+	13, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
+	14, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
+	15, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
+	18, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	19, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	20, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	21, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	22, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	23, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	16, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
 	1,  // 15: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
 	2,  // 16: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
-	3,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
-	23, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
-	24, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
-	25, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
-	26, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
-	27, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
-	9,  // 23: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	10, // 24: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	15, // 25: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
-	22, // 26: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	5,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
+	25, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
+	26, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
+	27, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
+	28, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
+	29, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
+	3,  // 23: scadad.fsm.v1.Command.checkpoint:type_name -> scadad.fsm.v1.Checkpoint
+	4,  // 24: scadad.fsm.v1.Command.checkpoint_report:type_name -> scadad.fsm.v1.CheckpointReport
+	11, // 25: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	12, // 26: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	17, // 27: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
+	24, // 28: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -2449,6 +2615,8 @@ func file_command_proto_init() {
 		(*Command_AlarmShelve)(nil),
 		(*Command_AlarmComment)(nil),
 		(*Command_AlarmHistoryMark)(nil),
+		(*Command_Checkpoint)(nil),
+		(*Command_CheckpointReport)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2456,7 +2624,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

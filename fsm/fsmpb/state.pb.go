@@ -1294,6 +1294,176 @@ func (x *AlarmTransition) GetLogIndex() uint64 {
 	return 0
 }
 
+// CheckpointRecord is a checkpoint, the digests reported at it and the
+// verdict they give (fsm/checkpoint.go).
+type CheckpointRecord struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Index          uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	StampUnixNano  int64                  `protobuf:"varint,2,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	Actor          string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason         string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Voters         []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
+	Reports        []*CheckpointDigest    `protobuf:"bytes,6,rep,name=reports,proto3" json:"reports,omitempty"`                                     // in voters' order
+	MajorityDigest string                 `protobuf:"bytes,7,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"` // empty: no majority (yet)
+	Diverged       []string               `protobuf:"bytes,8,rep,name=diverged,proto3" json:"diverged,omitempty"`                                   // voters whose digest differs from the majority's
+	Split          bool                   `protobuf:"varint,9,opt,name=split,proto3" json:"split,omitempty"`                                        // every voter reported and no digest has a majority
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CheckpointRecord) Reset() {
+	*x = CheckpointRecord{}
+	mi := &file_state_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRecord) ProtoMessage() {}
+
+func (x *CheckpointRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRecord.ProtoReflect.Descriptor instead.
+func (*CheckpointRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CheckpointRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *CheckpointRecord) GetReports() []*CheckpointDigest {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+func (x *CheckpointRecord) GetMajorityDigest() string {
+	if x != nil {
+		return x.MajorityDigest
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetDiverged() []string {
+	if x != nil {
+		return x.Diverged
+	}
+	return nil
+}
+
+func (x *CheckpointRecord) GetSplit() bool {
+	if x != nil {
+		return x.Split
+	}
+	return false
+}
+
+type CheckpointDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	StampUnixNano int64                  `protobuf:"varint,3,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointDigest) Reset() {
+	*x = CheckpointDigest{}
+	mi := &file_state_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointDigest) ProtoMessage() {}
+
+func (x *CheckpointDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointDigest.ProtoReflect.Descriptor instead.
+func (*CheckpointDigest) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CheckpointDigest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CheckpointDigest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *CheckpointDigest) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -1413,7 +1583,21 @@ const file_state_proto_rawDesc = "" +
 	"\boperator\x18\x06 \x01(\tR\boperator\x12\x18\n" +
 	"\acomment\x18\a \x01(\tR\acomment\x120\n" +
 	"\x05state\x18\b \x01(\v2\x1a.scadad.fsm.v1.AlarmRecordR\x05state\x12\x1b\n" +
-	"\tlog_index\x18\t \x01(\x04R\blogIndex*b\n" +
+	"\tlog_index\x18\t \x01(\x04R\blogIndex\"\xac\x02\n" +
+	"\x10CheckpointRecord\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06voters\x18\x05 \x03(\tR\x06voters\x129\n" +
+	"\areports\x18\x06 \x03(\v2\x1f.scadad.fsm.v1.CheckpointDigestR\areports\x12'\n" +
+	"\x0fmajority_digest\x18\a \x01(\tR\x0emajorityDigest\x12\x1a\n" +
+	"\bdiverged\x18\b \x03(\tR\bdiverged\x12\x14\n" +
+	"\x05split\x18\t \x01(\bR\x05split\"k\n" +
+	"\x10CheckpointDigest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x03 \x01(\x03R\rstampUnixNano*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1432,33 +1616,36 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_state_proto_goTypes = []any{
-	(MessageState)(0),       // 0: scadad.fsm.v1.MessageState
-	(*StoredMessage)(nil),   // 1: scadad.fsm.v1.StoredMessage
-	(*MessageLocation)(nil), // 2: scadad.fsm.v1.MessageLocation
-	(*TargetCounters)(nil),  // 3: scadad.fsm.v1.TargetCounters
-	(*ArtifactState)(nil),   // 4: scadad.fsm.v1.ArtifactState
-	(*DeployPointer)(nil),   // 5: scadad.fsm.v1.DeployPointer
-	(*DeployRecord)(nil),    // 6: scadad.fsm.v1.DeployRecord
-	(*DeployAckRecord)(nil), // 7: scadad.fsm.v1.DeployAckRecord
-	(*AuditRecord)(nil),     // 8: scadad.fsm.v1.AuditRecord
-	(*NodeFeatures)(nil),    // 9: scadad.fsm.v1.NodeFeatures
-	(*RevokedCert)(nil),     // 10: scadad.fsm.v1.RevokedCert
-	(*TokenRecord)(nil),     // 11: scadad.fsm.v1.TokenRecord
-	(*AlarmRecord)(nil),     // 12: scadad.fsm.v1.AlarmRecord
-	(*AlarmTransition)(nil), // 13: scadad.fsm.v1.AlarmTransition
-	(*KV)(nil),              // 14: scadad.fsm.v1.KV
+	(MessageState)(0),        // 0: scadad.fsm.v1.MessageState
+	(*StoredMessage)(nil),    // 1: scadad.fsm.v1.StoredMessage
+	(*MessageLocation)(nil),  // 2: scadad.fsm.v1.MessageLocation
+	(*TargetCounters)(nil),   // 3: scadad.fsm.v1.TargetCounters
+	(*ArtifactState)(nil),    // 4: scadad.fsm.v1.ArtifactState
+	(*DeployPointer)(nil),    // 5: scadad.fsm.v1.DeployPointer
+	(*DeployRecord)(nil),     // 6: scadad.fsm.v1.DeployRecord
+	(*DeployAckRecord)(nil),  // 7: scadad.fsm.v1.DeployAckRecord
+	(*AuditRecord)(nil),      // 8: scadad.fsm.v1.AuditRecord
+	(*NodeFeatures)(nil),     // 9: scadad.fsm.v1.NodeFeatures
+	(*RevokedCert)(nil),      // 10: scadad.fsm.v1.RevokedCert
+	(*TokenRecord)(nil),      // 11: scadad.fsm.v1.TokenRecord
+	(*AlarmRecord)(nil),      // 12: scadad.fsm.v1.AlarmRecord
+	(*AlarmTransition)(nil),  // 13: scadad.fsm.v1.AlarmTransition
+	(*CheckpointRecord)(nil), // 14: scadad.fsm.v1.CheckpointRecord
+	(*CheckpointDigest)(nil), // 15: scadad.fsm.v1.CheckpointDigest
+	(*KV)(nil),               // 16: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	14, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	16, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
 	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
 	12, // 2: scadad.fsm.v1.AlarmTransition.state:type_name -> scadad.fsm.v1.AlarmRecord
-	3,  // [3:3] is the sub-list for method output_type
-	3,  // [3:3] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	15, // 3: scadad.fsm.v1.CheckpointRecord.reports:type_name -> scadad.fsm.v1.CheckpointDigest
+	4,  // [4:4] is the sub-list for method output_type
+	4,  // [4:4] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_state_proto_init() }
@@ -1473,7 +1660,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
