@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -449,6 +450,9 @@ func (c *Config) Validate() error {
 	if c.Raft.LogStore != "auto" && c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "wal" {
 		bad("raft.log_store", "%q is not auto, boltdb or wal", c.Raft.LogStore)
 	}
+	if problem := logStoreOn(runtime.GOOS, c.Raft.LogStore); problem != "" {
+		bad("raft.log_store", "%s", problem)
+	}
 	switch c.Cluster.Mode {
 	case ModeWitness, ModePair, ModeStrict:
 	default:
@@ -636,6 +640,16 @@ func (c *Config) resolvePaths(base string) {
 	abs(&c.OPCUA.Cert)
 	abs(&c.OPCUA.Key)
 	abs(&c.Log.File.Path)
+}
+
+// logStoreOn says what is wrong with the raft log store on the system
+// goos, or "". raft-wal syncs its folder when it creates its meta
+// database, which Windows refuses (hashicorp/raft-wal#42).
+func logStoreOn(goos, store string) string {
+	if goos == "windows" && store == "wal" {
+		return "wal does not work on Windows: raft-wal syncs its folder, which Windows refuses (\"Access is denied\", hashicorp/raft-wal#42); use auto (boltdb there) or boltdb"
+	}
+	return ""
 }
 
 // LogFilePath is the rotated log file to write, or "" for none:

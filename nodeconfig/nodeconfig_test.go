@@ -100,6 +100,17 @@ func TestParseNamesTheBadField(t *testing.T) {
 	}
 }
 
+func TestWALRefusedOnWindows(t *testing.T) {
+	if p := logStoreOn("windows", "wal"); !strings.Contains(p, "hashicorp/raft-wal#42") {
+		t.Errorf("wal on windows: %q", p)
+	}
+	for _, ok := range [][2]string{{"windows", "auto"}, {"windows", "boltdb"}, {"linux", "wal"}} {
+		if p := logStoreOn(ok[0], ok[1]); p != "" {
+			t.Errorf("%s on %s refused: %s", ok[1], ok[0], p)
+		}
+	}
+}
+
 func TestLogFileDefaultsAndPath(t *testing.T) {
 	c, err := Parse([]byte(valid))
 	if err != nil {

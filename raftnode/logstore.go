@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -32,8 +33,21 @@ const (
 	// node whose log is already in raft.db: an upgrade then changes
 	// nothing on disk, and the previous release (raft-boltdb only) can
 	// still be started on the folder. Rejoin keeps the store it resolved.
+	// On Windows it is always LogStoreBoltDB (newLogStore).
 	LogStoreAuto LogStore = "auto"
 )
+
+// newLogStore is what LogStoreAuto picks for a node with no log yet on
+// the system goos. raft-wal v0.4.0 fsyncs its folder when it creates its
+// meta database, which Windows refuses ("Access is denied",
+// hashicorp/raft-wal#42): a new node there could not start. Found by
+// running scadad.exe under Wine (winsvc/wine_test.go).
+func newLogStore(goos string) LogStore {
+	if goos == "windows" {
+		return LogStoreBoltDB
+	}
+	return LogStoreWAL
+}
 
 // resolveAuto picks the store for LogStoreAuto from what DataDir holds.
 func (n *Node) resolveAuto() (LogStore, error) {
@@ -49,7 +63,7 @@ func (n *Node) resolveAuto() (LogStore, error) {
 	case !errors.Is(boltErr, fs.ErrNotExist):
 		return "", fmt.Errorf("raft log %s: %w", n.logStorePath(), boltErr)
 	}
-	return LogStoreWAL, nil
+	return newLogStore(runtime.GOOS), nil
 }
 
 const (

@@ -143,6 +143,17 @@ func TestWALMigrationInterruptedBeforeTheRenameFinishes(t *testing.T) {
 	}
 }
 
+// On Windows raft-wal cannot create its log (it syncs its folder): auto
+// gives a new node raft.db there. The Wine test runs it for real.
+func TestAutoLogStoreForANewNodeOnWindowsIsBoltDB(t *testing.T) {
+	if got := newLogStore("windows"); got != LogStoreBoltDB {
+		t.Errorf("windows: %s", got)
+	}
+	if got := newLogStore("linux"); got != LogStoreWAL {
+		t.Errorf("linux: %s", got)
+	}
+}
+
 // LogStoreAuto gives a new node a WAL and leaves a node whose log is
 // already in raft.db on raft.db: an upgraded node changes nothing on disk,
 // so a node on raft-boltdb alone (the previous release) still starts on

@@ -49,6 +49,12 @@ var ErrNotInstalled = errors.New("service not installed")
 // registered.
 var ErrExists = errors.New("service already installed")
 
+// ErrNonCrashRecoveryRefused is returned (wrapped) by Create when the
+// service is registered with its recovery actions but the control manager
+// refused to apply them on a non-zero exit too (Wine's does; Windows
+// takes it since Vista): a crash is restarted, a fatal exit is not.
+var ErrNonCrashRecoveryRefused = errors.New("the control manager does not apply the recovery actions on a non-zero exit")
+
 // Manager is the part of the Windows service control manager the
 // commands use (scm_windows.go; a fake in the tests).
 type Manager interface {
@@ -69,12 +75,18 @@ type Commands struct {
 	Manager Manager
 	// Poll is how often a wait queries the state.
 	Poll time.Duration
+	// Warn gets what did not stop a command but the operator must know.
+	Warn func(string)
 }
 
 // Install registers spec. An installed service is left as it is (the
 // error says how to replace it).
 func (c Commands) Install(spec Spec) error {
 	if err := c.Manager.Create(spec); err != nil {
+		if errors.Is(err, ErrNonCrashRecoveryRefused) {
+			c.warn(fmt.Sprintf("service %s installed, but %v; scadad is restarted after a crash, not after a fatal error's exit", spec.Name, err))
+			return nil
+		}
 		if errors.Is(err, ErrExists) {
 			return fmt.Errorf("install service %s: it is installed already; `scadad service uninstall` first to change it: %w", spec.Name, err)
 		}
@@ -131,6 +143,12 @@ func (c Commands) Uninstall(ctx context.Context, name string) error {
 		return fmt.Errorf("uninstall service %s: %w", name, err)
 	}
 	return nil
+}
+
+func (c Commands) warn(msg string) {
+	if c.Warn != nil {
+		c.Warn(msg)
+	}
 }
 
 // waitFor queries the service every Poll until done says so or ctx ends.

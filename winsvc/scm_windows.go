@@ -60,9 +60,10 @@ func (s SCM) Create(spec Spec) error {
 			return fmt.Errorf("create: %w", err)
 		}
 		defer func() { _ = sv.Close() }()
-		if err := configure(sv, spec); err != nil {
+		partial := configure(sv, spec)
+		if partial != nil && !errors.Is(partial, ErrNonCrashRecoveryRefused) {
 			_ = sv.Delete()
-			return err
+			return partial
 		}
 		if err := eventlog.InstallAsEventCreate(spec.Name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil {
 			// A source left over from an earlier install is fine.
@@ -71,7 +72,7 @@ func (s SCM) Create(spec Spec) error {
 				return fmt.Errorf("register the Event Log source %s: %w", spec.Name, err)
 			}
 		}
-		return nil
+		return partial
 	})
 }
 
@@ -92,6 +93,10 @@ func configure(sv *mgr.Service, spec Spec) error {
 	// A fatal error exits with a code, it does not crash: that must
 	// count as a failure too.
 	if err := sv.SetRecoveryActionsOnNonCrashFailures(true); err != nil {
+		if errors.Is(err, windows.ERROR_INVALID_LEVEL) {
+			// Windows takes it since Vista; Wine 8 does not.
+			return fmt.Errorf("%w (%v)", ErrNonCrashRecoveryRefused, err)
+		}
 		return fmt.Errorf("set the recovery actions on non-crash failures: %w", err)
 	}
 	return nil

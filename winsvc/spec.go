@@ -10,6 +10,12 @@ import (
 // DefaultName is the service's name and its Event Log source.
 const DefaultName = "scadad"
 
+// ServiceFlag is scadad's flag that says it was started by the control
+// manager. The service is registered with it rather than relying on
+// svc.IsWindowsService alone, whose test (parent services.exe in session
+// 0) Wine's control manager does not pass.
+const ServiceFlag = "--service"
+
 // DefaultRecovery is what the control manager does when scadad exits
 // without being asked to: restart it after 5 s, then 30 s, then 60 s for
 // every later failure, the seeds' `sc.exe failure ... restart/5000/
@@ -55,7 +61,7 @@ func NewSpec(exe, configPath string) (Spec, error) {
 		DisplayName: "scadad SCADA redundancy daemon",
 		Description: "Raft-replicated SCADA site pair: store-and-forward buffer, deployments and the OPC UA server of the Active node.",
 		Exe:         exe,
-		Args:        []string{"--config", configPath},
+		Args:        []string{ServiceFlag, "--config", configPath},
 		Recovery:    DefaultRecovery,
 		ResetAfter:  DefaultResetAfter,
 	}, nil

@@ -20,7 +20,7 @@ func TestNewSpecRegistersTheSeedsRecoveryAndAbsolutePaths(t *testing.T) {
 	if len(spec.Recovery) != 3 || spec.Recovery[0] != want[0] || spec.Recovery[1] != want[1] || spec.Recovery[2] != want[2] {
 		t.Errorf("recovery %v, want restart after %v", spec.Recovery, want)
 	}
-	if spec.Name != "scadad" || strings.Join(spec.Args, " ") != `--config C:\ProgramData\scadad\node.yaml` {
+	if spec.Name != "scadad" || strings.Join(spec.Args, " ") != `--service --config C:\ProgramData\scadad\node.yaml` {
 		t.Errorf("spec %+v", spec)
 	}
 	for _, tc := range []struct{ exe, cfg, says string }{
@@ -323,5 +323,28 @@ func TestServeExitsNonZeroOnAFatalErrorSoRecoveryRestartsIt(t *testing.T) {
 	// Ending without a stop request is a failure too.
 	if code := Serve(func(context.Context) error { return nil }, make(chan Request), func(State) {}, sink, "v0.2.0"); code != 1 {
 		t.Errorf("exit without a stop request: code %d, want 1", code)
+	}
+}
+
+// refusingFlagSCM registers the service but refuses the non-crash flag,
+// as Wine's control manager does.
+type refusingFlagSCM struct{ *fakeSCM }
+
+func (s refusingFlagSCM) Create(spec Spec) error {
+	if err := s.fakeSCM.Create(spec); err != nil {
+		return err
+	}
+	return errors.Join(ErrNonCrashRecoveryRefused, errors.New("Invalid level."))
+}
+
+func TestInstallWarnsWhenTheNonCrashRecoveryIsRefused(t *testing.T) {
+	var warnings []string
+	c := Commands{Manager: refusingFlagSCM{newFakeSCM()}, Warn: func(m string) { warnings = append(warnings, m) }}
+	spec, _ := NewSpec(`C:\scadad\scadad.exe`, `C:\scadad\node.yaml`)
+	if err := c.Install(spec); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "not after a fatal error's exit") {
+		t.Errorf("warnings %q", warnings)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/scadad/scadad/internal/version"
@@ -31,6 +32,7 @@ func run(args []string) int {
 	dev := fs.Bool("dev", false, "run a one-node site on its embedded default: own data folder, generated certificates, fixed loopback ports")
 	devDir := fs.String("dev-dir", "scadad-dev", "data folder for --dev")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	asService := fs.Bool("service", false, "run under the Windows service control manager (scadad service install registers it so)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -44,7 +46,11 @@ func run(args []string) int {
 	// Under the Windows service manager stderr goes nowhere: what stops
 	// the start goes to the Event Log, the rest to the log file too.
 	out := logOutputs{stderr: os.Stderr}
-	if winsvc.UnderServiceManager() {
+	if *asService && runtime.GOOS != "windows" {
+		fmt.Fprintln(os.Stderr, "scadad: --service is for the Windows service control manager; systemd runs scadad as a plain process")
+		return 2
+	}
+	if *asService || winsvc.UnderServiceManager() {
 		events, closeEvents, err := winsvc.OpenEventLog(winsvc.DefaultName)
 		if err != nil {
 			// Registered by hand (sc create) without the source: the log

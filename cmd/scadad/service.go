@@ -68,7 +68,7 @@ func runServiceCommand(args []string, stdout, stderr io.Writer, env serviceEnv) 
 		fmt.Fprintf(stderr, "scadad service %s: %v\n", verb, err)
 		return 1
 	}
-	cmds := winsvc.Commands{Manager: m}
+	cmds := winsvc.Commands{Manager: m, Warn: func(msg string) { fmt.Fprintf(stderr, "scadad service %s: warning: %s\n", verb, msg) }}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	name := winsvc.DefaultName

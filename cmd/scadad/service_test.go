@@ -45,7 +45,7 @@ func TestServiceInstallRegistersTheCheckedConfig(t *testing.T) {
 		t.Fatalf("created %d services", len(scm.created))
 	}
 	spec := scm.created[0]
-	if spec.Exe != `C:\Program Files\scadad\scadad.exe` || strings.Join(spec.Args, " ") != `--config C:\ProgramData\scadad\node.yaml` {
+	if spec.Exe != `C:\Program Files\scadad\scadad.exe` || strings.Join(spec.Args, " ") != `--service --config C:\ProgramData\scadad\node.yaml` {
 		t.Errorf("registered %q %q", spec.Exe, spec.Args)
 	}
 	if len(spec.Recovery) != 3 || spec.Recovery[0] != 5*time.Second || spec.Recovery[2] != 60*time.Second {
