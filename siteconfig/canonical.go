@@ -159,6 +159,11 @@ func (s *Site) Clone() *Site {
 	c.Targets = slices.Clone(s.Targets)
 	for i := range c.Targets {
 		c.Targets[i].Headers = maps.Clone(c.Targets[i].Headers)
+		c.Targets[i].ParkOn = slices.Clone(c.Targets[i].ParkOn)
+		if pg := c.Targets[i].Postgres; pg != nil {
+			u := *pg
+			c.Targets[i].Postgres = &u
+		}
 	}
 	c.History = slices.Clone(s.History)
 	for i := range c.History {

@@ -180,8 +180,13 @@ type Attribute struct {
 // Target is a store-and-forward delivery endpoint.
 type Target struct {
 	Name string `yaml:"name"`
-	// URL is the http(s) endpoint messages are POSTed to.
-	URL string `yaml:"url"`
+	// Kind is how messages are delivered: TargetHTTP (the default) or
+	// TargetPostgres.
+	Kind string `yaml:"kind,omitempty"`
+	// URL is the http(s) endpoint messages are POSTed to (kind http).
+	URL string `yaml:"url,omitempty"`
+	// Postgres configures a kind postgres target.
+	Postgres *PostgresTarget `yaml:"postgres,omitempty"`
 	// Headers are added to every delivery. Idempotency-Key is set by the
 	// delivery itself and may not be configured.
 	Headers map[string]string `yaml:"headers,omitempty"`
@@ -219,6 +224,22 @@ type Target struct {
 	BatchMaxMessages int    `yaml:"batch_max_messages,omitempty"`
 	BatchMaxBytes    int    `yaml:"batch_max_bytes,omitempty"`
 	BatchFormat      string `yaml:"batch_format,omitempty"`
+}
+
+// Target kinds.
+const (
+	TargetHTTP     = "http"
+	TargetPostgres = "postgres"
+)
+
+// PostgresTarget is where a kind postgres target inserts its rows.
+type PostgresTarget struct {
+	// DSN is a libpq connection string or URL, without the password.
+	DSN string `yaml:"dsn"`
+	// PasswordFile is a path on each node holding the password.
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// Table is the target's table, [schema.]name.
+	Table string `yaml:"table"`
 }
 
 // HistoryMode says when a forwarded tag value is taken.

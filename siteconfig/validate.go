@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -466,6 +467,93 @@ func checkNodeID(tag string) error {
 }
 
 func (v *validator) target(p string, t *Target) {
+	switch t.Kind {
+	case "", TargetHTTP:
+		if t.Postgres != nil {
+			v.add(field(p, "postgres"), "only for kind postgres")
+		}
+		v.httpTarget(p, t)
+	case TargetPostgres:
+		v.postgresTarget(p, t)
+	default:
+		v.add(field(p, "kind"), "unknown %q: want http or postgres", t.Kind)
+	}
+	v.positive(field(p, "timeout"), t.Timeout)
+	v.backoff(p, t.BackoffFloor, t.BackoffMax)
+	if t.MaxAttempts < 0 || t.MaxAttempts > MaxTargetAttempts {
+		v.add(field(p, "max_attempts"), "%d is outside 0..%d (0 never parks)", t.MaxAttempts, MaxTargetAttempts)
+	}
+	if t.MaxPayloadBytes < 1 || t.MaxPayloadBytes > MaxPayloadBytes {
+		v.add(field(p, "max_payload_bytes"), "%d is outside 1..%d", t.MaxPayloadBytes, MaxPayloadBytes)
+	}
+	if t.MaxInFlight < 1 || t.MaxInFlight > MaxTargetInFlight {
+		v.add(field(p, "max_in_flight"), "%d is outside 1..%d", t.MaxInFlight, MaxTargetInFlight)
+	}
+	if t.MaxPending < 0 {
+		v.add(field(p, "max_pending"), "%d is negative (0 sets no cap)", t.MaxPending)
+	}
+	if t.BatchMaxMessages < 0 || t.BatchMaxMessages > MaxTargetBatch {
+		v.add(field(p, "batch_max_messages"), "%d is outside 0..%d (0 and 1 send one message per request)", t.BatchMaxMessages, MaxTargetBatch)
+	}
+	if t.BatchMaxBytes < 0 || t.BatchMaxBytes > MaxTargetBatchBytes {
+		v.add(field(p, "batch_max_bytes"), "%d is outside 0..%d (0: 4 MiB)", t.BatchMaxBytes, MaxTargetBatchBytes)
+	}
+}
+
+var sqlStatePattern = regexp.MustCompile(`^[0-9A-Za-z]{2}[0-9A-Za-z]{3}$`)
+
+var pgTable = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
+
+// postgresTarget checks a kind postgres target: its postgres block, and
+// none of the HTTP fields.
+func (v *validator) postgresTarget(p string, t *Target) {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"url", t.URL != ""}, {"headers", len(t.Headers) > 0}, {"ca_file", t.CAFile != ""}, {"batch_format", t.BatchFormat != ""}} {
+		if f.set {
+			v.add(field(p, f.name), "not for kind postgres (HTTP only)")
+		}
+	}
+	for i, code := range t.ParkOn {
+		if !sqlStatePattern.MatchString(code) && !(code == "none" && len(t.ParkOn) == 1) {
+			v.add(fmt.Sprintf("%s[%d]", field(p, "park_on"), i), `%q is not a SQLSTATE or class ("23514", "23xxx") or "none" alone`, code)
+		}
+	}
+	pg := t.Postgres
+	if pg == nil {
+		v.add(field(p, "postgres"), "missing: kind postgres needs dsn and table")
+		return
+	}
+	pp := field(p, "postgres")
+	switch {
+	case strings.TrimSpace(pg.DSN) == "":
+		v.add(field(pp, "dsn"), "empty")
+	case dsnHasPassword(pg.DSN):
+		v.add(field(pp, "dsn"), "holds a password: put it in password_file, the DSN is stored in the site artifact")
+	}
+	if !pgTable.MatchString(pg.Table) {
+		v.add(field(pp, "table"), "%q: want [schema.]name of lower-case letters, digits and _ (at most 63 each)", pg.Table)
+	}
+}
+
+// dsnHasPassword reports a password in a URL's user info or a key/value
+// DSN's password= (pgx itself reads the DSN at delivery).
+func dsnHasPassword(dsn string) bool {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		_, set := u.User.Password()
+		return set || u.Query().Has("password")
+	}
+	for _, kv := range strings.Fields(dsn) {
+		if k, _, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == "password" {
+			return true
+		}
+	}
+	return false
+}
+
+// httpTarget checks a kind http target's own fields.
+func (v *validator) httpTarget(p string, t *Target) {
 	if t.URL == "" {
 		v.add(field(p, "url"), "empty")
 	} else if u, err := url.Parse(t.URL); err != nil {
@@ -488,27 +576,7 @@ func (v *validator) target(p string, t *Target) {
 			v.add(hp, "value contains a line break or NUL")
 		}
 	}
-	v.positive(field(p, "timeout"), t.Timeout)
-	v.backoff(p, t.BackoffFloor, t.BackoffMax)
-	if t.MaxAttempts < 0 || t.MaxAttempts > MaxTargetAttempts {
-		v.add(field(p, "max_attempts"), "%d is outside 0..%d (0 never parks)", t.MaxAttempts, MaxTargetAttempts)
-	}
-	if t.MaxPayloadBytes < 1 || t.MaxPayloadBytes > MaxPayloadBytes {
-		v.add(field(p, "max_payload_bytes"), "%d is outside 1..%d", t.MaxPayloadBytes, MaxPayloadBytes)
-	}
-	if t.MaxInFlight < 1 || t.MaxInFlight > MaxTargetInFlight {
-		v.add(field(p, "max_in_flight"), "%d is outside 1..%d", t.MaxInFlight, MaxTargetInFlight)
-	}
-	if t.MaxPending < 0 {
-		v.add(field(p, "max_pending"), "%d is negative (0 sets no cap)", t.MaxPending)
-	}
 	v.parkOn(field(p, "park_on"), t.ParkOn)
-	if t.BatchMaxMessages < 0 || t.BatchMaxMessages > MaxTargetBatch {
-		v.add(field(p, "batch_max_messages"), "%d is outside 0..%d (0 and 1 send one message per request)", t.BatchMaxMessages, MaxTargetBatch)
-	}
-	if t.BatchMaxBytes < 0 || t.BatchMaxBytes > MaxTargetBatchBytes {
-		v.add(field(p, "batch_max_bytes"), "%d is outside 0..%d (0: 4 MiB)", t.BatchMaxBytes, MaxTargetBatchBytes)
-	}
 	switch t.BatchFormat {
 	case "", "json", "ndjson":
 	default:

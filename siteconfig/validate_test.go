@@ -157,6 +157,24 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].batch_max_messages", "targets[0].batch_max_bytes"}, "outside"},
 		{"target batch format", func(s *Site) { s.Targets[0].BatchFormat = "xml" },
 			[]string{"targets[0].batch_format"}, `unknown "xml"`},
+		{"postgres target with http fields", func(s *Site) {
+			s.Targets[0].Kind = TargetPostgres
+			s.Targets[0].Postgres = &PostgresTarget{DSN: "postgres://scadad@db/plant", Table: "history"}
+		},
+			[]string{"targets[0].url"}, "not for kind postgres"},
+		{"postgres target password in dsn", func(s *Site) {
+			s.Targets[0] = Target{Name: "db", Kind: TargetPostgres, Timeout: time.Second, BackoffFloor: time.Second, BackoffMax: time.Second,
+				MaxPayloadBytes: 100, MaxInFlight: 1, Postgres: &PostgresTarget{DSN: "host=db user=s password=secret", Table: "Hist-1"}}
+			s.History = nil
+		},
+			[]string{"targets[0].postgres.dsn", "targets[0].postgres.table"}, "holds a password"},
+		{"postgres target without settings", func(s *Site) {
+			s.Targets[0] = Target{Name: "db", Kind: TargetPostgres, Timeout: time.Second, BackoffFloor: time.Second, BackoffMax: time.Second, MaxPayloadBytes: 100, MaxInFlight: 1}
+			s.History = nil
+		},
+			[]string{"targets[0].postgres"}, "missing"},
+		{"target kind", func(s *Site) { s.Targets[0].Kind = "kafka" },
+			[]string{"targets[0].kind"}, `unknown "kafka"`},
 		{"target park_on none with others", func(s *Site) { s.Targets[0].ParkOn = []string{"none", "4xx"} },
 			[]string{"targets[0].park_on[0]"}, "only entry"},
 		{"target ca_file on http", func(s *Site) {

@@ -21,6 +21,7 @@ import (
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/storeforward"
+	"github.com/scadad/scadad/storeforward/pgtarget"
 )
 
 // sfService joins the store-and-forward parts for the control API.
@@ -48,6 +49,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	deliverer, err := storeforward.NewDeliverer(storeforward.DelivererOptions{
 		Reader: state, Proposer: fwd, Roles: roles, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
 		RemoveDelay: sfRemoveDelay,
+		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward delivery: %w", err)
@@ -91,13 +93,18 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 			// survive a week-long outage); storeforward's 0 means default.
 			t.MaxAttempts = math.MaxInt32
 		}
-		out = append(out, storeforward.Target{
+		st := storeforward.Target{
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
 			MaxAttempts: t.MaxAttempts, MaxPayloadBytes: t.MaxPayloadBytes, MaxInFlight: t.MaxInFlight,
 			CAFile: t.CAFile, MaxPending: t.MaxPending, ParkOn: t.ParkOn,
 			BatchMaxMessages: t.BatchMaxMessages, BatchMaxBytes: t.BatchMaxBytes, BatchFormat: t.BatchFormat,
-		})
+		}
+		if t.Kind == siteconfig.TargetPostgres && t.Postgres != nil {
+			st.Kind = pgtarget.Name
+			st.Settings = pgtarget.Settings{DSN: t.Postgres.DSN, PasswordFile: t.Postgres.PasswordFile, Table: t.Postgres.Table}
+		}
+		out = append(out, st)
 	}
 	return out
 }

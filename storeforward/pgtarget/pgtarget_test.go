@@ -1,0 +1,156 @@
+//go:build linux
+
+package pgtarget_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/storeforward"
+	"github.com/scadad/scadad/storeforward/pgtarget"
+)
+
+func startPG(t *testing.T) *testcluster.Postgres {
+	t.Helper()
+	pg, err := testcluster.StartPostgres(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Stop)
+	return pg
+}
+
+func target(pg *testcluster.Postgres, table string) storeforward.Target {
+	return storeforward.Target{Name: "db", Kind: pgtarget.Name, Timeout: 10 * time.Second, MaxInFlight: 1,
+		Settings: pgtarget.Settings{DSN: pg.DSN, PasswordFile: pg.PasswordFile, Table: table}}
+}
+
+func msgs(prefix string, n int, payload func(i int) string) []*storeforward.Message {
+	var out []*storeforward.Message
+	for i := 0; i < n; i++ {
+		out = append(out, &storeforward.Message{ID: fmt.Sprintf("%s-%d", prefix, i), EnqueuedAt: time.Unix(1700000000, int64(i)),
+			Payload: []byte(payload(i)), Headers: []storeforward.Header{{Key: "Content-Type", Value: "application/json"}}})
+	}
+	return out
+}
+
+func count(t *testing.T, pg *testcluster.Postgres, query string) int {
+	t.Helper()
+	conn, err := pg.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func TestBatchesAreInsertedOnceWithThePasswordFile(t *testing.T) {
+	pg := startPG(t)
+	tg := target(pg, "history")
+	if err := (pgtarget.Kind{}).Validate(tg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgtarget.Kind{}.NewSender(tg, storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	batch := msgs("m", 500, func(i int) string { return fmt.Sprintf(`{"v":%d}`, i) })
+	batch[7].Payload = []byte("not json")
+	if err := s.Send(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered again (a failover), overlapping: stored once.
+	if err := s.Send(ctx, append(batch[400:], msgs("n", 10, func(i int) string { return "{}" })...)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM history"); n != 510 {
+		t.Fatalf("%d rows, want 510", n)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM history WHERE payload_json IS NULL"); n != 1 {
+		t.Fatalf("%d rows without payload_json, want the one non-JSON payload", n)
+	}
+	if n := count(t, pg, "SELECT (payload_json->>'v')::int FROM history WHERE id = 'm-42'"); n != 42 {
+		t.Fatalf("payload_json of m-42: %d", n)
+	}
+}
+
+func TestConstraintViolationIsPermanentAndDownServerTransient(t *testing.T) {
+	pg := startPG(t)
+	conn, err := pg.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The DBA's table, with a rule of its own.
+	if _, err := conn.Exec(context.Background(), fmt.Sprintf(pgtarget.DDL, "strict")+`; ALTER TABLE strict ADD CHECK (octet_length(payload) < 10)`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(context.Background())
+	tg := target(pg, "strict")
+	tg.ParkOn = nil
+	s, err := pgtarget.Kind{}.NewSender(tg, storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Send(context.Background(), msgs("big", 1, func(int) string { return strings.Repeat("x", 20) }))
+	var r storeforward.Refusal
+	if err == nil || !asRefusal(err, &r) || !r.Verdict().Permanent || r.Verdict().Code != "23514" {
+		t.Fatalf("check violation: %v; want a permanent refusal 23514", err)
+	}
+	pg.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = s.Send(ctx, msgs("ok", 1, func(int) string { return "1" }))
+	if err == nil || (asRefusal(err, &r) && r.Verdict().Permanent) {
+		t.Fatalf("server down: %v; want a transient failure", err)
+	}
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), msgs("ok", 1, func(int) string { return "1" })); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+}
+
+func asRefusal(err error, r *storeforward.Refusal) bool {
+	for e := err; e != nil; {
+		if x, ok := e.(storeforward.Refusal); ok {
+			*r = x
+			return true
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		e = u.Unwrap()
+	}
+	return false
+}
+
+func TestValidateRefusesBadSettings(t *testing.T) {
+	for _, s := range []pgtarget.Settings{
+		{DSN: "postgres://h/db", Table: "Bad-Name"},
+		{DSN: "postgres://h/db", Table: ""},
+		{DSN: "::::", Table: "t"},
+	} {
+		tg := storeforward.Target{Name: "db", Kind: pgtarget.Name, Settings: s}
+		if err := (pgtarget.Kind{}).Validate(tg); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+	if err := (pgtarget.Kind{}).Validate(storeforward.Target{Name: "db", Kind: pgtarget.Name, Settings: pgtarget.Settings{DSN: "host=h dbname=d", Table: "plant.history"}}); err != nil {
+		t.Errorf("schema-qualified table refused: %v", err)
+	}
+}
