@@ -91,6 +91,7 @@ type Service struct {
 
 	cfgMu sync.Mutex
 	cfg   Config
+	acker Acknowledger
 
 	queue  chan observation
 	limits *limitEvaluator
@@ -120,7 +121,7 @@ func New(opts Options) (*Service, error) {
 	if opts.ProposeTimeout <= 0 {
 		opts.ProposeTimeout = 10 * time.Second
 	}
-	s := &Service{opts: opts, log: opts.Logger, queue: make(chan observation, queueLength)}
+	s := &Service{opts: opts, log: opts.Logger, queue: make(chan observation, queueLength), acker: opts.Acknowledger}
 	s.limits = newLimitEvaluator(opts.Clock, s.emitLimit)
 	return s, nil
 }
@@ -134,6 +135,20 @@ func (s *Service) SetConfig(cfg Config) error {
 	s.cfg = cfg
 	s.cfgMu.Unlock()
 	return nil
+}
+
+// SetAcknowledger sets what reaches the gateways (made after the
+// service, by the daemon).
+func (s *Service) SetAcknowledger(a Acknowledger) {
+	s.cfgMu.Lock()
+	s.acker = a
+	s.cfgMu.Unlock()
+}
+
+func (s *Service) acknowledger() Acknowledger {
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	return s.acker
 }
 
 func (s *Service) config() Config {
@@ -306,11 +321,12 @@ func (s *Service) reconcileAcks(ctx context.Context, o observation) {
 			continue
 		}
 		st, allow, _ := s.active()
-		if !allow || s.opts.Acknowledger == nil {
+		acker := s.acknowledger()
+		if !allow || acker == nil {
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, s.opts.ProposeTimeout)
-		err = s.opts.Acknowledger.AcknowledgeAlarm(actx, o.connection, c.AlarmId, rec.AckOperator, rec.AckComment, st.Epoch)
+		err = acker.AcknowledgeAlarm(actx, o.connection, c.AlarmId, rec.AckOperator, rec.AckComment, st.Epoch)
 		cancel()
 		if err != nil {
 			s.log.Warn().Err(err).Str("alarm", c.AlarmId).Msg("replicated acknowledgement not accepted by the gateway")
@@ -356,10 +372,11 @@ func (s *Service) ack(ctx context.Context, id, operator, comment string, confirm
 		return fmt.Errorf("%s alarm %q: %w", op, id, ErrUnknownAlarm)
 	}
 	if !confirm && rec.Kind == KindNative && !rec.Acked {
-		if s.opts.Acknowledger == nil {
+		acker := s.acknowledger()
+		if acker == nil {
 			return fmt.Errorf("acknowledge alarm %q: no gateway connections on this node", id)
 		}
-		if err := s.opts.Acknowledger.AcknowledgeAlarm(ctx, rec.Connection, id, operator, comment, st.Epoch); err != nil {
+		if err := acker.AcknowledgeAlarm(ctx, rec.Connection, id, operator, comment, st.Epoch); err != nil {
 			return fmt.Errorf("acknowledge alarm %q on connection %q: %w", id, rec.Connection, err)
 		}
 	}

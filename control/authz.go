@@ -64,7 +64,8 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_SFList_FullMethodName,
 		controlpb.Control_CertRevoked_FullMethodName,
 		controlpb.Control_TokenList_FullMethodName,
-		controlpb.Control_Check_FullMethodName:
+		controlpb.Control_Check_FullMethodName,
+		controlpb.Control_AlarmList_FullMethodName:
 		return needViewer, true
 	case controlpb.Control_SFEnqueue_FullMethodName,
 		controlpb.Control_SFEnqueueStream_FullMethodName:
@@ -74,6 +75,8 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_DeployRollback_FullMethodName,
 		controlpb.Control_SFRetry_FullMethodName,
 		controlpb.Control_SFDiscard_FullMethodName,
+		controlpb.Control_AlarmAck_FullMethodName,
+		controlpb.Control_AlarmShelve_FullMethodName,
 		// A backup holds every message and the whole site config.
 		controlpb.Control_SnapshotSave_FullMethodName:
 		return needOperator, true

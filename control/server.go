@@ -111,8 +111,10 @@ type Server struct {
 	Forward    *Forwarder
 	Pusher     *deploy.Pusher
 	SF         StoreForward
-	TempDir    string
-	Log        zerolog.Logger
+	// Alarms serves the alarm RPCs; nil answers Unimplemented.
+	Alarms  Alarms
+	TempDir string
+	Log     zerolog.Logger
 	// OPCUA reports this node's ServiceLevel and its probe's verdicts on
 	// the peers; nil on a node without OPC UA.
 	OPCUA func() (uint32, []*controlpb.OPCUAVerdict)

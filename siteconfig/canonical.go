@@ -48,6 +48,7 @@ type (
 	siteTail struct {
 		Targets []Target      `yaml:"targets,omitempty"`
 		History []HistoryRule `yaml:"history,omitempty"`
+		Alarms  Alarms        `yaml:"alarms,omitempty"`
 		OPCUA   OPCUAServer   `yaml:"opcua"`
 	}
 )
@@ -71,7 +72,7 @@ func encodeCanonical(buf *bytes.Buffer, s *Site) error {
 			}
 		}
 	}
-	return encodeYAML(buf, siteTail{s.Targets, s.History, s.OPCUA}, "")
+	return encodeYAML(buf, siteTail{s.Targets, s.History, s.Alarms, s.OPCUA}, "")
 }
 
 // encodeYAML appends v as YAML with two-space indentation, every line
@@ -117,6 +118,13 @@ func sortNamed(c *Site) {
 		}
 	}
 	slices.SortStableFunc(c.OPCUA.Identities.Users, func(a, b ServerUser) int { return byName(a.Username, b.Username) })
+	slices.SortStableFunc(c.Alarms.Sources, func(a, b AlarmSource) int {
+		if d := byName(a.Connection, b.Connection); d != 0 {
+			return d
+		}
+		return byName(a.Source, b.Source)
+	})
+	slices.SortStableFunc(c.Alarms.Limits, func(a, b LimitAlarm) int { return byName(a.Name, b.Name) })
 }
 
 // Digest is the artifact identity of s: the hex SHA-256 of its canonical
@@ -175,5 +183,16 @@ func (s *Site) Clone() *Site {
 	}
 	c.OPCUA.Security = slices.Clone(s.OPCUA.Security)
 	c.OPCUA.Identities.Users = slices.Clone(s.OPCUA.Identities.Users)
+	c.Alarms.Sources = slices.Clone(s.Alarms.Sources)
+	c.Alarms.Limits = slices.Clone(s.Alarms.Limits)
+	for i := range c.Alarms.Limits {
+		l := &c.Alarms.Limits[i]
+		for _, lv := range []**LimitLevel{&l.HiHi, &l.Hi, &l.Lo, &l.LoLo} {
+			if *lv != nil {
+				v := **lv
+				*lv = &v
+			}
+		}
+	}
 	return &c
 }

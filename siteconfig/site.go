@@ -25,6 +25,9 @@ type Site struct {
 	Targets []Target `yaml:"targets,omitempty"`
 	// History routes tag values to store-and-forward targets.
 	History []HistoryRule `yaml:"history,omitempty"`
+	// Alarms are the native alarm sources, the limit alarms and the alarm
+	// history target.
+	Alarms Alarms `yaml:"alarms,omitempty"`
 	// OPCUA configures the OPC UA server both nodes run.
 	OPCUA OPCUAServer `yaml:"opcua"`
 }
@@ -318,4 +321,51 @@ type ServerUser struct {
 	// CanWrite allows the user's writes through the role gate; without it
 	// the user reads only.
 	CanWrite bool `yaml:"can_write"`
+}
+
+// Alarms configures the site's alarms (docs/alarms.md).
+type Alarms struct {
+	// HistoryTarget is the store-and-forward target every alarm transition
+	// is enqueued to (by the Active, once per transition); empty keeps no
+	// alarm history.
+	HistoryTarget string `yaml:"history_target,omitempty"`
+	// Sources are the native alarm sources subscribed on gateway
+	// connections.
+	Sources []AlarmSource `yaml:"sources,omitempty"`
+	// Limits are alarms scadad evaluates from attribute values.
+	Limits []LimitAlarm `yaml:"limits,omitempty"`
+}
+
+// AlarmSource is one gateway alarm source (an object or tag whose alarms
+// the gateway reports) on an MxAccess connection.
+type AlarmSource struct {
+	Connection string `yaml:"connection"`
+	Source     string `yaml:"source"`
+}
+
+// LimitAlarm is an exclusive limit alarm on a numeric attribute: in at
+// most one of its levels at a time.
+type LimitAlarm struct {
+	// Name is the alarm's id; its source is the instance.
+	Name      string      `yaml:"name"`
+	Instance  string      `yaml:"instance"`
+	Attribute string      `yaml:"attribute"`
+	HiHi      *LimitLevel `yaml:"hi_hi,omitempty"`
+	Hi        *LimitLevel `yaml:"hi,omitempty"`
+	Lo        *LimitLevel `yaml:"lo,omitempty"`
+	LoLo      *LimitLevel `yaml:"lo_lo,omitempty"`
+	// Deadband is how far back past a limit the value must come to leave
+	// the level.
+	Deadband float64 `yaml:"deadband,omitempty"`
+	// OnDelay is how long the value must stay in a level before the alarm
+	// enters it.
+	OnDelay time.Duration `yaml:"on_delay,omitempty"`
+	Message string        `yaml:"message,omitempty"`
+}
+
+// LimitLevel is one level of a limit alarm: in alarm at or beyond Limit
+// (at or above for hi levels, at or below for lo levels).
+type LimitLevel struct {
+	Limit    float64 `yaml:"limit"`
+	Severity int     `yaml:"severity"`
 }

@@ -172,7 +172,96 @@ func (v *validator) site(s *Site) {
 		v.history(p, h, targets, attrs)
 	}
 
+	v.alarms("alarms", &s.Alarms, connKinds, targets, attrs)
 	v.server("opcua", &s.OPCUA)
+}
+
+func (v *validator) alarms(p string, a *Alarms, conns map[string]ConnectionKind, targets map[string]bool, attrs map[string]map[string]DataType) {
+	if a.HistoryTarget != "" && !targets[a.HistoryTarget] {
+		v.add(field(p, "history_target"), "unknown target %q", a.HistoryTarget)
+	}
+	seen := map[[2]string]int{}
+	for i, src := range a.Sources {
+		sp := at(field(p, "sources"), i)
+		kind, ok := conns[src.Connection]
+		switch {
+		case src.Connection == "":
+			v.add(field(sp, "connection"), "empty")
+		case !ok:
+			v.add(field(sp, "connection"), "unknown connection %q", src.Connection)
+		case kind != KindMxAccess:
+			v.add(field(sp, "connection"), "connection %q is %s: native alarm sources need an mxaccess connection", src.Connection, kind)
+		}
+		if src.Source == "" {
+			v.add(field(sp, "source"), "empty")
+		} else {
+			v.text(field(sp, "source"), src.Source, 512)
+		}
+		k := [2]string{src.Connection, src.Source}
+		if first, dup := seen[k]; dup {
+			v.add(field(sp, "source"), "duplicate %q on connection %q (also %s[%d])", src.Source, src.Connection, field(p, "sources"), first)
+		} else {
+			seen[k] = i
+		}
+	}
+	names := map[string]int{}
+	for i := range a.Limits {
+		l := &a.Limits[i]
+		lp := at(field(p, "limits"), i)
+		if v.name(field(lp, "name"), l.Name) {
+			v.unique(names, field(p, "limits"), i, l.Name)
+		}
+		types, ok := attrs[l.Instance]
+		switch {
+		case l.Instance == "":
+			v.add(field(lp, "instance"), "empty")
+		case !ok:
+			v.add(field(lp, "instance"), "unknown instance %q", l.Instance)
+		default:
+			t, ok := types[l.Attribute]
+			switch {
+			case l.Attribute == "":
+				v.add(field(lp, "attribute"), "empty")
+			case !ok:
+				v.add(field(lp, "attribute"), "instance %q has no attribute %q", l.Instance, l.Attribute)
+			case !t.Numeric():
+				v.add(field(lp, "attribute"), "%s.%s is %s: limit alarms need a numeric attribute", l.Instance, l.Attribute, t)
+			}
+		}
+		var prev *float64
+		var prevName string
+		levels := 0
+		for _, lv := range []struct {
+			name string
+			l    *LimitLevel
+		}{{"lo_lo", l.LoLo}, {"lo", l.Lo}, {"hi", l.Hi}, {"hi_hi", l.HiHi}} {
+			if lv.l == nil {
+				continue
+			}
+			levels++
+			vp := field(lp, lv.name)
+			if math.IsNaN(lv.l.Limit) || math.IsInf(lv.l.Limit, 0) {
+				v.add(field(vp, "limit"), "%v must be a finite number", lv.l.Limit)
+			} else if prev != nil && lv.l.Limit <= *prev {
+				v.add(field(vp, "limit"), "%v must be above %s's %v (lo_lo < lo < hi < hi_hi)", lv.l.Limit, prevName, *prev)
+			}
+			if lv.l.Severity < 1 || lv.l.Severity > 1000 {
+				v.add(field(vp, "severity"), "%d outside 1..1000", lv.l.Severity)
+			}
+			x := lv.l.Limit
+			prev, prevName = &x, lv.name
+		}
+		if levels == 0 {
+			v.add(lp, "no levels: set at least one of hi_hi, hi, lo, lo_lo")
+		}
+		if math.IsNaN(l.Deadband) || math.IsInf(l.Deadband, 0) || l.Deadband < 0 {
+			v.add(field(lp, "deadband"), "%v must be a finite number >= 0", l.Deadband)
+		}
+		if l.OnDelay < 0 {
+			v.add(field(lp, "on_delay"), "%v must be >= 0", l.OnDelay)
+		}
+		v.text(field(lp, "message"), l.Message, 4096)
+	}
 }
 
 // name checks an identifier and reports whether it is usable for the

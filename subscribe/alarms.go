@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/role"
 )
 
 // AlarmSourceConfig is one alarm source (an object or tag the gateway
@@ -102,4 +103,28 @@ func (c *connection) AlarmChange(a gateway.Alarm) {
 	c.alarmMu.Lock()
 	defer c.alarmMu.Unlock()
 	c.alarms.AlarmChange(c.cfg.Name, a)
+}
+
+// AlarmAcker acknowledges alarms on a gateway; *gateway.Client is one.
+type AlarmAcker interface {
+	AcknowledgeAlarm(ctx context.Context, id, operator, comment string, epoch role.Epoch) (gateway.Alarm, error)
+}
+
+// AcknowledgeAlarm forwards an acknowledgement, already allowed by the
+// caller's gate, to the running gateway connection named connection.
+func (m *Manager) AcknowledgeAlarm(ctx context.Context, connection, id, operator, comment string, epoch role.Epoch) error {
+	m.connsMu.RLock()
+	c, ok := m.conns[connection]
+	m.connsMu.RUnlock()
+	if !ok {
+		return fmt.Errorf("acknowledge alarm %q: connection %q not running on this node", id, connection)
+	}
+	a, ok := c.conn.(AlarmAcker)
+	if !ok {
+		return fmt.Errorf("acknowledge alarm %q: connection %q: %w", id, connection, gateway.ErrNoCapability)
+	}
+	if _, err := a.AcknowledgeAlarm(ctx, id, operator, comment, epoch); err != nil {
+		return err
+	}
+	return nil
 }

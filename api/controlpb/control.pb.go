@@ -3758,6 +3758,483 @@ func (x *CheckResponse) GetCheckpoints() []*Checkpoint {
 	return nil
 }
 
+type AlarmListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only active or unacknowledged alarms (those that need attention).
+	AttentionOnly bool `protobuf:"varint,1,opt,name=attention_only,json=attentionOnly,proto3" json:"attention_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmListRequest) Reset() {
+	*x = AlarmListRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmListRequest) ProtoMessage() {}
+
+func (x *AlarmListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmListRequest.ProtoReflect.Descriptor instead.
+func (*AlarmListRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *AlarmListRequest) GetAttentionOnly() bool {
+	if x != nil {
+		return x.AttentionOnly
+	}
+	return false
+}
+
+type AlarmInfo struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Id                   string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Source               string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	Condition            string                 `protobuf:"bytes,3,opt,name=condition,proto3" json:"condition,omitempty"`
+	Severity             uint32                 `protobuf:"varint,4,opt,name=severity,proto3" json:"severity,omitempty"`
+	Message              string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Active               bool                   `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
+	Acked                bool                   `protobuf:"varint,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	Confirmed            bool                   `protobuf:"varint,8,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	AckOperator          string                 `protobuf:"bytes,9,opt,name=ack_operator,json=ackOperator,proto3" json:"ack_operator,omitempty"`
+	AckUnixNano          int64                  `protobuf:"varint,10,opt,name=ack_unix_nano,json=ackUnixNano,proto3" json:"ack_unix_nano,omitempty"`
+	AckComment           string                 `protobuf:"bytes,11,opt,name=ack_comment,json=ackComment,proto3" json:"ack_comment,omitempty"`
+	Shelved              bool                   `protobuf:"varint,12,opt,name=shelved,proto3" json:"shelved,omitempty"`
+	ShelvedBy            string                 `protobuf:"bytes,13,opt,name=shelved_by,json=shelvedBy,proto3" json:"shelved_by,omitempty"`
+	ShelvedUntilUnixNano int64                  `protobuf:"varint,14,opt,name=shelved_until_unix_nano,json=shelvedUntilUnixNano,proto3" json:"shelved_until_unix_nano,omitempty"`
+	ActiveSinceUnixNano  int64                  `protobuf:"varint,15,opt,name=active_since_unix_nano,json=activeSinceUnixNano,proto3" json:"active_since_unix_nano,omitempty"`
+	Seq                  uint64                 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind                 string                 `protobuf:"bytes,17,opt,name=kind,proto3" json:"kind,omitempty"`
+	State                string                 `protobuf:"bytes,18,opt,name=state,proto3" json:"state,omitempty"`
+	Connection           string                 `protobuf:"bytes,19,opt,name=connection,proto3" json:"connection,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *AlarmInfo) Reset() {
+	*x = AlarmInfo{}
+	mi := &file_controlpb_control_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmInfo) ProtoMessage() {}
+
+func (x *AlarmInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmInfo.ProtoReflect.Descriptor instead.
+func (*AlarmInfo) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *AlarmInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetCondition() string {
+	if x != nil {
+		return x.Condition
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetSeverity() uint32 {
+	if x != nil {
+		return x.Severity
+	}
+	return 0
+}
+
+func (x *AlarmInfo) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *AlarmInfo) GetAcked() bool {
+	if x != nil {
+		return x.Acked
+	}
+	return false
+}
+
+func (x *AlarmInfo) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
+	}
+	return false
+}
+
+func (x *AlarmInfo) GetAckOperator() string {
+	if x != nil {
+		return x.AckOperator
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetAckUnixNano() int64 {
+	if x != nil {
+		return x.AckUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmInfo) GetAckComment() string {
+	if x != nil {
+		return x.AckComment
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetShelved() bool {
+	if x != nil {
+		return x.Shelved
+	}
+	return false
+}
+
+func (x *AlarmInfo) GetShelvedBy() string {
+	if x != nil {
+		return x.ShelvedBy
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetShelvedUntilUnixNano() int64 {
+	if x != nil {
+		return x.ShelvedUntilUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmInfo) GetActiveSinceUnixNano() int64 {
+	if x != nil {
+		return x.ActiveSinceUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmInfo) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AlarmInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AlarmInfo) GetConnection() string {
+	if x != nil {
+		return x.Connection
+	}
+	return ""
+}
+
+type AlarmListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Alarms        []*AlarmInfo           `protobuf:"bytes,1,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmListResponse) Reset() {
+	*x = AlarmListResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmListResponse) ProtoMessage() {}
+
+func (x *AlarmListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmListResponse.ProtoReflect.Descriptor instead.
+func (*AlarmListResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *AlarmListResponse) GetAlarms() []*AlarmInfo {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+type AlarmAckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Comment       string                 `protobuf:"bytes,2,opt,name=comment,proto3" json:"comment,omitempty"`
+	Confirm       bool                   `protobuf:"varint,3,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmAckRequest) Reset() {
+	*x = AlarmAckRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmAckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmAckRequest) ProtoMessage() {}
+
+func (x *AlarmAckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmAckRequest.ProtoReflect.Descriptor instead.
+func (*AlarmAckRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *AlarmAckRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AlarmAckRequest) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *AlarmAckRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+type AlarmAckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmAckResponse) Reset() {
+	*x = AlarmAckResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmAckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmAckResponse) ProtoMessage() {}
+
+func (x *AlarmAckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmAckResponse.ProtoReflect.Descriptor instead.
+func (*AlarmAckResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{65}
+}
+
+type AlarmShelveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Unshelve      bool                   `protobuf:"varint,2,opt,name=unshelve,proto3" json:"unshelve,omitempty"`
+	UntilUnixNano int64                  `protobuf:"varint,3,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"` // 0: until unshelved
+	Comment       string                 `protobuf:"bytes,4,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmShelveRequest) Reset() {
+	*x = AlarmShelveRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmShelveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmShelveRequest) ProtoMessage() {}
+
+func (x *AlarmShelveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmShelveRequest.ProtoReflect.Descriptor instead.
+func (*AlarmShelveRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *AlarmShelveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AlarmShelveRequest) GetUnshelve() bool {
+	if x != nil {
+		return x.Unshelve
+	}
+	return false
+}
+
+func (x *AlarmShelveRequest) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
+func (x *AlarmShelveRequest) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+type AlarmShelveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmShelveResponse) Reset() {
+	*x = AlarmShelveResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmShelveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmShelveResponse) ProtoMessage() {}
+
+func (x *AlarmShelveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmShelveResponse.ProtoReflect.Descriptor instead.
+func (*AlarmShelveResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{67}
+}
+
 var File_controlpb_control_proto protoreflect.FileDescriptor
 
 const file_controlpb_control_proto_rawDesc = "" +
@@ -4032,7 +4509,47 @@ const file_controlpb_control_proto_rawDesc = "" +
 	" \x01(\tR\averdict\"i\n" +
 	"\rCheckResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12?\n" +
-	"\vcheckpoints\x18\x02 \x03(\v2\x1d.scadad.control.v1.CheckpointR\vcheckpoints2\xe3\x12\n" +
+	"\vcheckpoints\x18\x02 \x03(\v2\x1d.scadad.control.v1.CheckpointR\vcheckpoints\"9\n" +
+	"\x10AlarmListRequest\x12%\n" +
+	"\x0eattention_only\x18\x01 \x01(\bR\rattentionOnly\"\xbc\x04\n" +
+	"\tAlarmInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1c\n" +
+	"\tcondition\x18\x03 \x01(\tR\tcondition\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\rR\bseverity\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\x12\x14\n" +
+	"\x05acked\x18\a \x01(\bR\x05acked\x12\x1c\n" +
+	"\tconfirmed\x18\b \x01(\bR\tconfirmed\x12!\n" +
+	"\fack_operator\x18\t \x01(\tR\vackOperator\x12\"\n" +
+	"\rack_unix_nano\x18\n" +
+	" \x01(\x03R\vackUnixNano\x12\x1f\n" +
+	"\vack_comment\x18\v \x01(\tR\n" +
+	"ackComment\x12\x18\n" +
+	"\ashelved\x18\f \x01(\bR\ashelved\x12\x1d\n" +
+	"\n" +
+	"shelved_by\x18\r \x01(\tR\tshelvedBy\x125\n" +
+	"\x17shelved_until_unix_nano\x18\x0e \x01(\x03R\x14shelvedUntilUnixNano\x123\n" +
+	"\x16active_since_unix_nano\x18\x0f \x01(\x03R\x13activeSinceUnixNano\x12\x10\n" +
+	"\x03seq\x18\x10 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04kind\x18\x11 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x12 \x01(\tR\x05state\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x13 \x01(\tR\n" +
+	"connection\"I\n" +
+	"\x11AlarmListResponse\x124\n" +
+	"\x06alarms\x18\x01 \x03(\v2\x1c.scadad.control.v1.AlarmInfoR\x06alarms\"U\n" +
+	"\x0fAlarmAckRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\acomment\x18\x02 \x01(\tR\acomment\x12\x18\n" +
+	"\aconfirm\x18\x03 \x01(\bR\aconfirm\"\x12\n" +
+	"\x10AlarmAckResponse\"\x82\x01\n" +
+	"\x12AlarmShelveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bunshelve\x18\x02 \x01(\bR\bunshelve\x12&\n" +
+	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\x12\x18\n" +
+	"\acomment\x18\x04 \x01(\tR\acomment\"\x15\n" +
+	"\x13AlarmShelveResponse2\xee\x14\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -4062,7 +4579,10 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\vTokenCreate\x12%.scadad.control.v1.TokenCreateRequest\x1a&.scadad.control.v1.TokenCreateResponse\x12V\n" +
 	"\tTokenList\x12#.scadad.control.v1.TokenListRequest\x1a$.scadad.control.v1.TokenListResponse\x12\\\n" +
 	"\vTokenRevoke\x12%.scadad.control.v1.TokenRevokeRequest\x1a&.scadad.control.v1.TokenRevokeResponse\x12J\n" +
-	"\x05Check\x12\x1f.scadad.control.v1.CheckRequest\x1a .scadad.control.v1.CheckResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
+	"\x05Check\x12\x1f.scadad.control.v1.CheckRequest\x1a .scadad.control.v1.CheckResponse\x12V\n" +
+	"\tAlarmList\x12#.scadad.control.v1.AlarmListRequest\x1a$.scadad.control.v1.AlarmListResponse\x12S\n" +
+	"\bAlarmAck\x12\".scadad.control.v1.AlarmAckRequest\x1a#.scadad.control.v1.AlarmAckResponse\x12\\\n" +
+	"\vAlarmShelve\x12%.scadad.control.v1.AlarmShelveRequest\x1a&.scadad.control.v1.AlarmShelveResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
 
 var (
 	file_controlpb_control_proto_rawDescOnce sync.Once
@@ -4076,7 +4596,7 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_controlpb_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
@@ -4139,6 +4659,13 @@ var file_controlpb_control_proto_goTypes = []any{
 	(*CheckReport)(nil),             // 58: scadad.control.v1.CheckReport
 	(*Checkpoint)(nil),              // 59: scadad.control.v1.Checkpoint
 	(*CheckResponse)(nil),           // 60: scadad.control.v1.CheckResponse
+	(*AlarmListRequest)(nil),        // 61: scadad.control.v1.AlarmListRequest
+	(*AlarmInfo)(nil),               // 62: scadad.control.v1.AlarmInfo
+	(*AlarmListResponse)(nil),       // 63: scadad.control.v1.AlarmListResponse
+	(*AlarmAckRequest)(nil),         // 64: scadad.control.v1.AlarmAckRequest
+	(*AlarmAckResponse)(nil),        // 65: scadad.control.v1.AlarmAckResponse
+	(*AlarmShelveRequest)(nil),      // 66: scadad.control.v1.AlarmShelveRequest
+	(*AlarmShelveResponse)(nil),     // 67: scadad.control.v1.AlarmShelveResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -4154,65 +4681,72 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	53, // 10: scadad.control.v1.TokenListResponse.tokens:type_name -> scadad.control.v1.TokenInfo
 	58, // 11: scadad.control.v1.Checkpoint.reports:type_name -> scadad.control.v1.CheckReport
 	59, // 12: scadad.control.v1.CheckResponse.checkpoints:type_name -> scadad.control.v1.Checkpoint
-	0,  // 13: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	5,  // 14: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	7,  // 15: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	9,  // 16: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	11, // 17: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	13, // 18: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	15, // 19: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	17, // 20: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	18, // 21: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	20, // 22: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	23, // 23: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	25, // 24: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	26, // 25: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	29, // 26: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	32, // 27: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	34, // 28: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 29: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	37, // 30: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	40, // 31: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	43, // 32: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	43, // 33: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	45, // 34: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
-	47, // 35: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
-	50, // 36: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
-	52, // 37: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
-	55, // 38: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
-	57, // 39: scadad.control.v1.Control.Check:input_type -> scadad.control.v1.CheckRequest
-	1,  // 40: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	6,  // 41: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	8,  // 42: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	10, // 43: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	12, // 44: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	14, // 45: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	16, // 46: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	18, // 47: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	19, // 48: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	22, // 49: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	24, // 50: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	24, // 51: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	28, // 52: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	31, // 53: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	33, // 54: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	35, // 55: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 56: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	39, // 57: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	42, // 58: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	44, // 59: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	44, // 60: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	46, // 61: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
-	49, // 62: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
-	51, // 63: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
-	54, // 64: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
-	56, // 65: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
-	60, // 66: scadad.control.v1.Control.Check:output_type -> scadad.control.v1.CheckResponse
-	40, // [40:67] is the sub-list for method output_type
-	13, // [13:40] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	62, // 13: scadad.control.v1.AlarmListResponse.alarms:type_name -> scadad.control.v1.AlarmInfo
+	0,  // 14: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 15: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 16: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 17: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 18: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 19: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 20: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 21: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 22: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 23: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 24: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 25: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 26: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 27: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 28: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 29: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 30: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 31: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 32: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 33: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 34: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	45, // 35: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
+	47, // 36: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
+	50, // 37: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
+	52, // 38: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
+	55, // 39: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
+	57, // 40: scadad.control.v1.Control.Check:input_type -> scadad.control.v1.CheckRequest
+	61, // 41: scadad.control.v1.Control.AlarmList:input_type -> scadad.control.v1.AlarmListRequest
+	64, // 42: scadad.control.v1.Control.AlarmAck:input_type -> scadad.control.v1.AlarmAckRequest
+	66, // 43: scadad.control.v1.Control.AlarmShelve:input_type -> scadad.control.v1.AlarmShelveRequest
+	1,  // 44: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 45: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 46: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 47: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 48: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 49: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 50: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 51: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 52: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 53: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 54: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 55: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 56: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 57: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 58: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 59: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 60: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 61: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 62: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 63: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 64: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	46, // 65: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
+	49, // 66: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
+	51, // 67: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
+	54, // 68: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
+	56, // 69: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
+	60, // 70: scadad.control.v1.Control.Check:output_type -> scadad.control.v1.CheckResponse
+	63, // 71: scadad.control.v1.Control.AlarmList:output_type -> scadad.control.v1.AlarmListResponse
+	65, // 72: scadad.control.v1.Control.AlarmAck:output_type -> scadad.control.v1.AlarmAckResponse
+	67, // 73: scadad.control.v1.Control.AlarmShelve:output_type -> scadad.control.v1.AlarmShelveResponse
+	44, // [44:74] is the sub-list for method output_type
+	14, // [14:44] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -4226,7 +4760,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,9 @@ const (
 	Control_TokenList_FullMethodName       = "/scadad.control.v1.Control/TokenList"
 	Control_TokenRevoke_FullMethodName     = "/scadad.control.v1.Control/TokenRevoke"
 	Control_Check_FullMethodName           = "/scadad.control.v1.Control/Check"
+	Control_AlarmList_FullMethodName       = "/scadad.control.v1.Control/AlarmList"
+	Control_AlarmAck_FullMethodName        = "/scadad.control.v1.Control/AlarmAck"
+	Control_AlarmShelve_FullMethodName     = "/scadad.control.v1.Control/AlarmShelve"
 )
 
 // ControlClient is the client API for Control service.
@@ -101,6 +104,13 @@ type ControlClient interface {
 	// Check shows the cross-node state checkpoints from the answering
 	// node's replica: each node's digest at each and the verdict (viewer).
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Alarms (docs/alarms.md): the replicated alarm state (viewer), and an
+	// operator's acknowledge, confirm or shelve as the caller's certificate
+	// name. Acknowledge and confirm are the Active's alone (a Standby answers
+	// FAILED_PRECONDITION naming the reason).
+	AlarmList(ctx context.Context, in *AlarmListRequest, opts ...grpc.CallOption) (*AlarmListResponse, error)
+	AlarmAck(ctx context.Context, in *AlarmAckRequest, opts ...grpc.CallOption) (*AlarmAckResponse, error)
+	AlarmShelve(ctx context.Context, in *AlarmShelveRequest, opts ...grpc.CallOption) (*AlarmShelveResponse, error)
 }
 
 type controlClient struct {
@@ -396,6 +406,36 @@ func (c *controlClient) Check(ctx context.Context, in *CheckRequest, opts ...grp
 	return out, nil
 }
 
+func (c *controlClient) AlarmList(ctx context.Context, in *AlarmListRequest, opts ...grpc.CallOption) (*AlarmListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlarmListResponse)
+	err := c.cc.Invoke(ctx, Control_AlarmList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) AlarmAck(ctx context.Context, in *AlarmAckRequest, opts ...grpc.CallOption) (*AlarmAckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlarmAckResponse)
+	err := c.cc.Invoke(ctx, Control_AlarmAck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) AlarmShelve(ctx context.Context, in *AlarmShelveRequest, opts ...grpc.CallOption) (*AlarmShelveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlarmShelveResponse)
+	err := c.cc.Invoke(ctx, Control_AlarmShelve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -447,6 +487,13 @@ type ControlServer interface {
 	// Check shows the cross-node state checkpoints from the answering
 	// node's replica: each node's digest at each and the verdict (viewer).
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Alarms (docs/alarms.md): the replicated alarm state (viewer), and an
+	// operator's acknowledge, confirm or shelve as the caller's certificate
+	// name. Acknowledge and confirm are the Active's alone (a Standby answers
+	// FAILED_PRECONDITION naming the reason).
+	AlarmList(context.Context, *AlarmListRequest) (*AlarmListResponse, error)
+	AlarmAck(context.Context, *AlarmAckRequest) (*AlarmAckResponse, error)
+	AlarmShelve(context.Context, *AlarmShelveRequest) (*AlarmShelveResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -537,6 +584,15 @@ func (UnimplementedControlServer) TokenRevoke(context.Context, *TokenRevokeReque
 }
 func (UnimplementedControlServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedControlServer) AlarmList(context.Context, *AlarmListRequest) (*AlarmListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlarmList not implemented")
+}
+func (UnimplementedControlServer) AlarmAck(context.Context, *AlarmAckRequest) (*AlarmAckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlarmAck not implemented")
+}
+func (UnimplementedControlServer) AlarmShelve(context.Context, *AlarmShelveRequest) (*AlarmShelveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlarmShelve not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1016,6 +1072,60 @@ func _Control_Check_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_AlarmList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlarmListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).AlarmList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_AlarmList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).AlarmList(ctx, req.(*AlarmListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_AlarmAck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlarmAckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).AlarmAck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_AlarmAck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).AlarmAck(ctx, req.(*AlarmAckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_AlarmShelve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlarmShelveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).AlarmShelve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_AlarmShelve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).AlarmShelve(ctx, req.(*AlarmShelveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1118,6 +1228,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _Control_Check_Handler,
+		},
+		{
+			MethodName: "AlarmList",
+			Handler:    _Control_AlarmList_Handler,
+		},
+		{
+			MethodName: "AlarmAck",
+			Handler:    _Control_AlarmAck_Handler,
+		},
+		{
+			MethodName: "AlarmShelve",
+			Handler:    _Control_AlarmShelve_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

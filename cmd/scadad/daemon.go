@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/scadad/scadad/activegate"
+	"github.com/scadad/scadad/alarms"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/featuregate"
@@ -257,12 +259,27 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return err
 	}
 	srv.SF = sf
-	devices, fanout, conns, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, goRun)
+	gateCounter, err := activegate.NewCounter(reg)
+	if err != nil {
+		return err
+	}
+	alarmMetrics, err := alarms.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	alarmSvc, err := alarms.New(alarms.Options{Proposer: fwd, State: state, Roles: acting, Enqueuer: sf.enqueuer, Gate: gateCounter,
+		Metrics: alarmMetrics, NodeID: cfg.NodeID, Logger: log.With().Str("part", "alarms").Logger()})
+	if err != nil {
+		return err
+	}
+	goRun("alarms", alarmSvc.Run)
+	srv.Alarms = alarmSvc
+	devices, fanout, conns, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, alarmSvc, goRun)
 	if err != nil {
 		return err
 	}
 	srv.Connections = conns.Status
-	if ua := startOPCUA(cfg, log, reg, acting, holder, devices, fanout, fwd, goRun); ua != nil {
+	if ua := startOPCUA(cfg, log, reg, acting, holder, devices, fanout, fwd, gateCounter, goRun); ua != nil {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })

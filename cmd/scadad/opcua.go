@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/internal/version"
@@ -41,6 +42,7 @@ type opcuaService struct {
 	writer    opcua.Writer
 	fan       *tagFanout
 	fwd       *control.Forwarder
+	gate      *activegate.Counter
 
 	mu     sync.Mutex
 	srv    *opcua.Server
@@ -51,12 +53,12 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, goRun func(string, func(context.Context) error)) *opcuaService {
+func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, goRun func(string, func(context.Context) error)) *opcuaService {
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
 		return nil
 	}
-	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd,
+	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd, gate: gate,
 		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir()}
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
@@ -153,7 +155,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	for _, m := range s.peers {
 		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})
 	}
-	srv, err := opcua.New(c, opcua.Deps{Logger: s.log, Registerer: s.reg, Roles: s.roles, Writer: s.writer})
+	srv, err := opcua.New(c, opcua.Deps{Logger: s.log, Registerer: s.reg, Roles: s.roles, Writer: s.writer, Gate: s.gate})
 	if err != nil {
 		return nil, fmt.Errorf("opcua server: %w", err)
 	}

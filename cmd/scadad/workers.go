@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/alarms"
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/opcua"
@@ -47,6 +48,9 @@ type tagFanout struct {
 	latest  map[[2]string]latestValue // instance, attribute
 
 	hot atomic.Bool // the site's hot_standby
+
+	// limits evaluates limit alarms from every value, on every node.
+	limits func(instance, attribute string, v any, good bool)
 }
 
 // latestValue is an attribute's latest value: its StatusCode as the OPC
@@ -77,6 +81,9 @@ func (f *tagFanout) update(instance, attribute string, lv latestValue) {
 		f.latest = make(map[[2]string]latestValue)
 	}
 	f.latest[[2]string{instance, attribute}] = lv
+	if f.limits != nil {
+		f.limits(instance, attribute, lv.v, lv.status&0xC0000000 == 0)
+	}
 	if f.opcua != nil {
 		_ = f.opcua(instance, attribute, lv.v, lv.status, lv.ts) // an attribute the server does not have yet: replayOPCUA
 	}
@@ -172,15 +179,16 @@ func (f *tagFanout) offerLatestLocked() {
 // sessions and the history forwarder and keeps them on the deployed site
 // config. The writer it returns routes device writes to whichever of them
 // carries the attribute.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, *dataConnections, error) {
-	fan := &tagFanout{roles: roles}
+func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, alarmSvc *alarms.Service, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, *dataConnections, error) {
+	fan := &tagFanout{roles: roles, limits: alarmSvc.TagUpdate}
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
-		Role: roles, Sink: fan, Registerer: reg, Logger: subLog,
+		Role: roles, Sink: fan, Alarms: alarmSvc, Registerer: reg, Logger: subLog,
 	})
 	if err != nil {
 		return deviceWriter{}, nil, nil, fmt.Errorf("subscribe workers: %w", err)
 	}
+	alarmSvc.SetAcknowledger(mgr)
 	uaLog := log.With().Str("part", "opcua-client").Logger()
 	uam, err := uaclient.NewManager(uaclient.Options{Role: roles, Sink: fan, Logger: uaLog, Registerer: reg})
 	if err != nil {
@@ -199,6 +207,9 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
 			fan.setHot(u.Site.HotStandby)
+			if err := alarmSvc.SetConfig(alarmConfig(u.Site)); err != nil {
+				log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("alarm config of the new site config refused; keeping the previous one")
+			}
 			if err := mgr.Apply(subscribeConfig(u.Site)); err != nil {
 				subLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("subscribe config of the new site config refused; keeping the previous one")
 			}
@@ -327,6 +338,28 @@ func subscribeConfig(s *siteconfig.Site) subscribe.Config {
 			in.Attributes = append(in.Attributes, subscribe.Attribute{Name: a.Name, Tag: a.Tag})
 		}
 		out.Instances = append(out.Instances, in)
+	}
+	for _, a := range s.Alarms.Sources {
+		if kinds[a.Connection] == siteconfig.KindMxAccess {
+			out.AlarmSources = append(out.AlarmSources, subscribe.AlarmSourceConfig{Connection: a.Connection, Source: a.Source})
+		}
+	}
+	return out
+}
+
+// alarmConfig maps the site's alarm section onto the alarm service's.
+func alarmConfig(s *siteconfig.Site) alarms.Config {
+	out := alarms.Config{HistoryTarget: s.Alarms.HistoryTarget}
+	level := func(l *siteconfig.LimitLevel) *alarms.Threshold {
+		if l == nil {
+			return nil
+		}
+		return &alarms.Threshold{Limit: l.Limit, Severity: uint32(l.Severity)}
+	}
+	for _, l := range s.Alarms.Limits {
+		out.Limits = append(out.Limits, alarms.Limit{ID: l.Name, Instance: l.Instance, Attribute: l.Attribute,
+			HiHi: level(l.HiHi), Hi: level(l.Hi), Lo: level(l.Lo), LoLo: level(l.LoLo),
+			Deadband: l.Deadband, OnDelay: l.OnDelay, Message: l.Message})
 	}
 	return out
 }
