@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/scadad/scadad/internal/devsite"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/winsvc"
@@ -29,8 +30,10 @@ func run(args []string) int {
 		fs.PrintDefaults()
 	}
 	configPath := fs.String("config", "", "node config file (YAML)")
-	dev := fs.Bool("dev", false, "run a one-node site on its embedded default: own data folder, generated certificates, fixed loopback ports")
-	devDir := fs.String("dev-dir", "scadad-dev", "data folder for --dev")
+	dev := fs.Bool("dev", false, "run the whole demo site in this process: a gateway simulator, a recording sink, the nodes, the demo site config deployed, on loopback")
+	devDir := fs.String("dev-dir", "scadad-dev", "data folder for --dev: certificates, node data, sink.jsonl")
+	devNodes := fs.Int("nodes", 1, "with --dev: 1 (one voter) or 3 (two voters and a witness)")
+	devBase := fs.Int("dev-port-base", devsite.DefaultBase, "with --dev: the ports are this plus 1.. (Raft), 101.. (control API), 201.. (HTTP), 301.. (OPC UA), 401 (gateway), 402 (sink)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	asService := fs.Bool("service", false, "run under the Windows service control manager (scadad service install registers it so)")
 	if err := fs.Parse(args); err != nil {
@@ -74,11 +77,11 @@ func run(args []string) int {
 	case *dev && *configPath != "":
 		return fail(2, errors.New("--dev and --config exclude each other"))
 	case *dev:
-		cfg, err = devConfig(*devDir)
+		return runDevCommand(devsite.Layout{Dir: *devDir, Base: *devBase, Nodes: *devNodes}, out, fail)
 	case *configPath != "":
 		cfg, err = nodeconfig.Load(*configPath)
 	default:
-		return fail(2, errors.New("pass --config FILE, or --dev for a one-node site on the embedded default"))
+		return fail(2, errors.New("pass --config FILE, or --dev for the demo site on the embedded default"))
 	}
 	if err != nil {
 		return fail(1, err)
@@ -96,6 +99,23 @@ func run(args []string) int {
 	defer stop()
 	dumpStacksOnSignal(ctx, os.Stderr)
 	if err := runDaemon(ctx, cfg, log); err != nil {
+		return fail(1, err)
+	}
+	return 0
+}
+
+// runDevCommand runs the demo site in a terminal until SIGINT or SIGTERM.
+func runDevCommand(layout devsite.Layout, out logOutputs, fail func(int, error) int) int {
+	if err := layout.Check(); err != nil {
+		return fail(2, err)
+	}
+	if out.stderr == nil {
+		return fail(2, errors.New("--dev is a demo for a terminal, not for a service manager: install the service with a node config"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dumpStacksOnSignal(ctx, os.Stderr)
+	if err := runDev(ctx, layout, os.Stdout, out); err != nil {
 		return fail(1, err)
 	}
 	return 0
