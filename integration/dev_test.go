@@ -148,8 +148,9 @@ func testDev(t *testing.T, nodes int) {
 		return enqueued && history
 	})
 
-	// The status page, for the operator the demo issued.
-	resp, err := client.Get("https://" + layout.HTTPAddr(0) + "/")
+	// The status page, for a browser on this machine: no client
+	// certificate to import.
+	resp, err := devHTTPClient(t, layout, "").Get("https://" + layout.HTTPAddr(0) + "/")
 	if err != nil {
 		t.Fatalf("status page: %v", err)
 	}
@@ -208,6 +209,8 @@ func freeDevBase(t *testing.T, nodes int) int {
 	return 0
 }
 
+// devHTTPClient trusts the dev site's CA and presents the certificate
+// name issued (none when empty).
 func devHTTPClient(t *testing.T, layout devsite.Layout, name string) *http.Client {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(layout.CertsDir(), "ca.crt"))
@@ -218,11 +221,15 @@ func devHTTPClient(t *testing.T, layout devsite.Layout, name string) *http.Clien
 	if !pool.AppendCertsFromPEM(caPEM) {
 		t.Fatal("no CA certificate in the dev folder")
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(layout.CertsDir(), name+".crt"), filepath.Join(layout.CertsDir(), name+".key"))
-	if err != nil {
-		t.Fatal(err)
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	if name != "" {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(layout.CertsDir(), name+".crt"), filepath.Join(layout.CertsDir(), name+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
+	tr := &http.Transport{TLSClientConfig: conf}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
 }
