@@ -73,7 +73,7 @@ func testDev(t *testing.T, nodes int) {
 	// Health: one Active among the nodes, on the HTTPS listener.
 	client := devHTTPClient(t, layout, devsite.Operator)
 	active := -1
-	testwait.For(t, 30*time.Second, "one node to say it is Active on /health/active", func() bool {
+	testwait.For(t, 60*time.Second, "one node to say it is Active on /health/active", func() bool {
 		active = -1
 		for i := range nodes {
 			resp, err := client.Get("https://" + layout.HTTPAddr(i) + "/health/active")
@@ -97,7 +97,7 @@ func testDev(t *testing.T, nodes int) {
 
 	// OPC UA: every demo tag reads Good with its configured type, and
 	// the values move.
-	testwait.For(t, 30*time.Second, "ServiceLevel 250 on the Active's OPC UA endpoint", func() bool {
+	testwait.For(t, 60*time.Second, "ServiceLevel 250 on the Active's OPC UA endpoint", func() bool {
 		return serviceLevel(endpoint) == 250
 	})
 	ua1 := uaClient(t, endpoint)
