@@ -249,6 +249,9 @@ func (s *Server) newLibrary() (*library, error) {
 	if err := s.installBuildInfo(srv); err != nil {
 		return nil, err
 	}
+	if err := s.installServerObject(srv); err != nil {
+		return nil, err
+	}
 	if err := s.registerHandlers(srv); err != nil {
 		return nil, err
 	}
