@@ -95,7 +95,15 @@ type Attribute struct {
 	// AllowNonFinite lets writes of NaN and ±Inf through (Double and
 	// Float); they are refused with BadOutOfRange otherwise.
 	AllowNonFinite bool
+	// Units, when set, is served as the EngineeringUnits property.
+	Units string
+	// EURange, when set, is served as the EURange property (the variable
+	// is then an AnalogItemType) and lets clients use a percent deadband.
+	EURange *Range
 }
+
+// Range is a numeric attribute's EURange, Low below High.
+type Range struct{ Low, High float64 }
 
 // validate rejects models whose node ids would be ambiguous. Instance folders
 // are "ns=<site>;s=<instance>" and variables "ns=<site>;s=<instance>.<attribute>",
@@ -118,6 +126,9 @@ func (m Model) validate() error {
 			}
 			if _, ok := dataTypeNames[a.Type]; !ok {
 				return fmt.Errorf("attribute %s.%s: unknown data type %d", in.Name, a.Name, int(a.Type))
+			}
+			if r := a.EURange; r != nil && !(r.Low < r.High) {
+				return fmt.Errorf("attribute %s.%s: EURange low %v is not below high %v", in.Name, a.Name, r.Low, r.High)
 			}
 			key := in.Name + "." + a.Name
 			if vars[key] {

@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,10 +53,96 @@ type varNode struct {
 type attrMeta struct {
 	description    string
 	allowNonFinite bool
+	units          string  // "": no EngineeringUnits property
+	hasRange       bool    // an EURange property, low to high
+	low, high      float64 // (comparable: apply compares metas)
 }
 
 func metaOf(a Attribute) attrMeta {
-	return attrMeta{description: a.Description, allowNonFinite: a.AllowNonFinite}
+	m := attrMeta{description: a.Description, allowNonFinite: a.AllowNonFinite, units: a.Units}
+	if r := a.EURange; r != nil {
+		m.hasRange, m.low, m.high = true, r.Low, r.High
+	}
+	return m
+}
+
+// The properties of an analog variable (Part 8, 5.3.2): node ids
+// "<instance>.<attribute>/<property>" (a '/' is in no configured name, so
+// no attribute can take one), BrowseNames in namespace 0.
+const (
+	propEngineeringUnits = "EngineeringUnits"
+	propEURange          = "EURange"
+)
+
+// unitsNamespace is the namespace of EUInformation unit ids (Part 8,
+// 5.6.3: UNECE Recommendation 20); a configured units text has no unit id
+// (-1).
+const unitsNamespace = "http://www.opcfoundation.org/UA/units/un/cefact"
+
+// properties lists the properties v has.
+func (v *varNode) properties() []string {
+	var out []string
+	if v.meta.units != "" {
+		out = append(out, propEngineeringUnits)
+	}
+	if v.meta.hasRange {
+		out = append(out, propEURange)
+	}
+	return out
+}
+
+// typeDefinition is v's variable type: AnalogItemType with an EURange
+// (mandatory there), BaseAnalogType with units alone.
+func (v *varNode) typeDefinition() (uint32, string) {
+	switch {
+	case v.meta.hasRange:
+		return id.AnalogItemType, "AnalogItemType"
+	case v.meta.units != "":
+		return id.BaseAnalogType, "BaseAnalogType"
+	}
+	return id.BaseDataVariableType, "BaseDataVariableType"
+}
+
+// propertyValue is the value of v's property name.
+func (v *varNode) propertyValue(name string) (any, uint32) {
+	if name == propEngineeringUnits {
+		return ua.NewExtensionObject(&ua.EUInformation{NamespaceURI: unitsNamespace, UnitID: -1,
+			DisplayName: localized(v.meta.units), Description: localized(v.meta.units)}), id.EUInformation
+	}
+	return ua.NewExtensionObject(&ua.Range{Low: v.meta.low, High: v.meta.high}), id.Range
+}
+
+// propOf splits a property node id's string into its variable's key and
+// the property's name; ok only for a property the variable has.
+func (ns *siteNamespace) propLocked(sid string) (*varNode, string, bool) {
+	i := strings.LastIndexByte(sid, '/')
+	if i < 0 {
+		return nil, "", false
+	}
+	v, ok := ns.vars[sid[:i]]
+	if !ok {
+		return nil, "", false
+	}
+	name := sid[i+1:]
+	for _, p := range v.properties() {
+		if p == name {
+			return v, name, true
+		}
+	}
+	return nil, "", false
+}
+
+func (ns *siteNamespace) propID(instance, attr, prop string) *ua.NodeID {
+	return ua.NewStringNodeID(ns.idx, instance+"."+attr+"/"+prop)
+}
+
+// EURange returns the EURange of the variable nid, if it has one.
+func (ns *siteNamespace) EURange(nid *ua.NodeID) (low, high float64, ok bool) {
+	v, found := ns.lookupVar(nid)
+	if !found || !v.meta.hasRange {
+		return 0, 0, false
+	}
+	return v.meta.low, v.meta.high, true
 }
 
 // ModelDiff counts what ApplyModel changed.
@@ -193,6 +280,7 @@ const (
 	kindRoot
 	kindFolder
 	kindVar
+	kindProp // a property of a variable (EngineeringUnits, EURange)
 )
 
 func (ns *siteNamespace) kindLocked(nid *ua.NodeID) nodeKind {
@@ -213,6 +301,9 @@ func (ns *siteNamespace) kindLocked(nid *ua.NodeID) nodeKind {
 	}
 	if _, ok := ns.vars[nid.StringID()]; ok {
 		return kindVar
+	}
+	if _, _, ok := ns.propLocked(nid.StringID()); ok {
+		return kindProp
 	}
 	return kindNone
 }
@@ -253,10 +344,13 @@ func (ns *siteNamespace) Node(nid *ua.NodeID) *server.Node {
 	switch k {
 	case kindRoot:
 		return ns.Objects()
-	case kindFolder, kindVar:
+	case kindFolder, kindVar, kindProp:
 		class, typ := ua.NodeClassObject, id.FolderType
-		if k == kindVar {
+		switch k {
+		case kindVar:
 			class, typ = ua.NodeClassVariable, id.BaseDataVariableType
+		case kindProp:
+			class, typ = ua.NodeClassVariable, id.PropertyType
 		}
 		name := nid.StringID()
 		return server.NewNode(nid, server.Attributes{
@@ -327,6 +421,9 @@ func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.Data
 	case kindVar:
 		v = ns.vars[nid.StringID()]
 		class, name = ua.NodeClassVariable, v.name
+	case kindProp:
+		pv, prop, _ := ns.propLocked(nid.StringID())
+		return propertyAttribute(pv, prop, nid, attr, now)
 	}
 	switch attr {
 	case ua.AttributeIDNodeID:
@@ -387,6 +484,42 @@ func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.Data
 	}
 }
 
+// propertyAttribute answers a read of one attribute of v's property
+// prop: a read-only PropertyType variable whose BrowseName is in
+// namespace 0.
+func propertyAttribute(v *varNode, prop string, nid *ua.NodeID, attr ua.AttributeID, now time.Time) *ua.DataValue {
+	value, dataType := v.propertyValue(prop)
+	switch attr {
+	case ua.AttributeIDNodeID:
+		return plainValue(nid, now)
+	case ua.AttributeIDNodeClass:
+		return plainValue(int32(ua.NodeClassVariable), now)
+	case ua.AttributeIDBrowseName:
+		return plainValue(&ua.QualifiedName{Name: prop}, now)
+	case ua.AttributeIDDisplayName:
+		return plainValue(localized(prop), now)
+	case ua.AttributeIDDescription:
+		return plainValue(localized(""), now)
+	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
+		return plainValue(uint32(0), now)
+	case ua.AttributeIDValue:
+		return plainValue(value, now)
+	case ua.AttributeIDDataType:
+		return plainValue(ua.NewNumericNodeID(0, dataType), now)
+	case ua.AttributeIDValueRank:
+		return plainValue(int32(-1), now)
+	case ua.AttributeIDArrayDimensions:
+		return plainValue([]uint32{}, now)
+	case ua.AttributeIDAccessLevel, ua.AttributeIDUserAccessLevel:
+		return plainValue(accessRead, now)
+	case ua.AttributeIDMinimumSamplingInterval:
+		return plainValue(float64(0), now)
+	case ua.AttributeIDHistorizing:
+		return plainValue(false, now)
+	}
+	return statusValue(ua.StatusBadAttributeIDInvalid, now)
+}
+
 type ref struct {
 	refType  uint32
 	forward  bool
@@ -428,9 +561,19 @@ func (ns *siteNamespace) Browse(bd *ua.BrowseDescription) *ua.BrowseResult {
 		}
 	case kindVar:
 		v := ns.vars[bd.NodeID.StringID()]
+		typ, typName := v.typeDefinition()
 		refs = append(refs,
-			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.BaseDataVariableType), name: "BaseDataVariableType", class: ua.NodeClassVariableType},
+			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, typ), name: typName, class: ua.NodeClassVariableType},
 			ref{refType: id.HasComponent, forward: false, target: ns.folderID(v.instance), name: v.instance, class: ua.NodeClassObject, typeDef: id.FolderType, targetNS: ns.idx})
+		for _, p := range v.properties() {
+			refs = append(refs, ref{refType: id.HasProperty, forward: true, target: ns.propID(v.instance, v.name, p), name: p, class: ua.NodeClassVariable, typeDef: id.PropertyType})
+		}
+	case kindProp:
+		v, _, _ := ns.propLocked(bd.NodeID.StringID())
+		typ, _ := v.typeDefinition()
+		refs = append(refs,
+			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.PropertyType), name: "PropertyType", class: ua.NodeClassVariableType},
+			ref{refType: id.HasProperty, forward: false, target: ns.varID(v.instance, v.name), name: v.name, class: ua.NodeClassVariable, typeDef: typ, targetNS: ns.idx})
 	}
 	out := make([]*ua.ReferenceDescription, 0, len(refs))
 	for _, r := range refs {
@@ -475,6 +618,7 @@ func directionMatches(d ua.BrowseDirection, forward bool) bool {
 var refAncestors = map[uint32][]uint32{
 	id.Organizes:         {id.HierarchicalReferences, id.References},
 	id.HasComponent:      {id.Aggregates, id.HasChild, id.HierarchicalReferences, id.References},
+	id.HasProperty:       {id.Aggregates, id.HasChild, id.HierarchicalReferences, id.References},
 	id.HasTypeDefinition: {id.NonHierarchicalReferences, id.References},
 }
 

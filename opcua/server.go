@@ -216,6 +216,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			return s.readOne(&ua.ReadValueID{NodeID: nid, AttributeID: ua.AttributeIDValue}, s.clock.Now())
 		},
 		s.nodeExists, sendOn)
+	s.subs.euRange = s.ns.EURange
 	// A session that ends takes its subscriptions with it.
 	s.sessions = newSessionTable(s.subs.dropSession, clock.Now)
 	// The first level is computed before anything can read it, so no client

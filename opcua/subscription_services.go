@@ -284,10 +284,11 @@ type changeFilter struct {
 
 // itemFilter reads a monitored item's filter: none is StatusValue without
 // deadband. An absolute deadband is applied to numeric values; a percent
-// deadband needs the item's EURange, which no attribute has
-// (BadDeadbandFilterInvalid); other filters (events, aggregates) are not
-// supported.
-func itemFilter(f *ua.ExtensionObject) (changeFilter, ua.StatusCode) {
+// deadband (Part 8, 6.2: a percentage of the item's EURange, 0 to 100)
+// becomes the absolute deadband it amounts to for the range rng returns,
+// and is refused where the item has no EURange (BadFilterNotAllowed);
+// other filters (events, aggregates) are not supported.
+func itemFilter(f *ua.ExtensionObject, rng func() (low, high float64, ok bool)) (changeFilter, ua.StatusCode) {
 	if f == nil || f.Value == nil {
 		return changeFilter{trigger: ua.DataChangeTriggerStatusValue}, ua.StatusOK
 	}
@@ -309,7 +310,14 @@ func itemFilter(f *ua.ExtensionObject) (changeFilter, ua.StatusCode) {
 		}
 		out.deadband = dc.DeadbandValue
 	case ua.DeadbandTypePercent:
-		return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
+		low, high, ok := rng()
+		if !ok {
+			return changeFilter{}, ua.StatusBadFilterNotAllowed
+		}
+		if math.IsNaN(dc.DeadbandValue) || dc.DeadbandValue < 0 || dc.DeadbandValue > 100 {
+			return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
+		}
+		out.deadband = dc.DeadbandValue / 100 * (high - low)
 	default:
 		return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
 	}
@@ -336,7 +344,17 @@ func (m *subscriptions) checkItem(it *ua.MonitoredItemCreateRequest) (changeFilt
 	case !validMode(it.MonitoringMode):
 		return changeFilter{}, ua.StatusBadMonitoringModeInvalid
 	}
-	return itemFilter(it.RequestedParameters.Filter)
+	return itemFilter(it.RequestedParameters.Filter, m.rangeOf(it.ItemToMonitor.NodeID))
+}
+
+// rangeOf is the EURange lookup of the item watching nid.
+func (m *subscriptions) rangeOf(nid *ua.NodeID) func() (float64, float64, bool) {
+	return func() (float64, float64, bool) {
+		if m.euRange == nil {
+			return 0, 0, false
+		}
+		return m.euRange(nid)
+	}
 }
 
 func (m *subscriptions) createMonitoredItems(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
@@ -418,7 +436,7 @@ func (m *subscriptions) modifyMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 			res.StatusCode = ua.StatusBadNothingToDo
 			continue
 		}
-		filter, code := itemFilter(mod.RequestedParameters.Filter)
+		filter, code := itemFilter(mod.RequestedParameters.Filter, m.rangeOf(it.node))
 		if code != ua.StatusOK {
 			res.StatusCode = code
 			continue

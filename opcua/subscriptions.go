@@ -26,8 +26,9 @@ import (
 //
 // What it does, and what it leaves out:
 //   - data changes of the Value attribute only (ServiceLevel and the other
-//     namespace-0 variables, and the site's tags); no events, no deadband,
-//     no triggering, no TransferSubscriptions;
+//     namespace-0 variables, and the site's tags), with DataChangeFilter
+//     triggers and absolute or percent (EURange) deadbands; no events, no
+//     triggering, no TransferSubscriptions;
 //   - values arrive as "this node changed" (changed, fed by the notifier) and
 //     are read when they arrive; each monitored item keeps the latest value
 //     not yet sent, so the revised queue size is always 1 and a value
@@ -53,6 +54,8 @@ type subscriptions struct {
 	read func(nid *ua.NodeID) *ua.DataValue
 	// exists reports whether a monitored item may watch nid.
 	exists func(nid *ua.NodeID) bool
+	// euRange, when set, gives a node's EURange, for percent deadbands.
+	euRange func(nid *ua.NodeID) (low, high float64, ok bool)
 	// send writes one response on a secure channel.
 	send func(sc *uasc.SecureChannel, reqID uint32, resp ua.Response) error
 	// wake tells run that a subscription was added or retimed.

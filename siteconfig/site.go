@@ -174,10 +174,21 @@ type Attribute struct {
 	Writable    bool   `yaml:"writable"`
 	Description string `yaml:"description,omitempty"`
 	Units       string `yaml:"units,omitempty"`
+	// EURange is the value's normal operating range (OPC UA Part 8
+	// EURange): served as the variable's EURange property, which makes it
+	// an AnalogItem, and what a client's percent deadband is a percentage
+	// of. Numeric attributes only.
+	EURange *Range `yaml:"eu_range,omitempty"`
 	// AllowNonFinite lets a client write NaN or ±Inf to a Double or
 	// Float attribute; without it such a write is refused (BadOutOfRange)
 	// and never reaches the device.
 	AllowNonFinite bool `yaml:"allow_non_finite,omitempty"`
+}
+
+// Range is a numeric range, low below high.
+type Range struct {
+	Low  float64 `yaml:"low"`
+	High float64 `yaml:"high"`
 }
 
 // Target is a store-and-forward delivery endpoint.

@@ -493,6 +493,16 @@ func (v *validator) instance(p string, in *Instance, conns map[string]Connection
 		v.tag(field(ap, "tag"), a.Tag, attrKind, okAttrConn)
 		v.text(field(ap, "description"), a.Description, MaxTextLength)
 		v.text(field(ap, "units"), a.Units, MaxNameLength)
+		if r := a.EURange; r != nil {
+			switch {
+			case !a.Type.Numeric():
+				v.add(field(ap, "eu_range"), "set on a %s attribute; only numeric attributes (int32, int64, float, double) have a range", a.Type)
+			case math.IsNaN(r.Low) || math.IsInf(r.Low, 0) || math.IsNaN(r.High) || math.IsInf(r.High, 0):
+				v.add(field(ap, "eu_range"), "low %v and high %v must be finite numbers", r.Low, r.High)
+			case r.Low >= r.High:
+				v.add(field(ap, "eu_range"), "low %v must be below high %v", r.Low, r.High)
+			}
+		}
 	}
 }
 

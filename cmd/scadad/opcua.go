@@ -248,6 +248,14 @@ func (s *opcuaService) status() (uint32, []*controlpb.OPCUAVerdict) {
 	return level, out
 }
 
+// euRange is an attribute's configured range for the address space.
+func euRange(r *siteconfig.Range) *opcua.Range {
+	if r == nil {
+		return nil
+	}
+	return &opcua.Range{Low: r.Low, High: r.High}
+}
+
 // model maps the site's instances onto the OPC UA address space.
 func model(site *siteconfig.Site) opcua.Model {
 	var m opcua.Model
@@ -255,7 +263,7 @@ func model(site *siteconfig.Site) opcua.Model {
 		mi := opcua.Instance{Name: in.Name}
 		for _, a := range in.Attributes {
 			mi.Attributes = append(mi.Attributes, opcua.Attribute{Name: a.Name, Type: opcuaType(a.Type), Writable: a.Writable,
-				Description: a.Description, AllowNonFinite: a.AllowNonFinite})
+				Description: a.Description, AllowNonFinite: a.AllowNonFinite, Units: a.Units, EURange: euRange(a.EURange)})
 		}
 		m.Instances = append(m.Instances, mi)
 	}
