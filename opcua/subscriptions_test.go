@@ -651,7 +651,7 @@ func TestCreateMonitoredItemsValidation(t *testing.T) {
 		{"absolute deadband", item(func(r *ua.MonitoredItemCreateRequest) { r.RequestedParameters.Filter = deadband }), ua.StatusOK},
 		{"percent deadband without an EURange", item(func(r *ua.MonitoredItemCreateRequest) {
 			r.RequestedParameters.Filter = ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue, DeadbandType: uint32(ua.DeadbandTypePercent), DeadbandValue: 5})
-		}), ua.StatusBadDeadbandFilterInvalid},
+		}), ua.StatusBadFilterNotAllowed}, // the CTT expects this (or BadMonitoredItemFilterUnsupported),
 		{"negative deadband", item(func(r *ua.MonitoredItemCreateRequest) {
 			r.RequestedParameters.Filter = ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue, DeadbandType: uint32(ua.DeadbandTypeAbsolute), DeadbandValue: -1})
 		}), ua.StatusBadDeadbandFilterInvalid},
