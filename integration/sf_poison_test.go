@@ -82,4 +82,15 @@ func TestSFPoisonMessageParksAtOnceAndRetryAfterIsHonoured(t *testing.T) {
 		t.Fatalf("retried %v after a 503 with Retry-After: 2, want about 2 s", gap)
 	}
 	t.Logf("retried %v after Retry-After: 2", reqs[1].Time.Sub(reqs[0].Time))
+
+	// sf targets: every target with its kind, endpoint and state.
+	var targets []*controlpb.SFTargetStats
+	testwait.For(t, 10*time.Second, "sf targets showing both targets idle", func() bool {
+		targets = nil
+		ctlJSON(t, c, nil, &targets, "sf", "targets")
+		return len(targets) == 2 && targets[0].State == "idle" && targets[1].State == "idle"
+	})
+	if tg := targets[1]; tg.Target != "poison" || tg.Kind != "http" || tg.Endpoint != poison.URL || tg.MaxInFlight != 1 || tg.BatchMaxMessages != 1 {
+		t.Fatalf("sf targets: %+v", tg)
+	}
 }

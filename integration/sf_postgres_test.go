@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -60,6 +61,11 @@ func TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
 			pg.DSN, pg.PasswordFile)
 	deploySite(t, c, []byte(site))
 	active := waitOneActive(t, c, 10*time.Second)
+	var targets []*controlpb.SFTargetStats
+	ctlJSON(t, c, nil, &targets, "sf", "targets")
+	if len(targets) != 1 || targets[0].Kind != "postgres" || targets[0].Endpoint != fmt.Sprintf("127.0.0.1:%d/postgres table history", pg.Port) || targets[0].BatchMaxMessages != 500 {
+		t.Fatalf("sf targets: %+v", targets)
+	}
 
 	const producers, per = 10, 1000
 	var acked atomic.Int64

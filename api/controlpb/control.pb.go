@@ -2412,9 +2412,18 @@ type SFTargetStats struct {
 	LastError       string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	DeliveredTotal  uint64                 `protobuf:"varint,7,opt,name=delivered_total,json=deliveredTotal,proto3" json:"delivered_total,omitempty"`
 	// The target's max_pending (0: no cap).
-	MaxPending    uint64 `protobuf:"varint,8,opt,name=max_pending,json=maxPending,proto3" json:"max_pending,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxPending uint64 `protobuf:"varint,8,opt,name=max_pending,json=maxPending,proto3" json:"max_pending,omitempty"`
+	// What scadactl sf targets shows: the target's kind, where it delivers
+	// (without credentials), its batch and window, and what delivery is
+	// doing on the answering node (delivering, idle, failing, standby, not
+	// configured).
+	Kind             string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	Endpoint         string `protobuf:"bytes,10,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	BatchMaxMessages int32  `protobuf:"varint,11,opt,name=batch_max_messages,json=batchMaxMessages,proto3" json:"batch_max_messages,omitempty"`
+	MaxInFlight      int32  `protobuf:"varint,12,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	State            string `protobuf:"bytes,13,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SFTargetStats) Reset() {
@@ -2501,6 +2510,41 @@ func (x *SFTargetStats) GetMaxPending() uint64 {
 		return x.MaxPending
 	}
 	return 0
+}
+
+func (x *SFTargetStats) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SFTargetStats) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *SFTargetStats) GetBatchMaxMessages() int32 {
+	if x != nil {
+		return x.BatchMaxMessages
+	}
+	return 0
+}
+
+func (x *SFTargetStats) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *SFTargetStats) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
 }
 
 type SFStatsResponse struct {
@@ -4415,7 +4459,7 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"&\n" +
 	"\x0eSFStatsRequest\x12\x14\n" +
-	"\x05local\x18\x01 \x01(\bR\x05local\"\x98\x02\n" +
+	"\x05local\x18\x01 \x01(\bR\x05local\"\xb0\x03\n" +
 	"\rSFTargetStats\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x04R\apending\x12\x16\n" +
@@ -4426,7 +4470,13 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"last_error\x18\x06 \x01(\tR\tlastError\x12'\n" +
 	"\x0fdelivered_total\x18\a \x01(\x04R\x0edeliveredTotal\x12\x1f\n" +
 	"\vmax_pending\x18\b \x01(\x04R\n" +
-	"maxPending\"u\n" +
+	"maxPending\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x12\x1a\n" +
+	"\bendpoint\x18\n" +
+	" \x01(\tR\bendpoint\x12,\n" +
+	"\x12batch_max_messages\x18\v \x01(\x05R\x10batchMaxMessages\x12\"\n" +
+	"\rmax_in_flight\x18\f \x01(\x05R\vmaxInFlight\x12\x14\n" +
+	"\x05state\x18\r \x01(\tR\x05state\"u\n" +
 	"\x0fSFStatsResponse\x12:\n" +
 	"\atargets\x18\x01 \x03(\v2 .scadad.control.v1.SFTargetStatsR\atargets\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +

@@ -71,6 +71,8 @@ type options struct {
 	stall                        time.Duration
 	conns                        int
 	deliverN, deliverInFlight    int
+	deliverBatch                 int
+	deliverKind                  string
 	witness, keep, sinkFsync     bool
 	pprof                        bool
 	cpuProfile                   string
@@ -240,7 +242,7 @@ func main() {
 			fatalf("deliver phase: %v", err)
 		}
 		rep.Deliver = d
-		fmt.Printf("deliver: %d messages drained to a local sink (sink fsync=%v, max_in_flight=%d) in %.2fs: %.0f messages/s\n", d.Messages, o.sinkFsync, o.deliverInFlight, d.Seconds, d.PerSecond)
+		fmt.Printf("deliver: %d messages drained to a local %s target (sink fsync=%v, max_in_flight=%d, batch_max_messages=%d) in %.2fs: %.0f messages/s\n", d.Messages, o.deliverKind, o.sinkFsync, o.deliverInFlight, o.deliverBatch, d.Seconds, d.PerSecond)
 	}
 	if strings.Contains(o.phases, "deploy") {
 		d, err := b.deployPhase()
@@ -314,6 +316,8 @@ func parseFlags() options {
 	flag.DurationVar(&o.settle, "settle", 2*time.Second, "failover: idle time after the cluster is healthy before each kill")
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
+	flag.IntVar(&o.deliverBatch, "deliver-batch", 0, "deliver: the target's batch_max_messages (0: one message per delivery)")
+	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink) or postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres, stopped while the buffer fills)")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
@@ -394,6 +398,7 @@ type bench struct {
 	c    *testcluster.Cluster
 	o    options
 	sink *testcluster.Sink
+	pg   *testcluster.Postgres // -deliver-kind postgres
 	tls  *tls.Config
 	// stats is the one connection the drain polls over: a new TLS
 	// handshake every poll would load the machine being measured.
@@ -422,9 +427,18 @@ func (b *bench) setup() error {
 		return err
 	}
 	site := testcluster.SiteConfig("bench", map[string]string{"bench": b.sink.URL}, 0)
+	if b.o.deliverKind == "postgres" {
+		if b.pg, err = testcluster.StartPostgres(b.c.Dir); err != nil {
+			return err
+		}
+		b.pg.Stop() // refusing (down) until the deliver phase
+		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
+			"  - {name: bench, kind: postgres, postgres: {dsn: %q, password_file: %q, table: bench}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
+			b.pg.DSN, b.pg.PasswordFile))
+	}
 	// A long backoff: refused deliveries during the write phases stay rare.
 	site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
-	site = []byte(strings.Replace(string(site), "max_payload_bytes: 65536}", fmt.Sprintf("max_payload_bytes: 65536, max_in_flight: %d}", b.o.deliverInFlight), 1))
+	site = []byte(strings.Replace(string(site), "max_payload_bytes: 65536}", fmt.Sprintf("max_payload_bytes: 65536, max_in_flight: %d, batch_max_messages: %d}", b.o.deliverInFlight, b.o.deliverBatch), 1))
 	file := filepath.Join(b.c.Dir, "site.yaml")
 	if err := os.WriteFile(file, site, 0o644); err != nil {
 		return err
@@ -921,6 +935,12 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	// refused the head of the queue and the target now waits 30 s.
 	if err := b.sink.SetFailing(false); err != nil {
 		return nil, err
+	}
+	if b.pg != nil {
+		if err := b.pg.Start(); err != nil {
+			return nil, err
+		}
+		defer b.pg.Stop()
 	}
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "failover"); err != nil || code != 0 {
 		return nil, fmt.Errorf("failover to restart delivery: exit %d %s %v", code, errs, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 )
 
-const sfUsage = "sf stats [--local] | list [--target T] [--parked] [--limit N] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]"
+const sfUsage = "sf stats [--local] | targets [--local] | list [--target T] [--parked] [--limit N] | retry ID...|--all --target T | discard ID...|--all --target T | enqueue TARGET [--id ID] [--data TEXT]"
 
 func runSF(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
@@ -28,7 +28,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 	)
 	fs := flag.NewFlagSet("sf "+sub, flag.ContinueOnError)
 	switch sub {
-	case "stats":
+	case "stats", "targets":
 		fs.BoolVar(&local, "local", false, "the answering node's own replica instead of the Active's figures")
 	case "list":
 		fs.StringVar(&target, "target", "", "only this target's messages (default: every target)")
@@ -41,7 +41,7 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 		fs.StringVar(&id, "id", "", "idempotency key (generated when empty)")
 		fs.StringVar(&data, "data", "", "payload (default: read standard input)")
 	default:
-		return usagef("sf: unknown subcommand %q (stats, list, retry, discard, enqueue)", sub)
+		return usagef("sf: unknown subcommand %q (stats, targets, list, retry, discard, enqueue)", sub)
 	}
 	pos, err := g.parseFlags(fs, args[1:])
 	if err != nil {
@@ -73,6 +73,21 @@ func runSF(ctx context.Context, g *globals, args []string) error {
 					pending += fmt.Sprintf("/%d", t.MaxPending) // of its max_pending
 				}
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.1f\t%d\t%s\n", t.Target, pending, t.Parked, age, t.DeliveredPerSec, t.DeliveredTotal, orDash(t.LastError))
+			}
+		})
+	case "targets":
+		resp, err := c.SFStats(ctx, &controlpb.SFStatsRequest{Local: local})
+		if err != nil {
+			return rpcErr("sf targets", err)
+		}
+		if !resp.Live && resp.Node != "" {
+			fmt.Fprintf(g.stderr, "scadactl: from %s, which is not the Active: the state says what it does, not what the Active does\n", resp.Node)
+		}
+		return g.printOut(resp.Targets, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "TARGET\tKIND\tENDPOINT\tBATCH\tIN FLIGHT\tSTATE\tPENDING\tPARKED\tLAST ERROR\n")
+			for _, t := range resp.Targets {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", t.Target, orDash(t.Kind), orDash(t.Endpoint), t.BatchMaxMessages, t.MaxInFlight,
+					t.State, t.Pending, t.Parked, orDash(oneLine(t.LastError)))
 			}
 		})
 	case "list":

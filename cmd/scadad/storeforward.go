@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,18 +158,62 @@ func (s *sfService) Stats(ctx context.Context) ([]*controlpb.SFTargetStats, erro
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "sf stats: %v", err)
 	}
+	delivery := s.deliver.Status()
 	var out []*controlpb.SFTargetStats
 	for _, st := range stats {
 		ts := &controlpb.SFTargetStats{Target: st.Target, Pending: st.Pending, Parked: st.Parked, DeliveredPerSec: st.DeliveredPerSec, LastError: st.LastError, DeliveredTotal: st.Delivered}
 		if !st.OldestEnqueue.IsZero() {
 			ts.OldestUnixNano = st.OldestEnqueue.UnixNano()
 		}
-		if t, ok := s.deliver.Target(st.Target); ok && t.MaxPending > 0 {
+		t, configured := s.deliver.Target(st.Target)
+		if configured {
 			ts.MaxPending = uint64(t.MaxPending)
+			ts.Kind, ts.Endpoint = targetEndpoint(t)
+			ts.BatchMaxMessages, ts.MaxInFlight = int32(t.BatchMaxMessages), int32(t.MaxInFlight)
 		}
+		ts.State = targetState(configured, slices.Contains(delivery.Workers, st.Target), delivery.Active, st)
 		out = append(out, ts)
 	}
 	return out, nil
+}
+
+// targetEndpoint says where a target delivers, without credentials.
+func targetEndpoint(t storeforward.Target) (kind, endpoint string) {
+	switch set := t.Settings.(type) {
+	case pgtarget.Settings:
+		where := "dsn"
+		if u, err := url.Parse(set.DSN); err == nil && u.Host != "" {
+			where = u.Host + u.Path
+		} else {
+			for _, kv := range strings.Fields(set.DSN) {
+				if k, v, ok := strings.Cut(kv, "="); ok && (k == "host" || k == "dbname") {
+					where += " " + k + "=" + v
+				}
+			}
+		}
+		return pgtarget.Name, where + " table " + set.Table
+	}
+	if u, err := url.Parse(t.URL); err == nil {
+		return storeforward.KindHTTP, u.Redacted()
+	}
+	return storeforward.KindHTTP, ""
+}
+
+// targetState is what delivery does for a target on this node.
+func targetState(configured, worker, active bool, st storeforward.TargetStatus) string {
+	switch {
+	case !configured:
+		return "not configured (its messages stay in the buffer)"
+	case !active:
+		return "standby (the Active node delivers)"
+	case !worker:
+		return "starting"
+	case st.LastError != "":
+		return "failing"
+	case st.Pending > 0:
+		return "delivering"
+	}
+	return "idle"
 }
 
 // List reads pending or parked messages from this node's replica.
