@@ -97,8 +97,8 @@ type Service struct {
 	limits *limitEvaluator
 }
 
-// observation is field state to propose: one alarm's transition, or a
-// source's full snapshot (refresh).
+// observation is field state to propose: streamed transitions (a
+// source's full snapshot, refresh, is committed by the worker itself).
 type observation struct {
 	conds      []*fsmpb.AlarmCondition
 	refresh    bool
@@ -164,10 +164,13 @@ func (s *Service) active() (role.State, bool, string) {
 }
 
 // AlarmSnapshot implements subscribe.AlarmSink: a source's full condition
-// state from a confirmed subscribe (first, or after a session change).
-func (s *Service) AlarmSnapshot(connection, source string, alarms []gateway.Alarm) {
-	if _, ok, _ := s.active(); !ok {
-		return // a hot Standby's workers read; the Active records
+// state from a subscribe (first, or after a session change). It is
+// recorded before the subscribe counts as confirmed, and refused on a node
+// that is not the Active (a hot Standby's workers read, the Active
+// records): the worker then retries.
+func (s *Service) AlarmSnapshot(ctx context.Context, connection, source string, alarms []gateway.Alarm) error {
+	if _, ok, reason := s.active(); !ok {
+		return &NotActiveError{Op: "record an alarm refresh", Reason: reason}
 	}
 	conds := make([]*fsmpb.AlarmCondition, 0, len(alarms))
 	for _, a := range alarms {
@@ -175,7 +178,13 @@ func (s *Service) AlarmSnapshot(connection, source string, alarms []gateway.Alar
 			conds = append(conds, nativeCondition(connection, a))
 		}
 	}
-	s.enqueue(observation{conds: conds, refresh: true, source: source, connection: connection})
+	o := observation{conds: conds, refresh: true, source: source, connection: connection}
+	if _, err := s.commit(ctx, &fsmpb.Command{Body: &fsmpb.Command_AlarmObserve{AlarmObserve: &fsmpb.AlarmObserve{
+		Conditions: conds, RefreshSource: source, RefreshConnection: connection}}}); err != nil {
+		return fmt.Errorf("record the refresh of %q on %q: %w", source, connection, err)
+	}
+	s.reconcileAcks(ctx, o)
+	return nil
 }
 
 // AlarmChange implements subscribe.AlarmSink: one streamed transition.
@@ -229,8 +238,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // proposeLoop commits queued observations: streamed transitions gathered
-// into one command (an alarm at most once per command), each refresh a
-// command of its own, followed by the acknowledgement reconcile.
+// into one command (an alarm at most once per command).
 func (s *Service) proposeLoop(ctx context.Context) {
 	for {
 		var first observation
@@ -258,13 +266,6 @@ func (s *Service) proposeLoop(ctx context.Context) {
 			pending, seen = nil, map[string]bool{}
 		}
 		for _, o := range batch {
-			if o.refresh {
-				flush()
-				if s.propose(ctx, &fsmpb.AlarmObserve{Conditions: o.conds, RefreshSource: o.source, RefreshConnection: o.connection}) {
-					s.reconcileAcks(ctx, o)
-				}
-				continue
-			}
 			for _, c := range o.conds {
 				if seen[c.AlarmId] || len(pending) >= fsm.MaxAlarmConditions {
 					flush()

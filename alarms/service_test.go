@@ -151,7 +151,7 @@ func TestAckReachesTheGatewayWithTheEpochOnlyOnTheActive(t *testing.T) {
 	r := &localRaft{f: f}
 	roles := role.NewBroadcaster(active)
 	rig := startService(t, f, r, roles, &memQueue{ids: map[string]int{}})
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1), alarm("A2", true, false, 1)})
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1), alarm("A2", true, false, 1)})
 	testwait.For(t, 5*time.Second, "snapshot recorded", func() bool { recs, _ := f.Alarms(); return len(recs) == 2 })
 
 	// Standby, and Detached on a pair: refused, counted, nothing reaches
@@ -204,7 +204,7 @@ func TestHistoryExactlyOnceAcrossAFailover(t *testing.T) {
 	q := &memQueue{ids: map[string]int{}}
 	roles := role.NewBroadcaster(active)
 	rig := startService(t, f, r, roles, q)
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1), alarm("A2", true, false, 1)})
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1), alarm("A2", true, false, 1)})
 	testwait.For(t, 5*time.Second, "two raises enqueued", func() bool { return len(q.stored()) == 2 })
 	testwait.For(t, 5*time.Second, "mark raised", func() bool { _, mark, _ := f.AlarmLogPosition(); return mark == 2 })
 	rig.stop()
@@ -258,7 +258,7 @@ func TestStandbyEmitsNoHistoryAndCountsTheDenial(t *testing.T) {
 	q := &memQueue{ids: map[string]int{}}
 	roles := role.NewBroadcaster(active)
 	rig := startService(t, f, r, roles, q)
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
 	testwait.For(t, 5*time.Second, "raise enqueued", func() bool { return len(q.stored()) == 1 })
 	roles.Publish(role.State{Role: role.Standby, Voters: 2})
 	// Transitions committed by another Active while this node is Standby.
@@ -273,8 +273,10 @@ func TestStandbyEmitsNoHistoryAndCountsTheDenial(t *testing.T) {
 		t.Fatalf("the Standby enqueued %d more", n-1)
 	}
 	// A snapshot reaching a Standby's (hot) worker is not recorded.
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("B1", true, false, 1)})
-	time.Sleep(100 * time.Millisecond) // nothing to wait for: it must not happen
+	var na *NotActiveError
+	if err := rig.svc.AlarmSnapshot(context.Background(), "mx1", "Z28061", []gateway.Alarm{alarm("B1", true, false, 1)}); !errors.As(err, &na) {
+		t.Fatalf("a refresh on the Standby: %v, want NotActiveError (the worker retries)", err)
+	}
 	if _, ok, _ := f.Alarm("B1"); ok {
 		t.Fatal("a Standby recorded a field observation")
 	}
@@ -284,13 +286,13 @@ func TestReconcileResendsTheReplicatedAckTheGatewayLacks(t *testing.T) {
 	f := newFSM(t)
 	r := &localRaft{f: f}
 	rig := startService(t, f, r, role.NewBroadcaster(active), &memQueue{ids: map[string]int{}})
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
 	testwait.For(t, 5*time.Second, "recorded", func() bool { _, ok, _ := f.Alarm("A1"); return ok })
 	// Recorded acknowledged (the old Active), never reached the gateway.
 	if _, err := r.Propose(context.Background(), &fsmpb.Command{Body: &fsmpb.Command_AlarmAck{AlarmAck: &fsmpb.AlarmAck{AlarmId: "A1", Operator: "alice", Comment: "c"}}}); err != nil {
 		t.Fatal(err)
 	}
-	rig.svc.AlarmSnapshot("mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
 	testwait.For(t, 5*time.Second, "ack re-sent", func() bool { return rig.acker.n() == 1 })
 	if c := rig.acker.calls[0]; c.id != "A1" || c.operator != "alice" || c.comment != "c" {
 		t.Fatalf("re-sent %+v", c)
@@ -363,4 +365,11 @@ func TestLimitOnDelayCompletesWithoutANewValue(t *testing.T) {
 		defer mu.Unlock()
 		return len(got) == 1 && got[0].ConditionState == LevelHi
 	})
+}
+
+func mustSnapshot(t *testing.T, s *Service, conn, source string, alarms []gateway.Alarm) {
+	t.Helper()
+	if err := s.AlarmSnapshot(context.Background(), conn, source, alarms); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -29,9 +29,11 @@ func alarmWorkerLabel(source string) string { return "alarms:" + source }
 // connection are not concurrent with each other.
 type AlarmSink interface {
 	// AlarmSnapshot is the full current condition of a source's alarms,
-	// from a confirmed subscribe: on the first subscribe and after every
-	// session change, so it is the condition refresh too.
-	AlarmSnapshot(connection, source string, alarms []gateway.Alarm)
+	// from a subscribe: on the first subscribe and after every session
+	// change, so it is the condition refresh too. An error fails the
+	// attempt (the worker retries under its backoff): a refresh the sink
+	// could not record must not count as a confirmed subscription.
+	AlarmSnapshot(ctx context.Context, connection, source string, alarms []gateway.Alarm) error
 	// AlarmChange is one transition from the active-alarm stream.
 	AlarmChange(connection string, a gateway.Alarm)
 }
@@ -66,9 +68,9 @@ func (s *alarmSubscription) Subscribe(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if sink := s.conn.alarms; sink != nil {
-		s.conn.alarmMu.Lock()
-		sink.AlarmSnapshot(s.conn.cfg.Name, s.source, alarms)
-		s.conn.alarmMu.Unlock()
+		if err := sink.AlarmSnapshot(ctx, s.conn.cfg.Name, s.source, alarms); err != nil {
+			return fmt.Errorf("record the alarms of %q: %w", s.source, err)
+		}
 	}
 	return nil
 }
@@ -100,8 +102,6 @@ func (c *connection) AlarmChange(a gateway.Alarm) {
 	if !ok || c.alarms == nil {
 		return
 	}
-	c.alarmMu.Lock()
-	defer c.alarmMu.Unlock()
 	c.alarms.AlarmChange(c.cfg.Name, a)
 }
 

@@ -80,14 +80,16 @@ type alarmSinkRec struct {
 	mu        sync.Mutex
 	snapshots map[string][][]gateway.Alarm
 	changes   []gateway.Alarm
+	refuse    error
 }
 
 func newAlarmSinkRec() *alarmSinkRec { return &alarmSinkRec{snapshots: map[string][][]gateway.Alarm{}} }
 
-func (s *alarmSinkRec) AlarmSnapshot(conn, source string, alarms []gateway.Alarm) {
+func (s *alarmSinkRec) AlarmSnapshot(_ context.Context, conn, source string, alarms []gateway.Alarm) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.snapshots[source] = append(s.snapshots[source], alarms)
+	return s.refuse
 }
 
 func (s *alarmSinkRec) AlarmChange(conn string, a gateway.Alarm) {
@@ -332,4 +334,27 @@ func TestAlarmStormOneInFlightPerSource(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A snapshot the sink cannot record (the node is not the Active yet) fails
+// the attempt: the worker retries instead of counting a refresh nobody
+// recorded as confirmed.
+func TestAlarmWorkerSnapshotRefusedBySinkRetries(t *testing.T) {
+	r := startAlarmWorker(t, fast)
+	r.sink.mu.Lock()
+	r.sink.refuse = errors.New("not the Active")
+	r.sink.mu.Unlock()
+	r.answer(t, 0, []gateway.Alarm{{ID: "A1", Source: "Z28061", Active: true}}, nil)
+	if st := r.w.Status(); st.Confirmed || st.LastEvent != EventFailed {
+		t.Fatalf("after a refused snapshot %+v, want a failed, unconfirmed attempt", st)
+	}
+	r.sink.mu.Lock()
+	r.sink.refuse = nil
+	r.sink.mu.Unlock()
+	r.step(t, 400*time.Millisecond)
+	testwait.For(t, 10*time.Second, "retry", func() bool { return r.conn.n() == 2 })
+	r.answer(t, 1, nil, nil)
+	if !r.w.Status().Confirmed {
+		t.Fatal("the retry's recorded snapshot did not confirm")
+	}
 }

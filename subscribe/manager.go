@@ -432,9 +432,6 @@ type connection struct {
 	// with a worker on this connection.
 	alarms       AlarmSink
 	alarmSources map[string]int
-	// alarmMu keeps the sink's calls for this connection one at a time
-	// (a snapshot and a streamed transition may race otherwise).
-	alarmMu sync.Mutex
 }
 
 func (c *connection) addWorker(name string, h *workerHandle) {
