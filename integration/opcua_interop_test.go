@@ -17,7 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopcua/opcua/ua"
+
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/opcua"
 )
 
 // interopDir holds the node-opcua scripts and their lock file; .ci/run
@@ -335,4 +339,172 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 			t.Fatalf("the survivor published ServiceLevel %d during the failover (levels %v), want none below 200", got.SurvivorMinLevel, got.LevelsAfter)
 		}
 	})
+}
+
+// TestUAClientAgainstNodeOPCUAServer runs the other direction: scadad's
+// client connection to an upstream OPC UA server (uaclient, gopcua's
+// client) against a node-opcua server over Basic256Sha256 SignAndEncrypt
+// with a user name and a client certificate, the server revising every
+// token lifetime to 3 s. The session must live through at least five
+// renewals of one secure channel with the values still coming, and the
+// upstream's Uncertain and Bad StatusCodes must reach scadad's own OPC UA
+// clients as they are.
+func TestUAClientAgainstNodeOPCUAServer(t *testing.T) {
+	node, dir := needNode(t)
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pki := t.TempDir()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "server.js"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(ports[0]), "PKI="+pki, "USER=feed", "PASS=feed-secret", "LIFETIME_MS=3000")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}()
+	// The server's lines: its endpoint first, then token counts.
+	lines := make(chan map[string]json.RawMessage, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(bytes.TrimSpace(sc.Bytes()), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	var endpoint, certPEM string
+	for endpoint == "" {
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatalf("server.js ended before listening:\n%s", stderr.Bytes())
+			}
+			if f, ok := m["fatal"]; ok {
+				t.Fatalf("server.js: %s", f)
+			}
+			_ = json.Unmarshal(m["endpoint"], &endpoint)
+			_ = json.Unmarshal(m["certificate"], &certPEM)
+		case <-ctx.Done():
+			t.Fatalf("server.js did not listen:\n%s", stderr.Bytes())
+		}
+	}
+	pemBytes, err := os.ReadFile(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		t.Fatalf("%s holds no PEM certificate", certPEM)
+	}
+	keys := t.TempDir()
+	serverDER, certFile, keyFile, passFile := filepath.Join(keys, "upstream.der"), filepath.Join(keys, "site.der"), filepath.Join(keys, "site.key.pem"), filepath.Join(keys, "site.pass")
+	if err := os.WriteFile(serverDER, block.Bytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := opcua.WriteSelfSigned(certFile, keyFile, "urn:test:site-client", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(passFile, []byte("feed-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, Witness: false, OPCUA: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	site := string(testcluster.SiteConfigGateway("uaclient", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5))
+	site = strings.Replace(site, "instances:\n", `  - name: upstream
+    kind: opcua
+    opcua:
+      endpoint: `+endpoint+`
+      security_policy: Basic256Sha256
+      security_mode: SignAndEncrypt
+      certificate_file: `+certFile+`
+      private_key_file: `+keyFile+`
+      identity: {type: username, username: feed, password_file: `+passFile+`}
+      server_certificate_file: `+serverDER+`
+      publishing_interval: 100ms
+      backoff_floor: 100ms
+      backoff_max: 1s
+instances:
+  - name: Up
+    connection: upstream
+    attributes:
+      - {name: Level, type: double, tag: "nsu=urn:test:upstream;s=Plant.Level"}
+      - {name: Stale, type: double, tag: "nsu=urn:test:upstream;s=Plant.Stale"}
+      - {name: Broken, type: double, tag: "nsu=urn:test:upstream;s=Plant.Broken"}
+`, 1)
+	deploySite(t, c, []byte(site))
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active", func() bool { return serviceLevel(active.OPCUA) == 250 })
+	ac := uaClient(t, active.OPCUA)
+	level := siteNode(t, ac, "Up.Level")
+	waitGoodChanging(t, ac, level, 60*time.Second, "a good, changing Up.Level from the node-opcua server")
+	for name, want := range map[string]ua.StatusCode{"Up.Stale": ua.StatusUncertainLastUsableValue, "Up.Broken": ua.StatusBadSensorFailure} {
+		nid := siteNode(t, ac, name)
+		testwait.For(t, 10*time.Second, name+" served with the upstream's "+want.Error(), func() bool {
+			dv, err := readValue(ac, nid)
+			return err == nil && dv.Status == want
+		})
+	}
+
+	// Five renewals of one channel, values Good and moving throughout;
+	// the counts the server printed before the client connected go.
+	for drained := false; !drained; {
+		select {
+		case <-lines:
+		default:
+			drained = true
+		}
+	}
+	var lastValue float64
+	renewals := 0
+	deadline := time.After(90 * time.Second)
+	for renewals < 5 {
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatalf("server.js ended:\n%s", stderr.Bytes())
+			}
+			var tokens []int
+			if json.Unmarshal(m["tokens"], &tokens) != nil {
+				continue
+			}
+			if len(tokens) != 1 {
+				t.Fatalf("the node-opcua server has %d secure channels open (%v), want the client's one: it reconnected", len(tokens), tokens)
+			}
+			if renewals = tokens[0] - 1; renewals < 0 {
+				t.Fatalf("token count %v", tokens)
+			}
+			dv, err := readValue(ac, level)
+			if err != nil || dv.Status != ua.StatusOK {
+				t.Fatalf("Up.Level after %d renewals: %v %v", renewals, dv, err)
+			}
+			lastValue = dv.Value.Value().(float64)
+		case <-deadline:
+			t.Fatalf("only %d token renewals within 90 s", renewals)
+		}
+	}
+	waitGoodChanging(t, ac, level, 10*time.Second, "Up.Level still moving after five renewals")
+	if lost := metricLine(active, `scadad_opcua_client_sessions_lost_total{connection="upstream"}`); lost != "" && lost != "0" {
+		t.Fatalf("the client connection lost its session %s times during the renewals", lost)
+	}
+	t.Logf("%d renewals of one secure channel; Up.Level %v and moving", renewals, lastValue)
 }
