@@ -334,15 +334,77 @@ func Watch(ctx context.Context, urls []string, nodeID string, out io.Writer) err
 
 // WatchWith is Watch with explicit client options.
 func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer, o ClientOptions) error {
+	return WatchEvents(ctx, urls, nodeID, o, func(e WatchEvent) { io.WriteString(out, e.Text()) })
+}
+
+// The kinds of WatchEvent.
+const (
+	WatchStarted      = "watching"
+	WatchFailover     = "failover"
+	WatchLeaving      = "leaving"
+	WatchPickFailed   = "pick_failed"
+	WatchValue        = "value"
+	WatchServiceLevel = "service_level"
+	WatchGap          = "gap"
+)
+
+// WatchEvent is one thing a watch saw: a value, the watched server's
+// ServiceLevel, a failover and the gap it caused. Fields a kind does not
+// use are zero.
+type WatchEvent struct {
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Endpoint string    `json:"endpoint,omitempty"`
+	// From is the endpoint a failover left.
+	From string `json:"from,omitempty"`
+	Node string `json:"node,omitempty"`
+	// Levels are the ServiceLevels the pick saw (watching, failover).
+	Levels map[string]byte `json:"service_levels,omitempty"`
+	// Level is the watched server's ServiceLevel (-1: unreadable).
+	Level *int `json:"service_level,omitempty"`
+	// Value, Status and Source are a value notification's.
+	Value  any       `json:"value,omitempty"`
+	Status string    `json:"status,omitempty"`
+	Source time.Time `json:"source_time,omitzero"`
+	// Gap runs from the last new Good value before a failover to the
+	// first after it.
+	Gap   time.Duration `json:"gap_ns,omitempty"`
+	Error string        `json:"error,omitempty"`
+}
+
+// Text is the event as one line for a person.
+func (e WatchEvent) Text() string {
+	at := stamp(e.Time)
+	switch e.Kind {
+	case WatchPickFailed:
+		return fmt.Sprintf("%s pick: %s\n", at, e.Error)
+	case WatchFailover:
+		return fmt.Sprintf("%s failover %s -> %s (levels %v)\n", at, e.From, e.Endpoint, e.Levels)
+	case WatchStarted:
+		return fmt.Sprintf("%s watching %s on %s (levels %v)\n", at, e.Node, e.Endpoint, e.Levels)
+	case WatchLeaving:
+		return fmt.Sprintf("%s leaving %s: %s\n", at, e.Endpoint, e.Error)
+	case WatchServiceLevel:
+		return fmt.Sprintf("%s %s ServiceLevel %d\n", at, e.Endpoint, *e.Level)
+	case WatchGap:
+		return fmt.Sprintf("%s notification gap %v\n", at, e.Gap)
+	default:
+		return fmt.Sprintf("%s %s %s = %v (%s, source %s)\n", at, e.Endpoint, e.Node, e.Value, e.Status, stamp(e.Source))
+	}
+}
+
+// WatchEvents is WatchWith handing each event to emit instead of
+// printing it.
+func WatchEvents(ctx context.Context, urls []string, nodeID string, o ClientOptions, emit func(WatchEvent)) error {
 	nid, err := ua.ParseNodeID(nodeID)
 	if err != nil {
 		return fmt.Errorf("watch: node id %q: %w", nodeID, err)
 	}
-	w := &watcher{out: out, opts: o, node: nid}
+	w := &watcher{emit: emit, opts: o, node: nid}
 	for ctx.Err() == nil {
 		url, levels, err := PickWith(ctx, urls, o)
 		if err != nil {
-			fmt.Fprintf(out, "%s pick: %v\n", stamp(time.Now()), err)
+			emit(WatchEvent{Time: time.Now(), Kind: WatchPickFailed, Error: err.Error()})
 			select {
 			case <-ctx.Done():
 			case <-time.After(500 * time.Millisecond):
@@ -350,10 +412,10 @@ func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer,
 			continue
 		}
 		if w.url != "" {
-			fmt.Fprintf(out, "%s failover %s -> %s (levels %v)\n", stamp(time.Now()), w.url, url, levels)
+			emit(WatchEvent{Time: time.Now(), Kind: WatchFailover, From: w.url, Endpoint: url, Levels: levels})
 			w.failedOver = true
 		} else {
-			fmt.Fprintf(out, "%s watching %s on %s (levels %v)\n", stamp(time.Now()), nodeID, url, levels)
+			emit(WatchEvent{Time: time.Now(), Kind: WatchStarted, Node: nodeID, Endpoint: url, Levels: levels})
 		}
 		w.url = url
 		reason := w.follow(ctx)
@@ -363,7 +425,7 @@ func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer,
 			return reason
 		}
 		if ctx.Err() == nil {
-			fmt.Fprintf(out, "%s leaving %s: %v\n", stamp(time.Now()), url, reason)
+			emit(WatchEvent{Time: time.Now(), Kind: WatchLeaving, Endpoint: url, Error: reason.Error()})
 			select {
 			case <-ctx.Done():
 			case <-time.After(250 * time.Millisecond):
@@ -379,7 +441,7 @@ var errUnknownNode = errors.New("the server has no such node")
 func stamp(t time.Time) string { return t.Format("15:04:05.000") }
 
 type watcher struct {
-	out  io.Writer
+	emit func(WatchEvent)
 	opts ClientOptions
 	node *ua.NodeID
 	url  string
@@ -493,7 +555,7 @@ func (w *watcher) follow(ctx context.Context) error {
 							lvl = int(b)
 						}
 					}
-					fmt.Fprintf(w.out, "%s %s ServiceLevel %d\n", stamp(time.Now()), w.url, lvl)
+					w.emit(WatchEvent{Time: time.Now(), Kind: WatchServiceLevel, Endpoint: w.url, Level: &lvl})
 					if level >= 0 && lvl < level {
 						return fmt.Errorf("ServiceLevel dropped %d -> %d", level, lvl)
 					}
@@ -502,7 +564,7 @@ func (w *watcher) follow(ctx context.Context) error {
 					now := time.Now()
 					if item.Value.Status == ua.StatusOK && item.Value.SourceTimestamp.After(w.lastSource) {
 						if w.failedOver && !w.lastValue.IsZero() {
-							fmt.Fprintf(w.out, "%s notification gap %v\n", stamp(now), now.Sub(w.lastValue).Round(time.Millisecond))
+							w.emit(WatchEvent{Time: now, Kind: WatchGap, Gap: now.Sub(w.lastValue).Round(time.Millisecond)})
 							w.failedOver = false
 						}
 						w.lastValue, w.lastSource = now, item.Value.SourceTimestamp
@@ -511,8 +573,8 @@ func (w *watcher) follow(ctx context.Context) error {
 					if item.Value.Value != nil {
 						v = item.Value.Value.Value()
 					}
-					fmt.Fprintf(w.out, "%s %s %s = %v (%s, source %s)\n", stamp(now), w.url, w.node, v,
-						statusName(item.Value.Status), stamp(item.Value.SourceTimestamp))
+					w.emit(WatchEvent{Time: now, Kind: WatchValue, Endpoint: w.url, Node: w.node.String(), Value: v,
+						Status: statusName(item.Value.Status), Source: item.Value.SourceTimestamp})
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -429,5 +430,44 @@ func TestProberLogsAStartingPeerQuietly(t *testing.T) {
 		if strings.Count(got, "\n") != 0 || !regexp.MustCompile(s.want).MatchString(got) {
 			t.Fatalf("step %d: logged %q, want one line matching %s", i, got, s.want)
 		}
+	}
+}
+
+// WatchEvents hands over what Watch prints, as values a script can
+// encode: the start, the ServiceLevel and each value with its status.
+func TestWatchEventsCarryWhatTheTextSays(t *testing.T) {
+	a := startServer(t, activeState(), nil)
+	if err := a.TagUpdate("Pump1", "Speed", 1.5, ua.StatusOK, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	kinds := map[string]WatchEvent{}
+	err := WatchEvents(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), ClientOptions{}, func(e WatchEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		kinds[e.Kind] = e
+		if _, err := json.Marshal(e); err != nil {
+			t.Errorf("event %+v does not encode: %v", e, err)
+		}
+		if kinds[WatchValue].Kind != "" && kinds[WatchServiceLevel].Kind != "" {
+			cancel()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	start, v, lvl := kinds[WatchStarted], kinds[WatchValue], kinds[WatchServiceLevel]
+	if start.Endpoint != a.Endpoint() || start.Levels[a.Endpoint()] != 250 {
+		t.Errorf("start: %+v", start)
+	}
+	if v.Value != 1.5 || v.Status != "Good" || v.Source.IsZero() || !strings.Contains(v.Text(), "Pump1.Speed = 1.5 (Good, source ") {
+		t.Errorf("value: %+v, text %q", v, v.Text())
+	}
+	if lvl.Level == nil || *lvl.Level != 250 {
+		t.Errorf("service level: %+v", lvl)
 	}
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"text/tabwriter"
+	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
 )
@@ -75,9 +77,20 @@ func TestOutputShortFormsAndJSONEverywhere(t *testing.T) {
 			t.Fatalf("%s json certs issue: exit %d, stdout %q, stderr %q; want JSON", flag, code, out, errs)
 		}
 	}
-	// The one exception says so rather than print text where JSON was asked.
-	if code, _, errs := scadactl(t, "", "-o", "json", "opcua", "watch", "opc.tcp://127.0.0.1:1", "ns=1;s=X"); code != 2 || !strings.Contains(errs, "live text stream") {
-		t.Errorf("opcua watch -o json: exit %d, %q; want exit 2 saying it streams text", code, errs)
+	// The live watch streams one JSON object per line until interrupted
+	// (here: a server that never answers, so every line is a failed pick).
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var watchOut, watchErr strings.Builder
+	if code := run(ctx, []string{"-o", "json", "opcua", "watch", "opc.tcp://127.0.0.1:1", "ns=1;s=X"}, strings.NewReader(""), &watchOut, &watchErr); code != 0 {
+		t.Errorf("opcua watch -o json: exit %d, %q", code, watchErr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(watchOut.String()), "\n")
+	for _, line := range lines {
+		var e struct{ Kind, Error string }
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.Kind != "pick_failed" || e.Error == "" {
+			t.Errorf("opcua watch -o json line %q: %v; want a pick_failed object", line, err)
+		}
 	}
 	code, out, errs := scadactl(t, "", "-o", "json", "opcua", "client-cert", "--uri", "urn:x", "--dir", dir, "--name", "hmi")
 	var v map[string]any
@@ -131,5 +144,19 @@ func TestEmptyListsPrintAsEmptyJSON(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != "[]" {
 		t.Fatalf("an empty list printed %q, want []", got)
+	}
+}
+
+// JSON has no numbers for NaN and ±Inf: a watched Double that reads NaN
+// must not end the stream with an encoding error.
+func TestWatchJSONValueCarriesNonFinite(t *testing.T) {
+	for in, want := range map[float64]string{math.NaN(): `"NaN"`, math.Inf(1): `"+Inf"`, math.Inf(-1): `"-Inf"`, 1.5: `1.5`} {
+		b, err := json.Marshal(jsonValue(in))
+		if err != nil || string(b) != want {
+			t.Errorf("%v: %s, %v; want %s", in, b, err, want)
+		}
+	}
+	if b, _ := json.Marshal(jsonValue(float32(math.Inf(1)))); string(b) != `"+Inf"` {
+		t.Errorf("float32 +Inf: %s", b)
 	}
 }

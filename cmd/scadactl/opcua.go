@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,12 +99,20 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		if len(args) != 3 {
 			return usagef("opcua watch URL,URL NODEID (e.g. \"ns=1;s=Pump1.Speed\")")
 		}
-		if g.output != "table" {
-			return usagef("opcua watch prints a live text stream, one line per value and failover; --output %s is not available for it", g.output)
-		}
 		// Watch prints one line per notification and every failover with
-		// the gap it caused, until interrupted.
-		err := opcua.WatchWith(ctx, urls, args[2], g.stdout, opts)
+		// the gap it caused, until interrupted; with --output json one
+		// JSON object per line (NDJSON), for a script to follow.
+		emit := func(e opcua.WatchEvent) { fmt.Fprint(g.stdout, e.Text()) }
+		if g.output == "json" {
+			enc := json.NewEncoder(g.stdout)
+			emit = func(e opcua.WatchEvent) {
+				e.Value = jsonValue(e.Value)
+				if err := enc.Encode(e); err != nil {
+					fmt.Fprintf(g.stderr, "opcua watch: %v\n", err)
+				}
+			}
+		}
+		err := opcua.WatchEvents(ctx, urls, args[2], opts, emit)
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("opcua watch: %w", err)
 		}
@@ -110,6 +120,30 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	default:
 		return usagef("opcua: unknown subcommand %q (pick, watch, client-cert)", strings.TrimSpace(args[0]))
 	}
+}
+
+// jsonValue is an OPC UA value as JSON can carry it: NaN and ±Inf,
+// which JSON has no numbers for, as the strings "NaN", "+Inf", "-Inf"
+// (as tag history sends them).
+func jsonValue(v any) any {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case float32:
+		f = float64(x)
+	default:
+		return v
+	}
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "+Inf"
+	case math.IsInf(f, -1):
+		return "-Inf"
+	}
+	return v
 }
 
 // opcuaClientCert makes a self-signed client application certificate for
