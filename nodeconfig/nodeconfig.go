@@ -70,6 +70,9 @@ type OPCUA struct {
 	// is urn:scadad:node:<node_id>, and its key.
 	Cert string `yaml:"cert"`
 	Key  string `yaml:"key"`
+	// Connections bound the OPC UA port (defaults: 256 in total, 64 per
+	// client address).
+	Connections ConnLimits `yaml:",inline"`
 }
 
 // PKIDir is the folder of this node's OPC UA certificates: own/ and
@@ -381,6 +384,7 @@ func (c *Config) ApplyDefaults() {
 	defConns(&c.HTTP.Connections, 1024, 256)
 	defConns(&c.API.Connections, 256, 64)
 	defConns(&c.Cluster.RaftConnections, 128, 32)
+	defConns(&c.OPCUA.Connections, 256, 64)
 	if c.HTTP.MaxBodyBytesInFlight == 0 {
 		c.HTTP.MaxBodyBytesInFlight = 64 << 20
 	}
@@ -567,6 +571,7 @@ func (c *Config) Validate() error {
 	conns("http", c.HTTP.Connections)
 	conns("api", c.API.Connections)
 	conns("cluster.raft_connections", c.Cluster.RaftConnections)
+	conns("opcua", c.OPCUA.Connections)
 	if c.HTTP.MaxBodyBytesInFlight < int64(c.SF.MaxPayloadBytes) {
 		bad("http.max_body_bytes_in_flight", "must hold at least one message of store_forward.max_payload_bytes (%d)", c.SF.MaxPayloadBytes)
 	}

@@ -72,6 +72,13 @@ type Config struct {
 	// MaxSessions caps activated client sessions (0: no cap); more are
 	// refused BadTooManySessions. Sessions idle for their timeout expire.
 	MaxSessions int
+	// MaxConnections and MaxConnectionsPerAddress bound the TCP
+	// connections open at once, in total and from one client address
+	// (0: no bound): over either a connection is reset as accepted and
+	// counted (scadad_opcua_connections_refused_total, reason total or
+	// per_address), so a flood spends this listener's descriptors only.
+	MaxConnections           int
+	MaxConnectionsPerAddress int
 	// AnonymousCanWrite lets anonymous sessions' writes on to the role
 	// gate (labs); otherwise only users with CanWrite write.
 	AnonymousCanWrite bool

@@ -272,6 +272,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start opcua server on %s: %w", s.cfg.endpointURL(), err)
 	}
+	ln = s.guardListener(ln)
 	runCtx, cancel := context.WithCancel(ctx)
 	lib := s.lib.Load()
 	var libCtx context.Context
@@ -756,7 +757,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_opcua_connections_refused_total",
-			Help: "TCP connections closed before the OPC UA server saw them, by reason (no_hello: closed, reset or silent before a whole Hello; not_hello; busy: too many waiting for their Hello; backend: the library's listener did not take it or answer its Hello).",
+			Help: "TCP connections closed before the OPC UA server saw them, by reason (no_hello: closed, reset or silent before a whole Hello; not_hello; busy: too many waiting for their Hello; backend: the library's listener did not take it or answer its Hello; total, per_address: over max_connections or max_connections_per_address).",
 		}, []string{"reason"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scadad_opcua_connections",

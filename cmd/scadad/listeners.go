@@ -22,7 +22,7 @@ const descriptorReserve = 256
 // listenerBudgets are the connection bounds of the node's listeners, fitted
 // into the process's descriptor limit.
 type listenerBudgets struct {
-	http, api, raft netguard.Limits
+	http, api, raft, opcua netguard.Limits
 }
 
 func limitsOf(c nodeconfig.ConnLimits) netguard.Limits {
@@ -34,13 +34,17 @@ func limitsOf(c nodeconfig.ConnLimits) netguard.Limits {
 // that a flood on one listener runs into its bound, never into EMFILE for
 // raft or the state file.
 func fitListenerBudgets(cfg *nodeconfig.Config, limit uint64, log zerolog.Logger) listenerBudgets {
-	b := listenerBudgets{http: limitsOf(cfg.HTTP.Connections), api: limitsOf(cfg.API.Connections), raft: limitsOf(cfg.Cluster.RaftConnections)}
+	b := listenerBudgets{http: limitsOf(cfg.HTTP.Connections), api: limitsOf(cfg.API.Connections), raft: limitsOf(cfg.Cluster.RaftConnections),
+		opcua: limitsOf(cfg.OPCUA.Connections)}
 	if cfg.HTTP.Listen == "" {
 		b.http = netguard.Limits{}
 	}
-	if netguard.FitDescriptors(limit, descriptorReserve, &b.http, &b.api, &b.raft) {
+	if self, _ := cfg.Self(); self.OPCUA == "" {
+		b.opcua = netguard.Limits{}
+	}
+	if netguard.FitDescriptors(limit, descriptorReserve, &b.http, &b.api, &b.raft, &b.opcua) {
 		log.Warn().Uint64("descriptor_limit", limit).Int("reserve", descriptorReserve).
-			Int("http", b.http.MaxConns).Int("api", b.api.MaxConns).Int("raft", b.raft.MaxConns).
+			Int("http", b.http.MaxConns).Int("api", b.api.MaxConns).Int("raft", b.raft.MaxConns).Int("opcua", b.opcua.MaxConns).
 			Msg("the open-files limit (ulimit -n, systemd LimitNOFILE) cannot hold the configured max_connections; lowered them to fit")
 	}
 	return b

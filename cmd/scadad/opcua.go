@@ -18,6 +18,7 @@ import (
 	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/opcua"
@@ -36,6 +37,7 @@ type opcuaService struct {
 	// empty: OwnCertificate's, under pkiDir).
 	cert, key string
 	pkiDir    string
+	limits    netguard.Limits // the OPC UA port's connection bounds
 	log       zerolog.Logger
 	reg       prometheus.Registerer
 	roles     role.Source
@@ -53,13 +55,13 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func startOPCUA(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, goRun func(string, func(context.Context) error)) *opcuaService {
+func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, goRun func(string, func(context.Context) error)) *opcuaService {
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
 		return nil
 	}
 	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd, gate: gate,
-		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir()}
+		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: limits}
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
 		if m.ID != cfg.NodeID && m.OPCUA != "" {
@@ -124,6 +126,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		NamespaceURI: site.OPCUA.NamespaceURI, SiteName: site.Name,
 		AllowAnonymous: site.OPCUA.Identities.Anonymous, AnonymousCanWrite: site.OPCUA.Identities.AnonymousCanWrite,
 		HotStandby: site.HotStandby, MaxSessions: site.OPCUA.MaxSessions,
+		MaxConnections: s.limits.MaxConns, MaxConnectionsPerAddress: s.limits.MaxConnsPerAddr,
 		CertFile: s.cert, KeyFile: s.key,
 		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),

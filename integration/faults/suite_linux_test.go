@@ -28,6 +28,7 @@ var (
 	flagOut       = flag.String("out", "", "folder for report.json, summary.txt and timeline.svg per mode (default: a temporary folder, kept and printed)")
 	flagPairSplit = flag.Bool("pair-split", true, "short profile: also run the pair partition longer than override_after (both sides go Active, then heal)")
 	flagLoopbck   = flag.Bool("loopback", false, "force the degraded loopback mode even when namespaces are available")
+	flagNodeYAML  = flag.String("node-yaml", "", "YAML merged over every node's config, e.g. $'raft:\\n  log_store: boltdb\\n'")
 	flagKinds     = flag.String("kinds", "", "comma-separated fault kinds to draw from alone, one per round (default: the mode's whole mix), e.g. isolate-active,kill-active to compare failovers")
 )
 
@@ -122,7 +123,7 @@ func TestFaults(t *testing.T) {
 func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) {
 	cfg := suiteConfig{
 		Mode: mode, Voters: 2, Witness: mode == "witness", OverrideAfter: 3 * time.Second,
-		Rounds: rounds, Seed: seed, Dir: t.TempDir(), ClientsPerNode: 2, CASClients: 2,
+		Rounds: rounds, Seed: seed, Dir: t.TempDir(), ClientsPerNode: 2, CASClients: 2, Extra: *flagNodeYAML,
 	}
 	var nw network
 	ok, why := netnsAvailable()
