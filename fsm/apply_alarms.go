@@ -272,6 +272,24 @@ func (x *alarmApplier) observe(c *fsmpb.AlarmCondition) error {
 	return nil
 }
 
+// knownAlarm opens the alarm buckets and loads alarm id, refusing (res.Err)
+// one that is not known: rec is nil then.
+func (a *applier) knownAlarm(id string, res *Result) (*alarmApplier, *fsmpb.AlarmRecord, error) {
+	x, err := a.alarmBuckets()
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, ok, err := x.load(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		res.Err = cmdErr(CodeUnknown, "alarm %q is not known", id)
+		return x, nil, nil
+	}
+	return x, rec, nil
+}
+
 func (a *applier) alarmOperator(id, operator, comment string) *CommandError {
 	return firstErr(checkID("alarm id", id), checkID("operator", operator), checkText("comment", comment, MaxTextBytes))
 }
@@ -281,17 +299,9 @@ func (a *applier) alarmAck(c *fsmpb.AlarmAck, res *Result) error {
 		res.Err = e
 		return nil
 	}
-	x, err := a.alarmBuckets()
-	if err != nil {
+	x, rec, err := a.knownAlarm(c.AlarmId, res)
+	if err != nil || rec == nil {
 		return err
-	}
-	rec, ok, err := x.load(c.AlarmId)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		res.Err = cmdErr(CodeUnknown, "alarm %q is not known", c.AlarmId)
-		return nil
 	}
 	stamp := a.cmd.StampUnixNano
 	switch {
@@ -323,17 +333,9 @@ func (a *applier) alarmShelve(c *fsmpb.AlarmShelve, res *Result) error {
 		res.Err = cmdErr(CodeInvalid, "alarm %q: negative shelve end", c.AlarmId)
 		return nil
 	}
-	x, err := a.alarmBuckets()
-	if err != nil {
+	x, rec, err := a.knownAlarm(c.AlarmId, res)
+	if err != nil || rec == nil {
 		return err
-	}
-	rec, ok, err := x.load(c.AlarmId)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		res.Err = cmdErr(CodeUnknown, "alarm %q is not known", c.AlarmId)
-		return nil
 	}
 	if rec.Shelved != c.Shelve || (c.Shelve && rec.ShelvedUntilUnixNano != c.UntilUnixNano) {
 		kind := AlarmShelved
@@ -357,17 +359,9 @@ func (a *applier) alarmComment(c *fsmpb.AlarmComment, res *Result) error {
 		res.Err = cmdErr(CodeInvalid, "alarm %q: empty comment", c.AlarmId)
 		return nil
 	}
-	x, err := a.alarmBuckets()
-	if err != nil {
+	x, rec, err := a.knownAlarm(c.AlarmId, res)
+	if err != nil || rec == nil {
 		return err
-	}
-	rec, ok, err := x.load(c.AlarmId)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		res.Err = cmdErr(CodeUnknown, "alarm %q is not known", c.AlarmId)
-		return nil
 	}
 	rec.LastComment, rec.LastCommentBy = c.Comment, c.Operator
 	if err := x.transition(rec, AlarmCommented, a.cmd.StampUnixNano, c.Operator, c.Comment); err != nil {

@@ -135,32 +135,13 @@ func (c *Client) AcknowledgeAlarm(ctx context.Context, id, operator, comment str
 }
 
 // streamAlarms keeps the session's active-alarm stream open, like
-// streamEvents: a graceful end reopens it on the same session.
+// streamEvents, where the gateway offers it and the handler wants alarms.
 func (c *Client) streamAlarms(ctx context.Context, s *liveSession) {
 	h, ok := c.cfg.Handler.(AlarmHandler)
 	if !ok || !s.caps[CapStreamActiveAlarms] {
 		return
 	}
-	for ctx.Err() == nil {
-		started := time.Now()
-		err := c.readAlarms(ctx, s, h)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			if time.Since(started) < c.cfg.ReconnectFloor {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(c.cfg.ReconnectFloor):
-				}
-			}
-			continue
-		}
-		c.log.Warn().Err(err).Str("session", s.id).Msg("gateway alarm stream failed")
-		s.markLost()
-		return
-	}
+	c.keepStream(ctx, s, "alarm", func() error { return c.readAlarms(ctx, s, h) })
 }
 
 func (c *Client) readAlarms(ctx context.Context, s *liveSession, h AlarmHandler) error {

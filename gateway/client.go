@@ -392,14 +392,22 @@ func (c *Client) serve(ctx context.Context, s *liveSession) {
 // streamEvents keeps one event stream open. A stream the server ends with OK
 // is reopened on the same session: a graceful end is not a disconnect.
 func (c *Client) streamEvents(ctx context.Context, s *liveSession) {
+	c.keepStream(ctx, s, "event", func() error { return c.readStream(ctx, s) })
+}
+
+// keepStream runs read (one server stream of session s) until ctx ends:
+// a stream that ends gracefully is reopened on the same session (not
+// sooner than ReconnectFloor after the last open), one that fails marks
+// the session lost.
+func (c *Client) keepStream(ctx context.Context, s *liveSession, what string, read func() error) {
 	for ctx.Err() == nil {
 		started := time.Now()
-		err := c.readStream(ctx, s)
+		err := read()
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			c.log.Debug().Str("session", s.id).Msg("gateway event stream ended gracefully; reopening on the same session")
+			c.log.Debug().Str("session", s.id).Msgf("gateway %s stream ended gracefully; reopening on the same session", what)
 			if time.Since(started) < c.cfg.ReconnectFloor {
 				// Avoid a hot loop against a server that ends every stream at once.
 				select {
@@ -410,7 +418,7 @@ func (c *Client) streamEvents(ctx context.Context, s *liveSession) {
 			}
 			continue
 		}
-		c.log.Warn().Err(err).Str("session", s.id).Msg("gateway event stream failed")
+		c.log.Warn().Err(err).Str("session", s.id).Msgf("gateway %s stream failed", what)
 		s.markLost()
 		return
 	}
