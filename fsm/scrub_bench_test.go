@@ -17,16 +17,26 @@ import (
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
 
-// BenchmarkScrub measures one unbounded Scrub of a state of SCRUB_MB
-// (default 256) MiB of pending messages: wall time and the process's CPU
-// time per GiB of state file. Run:
+// BenchmarkScrub measures one Scrub of a state of SCRUB_MB (default 256)
+// MiB of pending messages: wall time and the process's CPU time per GiB
+// of state file. SCRUB_SHARE (the walk's CPU share, state.scrub_cpu_share)
+// and SCRUB_BPS (the read's bytes per second, state.scrub_bytes_per_second)
+// bound it as scadad does; unset, it is unbounded. Run:
 // SCRUB_MB=1024 go test ./fsm -run '^$' -bench BenchmarkScrub -benchtime 1x
 func BenchmarkScrub(b *testing.B) {
 	mb := 256
 	if v := os.Getenv("SCRUB_MB"); v != "" {
 		fmt.Sscan(v, &mb)
 	}
-	f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: true})
+	var share float64
+	var bps int64
+	if v := os.Getenv("SCRUB_SHARE"); v != "" {
+		fmt.Sscan(v, &share)
+	}
+	if v := os.Getenv("SCRUB_BPS"); v != "" {
+		fmt.Sscan(v, &bps)
+	}
+	f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: true, DigestCPUShare: share})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,9 +73,11 @@ func BenchmarkScrub(b *testing.B) {
 	for range b.N {
 		cpu0 := cpuTime()
 		start := time.Now()
-		if _, _, err := f.Scrub(context.Background(), 0); err != nil {
+		if _, _, err := f.Scrub(context.Background(), bps); err != nil {
 			b.Fatal(err)
 		}
+		b.ReportMetric(time.Since(start).Seconds(), "wall-s")
+		b.ReportMetric((cpuTime()-cpu0).Seconds(), "cpu-s")
 		b.ReportMetric(time.Since(start).Seconds()/gib, "wall-s/GiB")
 		b.ReportMetric((cpuTime()-cpu0).Seconds()/gib, "cpu-s/GiB")
 	}
