@@ -130,7 +130,9 @@ func startService(t *testing.T, f *fsm.FSM, r *localRaft, roles *role.Broadcaste
 	return rig
 }
 
-func newFSM(t *testing.T) *fsm.FSM {
+func newFSM(t *testing.T) *fsm.FSM { return newFSMB(t) }
+
+func newFSMB(t testing.TB) *fsm.FSM {
 	t.Helper()
 	f, err := fsm.Open(filepath.Join(t.TempDir(), "state.db"), fsm.Options{Logger: zerolog.Nop(), NoSync: true})
 	if err != nil {

@@ -94,7 +94,7 @@ func startManager(t *testing.T, scfg sim.Config, hot bool, instances, attrs int)
 
 // runManager starts a manager with opts (metrics to a fresh registry, no
 // log) on cfg and stops it when the test ends.
-func runManager(t *testing.T, opts Options, cfg Config) *Manager {
+func runManager(t testing.TB, opts Options, cfg Config) *Manager {
 	t.Helper()
 	opts.Registerer, opts.Logger = prometheus.NewRegistry(), zerolog.Nop()
 	m, err := NewManager(opts)
