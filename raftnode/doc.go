@@ -5,7 +5,8 @@
 // transport, bootstrap from the configured membership, the witness hand-off,
 // the pair-mode availability override, the re-admission of a returning peer,
 // and the role stream (Active / Standby / Witness / Detached) that every
-// worker follows.
+// worker follows, with its acting view (Node.Acting): Active only while a
+// quorum confirmed the leadership recently, what side effects act on.
 //
 // raftnode must not: interpret commands (the FSM does), decide what an epoch
 // bump records (the OnOverride callback the wirer supplies does), run any

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/scadad/scadad/role"
 )
 
 // verifyInterval is how often a leader proves its leadership with a quorum
@@ -59,4 +61,29 @@ func (n *Node) ActiveFresh(window time.Duration) bool {
 	}
 	at := n.leaderVerifiedAt.Load()
 	return at != 0 && n.cfg.Clock.Now().Sub(time.Unix(0, at)) <= window
+}
+
+// Acting is the role stream as side effects must see it: the Active role
+// counts only while a quorum confirmed the leadership within window
+// (ActiveFresh). A leader that wakes from a freeze still believes it leads
+// until raft hears of the newer term; through this view it delivers
+// nothing, accepts no device write and does not answer /health/active
+// with 200 in that gap. Watch passes the stream on as it is: a watcher
+// reads Current when it acts.
+func (n *Node) Acting(window time.Duration) role.Source {
+	return actingRoles{Source: n.Role(), node: n, window: window}
+}
+
+type actingRoles struct {
+	role.Source
+	node   *Node
+	window time.Duration
+}
+
+func (a actingRoles) Current() role.State {
+	st := a.Source.Current()
+	if st.Role == role.Active && !a.node.ActiveFresh(a.window) {
+		st.Role = role.Detached
+	}
+	return st
 }

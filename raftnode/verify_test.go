@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/role"
 )
 
 func TestActiveFreshOnlyOnAVerifiedLeader(t *testing.T) {
@@ -26,5 +27,30 @@ func TestActiveFreshOnlyOnAVerifiedLeader(t *testing.T) {
 	// A zero window can never be met: the check is a real comparison.
 	if h.node(leader).ActiveFresh(0) {
 		t.Fatal("ActiveFresh(0) is true")
+	}
+}
+
+// Acting shows the leader as Active only while ActiveFresh holds, and
+// every other role as the stream has it.
+func TestActingIsActiveOnlyWhileFresh(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
+	for _, id := range []string{"a", "b", "w"} {
+		h.start(id)
+	}
+	leader := h.waitOneActive(15 * time.Second)
+	testwait.For(t, 5*time.Second, "the leader Active through Acting", func() bool {
+		return h.node(leader).Acting(300*time.Millisecond).Current().Role == role.Active
+	})
+	// A window no confirmation can meet: the leader acts on nothing.
+	if st := h.node(leader).Acting(0).Current(); st.Role != role.Detached {
+		t.Fatalf("Acting(0) on the leader: %v, want detached", st.Role)
+	}
+	for _, id := range []string{"a", "b"} {
+		if id != leader {
+			if got, want := h.node(id).Acting(time.Hour).Current().Role, h.node(id).Role().Current().Role; got != want {
+				t.Fatalf("Acting on follower %s: %v, want the stream's %v", id, got, want)
+			}
+		}
 	}
 }

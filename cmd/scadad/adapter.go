@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/scadad/scadad/raftnode"
-	"github.com/scadad/scadad/role"
 )
 
 // snapshotRestorer installs an operator's snapshot through Raft's user
@@ -33,24 +32,4 @@ func (s snapshotRestorer) RestoreSnapshot(ctx context.Context, appliedIndex uint
 		return fmt.Errorf("restore snapshot through raft: %w", err)
 	}
 	return nil
-}
-
-// freshRoles is the role stream as the side effects see it: the Active
-// role counts only while a quorum has confirmed the leadership within
-// window. A leader that wakes from a freeze (SIGSTOP, a stalled VM) still
-// believes it leads until raft hears of the newer term; through this view
-// it delivers nothing, accepts no device write and does not answer
-// /health/active with 200 in that gap.
-type freshRoles struct {
-	role.Source
-	node   *raftnode.Node
-	window time.Duration
-}
-
-func (f freshRoles) Current() role.State {
-	st := f.Source.Current()
-	if st.Role == role.Active && !f.node.ActiveFresh(f.window) {
-		st.Role = role.Detached
-	}
-	return st
 }

@@ -170,8 +170,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	roles := node.Role()
 	// Side effects follow the role only while a quorum keeps confirming it
 	// (half a heartbeat timeout: no other node can even start an election
-	// sooner), see freshRoles.
-	acting := freshRoles{Source: roles, node: node, window: cfg.Cluster.HeartbeatTimeout.D() / 2}
+	// sooner), see raftnode's Acting.
+	acting := node.Acting(cfg.Cluster.HeartbeatTimeout.D() / 2)
 
 	metrics := newNodeMetrics(reg)
 	validity, err := pki.ReadValidity(cfg.TLS.CA, cfg.TLS.Cert)
