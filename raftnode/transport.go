@@ -392,3 +392,108 @@ func explainTLSError(err error) string {
 	}
 	return "TLS handshake failed"
 }
+
+func (n *Node) newTransport() *noPipelineTransport {
+	return &noPipelineTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.stream.newView(),
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  n.hlog.Named("transport"),
+	}), appends: &n.appends}
+}
+
+// noPipelineTransport is raft's network transport with pipelined
+// replication turned off, so raft replicates with one AppendEntries at a
+// time per follower (each still carrying every entry that is ready).
+//
+// raft v1.7's pipeline can deadlock: when a follower answers
+// Success=false the response consumer returns, the transport's decoder
+// blocks handing over the next response, and the sender blocks handing it
+// the next request; the sender is the goroutine that would close the
+// pipeline, so nothing ever unblocks. Replication to that follower stops
+// while its heartbeats go on, and Shutdown waits forever (the fault suite
+// caught an override hung in it after a pair split). grafana/pyroscope#5518
+// analyses the same hang and also turns pipelining off.
+type noPipelineTransport struct {
+	*raft.NetworkTransport
+	appends *appendOutcomes
+}
+
+// AppendEntries implements raft.Transport, noting whether each follower
+// stored what it was sent (see appendOutcomes).
+func (t *noPipelineTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	if len(args.Entries) > 0 && t.appends != nil {
+		t.appends.note(string(id), err == nil && resp.Success)
+	}
+	return err
+}
+
+// appendOutcomes remembers, per follower, whether the last AppendEntries
+// carrying entries was stored. A follower that answers probes and
+// heartbeats but refuses every append (its disk is full) must not be
+// picked for a leadership hand-off: raft v1.7's transfer then blocks
+// forever (leadershipTransfer waits to hand the replication goroutine a
+// trigger while that goroutine retries the refused append without end), so
+// every later transfer fails with "leadership transfer in progress" and
+// the witness keeps leading with no Active node.
+type appendOutcomes struct {
+	mu    sync.Mutex
+	last  map[string]appendOutcome
+	count uint64 // outcomes noted so far
+}
+
+type appendOutcome struct {
+	refused bool
+	seq     uint64 // count when it was noted
+}
+
+func (a *appendOutcomes) note(id string, stored bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = make(map[string]appendOutcome)
+	}
+	a.count++
+	a.last[id] = appendOutcome{refused: !stored, seq: a.count}
+}
+
+// mark returns a point to ask knowWhoStores about.
+func (a *appendOutcomes) mark() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.count
+}
+
+// knowWhoStores reports whether the outcomes noted after mark suffice to
+// pick a hand-off target among ids: one of them stored an append (it
+// answers, so it is heard from most recently and picked first), or all of
+// them answered. Waiting for every voter would wait out the deadline
+// whenever one is down, which is exactly when a witness wins elections.
+func (a *appendOutcomes) knowWhoStores(ids []string, mark uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	all := true
+	for _, id := range ids {
+		switch o := a.last[id]; {
+		case o.seq <= mark:
+			all = false
+		case !o.refused:
+			return true
+		}
+	}
+	return all
+}
+
+// refusing reports whether id's last append with entries was not stored.
+func (a *appendOutcomes) refusing(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last[id].refused
+}
+
+// AppendEntriesPipeline implements raft.Transport; raft falls back to
+// plain AppendEntries on this error.
+func (*noPipelineTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
