@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -293,4 +295,88 @@ func TestMixedVersionBarePairAndRollingUpgrade(t *testing.T) {
 	if len(spans) > 3 {
 		t.Fatalf("%d spans without an Active (%v), want at most three", len(spans), spans)
 	}
+}
+
+// TestGoingBackToThePreviousReleaseReadsTheNewSnapshot: a node of this
+// build in a mixed cluster takes raft snapshots in this build's format
+// (2), and taken back to the previous release with its state file gone it
+// restores that snapshot at start and rejoins as Standby: v0.1.0 reads
+// snapshot formats 1 and 2 (format 2 came before the v0.1.0 tag), so a
+// v0.1.0 follower can also install a snapshot sent by a leader of this
+// build. The way back in docs/upgrading.md rests on it.
+func TestGoingBackToThePreviousReleaseReadsTheNewSnapshot(t *testing.T) {
+	old := previousRelease(t)
+	sink := startSink(t)
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	a, b, w := c.Node("node-a"), c.Node("node-b"), c.Node("witness")
+	a.Binary, w.Binary = old, old
+	start(t, c, a, w)
+	if got := waitOneActive(t, c, 30*time.Second); got != a {
+		t.Fatalf("Active is %s, want the old node-a", got.ID)
+	}
+	// node-b on this build: snapshots often, and on raft-boltdb (the
+	// previous release reads no raft-wal log).
+	orig, err := os.ReadFile(b.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := testcluster.MergeYAML(string(orig), "raft: {log_store: boltdb}\ncluster: {snapshot_threshold: 32, snapshot_interval: 1s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Config, []byte(cur), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c, b)
+	waitRole(t, c, b, "standby", 30*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("going-back", map[string]string{"sink": sink.URL}, 1000))
+	acked := enqueueNumbered(t, a, "before-snapshot", 100)
+	snapshots := filepath.Join(b.Dir, "data", "raft", "snapshots")
+	var state string
+	testwait.ForDetail(t, 60*time.Second, "node-b took a raft snapshot", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(snapshots, "*", "state.bin"))
+		if len(m) == 0 {
+			return false, "none in " + snapshots
+		}
+		state = m[len(m)-1]
+		return true, ""
+	})
+	hdr := make([]byte, 12)
+	f, err := os.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadFull(f, hdr)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.BigEndian.Uint32(hdr[8:]); got != fsm.SnapshotFormat {
+		t.Errorf("node-b wrote snapshot format %d, want this build's %d", got, fsm.SnapshotFormat)
+	}
+	checkDelivered(t, sink, keys(acked), 30*time.Second)
+
+	// Back to the previous release, with the state file lost: it must
+	// restore the snapshot this build wrote.
+	c.Stop(b)
+	for _, p := range []string{"fsm.db", "fsm.db.unsynced"} {
+		if err := os.Remove(filepath.Join(b.Dir, "data", p)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	back, err := testcluster.MergeYAML(string(orig), "cluster: {snapshot_threshold: 32, snapshot_interval: 1s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Config, []byte(back), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Binary = old
+	start(t, c, b)
+	waitRole(t, c, b, "standby", 30*time.Second)
+	if tail := b.LogTail(400); !strings.Contains(tail, "restoring it before starting raft") {
+		t.Errorf("node-b on the previous release did not restore the snapshot:\n%s", tail)
+	}
+	acked2 := enqueueNumbered(t, b, "after-going-back", 20)
+	checkDelivered(t, sink, keys(acked2), 30*time.Second)
 }
