@@ -52,12 +52,20 @@ soak:
 	$(GO) test -count=1 -timeout 0 -v -run TestFaults ./integration/faults/ -seed $(SEED) -rounds $(ROUNDS) -modes witness -out faults-report
 
 # Release packages into dist/: .deb and .rpm (nfpm, pinned, run through
-# `go run` like the other tools) and a Windows zip, then their contents
-# checked (packaging/check-packages.sh). VERSION is the release without
+# `go run` like the other tools), a Windows zip and an MSI (Debian's wixl,
+# package wixl; packaging/windows/scadad.wxs), then their contents checked
+# (packaging/check-packages.sh). VERSION is the release without
 # the leading v.
 NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 VERSION ?= 0.2.0-dev
 STAMP = -ldflags "-X github.com/scadad/scadad/internal/version.stamped=v$(VERSION)"
+# An MSI version is numbers only (0.2.0 of 0.2.0-dev).
+MSI_VERSION = $(firstword $(subst -, ,$(VERSION)))
+# SIGN_PKCS12 (a .p12 file) and SIGN_PASSFILE (its password in a file)
+# sign the MSI with osslsigncode; unset, the MSI is not signed.
+SIGN_PKCS12 ?=
+SIGN_PASSFILE ?=
+
 .PHONY: packages
 packages:
 	rm -rf dist && mkdir -p dist/linux dist/windows
@@ -68,4 +76,10 @@ packages:
 	GOOS=windows GOARCH=amd64 $(GO) build $(STAMP) -o dist/windows/ ./cmd/scadad ./cmd/scadactl
 	cp configs/node-a.yaml dist/windows/node.yaml && cp docs/upgrading.md CHANGELOG.md dist/windows/
 	cd dist/windows && zip -q ../scadad_$(VERSION)_windows_amd64.zip *
+	wixl -a x64 -D Version=$(MSI_VERSION) -D Dist=dist/windows -o dist/scadad_$(VERSION)_windows_amd64.msi packaging/windows/scadad.wxs
+	@if [ -n "$(SIGN_PKCS12)" ]; then \
+		osslsigncode sign -pkcs12 "$(SIGN_PKCS12)" -readpass "$(SIGN_PASSFILE)" -n scadad -h sha256 \
+			-in dist/scadad_$(VERSION)_windows_amd64.msi -out dist/scadad_$(VERSION)_windows_amd64.signed.msi && \
+		mv dist/scadad_$(VERSION)_windows_amd64.signed.msi dist/scadad_$(VERSION)_windows_amd64.msi; \
+	fi
 	packaging/check-packages.sh dist $(VERSION)

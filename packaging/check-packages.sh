@@ -15,7 +15,8 @@ info=$(dpkg-deb --info "$deb")
 grep -q "preinst" <<<"$info" || fail "$deb has no preinst (the scadad user)"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 dpkg-deb --extract "$deb" "$tmp"
-"$tmp/usr/bin/scadad" --version | grep -q "^scadad v$version " || fail "packaged scadad --version: $("$tmp/usr/bin/scadad" --version)"
+packaged=$("$tmp/usr/bin/scadad" --version)
+grep -q "^scadad v$version " <<<"$packaged" || fail "packaged scadad --version: $packaged"
 grep -q "^ExecStart=/usr/bin/scadad " "$tmp/lib/systemd/system/scadad.service" || fail "unit does not start /usr/bin/scadad"
 if command -v systemd-analyze >/dev/null; then
 	# The binary is not installed here: that one complaint is expected.
@@ -25,10 +26,29 @@ fi
 rpm=$(ls "$dist"/scadad-*.x86_64.rpm) || fail "no .rpm in $dist"
 [ -s "$rpm" ] || fail "$rpm is empty"
 if command -v rpm >/dev/null; then
-	rpm -qlp "$rpm" | grep -q '^/usr/bin/scadad$' || fail "$rpm lacks /usr/bin/scadad"
+	rpmfiles=$(rpm -qlp "$rpm")
+	grep -q '^/usr/bin/scadad$' <<<"$rpmfiles" || fail "$rpm lacks /usr/bin/scadad"
 fi
 zip=$(ls "$dist"/scadad_*_windows_amd64.zip) || fail "no Windows zip in $dist"
+# Listed once: grep -q ending a pipe early would fail unzip (pipefail).
+listing=$(unzip -l "$zip")
 for f in scadad.exe scadactl.exe node.yaml upgrading.md; do
-	unzip -l "$zip" | grep -q " $f\$" || fail "$zip lacks $f"
+	grep -q " $f\$" <<<"$listing" || fail "$zip lacks $f"
 done
-echo "check-packages: $deb, $rpm and $zip carry what they must"
+msi=$(ls "$dist"/scadad_*_windows_amd64.msi) || fail "no MSI in $dist"
+files=$(msiextract -l "$msi") || fail "msiextract cannot read $msi"
+for f in scadad/scadad.exe scadad/scadactl.exe scadad/upgrading.md scadad/node.example.yaml; do
+	grep -qx "$f" <<<"$files" || fail "$msi lacks $f (it has: $files)"
+done
+service=$(msiinfo export "$msi" ServiceInstall)
+# Name, display name, type 16 (own process), start 2 (automatic), error
+# control 1, the arguments, the component.
+want='ScadadService	scadad	scadad SCADA redundancy daemon	16	2	1					--service --config "[CommonAppDataFolder]scadad\node.yaml"	ScadadExe	'
+grep -qF "$want" <<<"$service" || fail "$msi does not register the service as it must: $service"
+control=$(msiinfo export "$msi" ServiceControl)
+grep -q "^ScadadServiceControl	scadad	162		1	ScadadExe" <<<"$control" || fail "$msi does not stop the service on install and uninstall and remove it on uninstall: $control"
+registry=$(msiinfo export "$msi" Registry)
+grep -qF 'EventLog\Application\scadad	EventMessageFile	[System64Folder]EventCreate.exe' <<<"$registry" || fail "$msi does not register the Event Log source: $registry"
+suminfo=$(msiinfo suminfo "$msi")
+grep -q "^Template: x64;" <<<"$suminfo" || fail "$msi is not an x64 package: $suminfo"
+echo "check-packages: $deb, $rpm, $zip and $msi carry what they must"
