@@ -77,7 +77,7 @@ func BenchmarkScrub(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "wall-s")
-		b.ReportMetric((cpuTime()-cpu0).Seconds(), "cpu-s")
+		b.ReportMetric((cpuTime() - cpu0).Seconds(), "cpu-s")
 		b.ReportMetric(time.Since(start).Seconds()/gib, "wall-s/GiB")
 		b.ReportMetric((cpuTime()-cpu0).Seconds()/gib, "cpu-s/GiB")
 	}
