@@ -172,6 +172,10 @@ func (s *Site) Clone() *Site {
 			u := *pg
 			c.Targets[i].Postgres = &u
 		}
+		if mq := c.Targets[i].MQTT; mq != nil {
+			u := *mq
+			c.Targets[i].MQTT = &u
+		}
 	}
 	c.History = slices.Clone(s.History)
 	for i := range c.History {

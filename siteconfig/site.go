@@ -201,6 +201,8 @@ type Target struct {
 	URL string `yaml:"url,omitempty"`
 	// Postgres configures a kind postgres target.
 	Postgres *PostgresTarget `yaml:"postgres,omitempty"`
+	// MQTT configures a kind mqtt target.
+	MQTT *MQTTTarget `yaml:"mqtt,omitempty"`
 	// Headers are added to every delivery. Idempotency-Key is set by the
 	// delivery itself and may not be configured.
 	Headers map[string]string `yaml:"headers,omitempty"`
@@ -244,7 +246,27 @@ type Target struct {
 const (
 	TargetHTTP     = "http"
 	TargetPostgres = "postgres"
+	TargetMQTT     = "mqtt"
 )
+
+// MQTTTarget is the broker a kind mqtt target publishes to (MQTT 5, QoS 1).
+type MQTTTarget struct {
+	// Broker is mqtt://host:port or tls://host:port.
+	Broker string `yaml:"broker"`
+	// Topic is the topic template: {target}, {node} and {id} are replaced.
+	Topic string `yaml:"topic"`
+	// Username and PasswordFile (a path on each node) authenticate.
+	Username     string `yaml:"username,omitempty"`
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// CAFile, CertFile and KeyFile (paths on each node) configure TLS.
+	CAFile   string `yaml:"ca_file,omitempty"`
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	// SessionExpiry keeps the broker's session across reconnects.
+	SessionExpiry time.Duration `yaml:"session_expiry,omitempty"`
+	// InFlight is how many publishes of a batch await PUBACK at once.
+	InFlight int `yaml:"in_flight,omitempty"`
+}
 
 // PostgresTarget is where a kind postgres target inserts its rows.
 type PostgresTarget struct {

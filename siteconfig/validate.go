@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -571,11 +572,16 @@ func (v *validator) target(p string, t *Target) {
 		if t.Postgres != nil {
 			v.add(field(p, "postgres"), "only for kind postgres")
 		}
+		if t.MQTT != nil {
+			v.add(field(p, "mqtt"), "only for kind mqtt")
+		}
 		v.httpTarget(p, t)
 	case TargetPostgres:
 		v.postgresTarget(p, t)
+	case TargetMQTT:
+		v.mqttTarget(p, t)
 	default:
-		v.add(field(p, "kind"), "unknown %q: want http or postgres", t.Kind)
+		v.add(field(p, "kind"), "unknown %q: want http, postgres or mqtt", t.Kind)
 	}
 	v.positive(field(p, "timeout"), t.Timeout)
 	v.backoff(p, t.BackoffFloor, t.BackoffMax)
@@ -633,6 +639,46 @@ func (v *validator) postgresTarget(p string, t *Target) {
 	}
 	if !pgTable.MatchString(pg.Table) {
 		v.add(field(pp, "table"), "%q: want [schema.]name of lower-case letters, digits and _ (at most 63 each)", pg.Table)
+	}
+}
+
+// mqttTarget checks a kind mqtt target.
+func (v *validator) mqttTarget(p string, t *Target) {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"url", t.URL != ""}, {"headers", len(t.Headers) > 0}, {"ca_file", t.CAFile != ""}, {"batch_format", t.BatchFormat != ""}, {"postgres", t.Postgres != nil}} {
+		if f.set {
+			v.add(field(p, f.name), "not for kind mqtt")
+		}
+	}
+	for i, code := range t.ParkOn {
+		if n, err := strconv.Atoi(code); (err != nil || n < 128 || n > 255) && !(code == "none" && len(t.ParkOn) == 1) {
+			v.add(fmt.Sprintf("%s[%d]", field(p, "park_on"), i), `%q is not an MQTT failure reason code in decimal (128-255, "135") or "none" alone`, code)
+		}
+	}
+	mq := t.MQTT
+	if mq == nil {
+		v.add(field(p, "mqtt"), "missing: kind mqtt needs broker and topic")
+		return
+	}
+	mp := field(p, "mqtt")
+	if u, err := url.Parse(mq.Broker); err != nil || u.Port() == "" || !slices.Contains([]string{"mqtt", "tcp", "tls", "mqtts", "ssl"}, u.Scheme) {
+		v.add(field(mp, "broker"), "%q: want mqtt://host:port or tls://host:port", mq.Broker)
+	} else if u.User != nil {
+		v.add(field(mp, "broker"), "holds credentials: use username and password_file")
+	}
+	if mq.Topic == "" || strings.ContainsAny(mq.Topic, "#+\x00") {
+		v.add(field(mp, "topic"), "%q: want a topic name without wildcards ({target}, {node}, {id} are replaced)", mq.Topic)
+	}
+	if (mq.CertFile == "") != (mq.KeyFile == "") {
+		v.add(field(mp, "cert_file"), "cert_file and key_file go together")
+	}
+	if mq.SessionExpiry < 0 || mq.SessionExpiry > 0xffffffff*time.Second {
+		v.add(field(mp, "session_expiry"), "%v is outside 0..136 years", mq.SessionExpiry)
+	}
+	if mq.InFlight < 0 || mq.InFlight > 65535 {
+		v.add(field(mp, "in_flight"), "%d is outside 0..65535 (0: 64)", mq.InFlight)
 	}
 }
 

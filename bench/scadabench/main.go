@@ -317,7 +317,7 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
 	flag.IntVar(&o.deliverBatch, "deliver-batch", 0, "deliver: the target's batch_max_messages (0: one message per delivery)")
-	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink) or postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres, stopped while the buffer fills)")
+	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink), postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres) or mqtt (a Mosquitto of its own, QoS 1 publishes with no subscriber), the server stopped while the buffer fills")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
@@ -398,7 +398,8 @@ type bench struct {
 	c    *testcluster.Cluster
 	o    options
 	sink *testcluster.Sink
-	pg   *testcluster.Postgres // -deliver-kind postgres
+	pg   *testcluster.Postgres  // -deliver-kind postgres
+	mq   *testcluster.Mosquitto // -deliver-kind mqtt
 	tls  *tls.Config
 	// stats is the one connection the drain polls over: a new TLS
 	// handshake every poll would load the machine being measured.
@@ -435,6 +436,15 @@ func (b *bench) setup() error {
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
 			"  - {name: bench, kind: postgres, postgres: {dsn: %q, password_file: %q, table: bench}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
 			b.pg.DSN, b.pg.PasswordFile))
+	}
+	if b.o.deliverKind == "mqtt" {
+		if b.mq, err = testcluster.StartMosquitto(b.c.Dir); err != nil {
+			return err
+		}
+		b.mq.Stop() // refusing (down) until the deliver phase
+		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
+			"  - {name: bench, kind: mqtt, mqtt: {broker: %q, topic: \"bench/{target}\", username: scadad, password_file: %q}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
+			b.mq.URL, b.mq.PasswordFile))
 	}
 	// A long backoff: refused deliveries during the write phases stay rare.
 	site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
@@ -941,6 +951,12 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 			return nil, err
 		}
 		defer b.pg.Stop()
+	}
+	if b.mq != nil {
+		if err := b.mq.Start(); err != nil {
+			return nil, err
+		}
+		defer b.mq.Stop()
 	}
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "failover"); err != nil || code != 0 {
 		return nil, fmt.Errorf("failover to restart delivery: exit %d %s %v", code, errs, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/storeforward"
+	"github.com/scadad/scadad/storeforward/mqtttarget"
 	"github.com/scadad/scadad/storeforward/pgtarget"
 )
 
@@ -52,7 +53,7 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	deliverer, err := storeforward.NewDeliverer(storeforward.DelivererOptions{
 		Reader: state, Proposer: fwd, Roles: roles, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
 		RemoveDelay: sfRemoveDelay,
-		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}},
+		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}, mqtttarget.Name: mqtttarget.Kind{}},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward delivery: %w", err)
@@ -106,6 +107,11 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 		if t.Kind == siteconfig.TargetPostgres && t.Postgres != nil {
 			st.Kind = pgtarget.Name
 			st.Settings = pgtarget.Settings{DSN: t.Postgres.DSN, PasswordFile: t.Postgres.PasswordFile, Table: t.Postgres.Table}
+		}
+		if m := t.MQTT; t.Kind == siteconfig.TargetMQTT && m != nil {
+			st.Kind = mqtttarget.Name
+			st.Settings = mqtttarget.Settings{Broker: m.Broker, Topic: m.Topic, Username: m.Username, PasswordFile: m.PasswordFile,
+				CAFile: m.CAFile, CertFile: m.CertFile, KeyFile: m.KeyFile, SessionExpiry: m.SessionExpiry, InFlight: m.InFlight}
 		}
 		out = append(out, st)
 	}
@@ -180,6 +186,12 @@ func (s *sfService) Stats(ctx context.Context) ([]*controlpb.SFTargetStats, erro
 // targetEndpoint says where a target delivers, without credentials.
 func targetEndpoint(t storeforward.Target) (kind, endpoint string) {
 	switch set := t.Settings.(type) {
+	case mqtttarget.Settings:
+		u, err := url.Parse(set.Broker)
+		if err != nil {
+			return mqtttarget.Name, ""
+		}
+		return mqtttarget.Name, u.Redacted() + " topic " + set.Topic
 	case pgtarget.Settings:
 		where := "dsn"
 		if u, err := url.Parse(set.DSN); err == nil && u.Host != "" {

@@ -1,0 +1,250 @@
+//go:build linux
+
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// Mosquitto is an MQTT broker of a test's own: Debian's mosquitto on a
+// free loopback port with its own configuration, a password file (user
+// "scadad", password in PasswordFile) and persistence, so that a restart
+// (Stop, Start) keeps queued messages of persistent sessions. It runs as
+// nobody when the test runs as root.
+type Mosquitto struct {
+	URL          string // mqtt://127.0.0.1:port
+	Port         int
+	Username     string
+	Password     string
+	PasswordFile string // the password alone, as a target reads it
+	dir, conf    string
+	cred         *syscall.Credential
+	cmd          *exec.Cmd
+	exited       chan struct{}
+	logPath      string
+}
+
+// StartMosquitto writes the broker's configuration under dir and starts it.
+func StartMosquitto(dir string) (*Mosquitto, error) {
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		return nil, fmt.Errorf("mosquitto not found (apt-get install mosquitto; .ci/run does): %w", err)
+	}
+	passwd, err := exec.LookPath("mosquitto_passwd")
+	if err != nil {
+		return nil, fmt.Errorf("mosquitto_passwd not found: %w", err)
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp(dir, "mqtt-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Mosquitto{Port: ports[0], Username: "scadad", Password: "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36), dir: root}
+	m.URL = fmt.Sprintf("mqtt://127.0.0.1:%d", m.Port)
+	m.PasswordFile = filepath.Join(root, "password")
+	m.logPath = filepath.Join(root, "mosquitto.log")
+	if err := os.WriteFile(m.PasswordFile, []byte(m.Password+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	users := filepath.Join(root, "users")
+	if out, err := exec.Command(passwd, "-b", "-c", users, m.Username, m.Password).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mosquitto_passwd: %w\n%s", err, out)
+	}
+	m.conf = filepath.Join(root, "mosquitto.conf")
+	conf := fmt.Sprintf(`listener %d 127.0.0.1
+allow_anonymous false
+password_file %s
+persistence true
+persistence_location %s/
+autosave_interval 1
+max_queued_messages 0
+log_dest stderr
+`, m.Port, users, root)
+	if err := os.WriteFile(m.conf, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		m.cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+		for d := root; d != "/" && d != filepath.Clean(os.TempDir()); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		for _, f := range []string{root, users} {
+			if err := os.Chown(f, 65534, 65534); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.cmd = nil
+	if err := m.start(bin); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Start runs the broker again after Stop.
+func (m *Mosquitto) Start() error {
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		return err
+	}
+	return m.start(bin)
+}
+
+func (m *Mosquitto) start(bin string) error {
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, "-c", m.conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: m.cred, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start mosquitto: %w", err)
+	}
+	m.cmd, m.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) {
+		cmd.Wait()
+		logf.Close()
+		close(exited)
+	}(m.exited)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.Port), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-m.exited:
+			log, _ := os.ReadFile(m.logPath)
+			return fmt.Errorf("mosquitto exited at start: %s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mosquitto not listening after 20 s: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop ends the broker (SIGTERM: it saves its persistence file) and waits.
+func (m *Mosquitto) Stop() {
+	if m.cmd == nil {
+		return
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(10 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.exited
+	}
+	m.cmd = nil
+}
+
+// MQTTRecorder is a subscriber with a persistent session (QoS 1, clean
+// start off, an hour's session expiry) that records the message id user
+// property of every message it receives, in arrival order.
+type MQTTRecorder struct {
+	cm     *autopaho.ConnectionManager
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	ids    []string
+	topics []string
+}
+
+// Subscribe connects a recorder to m as user scadad, subscribed to filter.
+func (m *Mosquitto) Subscribe(clientID, filter string) (*MQTTRecorder, error) {
+	u, err := url.Parse(m.URL)
+	if err != nil {
+		return nil, err
+	}
+	r := &MQTTRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	subscribed := make(chan error, 1)
+	cfg := autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 20, SessionExpiryInterval: 3600,
+		ConnectUsername: m.Username, ConnectPassword: []byte(m.Password),
+		ReconnectBackoff: func(int) time.Duration { return 200 * time.Millisecond },
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
+			if ack.SessionPresent {
+				return
+			}
+			go func() {
+				sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+				defer scancel()
+				_, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+				select {
+				case subscribed <- err:
+				default:
+				}
+			}()
+		},
+		ClientConfig: paho.ClientConfig{
+			ClientID: clientID,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+				id := ""
+				if pr.Packet.Properties != nil {
+					id = pr.Packet.Properties.User.Get("message-id")
+				}
+				r.mu.Lock()
+				r.ids = append(r.ids, id)
+				r.topics = append(r.topics, pr.Packet.Topic)
+				r.mu.Unlock()
+				return true, nil
+			}},
+		},
+	}
+	r.cm, err = autopaho.NewConnection(ctx, cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	select {
+	case err := <-subscribed:
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("subscribe %s: %w", filter, err)
+		}
+	case <-time.After(20 * time.Second):
+		r.Close()
+		return nil, fmt.Errorf("subscribe %s: not connected after 20 s", filter)
+	}
+	return r, nil
+}
+
+// IDs returns the message ids received so far, in arrival order, and
+// their topics.
+func (r *MQTTRecorder) IDs() (ids, topics []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.ids...), append([]string(nil), r.topics...)
+}
+
+// Close disconnects the recorder.
+func (r *MQTTRecorder) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.cm.Disconnect(ctx)
+	r.cancel()
+}

@@ -1,0 +1,284 @@
+package mqtttarget
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/scadad/scadad/storeforward"
+)
+
+// Name is the kind's name in Target.Kind and the site config.
+const Name = "mqtt"
+
+// UserPropertyMessageID is the MQTT 5 user property holding the message id.
+const UserPropertyMessageID = "message-id"
+
+// Settings are an MQTT target's own settings (Target.Settings).
+type Settings struct {
+	// Broker is mqtt://host:port or tls://host:port (mqtts:// and ssl://
+	// too).
+	Broker string
+	// Topic is the topic template: {target}, {node} and {id} are replaced.
+	Topic string
+	// Username and PasswordFile authenticate (the file is read at every
+	// connection); CAFile, CertFile and KeyFile configure TLS.
+	Username, PasswordFile    string
+	CAFile, CertFile, KeyFile string
+	// SessionExpiry keeps the broker's session (and its in-flight
+	// messages) across a reconnect; 0: none.
+	SessionExpiry time.Duration
+	// InFlight is how many publishes of one batch await their PUBACK at
+	// once (default 64) for a target with max_in_flight above 1; with 1,
+	// strict order, one.
+	InFlight int
+}
+
+// Kind implements storeforward.Kind.
+type Kind struct{}
+
+func settingsOf(t storeforward.Target) (Settings, error) {
+	s, ok := t.Settings.(Settings)
+	if !ok {
+		return Settings{}, fmt.Errorf("target %s: mqtt settings missing (got %T)", t.Name, t.Settings)
+	}
+	return s, nil
+}
+
+// Validate implements storeforward.Kind.
+func (Kind) Validate(t storeforward.Target) error {
+	s, err := settingsOf(t)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(s.Broker)
+	if err != nil || u.Host == "" || u.Port() == "" {
+		return fmt.Errorf("target %s: broker %q: want mqtt://host:port or tls://host:port", t.Name, s.Broker)
+	}
+	switch u.Scheme {
+	case "mqtt", "tcp", "tls", "mqtts", "ssl":
+	default:
+		return fmt.Errorf("target %s: broker %q: scheme %q, want mqtt or tls", t.Name, s.Broker, u.Scheme)
+	}
+	if s.Topic == "" || strings.ContainsAny(s.Topic, "#+\x00") {
+		return fmt.Errorf("target %s: topic %q: want a topic name (no wildcards)", t.Name, s.Topic)
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return fmt.Errorf("target %s: cert_file and key_file go together", t.Name)
+	}
+	return nil
+}
+
+// NewSender implements storeforward.Kind. It connects on the first Send.
+func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storeforward.Sender, error) {
+	s, err := settingsOf(t)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(s.Broker)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	var tlsCfg *tls.Config
+	if s.CAFile != "" || s.CertFile != "" || u.Scheme == "tls" || u.Scheme == "mqtts" || u.Scheme == "ssl" {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+		if s.CAFile != "" {
+			pem, err := os.ReadFile(s.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("read ca_file: %w", err)
+			}
+			tlsCfg.RootCAs = x509.NewCertPool()
+			if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("ca_file %s holds no PEM certificate", s.CAFile)
+			}
+		}
+		if s.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("client certificate: %w", err)
+			}
+			tlsCfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if s.InFlight <= 0 {
+		s.InFlight = 64
+	}
+	if t.MaxInFlight <= 1 {
+		// Strict order: the client writes concurrent publishes in any
+		// order, so a batch goes one PUBACK after another.
+		s.InFlight = 1
+	}
+	return &sender{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
+}
+
+type sender struct {
+	target, node string
+	set          Settings
+	url          *url.URL
+	tls          *tls.Config
+	timeout      time.Duration
+
+	mu     sync.Mutex
+	cm     *autopaho.ConnectionManager
+	cancel context.CancelFunc
+}
+
+// ClientID is the client id a node's worker uses for a target: the node
+// is in it, so two Active nodes of a split hold two sessions.
+func ClientID(node, target string) string {
+	id := "scadad-" + node + "-" + target
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	return id
+}
+
+func (s *sender) conn() (*autopaho.ConnectionManager, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cm != nil {
+		return s.cm, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{s.url},
+		TlsCfg:                        s.tls,
+		KeepAlive:                     20,
+		CleanStartOnInitialConnection: false,
+		SessionExpiryInterval:         uint32(s.set.SessionExpiry / time.Second),
+		ConnectTimeout:                min(max(s.timeout, time.Second), 10*time.Second),
+		ReconnectBackoff:              func(int) time.Duration { return time.Second },
+		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			if s.set.Username != "" {
+				c.Username, c.UsernameFlag = s.set.Username, true
+			}
+			if s.set.PasswordFile != "" {
+				b, err := os.ReadFile(s.set.PasswordFile)
+				if err != nil {
+					return nil, fmt.Errorf("read password_file: %w", err)
+				}
+				c.Password, c.PasswordFlag = []byte(strings.TrimRight(string(b), "\r\n")), true
+			}
+			return c, nil
+		},
+		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target)},
+	}
+	cm, err := autopaho.NewConnection(ctx, cfg)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	s.cm, s.cancel = cm, cancel
+	return cm, nil
+}
+
+// Send implements storeforward.Sender: every message of the batch is
+// published at QoS 1, up to InFlight at once (one after another in FIFO
+// order for a target with max_in_flight 1); the batch is delivered when
+// every PUBACK says success.
+func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
+	cm, err := s.conn()
+	if err != nil {
+		return err
+	}
+	if err := cm.AwaitConnection(ctx); err != nil {
+		return fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
+	}
+	sem := make(chan struct{}, s.set.InFlight)
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, m := range batch {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = s.publish(ctx, cm, m)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m *storeforward.Message) error {
+	props := &paho.PublishProperties{}
+	props.User.Add(UserPropertyMessageID, m.ID)
+	for _, h := range m.Headers {
+		if strings.EqualFold(h.Key, "Content-Type") {
+			props.ContentType = h.Value
+		}
+	}
+	topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
+	resp, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: m.Payload, Properties: props})
+	if resp != nil && resp.ReasonCode >= 0x80 {
+		reason := ""
+		if resp.Properties != nil {
+			reason = resp.Properties.ReasonString
+		}
+		return &Refusal{Code: resp.ReasonCode, Reason: reason, ID: m.ID}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("publish %s: no PUBACK in time", m.ID)
+		}
+		return fmt.Errorf("publish %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Close implements storeforward.Sender.
+func (s *sender) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cm != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.cm.Disconnect(ctx)
+		cancel()
+		s.cancel()
+		s.cm = nil
+	}
+}
+
+// Refusal is a PUBACK with a failure reason code.
+type Refusal struct {
+	Code   byte
+	Reason string
+	ID     string
+}
+
+func (r *Refusal) Error() string {
+	msg := fmt.Sprintf("publish %s: broker answered reason code 0x%02x", r.ID, r.Code)
+	if r.Reason != "" {
+		msg += ": " + r.Reason
+	}
+	return msg
+}
+
+// Verdict implements storeforward.Refusal: not authorized (0x87), topic
+// name invalid (0x90), packet too large (0x95) and payload format invalid
+// (0x99) are this message's fault and permanent; the rest (quota
+// exceeded, unspecified error, implementation specific) are retried. The
+// code for park_on is the decimal reason code ("135").
+func (r *Refusal) Verdict() storeforward.Verdict {
+	switch r.Code {
+	case 0x87, 0x90, 0x95, 0x99:
+		return storeforward.Verdict{Code: strconv.Itoa(int(r.Code)), Permanent: true}
+	}
+	return storeforward.Verdict{Code: strconv.Itoa(int(r.Code))}
+}

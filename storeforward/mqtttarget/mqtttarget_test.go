@@ -1,0 +1,34 @@
+package mqtttarget
+
+import (
+	"testing"
+
+	"github.com/scadad/scadad/storeforward"
+)
+
+func TestReasonCodesThatPark(t *testing.T) {
+	for code, permanent := range map[byte]bool{0x87: true, 0x90: true, 0x95: true, 0x99: true, 0x80: false, 0x83: false, 0x97: false} {
+		v := (&Refusal{Code: code}).Verdict()
+		if v.Permanent != permanent || v.Code == "" {
+			t.Errorf("reason code 0x%02x: %+v, want permanent %v", code, v, permanent)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Settings{Broker: "mqtt://127.0.0.1:1883", Topic: "plant/{target}"}
+	if err := (Kind{}).Validate(storeforward.Target{Name: "m", Settings: ok}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Settings{
+		{Broker: "http://h:1", Topic: "t"}, {Broker: "mqtt://h", Topic: "t"}, {Broker: "mqtt://h:1", Topic: "a/#"},
+		{Broker: "mqtt://h:1", Topic: "t", CertFile: "c"},
+	} {
+		if err := (Kind{}).Validate(storeforward.Target{Name: "m", Settings: bad}); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if id := ClientID("node-a", "hist"); id != "scadad-node-a-hist" {
+		t.Errorf("client id %q", id)
+	}
+}
