@@ -222,7 +222,8 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 			dup[name] = true
 		}
 		check(!dup["Status"] && !dup["GetMonitoredItems"], "Server's children %v: a misnamed ServerStatus or a method no Call serves", got.ServerChildren)
-		check(slices.Contains(got.Namespaces, "urn:test:scadad"), "NamespaceArray %v lacks the site namespace", got.Namespaces)
+		check(len(got.Namespaces) == 3 && got.Namespaces[0] == "http://opcfoundation.org/UA/" && strings.HasPrefix(got.Namespaces[1], "urn:scadad:") && got.Namespaces[2] == "urn:test:scadad",
+			"NamespaceArray %v, want [UA, the server's ApplicationUri, the site namespace] (Part 5, 8.2.3)", got.Namespaces)
 		check(got.BrowsePath.Status == "Good" && strings.HasSuffix(got.BrowsePath.Target, ";s=Pump1.Speed"), "browse path: %+v", got.BrowsePath)
 		for which, want := range map[string][2]bool{"Source": {true, false}, "Server": {false, true}, "Both": {true, true}, "Neither": {false, false}} {
 			ts := got.Timestamps[which]
@@ -289,7 +290,7 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "failover.js"))
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "ACTIVE="+active.OPCUA, "STANDBY="+standby.OPCUA, "TAG=ns=1;s=Pump1.Speed", "PKI="+t.TempDir(), "TIMEOUT_MS=30000")
+		cmd.Env = append(os.Environ(), "ACTIVE="+active.OPCUA, "STANDBY="+standby.OPCUA, "TAG=ns=2;s=Pump1.Speed", "PKI="+t.TempDir(), "TIMEOUT_MS=30000")
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)

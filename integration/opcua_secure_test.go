@@ -175,7 +175,7 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		_ = opcua.WatchWith(wctx, []string{active.OPCUA, standby.OPCUA}, "ns=1;s=Pump1.Speed", watched, operator)
+		_ = opcua.WatchWith(wctx, []string{active.OPCUA, standby.OPCUA}, "ns=2;s=Pump1.Speed", watched, operator)
 	}()
 	defer func() {
 		stopWatch()
@@ -185,7 +185,7 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		}
 	}()
 	testwait.For(t, 20*time.Second, "the watching client receiving values from the Active", func() bool {
-		return strings.Count(watched.String(), active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+		return strings.Count(watched.String(), active.OPCUA+" ns=2;s=Pump1.Speed = ") >= 3
 	})
 
 	killed := time.Now()
@@ -200,7 +200,7 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	testwait.For(t, 20*time.Second, "the watching client to follow the failover and receive new values from the survivor", func() bool {
 		got := watched.String()
 		return strings.Contains(got, "failover "+active.OPCUA+" -> "+standby.OPCUA) && strings.Contains(got, "notification gap") &&
-			strings.Count(got, standby.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+			strings.Count(got, standby.OPCUA+" ns=2;s=Pump1.Speed = ") >= 3
 	})
 
 }

@@ -233,7 +233,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() {
-		watched <- opcua.Watch(ctx, []string{active.OPCUA, standby.OPCUA}, "ns=1;s=Pump1.Speed", out)
+		watched <- opcua.Watch(ctx, []string{active.OPCUA, standby.OPCUA}, "ns=2;s=Pump1.Speed", out)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -244,7 +244,7 @@ func TestPlannedStopTellsOPCUAClientsFirst(t *testing.T) {
 	})
 	testwait.For(t, 20*time.Second, "the watch on the Active, its value changing", func() bool {
 		got := out.String()
-		return strings.Contains(got, active.OPCUA+" ServiceLevel 250") && strings.Count(got, active.OPCUA+" ns=1;s=Pump1.Speed = ") >= 3
+		return strings.Contains(got, active.OPCUA+" ServiceLevel 250") && strings.Count(got, active.OPCUA+" ns=2;s=Pump1.Speed = ") >= 3
 	})
 
 	stopped := time.Now()

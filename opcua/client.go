@@ -489,7 +489,7 @@ func (w *watcher) follow(ctx context.Context) error {
 		switch r.StatusCode {
 		case ua.StatusOK:
 		case ua.StatusBadNodeIDUnknown, ua.StatusBadNodeIDInvalid:
-			return fmt.Errorf("watch %s on %s: %w (%s); node ids look like \"ns=1;s=Pump1.Speed\"", w.node, w.url, errUnknownNode, statusName(r.StatusCode))
+			return fmt.Errorf("watch %s on %s: %w (%s); node ids look like \"ns=2;s=Pump1.Speed\"", w.node, w.url, errUnknownNode, statusName(r.StatusCode))
 		default:
 			return fmt.Errorf("monitor %s: %w", w.node, r.StatusCode)
 		}

@@ -230,14 +230,14 @@ func TestWatchFollowsFailover(t *testing.T) {
 	}()
 	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
 	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
-	eventually(t, 10*time.Second, "values from A", has(a.Endpoint()+" ns=1;s=Pump1.Speed = "))
+	eventually(t, 10*time.Second, "values from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = "))
 
 	// Planned failover: A steps down, B takes over.
 	a.roles.Publish(standbyState())
 	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
 	eventually(t, 15*time.Second, "failover to B", has("failover "+a.Endpoint()+" -> "+b.Endpoint()))
 	eventually(t, 10*time.Second, "the notification gap", has("notification gap"))
-	eventually(t, 10*time.Second, "values from B", has(b.Endpoint()+" ns=1;s=Pump1.Speed = "))
+	eventually(t, 10*time.Second, "values from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = "))
 
 	// Crash: B disappears, A is promoted.
 	gaps := strings.Count(out.String(), "notification gap")
@@ -268,11 +268,11 @@ func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
 	a.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
 	// B holds the same value A last had, and nothing newer.
 	b.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
-	eventually(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=1;s=Pump1.Speed = 1"))
+	eventually(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
 
 	a.roles.Publish(standbyState())
 	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
-	eventually(t, 15*time.Second, "the old value from B", has(b.Endpoint()+" ns=1;s=Pump1.Speed = 1"))
+	eventually(t, 15*time.Second, "the old value from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
 	if strings.Contains(out.String(), "notification gap") {
 		t.Fatalf("a gap ended by the old value again:\n%s", out.String())
 	}
@@ -347,7 +347,7 @@ func TestWatchOfAnUnknownNodeStops(t *testing.T) {
 	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=1;s=Pump1.Nope", out, ClientOptions{})
+	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=2;s=Pump1.Nope", out, ClientOptions{})
 	if !errors.Is(err, errUnknownNode) || ctx.Err() != nil {
 		t.Fatalf("watch of an unknown node = %v (context %v); want errUnknownNode before the deadline\n%s", err, ctx.Err(), out.String())
 	}

@@ -240,6 +240,11 @@ func (s *Server) newLibrary() (*library, error) {
 		return nil, err
 	}
 	srv := server.New(append(slices.Clone(s.libOpts), server.EndPoint("127.0.0.1", port))...)
+	// Part 5, 8.2.3 (NamespaceArray): index 1 is the local server's own
+	// namespace, its ApplicationUri; the site's namespace, shared by both
+	// servers of the pair (each has its own ApplicationUri), follows at 2.
+	// Clients resolve it by its URI.
+	server.NewNodeNameSpace(srv, s.appURI)
 	srv.AddNamespace(s.ns)
 	if err := s.linkSiteFolder(srv); err != nil {
 		return nil, err

@@ -727,8 +727,13 @@ func TestRedundancyObjectAndNamespaceArray(t *testing.T) {
 	if class := readValue(t, c, nsArr, ua.AttributeIDNodeClass); class.Value.Value() != int32(ua.NodeClassVariable) && class.Value.Value() != uint32(ua.NodeClassVariable) {
 		t.Errorf("i=2255 NodeClass %v, want Variable", class.Value.Value())
 	}
+	// Part 5, 8.2.3: index 1 is the server's own ApplicationUri; the
+	// site's namespace follows, and its node ids carry that index.
 	uris, _ := readValue(t, c, nsArr, ua.AttributeIDValue).Value.Value().([]string)
-	if len(uris) < 2 || uris[0] != "http://opcfoundation.org/UA/" {
-		t.Errorf("NamespaceArray %v", uris)
+	if len(uris) != 3 || uris[0] != "http://opcfoundation.org/UA/" || uris[1] != ts.ApplicationURI() || uris[2] != ts.cfg.NamespaceURI {
+		t.Errorf("NamespaceArray %v, want [http://opcfoundation.org/UA/ %s %s]", uris, ts.ApplicationURI(), ts.cfg.NamespaceURI)
+	}
+	if nid := ts.NodeID("Pump1", "Speed"); nid.Namespace() != 2 {
+		t.Errorf("site variable %v, want namespace index 2", nid)
 	}
 }

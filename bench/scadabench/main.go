@@ -1483,12 +1483,12 @@ func watchGap(lead, survivor string, opts opcua.ClientOptions) (gap func(context
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = opcua.WatchWith(ctx, []string{lead, survivor}, "ns=1;s=Pump1.Speed", out, opts)
+		_ = opcua.WatchWith(ctx, []string{lead, survivor}, "ns=2;s=Pump1.Speed", out, opts)
 	}()
 	stop = func() { cancel(); <-done }
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
-	if err := testwait.Poll(wctx, func() bool { return strings.Count(out.String(), lead+" ns=1;s=Pump1.Speed = ") >= 3 }); err != nil {
+	if err := testwait.Poll(wctx, func() bool { return strings.Count(out.String(), lead+" ns=2;s=Pump1.Speed = ") >= 3 }); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("the watching client got no values from the Active %s:\n%s", lead, out.String())
 	}

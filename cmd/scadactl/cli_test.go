@@ -82,7 +82,7 @@ func TestOutputShortFormsAndJSONEverywhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var watchOut, watchErr strings.Builder
-	if code := run(ctx, []string{"-o", "json", "opcua", "watch", "opc.tcp://127.0.0.1:1", "ns=1;s=X"}, strings.NewReader(""), &watchOut, &watchErr); code != 0 {
+	if code := run(ctx, []string{"-o", "json", "opcua", "watch", "opc.tcp://127.0.0.1:1", "ns=2;s=X"}, strings.NewReader(""), &watchOut, &watchErr); code != 0 {
 		t.Errorf("opcua watch -o json: exit %d, %q", code, watchErr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(watchOut.String()), "\n")

@@ -97,7 +97,7 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		})
 	case "watch":
 		if len(args) != 3 {
-			return usagef("opcua watch URL,URL NODEID (e.g. \"ns=1;s=Pump1.Speed\")")
+			return usagef("opcua watch URL,URL NODEID (e.g. \"ns=2;s=Pump1.Speed\")")
 		}
 		// Watch prints one line per notification and every failover with
 		// the gap it caused, until interrupted; with --output json one

@@ -185,7 +185,7 @@ scadad --dev: %d node(s), the demo site deployed. In another shell:
   export SCADACTL_ENDPOINTS=%s SCADACTL_CERTS=%s
   scadactl status
   scadactl sf enqueue %s --data '{"v":1}'     # lands in %s
-  scadactl opcua watch %s "ns=1;s=Pump1.Speed"
+  scadactl opcua watch %s "ns=2;s=Pump1.Speed"
   curl --cacert %s https://%s/health/active
   status page: https://%s/ in a browser on this machine (the node's certificate is signed by %s)
 
