@@ -65,7 +65,10 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_CertRevoked_FullMethodName,
 		controlpb.Control_TokenList_FullMethodName,
 		controlpb.Control_Check_FullMethodName,
-		controlpb.Control_AlarmList_FullMethodName:
+		controlpb.Control_AlarmList_FullMethodName,
+		controlpb.Control_OPCUATrustList_FullMethodName,
+		controlpb.Control_OPCUATrustRejected_FullMethodName,
+		controlpb.Control_OPCUAUserList_FullMethodName:
 		return needViewer, true
 	case controlpb.Control_SFEnqueue_FullMethodName,
 		controlpb.Control_SFEnqueueStream_FullMethodName:
@@ -86,7 +89,11 @@ func methodNeed(method string) (need, bool) {
 		controlpb.Control_SnapshotRestore_FullMethodName,
 		controlpb.Control_CertRevoke_FullMethodName,
 		controlpb.Control_TokenCreate_FullMethodName,
-		controlpb.Control_TokenRevoke_FullMethodName:
+		controlpb.Control_TokenRevoke_FullMethodName,
+		controlpb.Control_OPCUATrustAdd_FullMethodName,
+		controlpb.Control_OPCUATrustRemove_FullMethodName,
+		controlpb.Control_OPCUAUserSet_FullMethodName,
+		controlpb.Control_OPCUAUserRemove_FullMethodName:
 		return needAdmin, true
 	case controlpb.Control_Apply_FullMethodName,
 		controlpb.Heal_HealInfo_FullMethodName,

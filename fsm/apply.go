@@ -168,6 +168,16 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.checkpoint(body.Checkpoint, res)
 	case *fsmpb.Command_CheckpointReport:
 		return a.checkpointReport(body.CheckpointReport, res)
+	case *fsmpb.Command_OpcuaTrustAdd:
+		return a.opcuaTrustAdd(body.OpcuaTrustAdd, res)
+	case *fsmpb.Command_OpcuaTrustRemove:
+		return a.opcuaTrustRemove(body.OpcuaTrustRemove, res)
+	case *fsmpb.Command_OpcuaTrustReject:
+		return a.opcuaTrustReject(body.OpcuaTrustReject, res)
+	case *fsmpb.Command_OpcuaUserSet:
+		return a.opcuaUserSet(body.OpcuaUserSet, res)
+	case *fsmpb.Command_OpcuaUserRemove:
+		return a.opcuaUserRemove(body.OpcuaUserRemove, res)
 	default:
 		// Decode already refuses a nil body; a body type added to the
 		// proto but not handled here must still be a clean refusal.

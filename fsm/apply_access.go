@@ -141,7 +141,8 @@ func checkSerial(s string) *CommandError {
 
 // readAccess reads the access state of tx.
 func readAccess(tx *bolt.Tx) (*Access, error) {
-	acc := &Access{Revoked: map[string]RevokedCert{}, Tokens: map[[32]byte]Token{}}
+	acc := &Access{Revoked: map[string]RevokedCert{}, Tokens: map[[32]byte]Token{},
+		OPCUATrusted: map[string]OPCUATrustedCert{}, OPCUARejected: map[string]OPCUARejectedCert{}, OPCUAUsers: map[string]OPCUAUser{}}
 	b := tx.Bucket(bucketAccess)
 	if b == nil {
 		return acc, nil
@@ -174,6 +175,9 @@ func readAccess(tx *bolt.Tx) (*Access, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read tokens: %w", err)
 		}
+	}
+	if err := readOPCUAAccess(b, acc); err != nil {
+		return nil, err
 	}
 	return acc, nil
 }

@@ -34,8 +34,10 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 		// node refuses it as an unknown body, changing nothing (it keeps
 		// no records), and a member without a record counts as level 1.
 		return 1, true
-	case "cert_revoke", "token_create", "token_revoke":
-		// v0.2.0: the certificate deny list and bearer tokens (docs/security.md).
+	case "cert_revoke", "token_create", "token_revoke",
+		"opcua_trust_add", "opcua_trust_remove", "opcua_trust_reject", "opcua_user_set", "opcua_user_remove":
+		// v0.2.0: the certificate deny list, bearer tokens, the OPC UA
+		// trust store and user-name identities (docs/security.md).
 		return 2, true
 	case "sf_attempts":
 		// v0.2.0: replicated delivery attempts (docs/store-and-forward.md).

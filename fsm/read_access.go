@@ -42,6 +42,12 @@ type Access struct {
 	Revoked map[string]RevokedCert
 	// Tokens maps a bearer token's SHA-256 to the token.
 	Tokens map[[32]byte]Token
+	// OPCUATrusted and OPCUARejected map a certificate's thumbprint to
+	// the OPC UA trust store's entry; OPCUAUsers maps a user name to its
+	// identity.
+	OPCUATrusted  map[string]OPCUATrustedCert
+	OPCUARejected map[string]OPCUARejectedCert
+	OPCUAUsers    map[string]OPCUAUser
 }
 
 // Token looks a bearer token up by its SHA-256.
@@ -84,4 +90,69 @@ func (f *FSM) Access() *Access {
 		return a
 	}
 	return &Access{}
+}
+
+// OPCUATrustedCert is a client certificate (or issuing CA) every node's
+// OPC UA server trusts.
+type OPCUATrustedCert struct {
+	Thumbprint string
+	DER        []byte
+	Name       string
+	Actor      string
+	At         time.Time
+	LogIndex   uint64
+}
+
+// OPCUARejectedCert is a client certificate an OPC UA server refused,
+// kept for an operator to review.
+type OPCUARejectedCert struct {
+	Thumbprint     string
+	DER            []byte
+	NodeID         string   // the node that refused it last
+	Nodes          []string // every node that refused it
+	ApplicationURI string
+	Subject        string
+	Reason         string
+	First, Last    time.Time
+	Count          uint64
+	LogIndex       uint64
+}
+
+// OPCUAUser is an OPC UA user-name identity: the password's hash only.
+type OPCUAUser struct {
+	Name     string
+	Hash     string // passhash's PHC string
+	CanWrite bool
+	Actor    string
+	At       time.Time
+}
+
+// OPCUATrustedList is the trusted certificates, oldest first.
+func (a *Access) OPCUATrustedList() []OPCUATrustedCert {
+	out := make([]OPCUATrustedCert, 0, len(a.OPCUATrusted))
+	for _, c := range a.OPCUATrusted {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LogIndex < out[j].LogIndex })
+	return out
+}
+
+// OPCUARejectedList is the rejected certificates, first refused first.
+func (a *Access) OPCUARejectedList() []OPCUARejectedCert {
+	out := make([]OPCUARejectedCert, 0, len(a.OPCUARejected))
+	for _, c := range a.OPCUARejected {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LogIndex < out[j].LogIndex })
+	return out
+}
+
+// OPCUAUserList is the user-name identities, by name.
+func (a *Access) OPCUAUserList() []OPCUAUser {
+	out := make([]OPCUAUser, 0, len(a.OPCUAUsers))
+	for _, u := range a.OPCUAUsers {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

@@ -63,12 +63,20 @@ type Config struct {
 	// TrustedClientsDir is required when a secure profile is configured.
 	TrustedClientsDir  string
 	RejectedClientsDir string
+	// Trust is the replicated trust store, asked before the folder; a
+	// secure profile needs it or TrustedClientsDir.
+	Trust TrustStore
 
 	// AllowAnonymous enables the anonymous identity; Users enables
 	// user-name identities (they need a secure profile so passwords are
 	// never sent in clear).
 	AllowAnonymous bool
 	Users          []User
+	// UserStore holds the site's replicated user-name identities, by
+	// password hash; asked at every ActivateSession, after Users (the
+	// per-node password files of earlier releases). With a secure
+	// profile, it enables user-name logins.
+	UserStore UserStore
 	// MaxSessions caps activated client sessions (0: no cap); more are
 	// refused BadTooManySessions. Sessions idle for their timeout expire.
 	MaxSessions int
@@ -148,6 +156,21 @@ type User struct {
 	Password string
 	// CanWrite lets the user's writes on to the role gate; without it the
 	// user reads only.
+	CanWrite bool
+}
+
+// UserStore is the site's replicated OPC UA user-name identities: the
+// daemon's adapter over the replicated state.
+type UserStore interface {
+	// User returns the identity called name, if there is one.
+	User(name string) (StoredUser, bool)
+}
+
+// StoredUser is a user-name identity known by its password's hash
+// (internal/passhash's PHC string).
+type StoredUser struct {
+	Name     string
+	Hash     string
 	CanWrite bool
 }
 

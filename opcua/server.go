@@ -3,6 +3,7 @@ package opcua
 import (
 	"context"
 	"crypto/rsa"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"github.com/scadad/scadad/activegate"
@@ -79,6 +80,12 @@ type Server struct {
 	warnMu sync.Mutex
 	warned map[string]time.Time
 
+	// verifyMu runs one password verification at a time; decoy is what
+	// an unknown user name is verified against (matchStoredUser).
+	verifyMu  sync.Mutex
+	decoyOnce sync.Once
+	decoy     string
+
 	kick    chan struct{}
 	started atomic.Bool
 	closed  atomic.Bool
@@ -119,7 +126,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Writer == nil {
 		return nil, fmt.Errorf("opcua config: a Writer is required")
 	}
-	if !c.AllowAnonymous && len(c.Users) == 0 {
+	if !c.AllowAnonymous && len(c.Users) == 0 && c.UserStore == nil {
 		return nil, fmt.Errorf("opcua config: no identity enabled (allow anonymous or configure users)")
 	}
 	if c.ApplicationURI == "" && c.CertFile == "" && c.Certificate == nil {
@@ -141,7 +148,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if len(c.Users) > 0 && !secure {
 		return nil, fmt.Errorf("opcua config: user-name identities need a Sign or SignAndEncrypt profile")
 	}
-	if secure && c.TrustedClientsDir == "" {
+	if !secure {
+		// Passwords are never taken over a channel without security.
+		c.UserStore = nil
+		if !c.AllowAnonymous {
+			return nil, fmt.Errorf("opcua config: no identity enabled: anonymous is off, and user-name identities need a Sign or SignAndEncrypt profile")
+		}
+	}
+	if secure && c.TrustedClientsDir == "" && c.Trust == nil {
 		return nil, fmt.Errorf("opcua config: Sign and SignAndEncrypt profiles need a folder of trusted client certificates")
 	}
 	cert, key, err := loadIdentity(&c)
@@ -184,7 +198,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if c.AllowAnonymous {
 		opts = append(opts, server.EnableAuthMode(ua.UserTokenTypeAnonymous))
 	}
-	if len(c.Users) > 0 {
+	if len(c.Users) > 0 || c.UserStore != nil {
 		opts = append(opts, server.EnableAuthMode(ua.UserTokenTypeUserName))
 	}
 
@@ -199,7 +213,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		restartGap: defaultRestartGap,
 		metrics:    m,
 		key:        key,
-		trust:      trustList{trusted: c.TrustedClientsDir, rejected: c.RejectedClientsDir},
+		trust:      trustList{store: c.Trust, trusted: c.TrustedClientsDir, rejected: c.RejectedClientsDir},
 		security:   sec,
 		notify:     newNotifier(),
 		state:      deps.Roles.Current(),
@@ -207,6 +221,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		kick:       make(chan struct{}, 1),
 	}
 	s.appURI = applicationURIOf(cert)
+	s.trust.folderOnly = func(cert *x509.Certificate) {
+		thumb := Thumbprint(cert.Raw)
+		s.warnOnce("folder:"+thumb, func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("certificate", describeCert(cert)).Str("folder", c.TrustedClientsDir)
+		}, "OPC UA client certificate trusted by this node's trusted folder only: the other nodes may refuse it after a failover; run scadactl opcua trust import "+c.TrustedClientsDir+" (the folder is read for this release only)")
+	}
 	s.cert = cert
 	s.thumbprint = Thumbprint(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
@@ -848,7 +868,7 @@ func (s *Server) channelRules() channelRules {
 	for uri := range signs {
 		delete(r.encryptOnly, uri)
 	}
-	if s.cfg.TrustedClientsDir != "" {
+	if s.cfg.TrustedClientsDir != "" || s.cfg.Trust != nil {
 		r.trusts = func(der []byte) error { return s.trust.check(der, s.clock.Now()) }
 	}
 	r.discoveryOnly = !s.offersNone()

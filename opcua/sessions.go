@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/subtle"
 	"encoding/binary"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uapolicy"
+
+	"github.com/scadad/scadad/internal/passhash"
 )
 
 // maxPendingSessions bounds sessions created but never activated; the
@@ -229,7 +232,7 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (i
 		}
 		return identity{name: "anonymous", canWrite: s.cfg.AnonymousCanWrite}, ua.StatusOK
 	case *ua.UserNameIdentityToken:
-		if len(s.cfg.Users) == 0 {
+		if len(s.cfg.Users) == 0 && s.cfg.UserStore == nil {
 			return identity{}, ua.StatusBadIdentityTokenRejected
 		}
 		pass, err := s.decryptPassword(t, authToken)
@@ -238,6 +241,9 @@ func (s *Server) checkIdentity(tok *ua.ExtensionObject, authToken *ua.NodeID) (i
 			return identity{}, ua.StatusBadIdentityTokenInvalid
 		}
 		if u, ok := matchUser(s.cfg.Users, t.UserName, pass); ok {
+			return identity{name: u.Name, canWrite: u.CanWrite}, ua.StatusOK
+		}
+		if u, ok := s.matchStoredUser(t.UserName, pass); ok {
 			return identity{name: u.Name, canWrite: u.CanWrite}, ua.StatusOK
 		}
 		s.log.Warn().Str("user", t.UserName).Msg("opcua user name or password wrong")
@@ -311,4 +317,39 @@ func matchUser(users []User, name string, password []byte) (User, bool) {
 		}
 	}
 	return found, ok
+}
+
+// matchStoredUser checks name and password against the replicated users.
+// One verification runs at a time (each takes tens of megabytes for tens
+// of milliseconds: a burst of logins must not take the node's memory),
+// and an unknown name costs a verification too, so the time taken does
+// not tell a guesser which names exist.
+func (s *Server) matchStoredUser(name string, password []byte) (StoredUser, bool) {
+	if s.cfg.UserStore == nil {
+		return StoredUser{}, false
+	}
+	u, found := s.cfg.UserStore.User(name)
+	hash := u.Hash
+	if !found {
+		hash = s.decoyHash()
+	}
+	s.verifyMu.Lock()
+	ok, err := passhash.Verify(hash, password)
+	s.verifyMu.Unlock()
+	if err != nil {
+		s.log.Warn().Err(err).Str("user", name).Msg("opcua user's stored password hash cannot be checked; set the password again with scadactl opcua users set")
+		return StoredUser{}, false
+	}
+	return u, found && ok
+}
+
+// decoyHash is a hash of a random password, made at the first unknown
+// name: verifying against it costs what a real user's check costs.
+func (s *Server) decoyHash() string {
+	s.decoyOnce.Do(func() {
+		var pw [32]byte
+		_, _ = rand.Read(pw[:])
+		s.decoy, _ = passhash.Hash(pw[:], rand.Reader)
+	})
+	return s.decoy
 }

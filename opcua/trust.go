@@ -20,18 +20,36 @@ import (
 // client that keeps presenting new certificates cannot fill the disk.
 const maxRejected = 100
 
+// TrustStore is the site's replicated OPC UA trust store, as the server
+// needs it: the daemon's adapter over the replicated state. Trusted is
+// asked at every secure channel and session, so an entry trusted or
+// removed on any node counts at the next one, with no restart.
+type TrustStore interface {
+	// Trusted returns the trusted client certificates and issuing CAs.
+	Trusted() []*x509.Certificate
+	// Rejected records a refused certificate for the operator to review
+	// (scadactl opcua trust rejected). It must not block.
+	Rejected(cert *x509.Certificate, reason string)
+}
+
 // trustList decides which client application certificates may open a
 // session on a secure channel, the way OPC UA servers commonly do: a
-// certificate is trusted when it is in the trusted folder, or is issued by
-// a CA certificate that is; a refused one is copied into the rejected
-// folder, so an operator who knows the client moves that file to trusted.
+// certificate is trusted when it is in the replicated store or the
+// trusted folder, or is issued by a CA certificate that is; a refused one
+// is reported to the store and copied into the rejected folder, so an
+// operator who knows the client trusts it.
 //
-// The trusted folder is read on every check: sessions are few, and a
-// certificate moved there works for the client's next attempt without a
-// restart.
+// The trusted folder is the trust list of releases before the replicated
+// store: it is per node, still read for this release, and its entries go
+// into the store with scadactl opcua trust import. It is read on every
+// check: sessions are few.
 type trustList struct {
+	store    TrustStore
 	trusted  string
 	rejected string
+	// folderOnly is told of a certificate trusted by this node's folder
+	// and not by the replicated store: the other node may refuse it.
+	folderOnly func(cert *x509.Certificate)
 }
 
 // untrustedError says why a client certificate was refused and with which
@@ -47,8 +65,9 @@ type untrustedError struct {
 func (e *untrustedError) Error() string { return e.why + e.advice }
 
 // check returns nil when der is trusted at now; otherwise an
-// *untrustedError naming why, after keeping a copy of der in the rejected
-// folder. An unreadable trusted folder refuses everyone (and says so).
+// *untrustedError naming why, after reporting der to the store and
+// keeping a copy in the rejected folder. An unreadable trusted folder
+// refuses everyone (and says so).
 func (t *trustList) check(der []byte, now time.Time) error {
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -59,18 +78,28 @@ func (t *trustList) check(der []byte, now time.Time) error {
 		return &untrustedError{code: ua.StatusBadCertificateTimeInvalid, why: fmt.Sprintf("client certificate %s is valid from %s to %s only; the client needs a renewed certificate",
 			describeCert(cert), cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))}
 	}
-	trusted, err := readCertificates(t.trusted)
+	if t.store != nil && trustedBy(cert, t.store.Trusted(), now) {
+		return nil
+	}
+	folder, err := readCertificates(t.trusted)
 	if err != nil {
 		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: "the server cannot read its trusted client certificates",
 			advice: fmt.Sprintf(": %v", err)}
 	}
-	if trustedBy(cert, trusted, now) {
+	if trustedBy(cert, folder, now) {
+		if t.store != nil && t.folderOnly != nil {
+			t.folderOnly(cert)
+		}
 		return nil
 	}
+	why := fmt.Sprintf("client certificate %s is not trusted by this server; its operator must trust it", describeCert(cert))
 	where := t.reject(cert)
-	return &untrustedError{code: ua.StatusBadCertificateUntrusted,
-		why:    fmt.Sprintf("client certificate %s is not trusted by this server; its operator must trust it", describeCert(cert)),
-		advice: fmt.Sprintf("%s; to trust it, put it (or its issuing CA) in %s on every node", where, t.trusted)}
+	advice := fmt.Sprintf("%s; to trust it, put it (or its issuing CA) in %s on every node", where, t.trusted)
+	if t.store != nil {
+		t.store.Rejected(cert, "not trusted")
+		advice = fmt.Sprintf("%s; to trust it on every node: scadactl opcua trust add --rejected %s", where, Thumbprint(cert.Raw))
+	}
+	return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: why, advice: advice}
 }
 
 // trustedBy reports whether cert is one of trusted, or is issued (at now)

@@ -348,6 +348,8 @@ type ServerIdentities struct {
 
 // ServerUser is one username identity. The password is read from a file on
 // each node so that it does not travel in the replicated artifact.
+// Deprecated for this release: the replicated users (scadactl opcua users
+// set) keep a hash in the replicated state instead.
 type ServerUser struct {
 	Username     string `yaml:"username"`
 	PasswordFile string `yaml:"password_file"`

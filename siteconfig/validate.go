@@ -869,8 +869,14 @@ func (v *validator) server(p string, o *OPCUAServer) {
 		}
 	}
 	ip := field(p, "identities")
-	if !o.Identities.Anonymous && len(o.Identities.Users) == 0 {
-		v.add(ip, "no identity accepted: allow anonymous or list users")
+	// User names come from the replicated users (scadactl opcua users)
+	// on any secure profile, so a secure site needs no users listed here.
+	secure := false
+	for _, pair := range o.Security {
+		secure = secure || (pair.Mode != "" && pair.Mode != "None")
+	}
+	if !o.Identities.Anonymous && len(o.Identities.Users) == 0 && !secure {
+		v.add(ip, "no identity accepted: allow anonymous, or offer a Sign or SignAndEncrypt profile for user names (scadactl opcua users set)")
 	}
 	if o.Identities.AnonymousCanWrite && !o.Identities.Anonymous {
 		v.add(field(ip, "anonymous_can_write"), "set, but anonymous sessions are not accepted (anonymous: false)")

@@ -4279,6 +4279,906 @@ func (*AlarmShelveResponse) Descriptor() ([]byte, []int) {
 	return file_controlpb_control_proto_rawDescGZIP(), []int{67}
 }
 
+type OPCUATrustAddRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Der                []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`                                                         // the certificate (DER); or
+	RejectedThumbprint string                 `protobuf:"bytes,3,opt,name=rejected_thumbprint,json=rejectedThumbprint,proto3" json:"rejected_thumbprint,omitempty"` // trust the rejected certificate with this thumbprint
+	Name               string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *OPCUATrustAddRequest) Reset() {
+	*x = OPCUATrustAddRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustAddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustAddRequest) ProtoMessage() {}
+
+func (x *OPCUATrustAddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustAddRequest.ProtoReflect.Descriptor instead.
+func (*OPCUATrustAddRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *OPCUATrustAddRequest) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *OPCUATrustAddRequest) GetRejectedThumbprint() string {
+	if x != nil {
+		return x.RejectedThumbprint
+	}
+	return ""
+}
+
+func (x *OPCUATrustAddRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type OPCUATrustAddResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Thumbprint    string                 `protobuf:"bytes,1,opt,name=thumbprint,proto3" json:"thumbprint,omitempty"`
+	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustAddResponse) Reset() {
+	*x = OPCUATrustAddResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustAddResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustAddResponse) ProtoMessage() {}
+
+func (x *OPCUATrustAddResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustAddResponse.ProtoReflect.Descriptor instead.
+func (*OPCUATrustAddResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *OPCUATrustAddResponse) GetThumbprint() string {
+	if x != nil {
+		return x.Thumbprint
+	}
+	return ""
+}
+
+func (x *OPCUATrustAddResponse) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+type OPCUATrustListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustListRequest) Reset() {
+	*x = OPCUATrustListRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustListRequest) ProtoMessage() {}
+
+func (x *OPCUATrustListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustListRequest.ProtoReflect.Descriptor instead.
+func (*OPCUATrustListRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{70}
+}
+
+type OPCUACertificate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Thumbprint     string                 `protobuf:"bytes,1,opt,name=thumbprint,proto3" json:"thumbprint,omitempty"`
+	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Subject        string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	ApplicationUri string                 `protobuf:"bytes,4,opt,name=application_uri,json=applicationUri,proto3" json:"application_uri,omitempty"`
+	IsCa           bool                   `protobuf:"varint,5,opt,name=is_ca,json=isCa,proto3" json:"is_ca,omitempty"`
+	NotAfterUnix   int64                  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	Actor          string                 `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	AddedUnix      int64                  `protobuf:"varint,8,opt,name=added_unix,json=addedUnix,proto3" json:"added_unix,omitempty"`
+	Der            []byte                 `protobuf:"bytes,9,opt,name=der,proto3" json:"der,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OPCUACertificate) Reset() {
+	*x = OPCUACertificate{}
+	mi := &file_controlpb_control_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUACertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUACertificate) ProtoMessage() {}
+
+func (x *OPCUACertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUACertificate.ProtoReflect.Descriptor instead.
+func (*OPCUACertificate) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *OPCUACertificate) GetThumbprint() string {
+	if x != nil {
+		return x.Thumbprint
+	}
+	return ""
+}
+
+func (x *OPCUACertificate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUACertificate) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *OPCUACertificate) GetApplicationUri() string {
+	if x != nil {
+		return x.ApplicationUri
+	}
+	return ""
+}
+
+func (x *OPCUACertificate) GetIsCa() bool {
+	if x != nil {
+		return x.IsCa
+	}
+	return false
+}
+
+func (x *OPCUACertificate) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *OPCUACertificate) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OPCUACertificate) GetAddedUnix() int64 {
+	if x != nil {
+		return x.AddedUnix
+	}
+	return 0
+}
+
+func (x *OPCUACertificate) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+type OPCUATrustListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trusted       []*OPCUACertificate    `protobuf:"bytes,1,rep,name=trusted,proto3" json:"trusted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustListResponse) Reset() {
+	*x = OPCUATrustListResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustListResponse) ProtoMessage() {}
+
+func (x *OPCUATrustListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustListResponse.ProtoReflect.Descriptor instead.
+func (*OPCUATrustListResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *OPCUATrustListResponse) GetTrusted() []*OPCUACertificate {
+	if x != nil {
+		return x.Trusted
+	}
+	return nil
+}
+
+type OPCUATrustRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Thumbprint    string                 `protobuf:"bytes,1,opt,name=thumbprint,proto3" json:"thumbprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustRemoveRequest) Reset() {
+	*x = OPCUATrustRemoveRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustRemoveRequest) ProtoMessage() {}
+
+func (x *OPCUATrustRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustRemoveRequest.ProtoReflect.Descriptor instead.
+func (*OPCUATrustRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *OPCUATrustRemoveRequest) GetThumbprint() string {
+	if x != nil {
+		return x.Thumbprint
+	}
+	return ""
+}
+
+type OPCUATrustRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustRemoveResponse) Reset() {
+	*x = OPCUATrustRemoveResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustRemoveResponse) ProtoMessage() {}
+
+func (x *OPCUATrustRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustRemoveResponse.ProtoReflect.Descriptor instead.
+func (*OPCUATrustRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{74}
+}
+
+type OPCUATrustRejectedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustRejectedRequest) Reset() {
+	*x = OPCUATrustRejectedRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustRejectedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustRejectedRequest) ProtoMessage() {}
+
+func (x *OPCUATrustRejectedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustRejectedRequest.ProtoReflect.Descriptor instead.
+func (*OPCUATrustRejectedRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{75}
+}
+
+type OPCUARejectedCertificate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Thumbprint     string                 `protobuf:"bytes,1,opt,name=thumbprint,proto3" json:"thumbprint,omitempty"`
+	Subject        string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	ApplicationUri string                 `protobuf:"bytes,3,opt,name=application_uri,json=applicationUri,proto3" json:"application_uri,omitempty"`
+	Node           string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`   // the node that refused it last
+	Nodes          []string               `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"` // every node that refused it
+	FirstUnixNano  int64                  `protobuf:"varint,6,opt,name=first_unix_nano,json=firstUnixNano,proto3" json:"first_unix_nano,omitempty"`
+	LastUnixNano   int64                  `protobuf:"varint,7,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
+	Count          uint64                 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	Reason         string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Der            []byte                 `protobuf:"bytes,10,opt,name=der,proto3" json:"der,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OPCUARejectedCertificate) Reset() {
+	*x = OPCUARejectedCertificate{}
+	mi := &file_controlpb_control_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUARejectedCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUARejectedCertificate) ProtoMessage() {}
+
+func (x *OPCUARejectedCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUARejectedCertificate.ProtoReflect.Descriptor instead.
+func (*OPCUARejectedCertificate) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *OPCUARejectedCertificate) GetThumbprint() string {
+	if x != nil {
+		return x.Thumbprint
+	}
+	return ""
+}
+
+func (x *OPCUARejectedCertificate) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *OPCUARejectedCertificate) GetApplicationUri() string {
+	if x != nil {
+		return x.ApplicationUri
+	}
+	return ""
+}
+
+func (x *OPCUARejectedCertificate) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *OPCUARejectedCertificate) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *OPCUARejectedCertificate) GetFirstUnixNano() int64 {
+	if x != nil {
+		return x.FirstUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUARejectedCertificate) GetLastUnixNano() int64 {
+	if x != nil {
+		return x.LastUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUARejectedCertificate) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *OPCUARejectedCertificate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OPCUARejectedCertificate) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+type OPCUATrustRejectedResponse struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Rejected      []*OPCUARejectedCertificate `protobuf:"bytes,1,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustRejectedResponse) Reset() {
+	*x = OPCUATrustRejectedResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustRejectedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustRejectedResponse) ProtoMessage() {}
+
+func (x *OPCUATrustRejectedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustRejectedResponse.ProtoReflect.Descriptor instead.
+func (*OPCUATrustRejectedResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *OPCUATrustRejectedResponse) GetRejected() []*OPCUARejectedCertificate {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
+type OPCUAUserSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"` // argon2id, PHC string format
+	CanWrite      bool                   `protobuf:"varint,3,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserSetRequest) Reset() {
+	*x = OPCUAUserSetRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserSetRequest) ProtoMessage() {}
+
+func (x *OPCUAUserSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserSetRequest.ProtoReflect.Descriptor instead.
+func (*OPCUAUserSetRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *OPCUAUserSetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUAUserSetRequest) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *OPCUAUserSetRequest) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+type OPCUAUserSetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserSetResponse) Reset() {
+	*x = OPCUAUserSetResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserSetResponse) ProtoMessage() {}
+
+func (x *OPCUAUserSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserSetResponse.ProtoReflect.Descriptor instead.
+func (*OPCUAUserSetResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{79}
+}
+
+type OPCUAUserListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserListRequest) Reset() {
+	*x = OPCUAUserListRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserListRequest) ProtoMessage() {}
+
+func (x *OPCUAUserListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserListRequest.ProtoReflect.Descriptor instead.
+func (*OPCUAUserListRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{80}
+}
+
+type OPCUAUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CanWrite      bool                   `protobuf:"varint,2,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	SetUnix       int64                  `protobuf:"varint,4,opt,name=set_unix,json=setUnix,proto3" json:"set_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUser) Reset() {
+	*x = OPCUAUser{}
+	mi := &file_controlpb_control_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUser) ProtoMessage() {}
+
+func (x *OPCUAUser) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUser.ProtoReflect.Descriptor instead.
+func (*OPCUAUser) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *OPCUAUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUAUser) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+func (x *OPCUAUser) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OPCUAUser) GetSetUnix() int64 {
+	if x != nil {
+		return x.SetUnix
+	}
+	return 0
+}
+
+type OPCUAUserListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*OPCUAUser           `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserListResponse) Reset() {
+	*x = OPCUAUserListResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserListResponse) ProtoMessage() {}
+
+func (x *OPCUAUserListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserListResponse.ProtoReflect.Descriptor instead.
+func (*OPCUAUserListResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *OPCUAUserListResponse) GetUsers() []*OPCUAUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type OPCUAUserRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserRemoveRequest) Reset() {
+	*x = OPCUAUserRemoveRequest{}
+	mi := &file_controlpb_control_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserRemoveRequest) ProtoMessage() {}
+
+func (x *OPCUAUserRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserRemoveRequest.ProtoReflect.Descriptor instead.
+func (*OPCUAUserRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *OPCUAUserRemoveRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type OPCUAUserRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserRemoveResponse) Reset() {
+	*x = OPCUAUserRemoveResponse{}
+	mi := &file_controlpb_control_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserRemoveResponse) ProtoMessage() {}
+
+func (x *OPCUAUserRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controlpb_control_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserRemoveResponse.ProtoReflect.Descriptor instead.
+func (*OPCUAUserRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_controlpb_control_proto_rawDescGZIP(), []int{84}
+}
+
 var File_controlpb_control_proto protoreflect.FileDescriptor
 
 const file_controlpb_control_proto_rawDesc = "" +
@@ -4599,7 +5499,70 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\bunshelve\x18\x02 \x01(\bR\bunshelve\x12&\n" +
 	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\x12\x18\n" +
 	"\acomment\x18\x04 \x01(\tR\acomment\"\x15\n" +
-	"\x13AlarmShelveResponse2\xee\x14\n" +
+	"\x13AlarmShelveResponse\"m\n" +
+	"\x14OPCUATrustAddRequest\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12/\n" +
+	"\x13rejected_thumbprint\x18\x03 \x01(\tR\x12rejectedThumbprint\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"Q\n" +
+	"\x15OPCUATrustAddResponse\x12\x1e\n" +
+	"\n" +
+	"thumbprint\x18\x01 \x01(\tR\n" +
+	"thumbprint\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"\x17\n" +
+	"\x15OPCUATrustListRequest\"\x8b\x02\n" +
+	"\x10OPCUACertificate\x12\x1e\n" +
+	"\n" +
+	"thumbprint\x18\x01 \x01(\tR\n" +
+	"thumbprint\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12'\n" +
+	"\x0fapplication_uri\x18\x04 \x01(\tR\x0eapplicationUri\x12\x13\n" +
+	"\x05is_ca\x18\x05 \x01(\bR\x04isCa\x12$\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x12\x14\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x1d\n" +
+	"\n" +
+	"added_unix\x18\b \x01(\x03R\taddedUnix\x12\x10\n" +
+	"\x03der\x18\t \x01(\fR\x03der\"W\n" +
+	"\x16OPCUATrustListResponse\x12=\n" +
+	"\atrusted\x18\x01 \x03(\v2#.scadad.control.v1.OPCUACertificateR\atrusted\"9\n" +
+	"\x17OPCUATrustRemoveRequest\x12\x1e\n" +
+	"\n" +
+	"thumbprint\x18\x01 \x01(\tR\n" +
+	"thumbprint\"\x1a\n" +
+	"\x18OPCUATrustRemoveResponse\"\x1b\n" +
+	"\x19OPCUATrustRejectedRequest\"\xb5\x02\n" +
+	"\x18OPCUARejectedCertificate\x12\x1e\n" +
+	"\n" +
+	"thumbprint\x18\x01 \x01(\tR\n" +
+	"thumbprint\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12'\n" +
+	"\x0fapplication_uri\x18\x03 \x01(\tR\x0eapplicationUri\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x14\n" +
+	"\x05nodes\x18\x05 \x03(\tR\x05nodes\x12&\n" +
+	"\x0ffirst_unix_nano\x18\x06 \x01(\x03R\rfirstUnixNano\x12$\n" +
+	"\x0elast_unix_nano\x18\a \x01(\x03R\flastUnixNano\x12\x14\n" +
+	"\x05count\x18\b \x01(\x04R\x05count\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x10\n" +
+	"\x03der\x18\n" +
+	" \x01(\fR\x03der\"e\n" +
+	"\x1aOPCUATrustRejectedResponse\x12G\n" +
+	"\brejected\x18\x01 \x03(\v2+.scadad.control.v1.OPCUARejectedCertificateR\brejected\"Z\n" +
+	"\x13OPCUAUserSetRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x1b\n" +
+	"\tcan_write\x18\x03 \x01(\bR\bcanWrite\"\x16\n" +
+	"\x14OPCUAUserSetResponse\"\x16\n" +
+	"\x14OPCUAUserListRequest\"m\n" +
+	"\tOPCUAUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tcan_write\x18\x02 \x01(\bR\bcanWrite\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x19\n" +
+	"\bset_unix\x18\x04 \x01(\x03R\asetUnix\"K\n" +
+	"\x15OPCUAUserListResponse\x122\n" +
+	"\x05users\x18\x01 \x03(\v2\x1c.scadad.control.v1.OPCUAUserR\x05users\",\n" +
+	"\x16OPCUAUserRemoveRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
+	"\x17OPCUAUserRemoveResponse2\xc8\x1a\n" +
 	"\aControl\x12M\n" +
 	"\x06Status\x12 .scadad.control.v1.StatusRequest\x1a!.scadad.control.v1.StatusResponse\x12P\n" +
 	"\aMembers\x12!.scadad.control.v1.MembersRequest\x1a\".scadad.control.v1.MembersResponse\x12V\n" +
@@ -4632,7 +5595,14 @@ const file_controlpb_control_proto_rawDesc = "" +
 	"\x05Check\x12\x1f.scadad.control.v1.CheckRequest\x1a .scadad.control.v1.CheckResponse\x12V\n" +
 	"\tAlarmList\x12#.scadad.control.v1.AlarmListRequest\x1a$.scadad.control.v1.AlarmListResponse\x12S\n" +
 	"\bAlarmAck\x12\".scadad.control.v1.AlarmAckRequest\x1a#.scadad.control.v1.AlarmAckResponse\x12\\\n" +
-	"\vAlarmShelve\x12%.scadad.control.v1.AlarmShelveRequest\x1a&.scadad.control.v1.AlarmShelveResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
+	"\vAlarmShelve\x12%.scadad.control.v1.AlarmShelveRequest\x1a&.scadad.control.v1.AlarmShelveResponse\x12b\n" +
+	"\rOPCUATrustAdd\x12'.scadad.control.v1.OPCUATrustAddRequest\x1a(.scadad.control.v1.OPCUATrustAddResponse\x12e\n" +
+	"\x0eOPCUATrustList\x12(.scadad.control.v1.OPCUATrustListRequest\x1a).scadad.control.v1.OPCUATrustListResponse\x12k\n" +
+	"\x10OPCUATrustRemove\x12*.scadad.control.v1.OPCUATrustRemoveRequest\x1a+.scadad.control.v1.OPCUATrustRemoveResponse\x12q\n" +
+	"\x12OPCUATrustRejected\x12,.scadad.control.v1.OPCUATrustRejectedRequest\x1a-.scadad.control.v1.OPCUATrustRejectedResponse\x12_\n" +
+	"\fOPCUAUserSet\x12&.scadad.control.v1.OPCUAUserSetRequest\x1a'.scadad.control.v1.OPCUAUserSetResponse\x12b\n" +
+	"\rOPCUAUserList\x12'.scadad.control.v1.OPCUAUserListRequest\x1a(.scadad.control.v1.OPCUAUserListResponse\x12h\n" +
+	"\x0fOPCUAUserRemove\x12).scadad.control.v1.OPCUAUserRemoveRequest\x1a*.scadad.control.v1.OPCUAUserRemoveResponseB(Z&github.com/scadad/scadad/api/controlpbb\x06proto3"
 
 var (
 	file_controlpb_control_proto_rawDescOnce sync.Once
@@ -4646,76 +5616,93 @@ func file_controlpb_control_proto_rawDescGZIP() []byte {
 	return file_controlpb_control_proto_rawDescData
 }
 
-var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_controlpb_control_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_controlpb_control_proto_goTypes = []any{
-	(*StatusRequest)(nil),           // 0: scadad.control.v1.StatusRequest
-	(*StatusResponse)(nil),          // 1: scadad.control.v1.StatusResponse
-	(*DataConnectionStatus)(nil),    // 2: scadad.control.v1.DataConnectionStatus
-	(*OPCUAVerdict)(nil),            // 3: scadad.control.v1.OPCUAVerdict
-	(*MemberStatus)(nil),            // 4: scadad.control.v1.MemberStatus
-	(*MembersRequest)(nil),          // 5: scadad.control.v1.MembersRequest
-	(*MembersResponse)(nil),         // 6: scadad.control.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 7: scadad.control.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 8: scadad.control.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 9: scadad.control.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 10: scadad.control.v1.RemoveMemberResponse
-	(*FailoverRequest)(nil),         // 11: scadad.control.v1.FailoverRequest
-	(*FailoverResponse)(nil),        // 12: scadad.control.v1.FailoverResponse
-	(*OverrideRequest)(nil),         // 13: scadad.control.v1.OverrideRequest
-	(*OverrideResponse)(nil),        // 14: scadad.control.v1.OverrideResponse
-	(*ApplyRequest)(nil),            // 15: scadad.control.v1.ApplyRequest
-	(*ApplyResponse)(nil),           // 16: scadad.control.v1.ApplyResponse
-	(*SnapshotSaveRequest)(nil),     // 17: scadad.control.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 18: scadad.control.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 19: scadad.control.v1.SnapshotRestoreResponse
-	(*AuditRequest)(nil),            // 20: scadad.control.v1.AuditRequest
-	(*AuditEntry)(nil),              // 21: scadad.control.v1.AuditEntry
-	(*AuditResponse)(nil),           // 22: scadad.control.v1.AuditResponse
-	(*DeployPushRequest)(nil),       // 23: scadad.control.v1.DeployPushRequest
-	(*DeployPushResponse)(nil),      // 24: scadad.control.v1.DeployPushResponse
-	(*DeployRollbackRequest)(nil),   // 25: scadad.control.v1.DeployRollbackRequest
-	(*DeployHistoryRequest)(nil),    // 26: scadad.control.v1.DeployHistoryRequest
-	(*DeployRevision)(nil),          // 27: scadad.control.v1.DeployRevision
-	(*DeployHistoryResponse)(nil),   // 28: scadad.control.v1.DeployHistoryResponse
-	(*DeployStatusRequest)(nil),     // 29: scadad.control.v1.DeployStatusRequest
-	(*DeployNodeStatus)(nil),        // 30: scadad.control.v1.DeployNodeStatus
-	(*DeployStatusResponse)(nil),    // 31: scadad.control.v1.DeployStatusResponse
-	(*DeployGetRequest)(nil),        // 32: scadad.control.v1.DeployGetRequest
-	(*DeployGetResponse)(nil),       // 33: scadad.control.v1.DeployGetResponse
-	(*SFEnqueueRequest)(nil),        // 34: scadad.control.v1.SFEnqueueRequest
-	(*SFEnqueueResponse)(nil),       // 35: scadad.control.v1.SFEnqueueResponse
-	(*SFEnqueueStreamResponse)(nil), // 36: scadad.control.v1.SFEnqueueStreamResponse
-	(*SFStatsRequest)(nil),          // 37: scadad.control.v1.SFStatsRequest
-	(*SFTargetStats)(nil),           // 38: scadad.control.v1.SFTargetStats
-	(*SFStatsResponse)(nil),         // 39: scadad.control.v1.SFStatsResponse
-	(*SFListRequest)(nil),           // 40: scadad.control.v1.SFListRequest
-	(*SFMessage)(nil),               // 41: scadad.control.v1.SFMessage
-	(*SFListResponse)(nil),          // 42: scadad.control.v1.SFListResponse
-	(*SFSelectRequest)(nil),         // 43: scadad.control.v1.SFSelectRequest
-	(*SFSelectResponse)(nil),        // 44: scadad.control.v1.SFSelectResponse
-	(*CertRevokeRequest)(nil),       // 45: scadad.control.v1.CertRevokeRequest
-	(*CertRevokeResponse)(nil),      // 46: scadad.control.v1.CertRevokeResponse
-	(*CertRevokedRequest)(nil),      // 47: scadad.control.v1.CertRevokedRequest
-	(*RevokedCertificate)(nil),      // 48: scadad.control.v1.RevokedCertificate
-	(*CertRevokedResponse)(nil),     // 49: scadad.control.v1.CertRevokedResponse
-	(*TokenCreateRequest)(nil),      // 50: scadad.control.v1.TokenCreateRequest
-	(*TokenCreateResponse)(nil),     // 51: scadad.control.v1.TokenCreateResponse
-	(*TokenListRequest)(nil),        // 52: scadad.control.v1.TokenListRequest
-	(*TokenInfo)(nil),               // 53: scadad.control.v1.TokenInfo
-	(*TokenListResponse)(nil),       // 54: scadad.control.v1.TokenListResponse
-	(*TokenRevokeRequest)(nil),      // 55: scadad.control.v1.TokenRevokeRequest
-	(*TokenRevokeResponse)(nil),     // 56: scadad.control.v1.TokenRevokeResponse
-	(*CheckRequest)(nil),            // 57: scadad.control.v1.CheckRequest
-	(*CheckReport)(nil),             // 58: scadad.control.v1.CheckReport
-	(*Checkpoint)(nil),              // 59: scadad.control.v1.Checkpoint
-	(*CheckResponse)(nil),           // 60: scadad.control.v1.CheckResponse
-	(*AlarmListRequest)(nil),        // 61: scadad.control.v1.AlarmListRequest
-	(*AlarmInfo)(nil),               // 62: scadad.control.v1.AlarmInfo
-	(*AlarmListResponse)(nil),       // 63: scadad.control.v1.AlarmListResponse
-	(*AlarmAckRequest)(nil),         // 64: scadad.control.v1.AlarmAckRequest
-	(*AlarmAckResponse)(nil),        // 65: scadad.control.v1.AlarmAckResponse
-	(*AlarmShelveRequest)(nil),      // 66: scadad.control.v1.AlarmShelveRequest
-	(*AlarmShelveResponse)(nil),     // 67: scadad.control.v1.AlarmShelveResponse
+	(*StatusRequest)(nil),              // 0: scadad.control.v1.StatusRequest
+	(*StatusResponse)(nil),             // 1: scadad.control.v1.StatusResponse
+	(*DataConnectionStatus)(nil),       // 2: scadad.control.v1.DataConnectionStatus
+	(*OPCUAVerdict)(nil),               // 3: scadad.control.v1.OPCUAVerdict
+	(*MemberStatus)(nil),               // 4: scadad.control.v1.MemberStatus
+	(*MembersRequest)(nil),             // 5: scadad.control.v1.MembersRequest
+	(*MembersResponse)(nil),            // 6: scadad.control.v1.MembersResponse
+	(*AddMemberRequest)(nil),           // 7: scadad.control.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),          // 8: scadad.control.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),        // 9: scadad.control.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 10: scadad.control.v1.RemoveMemberResponse
+	(*FailoverRequest)(nil),            // 11: scadad.control.v1.FailoverRequest
+	(*FailoverResponse)(nil),           // 12: scadad.control.v1.FailoverResponse
+	(*OverrideRequest)(nil),            // 13: scadad.control.v1.OverrideRequest
+	(*OverrideResponse)(nil),           // 14: scadad.control.v1.OverrideResponse
+	(*ApplyRequest)(nil),               // 15: scadad.control.v1.ApplyRequest
+	(*ApplyResponse)(nil),              // 16: scadad.control.v1.ApplyResponse
+	(*SnapshotSaveRequest)(nil),        // 17: scadad.control.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 18: scadad.control.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),    // 19: scadad.control.v1.SnapshotRestoreResponse
+	(*AuditRequest)(nil),               // 20: scadad.control.v1.AuditRequest
+	(*AuditEntry)(nil),                 // 21: scadad.control.v1.AuditEntry
+	(*AuditResponse)(nil),              // 22: scadad.control.v1.AuditResponse
+	(*DeployPushRequest)(nil),          // 23: scadad.control.v1.DeployPushRequest
+	(*DeployPushResponse)(nil),         // 24: scadad.control.v1.DeployPushResponse
+	(*DeployRollbackRequest)(nil),      // 25: scadad.control.v1.DeployRollbackRequest
+	(*DeployHistoryRequest)(nil),       // 26: scadad.control.v1.DeployHistoryRequest
+	(*DeployRevision)(nil),             // 27: scadad.control.v1.DeployRevision
+	(*DeployHistoryResponse)(nil),      // 28: scadad.control.v1.DeployHistoryResponse
+	(*DeployStatusRequest)(nil),        // 29: scadad.control.v1.DeployStatusRequest
+	(*DeployNodeStatus)(nil),           // 30: scadad.control.v1.DeployNodeStatus
+	(*DeployStatusResponse)(nil),       // 31: scadad.control.v1.DeployStatusResponse
+	(*DeployGetRequest)(nil),           // 32: scadad.control.v1.DeployGetRequest
+	(*DeployGetResponse)(nil),          // 33: scadad.control.v1.DeployGetResponse
+	(*SFEnqueueRequest)(nil),           // 34: scadad.control.v1.SFEnqueueRequest
+	(*SFEnqueueResponse)(nil),          // 35: scadad.control.v1.SFEnqueueResponse
+	(*SFEnqueueStreamResponse)(nil),    // 36: scadad.control.v1.SFEnqueueStreamResponse
+	(*SFStatsRequest)(nil),             // 37: scadad.control.v1.SFStatsRequest
+	(*SFTargetStats)(nil),              // 38: scadad.control.v1.SFTargetStats
+	(*SFStatsResponse)(nil),            // 39: scadad.control.v1.SFStatsResponse
+	(*SFListRequest)(nil),              // 40: scadad.control.v1.SFListRequest
+	(*SFMessage)(nil),                  // 41: scadad.control.v1.SFMessage
+	(*SFListResponse)(nil),             // 42: scadad.control.v1.SFListResponse
+	(*SFSelectRequest)(nil),            // 43: scadad.control.v1.SFSelectRequest
+	(*SFSelectResponse)(nil),           // 44: scadad.control.v1.SFSelectResponse
+	(*CertRevokeRequest)(nil),          // 45: scadad.control.v1.CertRevokeRequest
+	(*CertRevokeResponse)(nil),         // 46: scadad.control.v1.CertRevokeResponse
+	(*CertRevokedRequest)(nil),         // 47: scadad.control.v1.CertRevokedRequest
+	(*RevokedCertificate)(nil),         // 48: scadad.control.v1.RevokedCertificate
+	(*CertRevokedResponse)(nil),        // 49: scadad.control.v1.CertRevokedResponse
+	(*TokenCreateRequest)(nil),         // 50: scadad.control.v1.TokenCreateRequest
+	(*TokenCreateResponse)(nil),        // 51: scadad.control.v1.TokenCreateResponse
+	(*TokenListRequest)(nil),           // 52: scadad.control.v1.TokenListRequest
+	(*TokenInfo)(nil),                  // 53: scadad.control.v1.TokenInfo
+	(*TokenListResponse)(nil),          // 54: scadad.control.v1.TokenListResponse
+	(*TokenRevokeRequest)(nil),         // 55: scadad.control.v1.TokenRevokeRequest
+	(*TokenRevokeResponse)(nil),        // 56: scadad.control.v1.TokenRevokeResponse
+	(*CheckRequest)(nil),               // 57: scadad.control.v1.CheckRequest
+	(*CheckReport)(nil),                // 58: scadad.control.v1.CheckReport
+	(*Checkpoint)(nil),                 // 59: scadad.control.v1.Checkpoint
+	(*CheckResponse)(nil),              // 60: scadad.control.v1.CheckResponse
+	(*AlarmListRequest)(nil),           // 61: scadad.control.v1.AlarmListRequest
+	(*AlarmInfo)(nil),                  // 62: scadad.control.v1.AlarmInfo
+	(*AlarmListResponse)(nil),          // 63: scadad.control.v1.AlarmListResponse
+	(*AlarmAckRequest)(nil),            // 64: scadad.control.v1.AlarmAckRequest
+	(*AlarmAckResponse)(nil),           // 65: scadad.control.v1.AlarmAckResponse
+	(*AlarmShelveRequest)(nil),         // 66: scadad.control.v1.AlarmShelveRequest
+	(*AlarmShelveResponse)(nil),        // 67: scadad.control.v1.AlarmShelveResponse
+	(*OPCUATrustAddRequest)(nil),       // 68: scadad.control.v1.OPCUATrustAddRequest
+	(*OPCUATrustAddResponse)(nil),      // 69: scadad.control.v1.OPCUATrustAddResponse
+	(*OPCUATrustListRequest)(nil),      // 70: scadad.control.v1.OPCUATrustListRequest
+	(*OPCUACertificate)(nil),           // 71: scadad.control.v1.OPCUACertificate
+	(*OPCUATrustListResponse)(nil),     // 72: scadad.control.v1.OPCUATrustListResponse
+	(*OPCUATrustRemoveRequest)(nil),    // 73: scadad.control.v1.OPCUATrustRemoveRequest
+	(*OPCUATrustRemoveResponse)(nil),   // 74: scadad.control.v1.OPCUATrustRemoveResponse
+	(*OPCUATrustRejectedRequest)(nil),  // 75: scadad.control.v1.OPCUATrustRejectedRequest
+	(*OPCUARejectedCertificate)(nil),   // 76: scadad.control.v1.OPCUARejectedCertificate
+	(*OPCUATrustRejectedResponse)(nil), // 77: scadad.control.v1.OPCUATrustRejectedResponse
+	(*OPCUAUserSetRequest)(nil),        // 78: scadad.control.v1.OPCUAUserSetRequest
+	(*OPCUAUserSetResponse)(nil),       // 79: scadad.control.v1.OPCUAUserSetResponse
+	(*OPCUAUserListRequest)(nil),       // 80: scadad.control.v1.OPCUAUserListRequest
+	(*OPCUAUser)(nil),                  // 81: scadad.control.v1.OPCUAUser
+	(*OPCUAUserListResponse)(nil),      // 82: scadad.control.v1.OPCUAUserListResponse
+	(*OPCUAUserRemoveRequest)(nil),     // 83: scadad.control.v1.OPCUAUserRemoveRequest
+	(*OPCUAUserRemoveResponse)(nil),    // 84: scadad.control.v1.OPCUAUserRemoveResponse
 }
 var file_controlpb_control_proto_depIdxs = []int32{
 	4,  // 0: scadad.control.v1.StatusResponse.members:type_name -> scadad.control.v1.MemberStatus
@@ -4732,71 +5719,88 @@ var file_controlpb_control_proto_depIdxs = []int32{
 	58, // 11: scadad.control.v1.Checkpoint.reports:type_name -> scadad.control.v1.CheckReport
 	59, // 12: scadad.control.v1.CheckResponse.checkpoints:type_name -> scadad.control.v1.Checkpoint
 	62, // 13: scadad.control.v1.AlarmListResponse.alarms:type_name -> scadad.control.v1.AlarmInfo
-	0,  // 14: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
-	5,  // 15: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
-	7,  // 16: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
-	9,  // 17: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
-	11, // 18: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
-	13, // 19: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
-	15, // 20: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
-	17, // 21: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
-	18, // 22: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
-	20, // 23: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
-	23, // 24: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
-	25, // 25: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
-	26, // 26: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
-	29, // 27: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
-	32, // 28: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
-	34, // 29: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
-	34, // 30: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
-	37, // 31: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
-	40, // 32: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
-	43, // 33: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
-	43, // 34: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
-	45, // 35: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
-	47, // 36: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
-	50, // 37: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
-	52, // 38: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
-	55, // 39: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
-	57, // 40: scadad.control.v1.Control.Check:input_type -> scadad.control.v1.CheckRequest
-	61, // 41: scadad.control.v1.Control.AlarmList:input_type -> scadad.control.v1.AlarmListRequest
-	64, // 42: scadad.control.v1.Control.AlarmAck:input_type -> scadad.control.v1.AlarmAckRequest
-	66, // 43: scadad.control.v1.Control.AlarmShelve:input_type -> scadad.control.v1.AlarmShelveRequest
-	1,  // 44: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
-	6,  // 45: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
-	8,  // 46: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
-	10, // 47: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
-	12, // 48: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
-	14, // 49: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
-	16, // 50: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
-	18, // 51: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
-	19, // 52: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
-	22, // 53: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
-	24, // 54: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
-	24, // 55: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
-	28, // 56: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
-	31, // 57: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
-	33, // 58: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
-	35, // 59: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
-	36, // 60: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
-	39, // 61: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
-	42, // 62: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
-	44, // 63: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
-	44, // 64: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
-	46, // 65: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
-	49, // 66: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
-	51, // 67: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
-	54, // 68: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
-	56, // 69: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
-	60, // 70: scadad.control.v1.Control.Check:output_type -> scadad.control.v1.CheckResponse
-	63, // 71: scadad.control.v1.Control.AlarmList:output_type -> scadad.control.v1.AlarmListResponse
-	65, // 72: scadad.control.v1.Control.AlarmAck:output_type -> scadad.control.v1.AlarmAckResponse
-	67, // 73: scadad.control.v1.Control.AlarmShelve:output_type -> scadad.control.v1.AlarmShelveResponse
-	44, // [44:74] is the sub-list for method output_type
-	14, // [14:44] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	71, // 14: scadad.control.v1.OPCUATrustListResponse.trusted:type_name -> scadad.control.v1.OPCUACertificate
+	76, // 15: scadad.control.v1.OPCUATrustRejectedResponse.rejected:type_name -> scadad.control.v1.OPCUARejectedCertificate
+	81, // 16: scadad.control.v1.OPCUAUserListResponse.users:type_name -> scadad.control.v1.OPCUAUser
+	0,  // 17: scadad.control.v1.Control.Status:input_type -> scadad.control.v1.StatusRequest
+	5,  // 18: scadad.control.v1.Control.Members:input_type -> scadad.control.v1.MembersRequest
+	7,  // 19: scadad.control.v1.Control.AddMember:input_type -> scadad.control.v1.AddMemberRequest
+	9,  // 20: scadad.control.v1.Control.RemoveMember:input_type -> scadad.control.v1.RemoveMemberRequest
+	11, // 21: scadad.control.v1.Control.Failover:input_type -> scadad.control.v1.FailoverRequest
+	13, // 22: scadad.control.v1.Control.Override:input_type -> scadad.control.v1.OverrideRequest
+	15, // 23: scadad.control.v1.Control.Apply:input_type -> scadad.control.v1.ApplyRequest
+	17, // 24: scadad.control.v1.Control.SnapshotSave:input_type -> scadad.control.v1.SnapshotSaveRequest
+	18, // 25: scadad.control.v1.Control.SnapshotRestore:input_type -> scadad.control.v1.SnapshotChunk
+	20, // 26: scadad.control.v1.Control.Audit:input_type -> scadad.control.v1.AuditRequest
+	23, // 27: scadad.control.v1.Control.DeployPush:input_type -> scadad.control.v1.DeployPushRequest
+	25, // 28: scadad.control.v1.Control.DeployRollback:input_type -> scadad.control.v1.DeployRollbackRequest
+	26, // 29: scadad.control.v1.Control.DeployHistory:input_type -> scadad.control.v1.DeployHistoryRequest
+	29, // 30: scadad.control.v1.Control.DeployStatus:input_type -> scadad.control.v1.DeployStatusRequest
+	32, // 31: scadad.control.v1.Control.DeployGet:input_type -> scadad.control.v1.DeployGetRequest
+	34, // 32: scadad.control.v1.Control.SFEnqueue:input_type -> scadad.control.v1.SFEnqueueRequest
+	34, // 33: scadad.control.v1.Control.SFEnqueueStream:input_type -> scadad.control.v1.SFEnqueueRequest
+	37, // 34: scadad.control.v1.Control.SFStats:input_type -> scadad.control.v1.SFStatsRequest
+	40, // 35: scadad.control.v1.Control.SFList:input_type -> scadad.control.v1.SFListRequest
+	43, // 36: scadad.control.v1.Control.SFRetry:input_type -> scadad.control.v1.SFSelectRequest
+	43, // 37: scadad.control.v1.Control.SFDiscard:input_type -> scadad.control.v1.SFSelectRequest
+	45, // 38: scadad.control.v1.Control.CertRevoke:input_type -> scadad.control.v1.CertRevokeRequest
+	47, // 39: scadad.control.v1.Control.CertRevoked:input_type -> scadad.control.v1.CertRevokedRequest
+	50, // 40: scadad.control.v1.Control.TokenCreate:input_type -> scadad.control.v1.TokenCreateRequest
+	52, // 41: scadad.control.v1.Control.TokenList:input_type -> scadad.control.v1.TokenListRequest
+	55, // 42: scadad.control.v1.Control.TokenRevoke:input_type -> scadad.control.v1.TokenRevokeRequest
+	57, // 43: scadad.control.v1.Control.Check:input_type -> scadad.control.v1.CheckRequest
+	61, // 44: scadad.control.v1.Control.AlarmList:input_type -> scadad.control.v1.AlarmListRequest
+	64, // 45: scadad.control.v1.Control.AlarmAck:input_type -> scadad.control.v1.AlarmAckRequest
+	66, // 46: scadad.control.v1.Control.AlarmShelve:input_type -> scadad.control.v1.AlarmShelveRequest
+	68, // 47: scadad.control.v1.Control.OPCUATrustAdd:input_type -> scadad.control.v1.OPCUATrustAddRequest
+	70, // 48: scadad.control.v1.Control.OPCUATrustList:input_type -> scadad.control.v1.OPCUATrustListRequest
+	73, // 49: scadad.control.v1.Control.OPCUATrustRemove:input_type -> scadad.control.v1.OPCUATrustRemoveRequest
+	75, // 50: scadad.control.v1.Control.OPCUATrustRejected:input_type -> scadad.control.v1.OPCUATrustRejectedRequest
+	78, // 51: scadad.control.v1.Control.OPCUAUserSet:input_type -> scadad.control.v1.OPCUAUserSetRequest
+	80, // 52: scadad.control.v1.Control.OPCUAUserList:input_type -> scadad.control.v1.OPCUAUserListRequest
+	83, // 53: scadad.control.v1.Control.OPCUAUserRemove:input_type -> scadad.control.v1.OPCUAUserRemoveRequest
+	1,  // 54: scadad.control.v1.Control.Status:output_type -> scadad.control.v1.StatusResponse
+	6,  // 55: scadad.control.v1.Control.Members:output_type -> scadad.control.v1.MembersResponse
+	8,  // 56: scadad.control.v1.Control.AddMember:output_type -> scadad.control.v1.AddMemberResponse
+	10, // 57: scadad.control.v1.Control.RemoveMember:output_type -> scadad.control.v1.RemoveMemberResponse
+	12, // 58: scadad.control.v1.Control.Failover:output_type -> scadad.control.v1.FailoverResponse
+	14, // 59: scadad.control.v1.Control.Override:output_type -> scadad.control.v1.OverrideResponse
+	16, // 60: scadad.control.v1.Control.Apply:output_type -> scadad.control.v1.ApplyResponse
+	18, // 61: scadad.control.v1.Control.SnapshotSave:output_type -> scadad.control.v1.SnapshotChunk
+	19, // 62: scadad.control.v1.Control.SnapshotRestore:output_type -> scadad.control.v1.SnapshotRestoreResponse
+	22, // 63: scadad.control.v1.Control.Audit:output_type -> scadad.control.v1.AuditResponse
+	24, // 64: scadad.control.v1.Control.DeployPush:output_type -> scadad.control.v1.DeployPushResponse
+	24, // 65: scadad.control.v1.Control.DeployRollback:output_type -> scadad.control.v1.DeployPushResponse
+	28, // 66: scadad.control.v1.Control.DeployHistory:output_type -> scadad.control.v1.DeployHistoryResponse
+	31, // 67: scadad.control.v1.Control.DeployStatus:output_type -> scadad.control.v1.DeployStatusResponse
+	33, // 68: scadad.control.v1.Control.DeployGet:output_type -> scadad.control.v1.DeployGetResponse
+	35, // 69: scadad.control.v1.Control.SFEnqueue:output_type -> scadad.control.v1.SFEnqueueResponse
+	36, // 70: scadad.control.v1.Control.SFEnqueueStream:output_type -> scadad.control.v1.SFEnqueueStreamResponse
+	39, // 71: scadad.control.v1.Control.SFStats:output_type -> scadad.control.v1.SFStatsResponse
+	42, // 72: scadad.control.v1.Control.SFList:output_type -> scadad.control.v1.SFListResponse
+	44, // 73: scadad.control.v1.Control.SFRetry:output_type -> scadad.control.v1.SFSelectResponse
+	44, // 74: scadad.control.v1.Control.SFDiscard:output_type -> scadad.control.v1.SFSelectResponse
+	46, // 75: scadad.control.v1.Control.CertRevoke:output_type -> scadad.control.v1.CertRevokeResponse
+	49, // 76: scadad.control.v1.Control.CertRevoked:output_type -> scadad.control.v1.CertRevokedResponse
+	51, // 77: scadad.control.v1.Control.TokenCreate:output_type -> scadad.control.v1.TokenCreateResponse
+	54, // 78: scadad.control.v1.Control.TokenList:output_type -> scadad.control.v1.TokenListResponse
+	56, // 79: scadad.control.v1.Control.TokenRevoke:output_type -> scadad.control.v1.TokenRevokeResponse
+	60, // 80: scadad.control.v1.Control.Check:output_type -> scadad.control.v1.CheckResponse
+	63, // 81: scadad.control.v1.Control.AlarmList:output_type -> scadad.control.v1.AlarmListResponse
+	65, // 82: scadad.control.v1.Control.AlarmAck:output_type -> scadad.control.v1.AlarmAckResponse
+	67, // 83: scadad.control.v1.Control.AlarmShelve:output_type -> scadad.control.v1.AlarmShelveResponse
+	69, // 84: scadad.control.v1.Control.OPCUATrustAdd:output_type -> scadad.control.v1.OPCUATrustAddResponse
+	72, // 85: scadad.control.v1.Control.OPCUATrustList:output_type -> scadad.control.v1.OPCUATrustListResponse
+	74, // 86: scadad.control.v1.Control.OPCUATrustRemove:output_type -> scadad.control.v1.OPCUATrustRemoveResponse
+	77, // 87: scadad.control.v1.Control.OPCUATrustRejected:output_type -> scadad.control.v1.OPCUATrustRejectedResponse
+	79, // 88: scadad.control.v1.Control.OPCUAUserSet:output_type -> scadad.control.v1.OPCUAUserSetResponse
+	82, // 89: scadad.control.v1.Control.OPCUAUserList:output_type -> scadad.control.v1.OPCUAUserListResponse
+	84, // 90: scadad.control.v1.Control.OPCUAUserRemove:output_type -> scadad.control.v1.OPCUAUserRemoveResponse
+	54, // [54:91] is the sub-list for method output_type
+	17, // [17:54] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_controlpb_control_proto_init() }
@@ -4810,7 +5814,7 @@ func file_controlpb_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controlpb_control_proto_rawDesc), len(file_controlpb_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

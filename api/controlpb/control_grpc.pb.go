@@ -21,36 +21,43 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_Status_FullMethodName          = "/scadad.control.v1.Control/Status"
-	Control_Members_FullMethodName         = "/scadad.control.v1.Control/Members"
-	Control_AddMember_FullMethodName       = "/scadad.control.v1.Control/AddMember"
-	Control_RemoveMember_FullMethodName    = "/scadad.control.v1.Control/RemoveMember"
-	Control_Failover_FullMethodName        = "/scadad.control.v1.Control/Failover"
-	Control_Override_FullMethodName        = "/scadad.control.v1.Control/Override"
-	Control_Apply_FullMethodName           = "/scadad.control.v1.Control/Apply"
-	Control_SnapshotSave_FullMethodName    = "/scadad.control.v1.Control/SnapshotSave"
-	Control_SnapshotRestore_FullMethodName = "/scadad.control.v1.Control/SnapshotRestore"
-	Control_Audit_FullMethodName           = "/scadad.control.v1.Control/Audit"
-	Control_DeployPush_FullMethodName      = "/scadad.control.v1.Control/DeployPush"
-	Control_DeployRollback_FullMethodName  = "/scadad.control.v1.Control/DeployRollback"
-	Control_DeployHistory_FullMethodName   = "/scadad.control.v1.Control/DeployHistory"
-	Control_DeployStatus_FullMethodName    = "/scadad.control.v1.Control/DeployStatus"
-	Control_DeployGet_FullMethodName       = "/scadad.control.v1.Control/DeployGet"
-	Control_SFEnqueue_FullMethodName       = "/scadad.control.v1.Control/SFEnqueue"
-	Control_SFEnqueueStream_FullMethodName = "/scadad.control.v1.Control/SFEnqueueStream"
-	Control_SFStats_FullMethodName         = "/scadad.control.v1.Control/SFStats"
-	Control_SFList_FullMethodName          = "/scadad.control.v1.Control/SFList"
-	Control_SFRetry_FullMethodName         = "/scadad.control.v1.Control/SFRetry"
-	Control_SFDiscard_FullMethodName       = "/scadad.control.v1.Control/SFDiscard"
-	Control_CertRevoke_FullMethodName      = "/scadad.control.v1.Control/CertRevoke"
-	Control_CertRevoked_FullMethodName     = "/scadad.control.v1.Control/CertRevoked"
-	Control_TokenCreate_FullMethodName     = "/scadad.control.v1.Control/TokenCreate"
-	Control_TokenList_FullMethodName       = "/scadad.control.v1.Control/TokenList"
-	Control_TokenRevoke_FullMethodName     = "/scadad.control.v1.Control/TokenRevoke"
-	Control_Check_FullMethodName           = "/scadad.control.v1.Control/Check"
-	Control_AlarmList_FullMethodName       = "/scadad.control.v1.Control/AlarmList"
-	Control_AlarmAck_FullMethodName        = "/scadad.control.v1.Control/AlarmAck"
-	Control_AlarmShelve_FullMethodName     = "/scadad.control.v1.Control/AlarmShelve"
+	Control_Status_FullMethodName             = "/scadad.control.v1.Control/Status"
+	Control_Members_FullMethodName            = "/scadad.control.v1.Control/Members"
+	Control_AddMember_FullMethodName          = "/scadad.control.v1.Control/AddMember"
+	Control_RemoveMember_FullMethodName       = "/scadad.control.v1.Control/RemoveMember"
+	Control_Failover_FullMethodName           = "/scadad.control.v1.Control/Failover"
+	Control_Override_FullMethodName           = "/scadad.control.v1.Control/Override"
+	Control_Apply_FullMethodName              = "/scadad.control.v1.Control/Apply"
+	Control_SnapshotSave_FullMethodName       = "/scadad.control.v1.Control/SnapshotSave"
+	Control_SnapshotRestore_FullMethodName    = "/scadad.control.v1.Control/SnapshotRestore"
+	Control_Audit_FullMethodName              = "/scadad.control.v1.Control/Audit"
+	Control_DeployPush_FullMethodName         = "/scadad.control.v1.Control/DeployPush"
+	Control_DeployRollback_FullMethodName     = "/scadad.control.v1.Control/DeployRollback"
+	Control_DeployHistory_FullMethodName      = "/scadad.control.v1.Control/DeployHistory"
+	Control_DeployStatus_FullMethodName       = "/scadad.control.v1.Control/DeployStatus"
+	Control_DeployGet_FullMethodName          = "/scadad.control.v1.Control/DeployGet"
+	Control_SFEnqueue_FullMethodName          = "/scadad.control.v1.Control/SFEnqueue"
+	Control_SFEnqueueStream_FullMethodName    = "/scadad.control.v1.Control/SFEnqueueStream"
+	Control_SFStats_FullMethodName            = "/scadad.control.v1.Control/SFStats"
+	Control_SFList_FullMethodName             = "/scadad.control.v1.Control/SFList"
+	Control_SFRetry_FullMethodName            = "/scadad.control.v1.Control/SFRetry"
+	Control_SFDiscard_FullMethodName          = "/scadad.control.v1.Control/SFDiscard"
+	Control_CertRevoke_FullMethodName         = "/scadad.control.v1.Control/CertRevoke"
+	Control_CertRevoked_FullMethodName        = "/scadad.control.v1.Control/CertRevoked"
+	Control_TokenCreate_FullMethodName        = "/scadad.control.v1.Control/TokenCreate"
+	Control_TokenList_FullMethodName          = "/scadad.control.v1.Control/TokenList"
+	Control_TokenRevoke_FullMethodName        = "/scadad.control.v1.Control/TokenRevoke"
+	Control_Check_FullMethodName              = "/scadad.control.v1.Control/Check"
+	Control_AlarmList_FullMethodName          = "/scadad.control.v1.Control/AlarmList"
+	Control_AlarmAck_FullMethodName           = "/scadad.control.v1.Control/AlarmAck"
+	Control_AlarmShelve_FullMethodName        = "/scadad.control.v1.Control/AlarmShelve"
+	Control_OPCUATrustAdd_FullMethodName      = "/scadad.control.v1.Control/OPCUATrustAdd"
+	Control_OPCUATrustList_FullMethodName     = "/scadad.control.v1.Control/OPCUATrustList"
+	Control_OPCUATrustRemove_FullMethodName   = "/scadad.control.v1.Control/OPCUATrustRemove"
+	Control_OPCUATrustRejected_FullMethodName = "/scadad.control.v1.Control/OPCUATrustRejected"
+	Control_OPCUAUserSet_FullMethodName       = "/scadad.control.v1.Control/OPCUAUserSet"
+	Control_OPCUAUserList_FullMethodName      = "/scadad.control.v1.Control/OPCUAUserList"
+	Control_OPCUAUserRemove_FullMethodName    = "/scadad.control.v1.Control/OPCUAUserRemove"
 )
 
 // ControlClient is the client API for Control service.
@@ -111,6 +118,18 @@ type ControlClient interface {
 	AlarmList(ctx context.Context, in *AlarmListRequest, opts ...grpc.CallOption) (*AlarmListResponse, error)
 	AlarmAck(ctx context.Context, in *AlarmAckRequest, opts ...grpc.CallOption) (*AlarmAckResponse, error)
 	AlarmShelve(ctx context.Context, in *AlarmShelveRequest, opts ...grpc.CallOption) (*AlarmShelveResponse, error)
+	// The replicated OPC UA trust store (admin; listing: viewer): client
+	// application certificates every node's OPC UA server trusts, and the
+	// ones any node refused, for review.
+	OPCUATrustAdd(ctx context.Context, in *OPCUATrustAddRequest, opts ...grpc.CallOption) (*OPCUATrustAddResponse, error)
+	OPCUATrustList(ctx context.Context, in *OPCUATrustListRequest, opts ...grpc.CallOption) (*OPCUATrustListResponse, error)
+	OPCUATrustRemove(ctx context.Context, in *OPCUATrustRemoveRequest, opts ...grpc.CallOption) (*OPCUATrustRemoveResponse, error)
+	OPCUATrustRejected(ctx context.Context, in *OPCUATrustRejectedRequest, opts ...grpc.CallOption) (*OPCUATrustRejectedResponse, error)
+	// OPC UA user-name identities (admin; listing: viewer). The password
+	// travels as its argon2id hash only, made by scadactl.
+	OPCUAUserSet(ctx context.Context, in *OPCUAUserSetRequest, opts ...grpc.CallOption) (*OPCUAUserSetResponse, error)
+	OPCUAUserList(ctx context.Context, in *OPCUAUserListRequest, opts ...grpc.CallOption) (*OPCUAUserListResponse, error)
+	OPCUAUserRemove(ctx context.Context, in *OPCUAUserRemoveRequest, opts ...grpc.CallOption) (*OPCUAUserRemoveResponse, error)
 }
 
 type controlClient struct {
@@ -436,6 +455,76 @@ func (c *controlClient) AlarmShelve(ctx context.Context, in *AlarmShelveRequest,
 	return out, nil
 }
 
+func (c *controlClient) OPCUATrustAdd(ctx context.Context, in *OPCUATrustAddRequest, opts ...grpc.CallOption) (*OPCUATrustAddResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUATrustAddResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUATrustAdd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUATrustList(ctx context.Context, in *OPCUATrustListRequest, opts ...grpc.CallOption) (*OPCUATrustListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUATrustListResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUATrustList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUATrustRemove(ctx context.Context, in *OPCUATrustRemoveRequest, opts ...grpc.CallOption) (*OPCUATrustRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUATrustRemoveResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUATrustRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUATrustRejected(ctx context.Context, in *OPCUATrustRejectedRequest, opts ...grpc.CallOption) (*OPCUATrustRejectedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUATrustRejectedResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUATrustRejected_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUAUserSet(ctx context.Context, in *OPCUAUserSetRequest, opts ...grpc.CallOption) (*OPCUAUserSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUAUserSetResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUAUserSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUAUserList(ctx context.Context, in *OPCUAUserListRequest, opts ...grpc.CallOption) (*OPCUAUserListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUAUserListResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUAUserList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) OPCUAUserRemove(ctx context.Context, in *OPCUAUserRemoveRequest, opts ...grpc.CallOption) (*OPCUAUserRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OPCUAUserRemoveResponse)
+	err := c.cc.Invoke(ctx, Control_OPCUAUserRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -494,6 +583,18 @@ type ControlServer interface {
 	AlarmList(context.Context, *AlarmListRequest) (*AlarmListResponse, error)
 	AlarmAck(context.Context, *AlarmAckRequest) (*AlarmAckResponse, error)
 	AlarmShelve(context.Context, *AlarmShelveRequest) (*AlarmShelveResponse, error)
+	// The replicated OPC UA trust store (admin; listing: viewer): client
+	// application certificates every node's OPC UA server trusts, and the
+	// ones any node refused, for review.
+	OPCUATrustAdd(context.Context, *OPCUATrustAddRequest) (*OPCUATrustAddResponse, error)
+	OPCUATrustList(context.Context, *OPCUATrustListRequest) (*OPCUATrustListResponse, error)
+	OPCUATrustRemove(context.Context, *OPCUATrustRemoveRequest) (*OPCUATrustRemoveResponse, error)
+	OPCUATrustRejected(context.Context, *OPCUATrustRejectedRequest) (*OPCUATrustRejectedResponse, error)
+	// OPC UA user-name identities (admin; listing: viewer). The password
+	// travels as its argon2id hash only, made by scadactl.
+	OPCUAUserSet(context.Context, *OPCUAUserSetRequest) (*OPCUAUserSetResponse, error)
+	OPCUAUserList(context.Context, *OPCUAUserListRequest) (*OPCUAUserListResponse, error)
+	OPCUAUserRemove(context.Context, *OPCUAUserRemoveRequest) (*OPCUAUserRemoveResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -593,6 +694,27 @@ func (UnimplementedControlServer) AlarmAck(context.Context, *AlarmAckRequest) (*
 }
 func (UnimplementedControlServer) AlarmShelve(context.Context, *AlarmShelveRequest) (*AlarmShelveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AlarmShelve not implemented")
+}
+func (UnimplementedControlServer) OPCUATrustAdd(context.Context, *OPCUATrustAddRequest) (*OPCUATrustAddResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUATrustAdd not implemented")
+}
+func (UnimplementedControlServer) OPCUATrustList(context.Context, *OPCUATrustListRequest) (*OPCUATrustListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUATrustList not implemented")
+}
+func (UnimplementedControlServer) OPCUATrustRemove(context.Context, *OPCUATrustRemoveRequest) (*OPCUATrustRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUATrustRemove not implemented")
+}
+func (UnimplementedControlServer) OPCUATrustRejected(context.Context, *OPCUATrustRejectedRequest) (*OPCUATrustRejectedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUATrustRejected not implemented")
+}
+func (UnimplementedControlServer) OPCUAUserSet(context.Context, *OPCUAUserSetRequest) (*OPCUAUserSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUAUserSet not implemented")
+}
+func (UnimplementedControlServer) OPCUAUserList(context.Context, *OPCUAUserListRequest) (*OPCUAUserListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUAUserList not implemented")
+}
+func (UnimplementedControlServer) OPCUAUserRemove(context.Context, *OPCUAUserRemoveRequest) (*OPCUAUserRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OPCUAUserRemove not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1126,6 +1248,132 @@ func _Control_AlarmShelve_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_OPCUATrustAdd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUATrustAddRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUATrustAdd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUATrustAdd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUATrustAdd(ctx, req.(*OPCUATrustAddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUATrustList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUATrustListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUATrustList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUATrustList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUATrustList(ctx, req.(*OPCUATrustListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUATrustRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUATrustRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUATrustRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUATrustRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUATrustRemove(ctx, req.(*OPCUATrustRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUATrustRejected_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUATrustRejectedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUATrustRejected(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUATrustRejected_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUATrustRejected(ctx, req.(*OPCUATrustRejectedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUAUserSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUAUserSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUAUserSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUAUserSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUAUserSet(ctx, req.(*OPCUAUserSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUAUserList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUAUserListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUAUserList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUAUserList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUAUserList(ctx, req.(*OPCUAUserListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_OPCUAUserRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OPCUAUserRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).OPCUAUserRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_OPCUAUserRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).OPCUAUserRemove(ctx, req.(*OPCUAUserRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1240,6 +1488,34 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AlarmShelve",
 			Handler:    _Control_AlarmShelve_Handler,
+		},
+		{
+			MethodName: "OPCUATrustAdd",
+			Handler:    _Control_OPCUATrustAdd_Handler,
+		},
+		{
+			MethodName: "OPCUATrustList",
+			Handler:    _Control_OPCUATrustList_Handler,
+		},
+		{
+			MethodName: "OPCUATrustRemove",
+			Handler:    _Control_OPCUATrustRemove_Handler,
+		},
+		{
+			MethodName: "OPCUATrustRejected",
+			Handler:    _Control_OPCUATrustRejected_Handler,
+		},
+		{
+			MethodName: "OPCUAUserSet",
+			Handler:    _Control_OPCUAUserSet_Handler,
+		},
+		{
+			MethodName: "OPCUAUserList",
+			Handler:    _Control_OPCUAUserList_Handler,
+		},
+		{
+			MethodName: "OPCUAUserRemove",
+			Handler:    _Control_OPCUAUserRemove_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -87,7 +87,7 @@ func commands() []command {
 		{"certs", "certs init --dir DIR --nodes a,b,witness [--clients operator] [--site NAME] [--days N] [--ca-days N] [--overwrite] | issue --dir DIR --name NAME [--client --role viewer|operator|admin|producer [--targets T,...]] [--san HOST,...] [--days N] [--overwrite] | revoke SERIAL|FILE [--reason TEXT] | list --dir DIR", runCerts},
 		{"tokens", tokensUsage + " (bearer tokens for producers over HTTPS)", runTokens},
 		{"alarms", alarmsUsage + " (the replicated alarm state)", runAlarms},
-		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel) | client-cert (an application certificate for secure endpoints)", runOPCUA},
+		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel) | client-cert (an application certificate for secure endpoints) | trust add|list|remove|rejected|import (the replicated trust store) | users set|list|remove (replicated user names)", runOPCUA},
 	}
 }
 

@@ -14,12 +14,19 @@ import (
 	"github.com/scadad/scadad/opcua"
 )
 
-const opcuaUsage = "opcua pick URL,URL | opcua watch URL,URL NODEID | opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite]; " +
+const opcuaUsage = "opcua pick URL,URL | opcua watch URL,URL NODEID | opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite] | " +
+	opcuaTrustUsage + " | " + opcuaUsersUsage + "; " +
 	"pick and watch take --security-policy, --security-mode, --cert, --key, --server-cert, --user, --password-file"
 
 func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	if len(args) == 0 {
 		return usagef("%s", opcuaUsage)
+	}
+	switch args[0] {
+	case "trust":
+		return runOPCUATrust(ctx, g, args[1:])
+	case "users":
+		return runOPCUAUsers(ctx, g, args[1:])
 	}
 	// client-cert and pick/watch register only their own flags, so each
 	// -h lists what it takes and a flag meant for the other is refused.

@@ -279,7 +279,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return err
 	}
 	srv.Connections = conns.Status
-	if ua := startOPCUA(cfg, budgets.opcua, log, reg, acting, holder, devices, fanout, fwd, gateCounter, goRun); ua != nil {
+	if ua := startOPCUA(cfg, budgets.opcua, log, reg, acting, holder, devices, fanout, fwd, gateCounter, state, goRun); ua != nil {
 		srv.OPCUA = ua.status
 	}
 	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })

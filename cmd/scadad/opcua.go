@@ -45,6 +45,7 @@ type opcuaService struct {
 	fan       *tagFanout
 	fwd       *control.Forwarder
 	gate      *activegate.Counter
+	access    *opcuaAccess
 
 	mu     sync.Mutex
 	srv    *opcua.Server
@@ -55,13 +56,15 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, goRun func(string, func(context.Context) error)) *opcuaService {
+func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, state accessReader, goRun func(string, func(context.Context) error)) *opcuaService {
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
 		return nil
 	}
 	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd, gate: gate,
 		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: limits}
+	s.access = newOPCUAAccess(cfg.NodeID, state, fwd, s.log)
+	goRun("opcua-rejections", s.access.run)
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
 		if m.ID != cfg.NodeID && m.OPCUA != "" {
@@ -130,6 +133,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		CertFile: s.cert, KeyFile: s.key,
 		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
+		Trust:              s.access, UserStore: s.access,
 	}
 	build := version.Get()
 	c.Build = opcua.BuildInfo{SoftwareVersion: build.Version, BuildNumber: build.Revision, BuildDate: build.Time}

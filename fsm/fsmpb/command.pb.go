@@ -69,6 +69,11 @@ type Command struct {
 	//	*Command_AlarmHistoryMark
 	//	*Command_Checkpoint
 	//	*Command_CheckpointReport
+	//	*Command_OpcuaTrustAdd
+	//	*Command_OpcuaTrustRemove
+	//	*Command_OpcuaTrustReject
+	//	*Command_OpcuaUserSet
+	//	*Command_OpcuaUserRemove
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -371,6 +376,51 @@ func (x *Command) GetCheckpointReport() *CheckpointReport {
 	return nil
 }
 
+func (x *Command) GetOpcuaTrustAdd() *OPCUATrustAdd {
+	if x != nil {
+		if x, ok := x.Body.(*Command_OpcuaTrustAdd); ok {
+			return x.OpcuaTrustAdd
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetOpcuaTrustRemove() *OPCUATrustRemove {
+	if x != nil {
+		if x, ok := x.Body.(*Command_OpcuaTrustRemove); ok {
+			return x.OpcuaTrustRemove
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetOpcuaTrustReject() *OPCUATrustReject {
+	if x != nil {
+		if x, ok := x.Body.(*Command_OpcuaTrustReject); ok {
+			return x.OpcuaTrustReject
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetOpcuaUserSet() *OPCUAUserSet {
+	if x != nil {
+		if x, ok := x.Body.(*Command_OpcuaUserSet); ok {
+			return x.OpcuaUserSet
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetOpcuaUserRemove() *OPCUAUserRemove {
+	if x != nil {
+		if x, ok := x.Body.(*Command_OpcuaUserRemove); ok {
+			return x.OpcuaUserRemove
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -478,6 +528,26 @@ type Command_CheckpointReport struct {
 	CheckpointReport *CheckpointReport `protobuf:"bytes,51,opt,name=checkpoint_report,json=checkpointReport,proto3,oneof"`
 }
 
+type Command_OpcuaTrustAdd struct {
+	OpcuaTrustAdd *OPCUATrustAdd `protobuf:"bytes,43,opt,name=opcua_trust_add,json=opcuaTrustAdd,proto3,oneof"`
+}
+
+type Command_OpcuaTrustRemove struct {
+	OpcuaTrustRemove *OPCUATrustRemove `protobuf:"bytes,44,opt,name=opcua_trust_remove,json=opcuaTrustRemove,proto3,oneof"`
+}
+
+type Command_OpcuaTrustReject struct {
+	OpcuaTrustReject *OPCUATrustReject `protobuf:"bytes,45,opt,name=opcua_trust_reject,json=opcuaTrustReject,proto3,oneof"`
+}
+
+type Command_OpcuaUserSet struct {
+	OpcuaUserSet *OPCUAUserSet `protobuf:"bytes,46,opt,name=opcua_user_set,json=opcuaUserSet,proto3,oneof"`
+}
+
+type Command_OpcuaUserRemove struct {
+	OpcuaUserRemove *OPCUAUserRemove `protobuf:"bytes,47,opt,name=opcua_user_remove,json=opcuaUserRemove,proto3,oneof"`
+}
+
 func (*Command_Noop) isCommand_Body() {}
 
 func (*Command_PutArtifactChunk) isCommand_Body() {}
@@ -527,6 +597,16 @@ func (*Command_AlarmHistoryMark) isCommand_Body() {}
 func (*Command_Checkpoint) isCommand_Body() {}
 
 func (*Command_CheckpointReport) isCommand_Body() {}
+
+func (*Command_OpcuaTrustAdd) isCommand_Body() {}
+
+func (*Command_OpcuaTrustRemove) isCommand_Body() {}
+
+func (*Command_OpcuaTrustReject) isCommand_Body() {}
+
+func (*Command_OpcuaUserSet) isCommand_Body() {}
+
+func (*Command_OpcuaUserRemove) isCommand_Body() {}
 
 // CertRevoke puts a certificate of the site CA on the replicated deny
 // list: every node refuses it at the next TLS handshake and closes its
@@ -824,6 +904,297 @@ func (x *TokenRevoke) GetName() string {
 	return ""
 }
 
+// OPCUATrustAdd trusts an OPC UA client application certificate, or a CA
+// certificate that issues them, on every node's OPC UA server. The FSM
+// keys it by the SHA-1 thumbprint of der (OPC UA's name for it) and takes
+// it off the rejected list. Adding a trusted certificate again renames it.
+type OPCUATrustAdd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Der           []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustAdd) Reset() {
+	*x = OPCUATrustAdd{}
+	mi := &file_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustAdd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustAdd) ProtoMessage() {}
+
+func (x *OPCUATrustAdd) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustAdd.ProtoReflect.Descriptor instead.
+func (*OPCUATrustAdd) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OPCUATrustAdd) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *OPCUATrustAdd) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// OPCUATrustRemove takes the certificate with this thumbprint (upper-case
+// hex SHA-1) off the trusted list and off the rejected list.
+type OPCUATrustRemove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Thumbprint    string                 `protobuf:"bytes,1,opt,name=thumbprint,proto3" json:"thumbprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustRemove) Reset() {
+	*x = OPCUATrustRemove{}
+	mi := &file_command_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustRemove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustRemove) ProtoMessage() {}
+
+func (x *OPCUATrustRemove) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustRemove.ProtoReflect.Descriptor instead.
+func (*OPCUATrustRemove) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OPCUATrustRemove) GetThumbprint() string {
+	if x != nil {
+		return x.Thumbprint
+	}
+	return ""
+}
+
+// OPCUATrustReject records that node_id's OPC UA server refused a client
+// certificate, for an operator to review (scadactl opcua trust rejected).
+// A certificate already trusted is not recorded; one already recorded
+// gets its count and last time updated. The list is bounded: once full,
+// new certificates are not recorded until an operator clears some.
+type OPCUATrustReject struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Der            []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	NodeId         string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApplicationUri string                 `protobuf:"bytes,3,opt,name=application_uri,json=applicationUri,proto3" json:"application_uri,omitempty"`
+	Subject        string                 `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OPCUATrustReject) Reset() {
+	*x = OPCUATrustReject{}
+	mi := &file_command_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustReject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustReject) ProtoMessage() {}
+
+func (x *OPCUATrustReject) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustReject.ProtoReflect.Descriptor instead.
+func (*OPCUATrustReject) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OPCUATrustReject) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *OPCUATrustReject) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *OPCUATrustReject) GetApplicationUri() string {
+	if x != nil {
+		return x.ApplicationUri
+	}
+	return ""
+}
+
+func (x *OPCUATrustReject) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *OPCUATrustReject) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// OPCUAUserSet makes or replaces an OPC UA user-name identity. hash is
+// the password's PHC-format hash (argon2id; internal/passhash), never the
+// password.
+type OPCUAUserSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	CanWrite      bool                   `protobuf:"varint,3,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserSet) Reset() {
+	*x = OPCUAUserSet{}
+	mi := &file_command_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserSet) ProtoMessage() {}
+
+func (x *OPCUAUserSet) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserSet.ProtoReflect.Descriptor instead.
+func (*OPCUAUserSet) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OPCUAUserSet) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUAUserSet) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *OPCUAUserSet) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+// OPCUAUserRemove deletes the OPC UA user called name.
+type OPCUAUserRemove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserRemove) Reset() {
+	*x = OPCUAUserRemove{}
+	mi := &file_command_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserRemove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserRemove) ProtoMessage() {}
+
+func (x *OPCUAUserRemove) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserRemove.ProtoReflect.Descriptor instead.
+func (*OPCUAUserRemove) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OPCUAUserRemove) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type Noop struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -832,7 +1203,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +1215,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1228,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{6}
+	return file_command_proto_rawDescGZIP(), []int{11}
 }
 
 // PutArtifactChunk stores one chunk of a SHA-256 addressed artifact.
@@ -873,7 +1244,7 @@ type PutArtifactChunk struct {
 
 func (x *PutArtifactChunk) Reset() {
 	*x = PutArtifactChunk{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1256,7 @@ func (x *PutArtifactChunk) String() string {
 func (*PutArtifactChunk) ProtoMessage() {}
 
 func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1269,7 @@ func (x *PutArtifactChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutArtifactChunk.ProtoReflect.Descriptor instead.
 func (*PutArtifactChunk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutArtifactChunk) GetSha256() string {
@@ -941,7 +1312,7 @@ type CommitArtifact struct {
 
 func (x *CommitArtifact) Reset() {
 	*x = CommitArtifact{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1324,7 @@ func (x *CommitArtifact) String() string {
 func (*CommitArtifact) ProtoMessage() {}
 
 func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1337,7 @@ func (x *CommitArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitArtifact.ProtoReflect.Descriptor instead.
 func (*CommitArtifact) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommitArtifact) GetSha256() string {
@@ -1006,7 +1377,7 @@ type Deploy struct {
 
 func (x *Deploy) Reset() {
 	*x = Deploy{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1389,7 @@ func (x *Deploy) String() string {
 func (*Deploy) ProtoMessage() {}
 
 func (x *Deploy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1402,7 @@ func (x *Deploy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deploy.ProtoReflect.Descriptor instead.
 func (*Deploy) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Deploy) GetTarget() string {
@@ -1083,7 +1454,7 @@ type DeployAck struct {
 
 func (x *DeployAck) Reset() {
 	*x = DeployAck{}
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1466,7 @@ func (x *DeployAck) String() string {
 func (*DeployAck) ProtoMessage() {}
 
 func (x *DeployAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1479,7 @@ func (x *DeployAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployAck.ProtoReflect.Descriptor instead.
 func (*DeployAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{10}
+	return file_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeployAck) GetTarget() string {
@@ -1157,7 +1528,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1540,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[11]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1553,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{11}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KV) GetKey() string {
@@ -1212,7 +1583,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1595,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[12]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1608,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{12}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Message) GetId() string {
@@ -1278,7 +1649,7 @@ type SFEnqueue struct {
 
 func (x *SFEnqueue) Reset() {
 	*x = SFEnqueue{}
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1661,7 @@ func (x *SFEnqueue) String() string {
 func (*SFEnqueue) ProtoMessage() {}
 
 func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[13]
+	mi := &file_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1674,7 @@ func (x *SFEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFEnqueue.ProtoReflect.Descriptor instead.
 func (*SFEnqueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{13}
+	return file_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SFEnqueue) GetMessages() []*Message {
@@ -1323,7 +1694,7 @@ type SFDelivered struct {
 
 func (x *SFDelivered) Reset() {
 	*x = SFDelivered{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1706,7 @@ func (x *SFDelivered) String() string {
 func (*SFDelivered) ProtoMessage() {}
 
 func (x *SFDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1719,7 @@ func (x *SFDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDelivered.ProtoReflect.Descriptor instead.
 func (*SFDelivered) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SFDelivered) GetIds() []string {
@@ -1370,7 +1741,7 @@ type SFPark struct {
 
 func (x *SFPark) Reset() {
 	*x = SFPark{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1753,7 @@ func (x *SFPark) String() string {
 func (*SFPark) ProtoMessage() {}
 
 func (x *SFPark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1766,7 @@ func (x *SFPark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFPark.ProtoReflect.Descriptor instead.
 func (*SFPark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SFPark) GetId() string {
@@ -1432,7 +1803,7 @@ type SFAttempts struct {
 
 func (x *SFAttempts) Reset() {
 	*x = SFAttempts{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1815,7 @@ func (x *SFAttempts) String() string {
 func (*SFAttempts) ProtoMessage() {}
 
 func (x *SFAttempts) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1828,7 @@ func (x *SFAttempts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFAttempts.ProtoReflect.Descriptor instead.
 func (*SFAttempts) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SFAttempts) GetAttempts() []*SFAttempt {
@@ -1479,7 +1850,7 @@ type SFAttempt struct {
 
 func (x *SFAttempt) Reset() {
 	*x = SFAttempt{}
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1862,7 @@ func (x *SFAttempt) String() string {
 func (*SFAttempt) ProtoMessage() {}
 
 func (x *SFAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1875,7 @@ func (x *SFAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFAttempt.ProtoReflect.Descriptor instead.
 func (*SFAttempt) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{17}
+	return file_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SFAttempt) GetId() string {
@@ -1541,7 +1912,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1924,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1937,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{18}
+	return file_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1595,7 +1966,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1978,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1991,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{19}
+	return file_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -1655,7 +2026,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +2038,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +2051,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{20}
+	return file_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Audit) GetKind() string {
@@ -1709,7 +2080,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +2092,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2105,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{21}
+	return file_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -1772,7 +2143,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2155,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2168,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{22}
+	return file_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -1832,7 +2203,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2215,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2228,7 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{23}
+	return file_command_proto_rawDescGZIP(), []int{28}
 }
 
 // AlarmCondition is one alarm's condition as the field reports it (a
@@ -1884,7 +2255,7 @@ type AlarmCondition struct {
 
 func (x *AlarmCondition) Reset() {
 	*x = AlarmCondition{}
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2267,7 @@ func (x *AlarmCondition) String() string {
 func (*AlarmCondition) ProtoMessage() {}
 
 func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2280,7 @@ func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmCondition.ProtoReflect.Descriptor instead.
 func (*AlarmCondition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{24}
+	return file_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AlarmCondition) GetAlarmId() string {
@@ -2027,7 +2398,7 @@ type AlarmObserve struct {
 
 func (x *AlarmObserve) Reset() {
 	*x = AlarmObserve{}
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2410,7 @@ func (x *AlarmObserve) String() string {
 func (*AlarmObserve) ProtoMessage() {}
 
 func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2423,7 @@ func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmObserve.ProtoReflect.Descriptor instead.
 func (*AlarmObserve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{25}
+	return file_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AlarmObserve) GetConditions() []*AlarmCondition {
@@ -2089,7 +2460,7 @@ type AlarmAck struct {
 
 func (x *AlarmAck) Reset() {
 	*x = AlarmAck{}
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2472,7 @@ func (x *AlarmAck) String() string {
 func (*AlarmAck) ProtoMessage() {}
 
 func (x *AlarmAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2485,7 @@ func (x *AlarmAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmAck.ProtoReflect.Descriptor instead.
 func (*AlarmAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{26}
+	return file_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AlarmAck) GetAlarmId() string {
@@ -2159,7 +2530,7 @@ type AlarmShelve struct {
 
 func (x *AlarmShelve) Reset() {
 	*x = AlarmShelve{}
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2542,7 @@ func (x *AlarmShelve) String() string {
 func (*AlarmShelve) ProtoMessage() {}
 
 func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2555,7 @@ func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmShelve.ProtoReflect.Descriptor instead.
 func (*AlarmShelve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{27}
+	return file_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AlarmShelve) GetAlarmId() string {
@@ -2234,7 +2605,7 @@ type AlarmComment struct {
 
 func (x *AlarmComment) Reset() {
 	*x = AlarmComment{}
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2617,7 @@ func (x *AlarmComment) String() string {
 func (*AlarmComment) ProtoMessage() {}
 
 func (x *AlarmComment) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2630,7 @@ func (x *AlarmComment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmComment.ProtoReflect.Descriptor instead.
 func (*AlarmComment) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{28}
+	return file_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AlarmComment) GetAlarmId() string {
@@ -2294,7 +2665,7 @@ type AlarmHistoryMark struct {
 
 func (x *AlarmHistoryMark) Reset() {
 	*x = AlarmHistoryMark{}
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2677,7 @@ func (x *AlarmHistoryMark) String() string {
 func (*AlarmHistoryMark) ProtoMessage() {}
 
 func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2690,7 @@ func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmHistoryMark.ProtoReflect.Descriptor instead.
 func (*AlarmHistoryMark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{29}
+	return file_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AlarmHistoryMark) GetSeq() uint64 {
@@ -2333,7 +2704,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xea\r\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\xe7\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -2372,7 +2743,12 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x182 \x01(\v2\x19.scadad.fsm.v1.CheckpointH\x00R\n" +
 	"checkpoint\x12N\n" +
-	"\x11checkpoint_report\x183 \x01(\v2\x1f.scadad.fsm.v1.CheckpointReportH\x00R\x10checkpointReportB\x06\n" +
+	"\x11checkpoint_report\x183 \x01(\v2\x1f.scadad.fsm.v1.CheckpointReportH\x00R\x10checkpointReport\x12F\n" +
+	"\x0fopcua_trust_add\x18+ \x01(\v2\x1c.scadad.fsm.v1.OPCUATrustAddH\x00R\ropcuaTrustAdd\x12O\n" +
+	"\x12opcua_trust_remove\x18, \x01(\v2\x1f.scadad.fsm.v1.OPCUATrustRemoveH\x00R\x10opcuaTrustRemove\x12O\n" +
+	"\x12opcua_trust_reject\x18- \x01(\v2\x1f.scadad.fsm.v1.OPCUATrustRejectH\x00R\x10opcuaTrustReject\x12C\n" +
+	"\x0eopcua_user_set\x18. \x01(\v2\x1b.scadad.fsm.v1.OPCUAUserSetH\x00R\fopcuaUserSet\x12L\n" +
+	"\x11opcua_user_remove\x18/ \x01(\v2\x1e.scadad.fsm.v1.OPCUAUserRemoveH\x00R\x0fopcuaUserRemoveB\x06\n" +
 	"\x04body\"P\n" +
 	"\n" +
 	"CertRevoke\x12\x16\n" +
@@ -2393,6 +2769,25 @@ const file_command_proto_rawDesc = "" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\"!\n" +
 	"\vTokenRevoke\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"5\n" +
+	"\rOPCUATrustAdd\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"2\n" +
+	"\x10OPCUATrustRemove\x12\x1e\n" +
+	"\n" +
+	"thumbprint\x18\x01 \x01(\tR\n" +
+	"thumbprint\"\x98\x01\n" +
+	"\x10OPCUATrustReject\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12'\n" +
+	"\x0fapplication_uri\x18\x03 \x01(\tR\x0eapplicationUri\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"S\n" +
+	"\fOPCUAUserSet\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x1b\n" +
+	"\tcan_write\x18\x03 \x01(\bR\bcanWrite\"%\n" +
+	"\x0fOPCUAUserRemove\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x06\n" +
 	"\x04Noop\"j\n" +
 	"\x10PutArtifactChunk\x12\x16\n" +
@@ -2516,7 +2911,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
@@ -2524,66 +2919,76 @@ var file_command_proto_goTypes = []any{
 	(*Checkpoint)(nil),       // 3: scadad.fsm.v1.Checkpoint
 	(*CheckpointReport)(nil), // 4: scadad.fsm.v1.CheckpointReport
 	(*TokenRevoke)(nil),      // 5: scadad.fsm.v1.TokenRevoke
-	(*Noop)(nil),             // 6: scadad.fsm.v1.Noop
-	(*PutArtifactChunk)(nil), // 7: scadad.fsm.v1.PutArtifactChunk
-	(*CommitArtifact)(nil),   // 8: scadad.fsm.v1.CommitArtifact
-	(*Deploy)(nil),           // 9: scadad.fsm.v1.Deploy
-	(*DeployAck)(nil),        // 10: scadad.fsm.v1.DeployAck
-	(*KV)(nil),               // 11: scadad.fsm.v1.KV
-	(*Message)(nil),          // 12: scadad.fsm.v1.Message
-	(*SFEnqueue)(nil),        // 13: scadad.fsm.v1.SFEnqueue
-	(*SFDelivered)(nil),      // 14: scadad.fsm.v1.SFDelivered
-	(*SFPark)(nil),           // 15: scadad.fsm.v1.SFPark
-	(*SFAttempts)(nil),       // 16: scadad.fsm.v1.SFAttempts
-	(*SFAttempt)(nil),        // 17: scadad.fsm.v1.SFAttempt
-	(*SFRetry)(nil),          // 18: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 19: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 20: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 21: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 22: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 23: scadad.fsm.v1.FeatureProbe
-	(*AlarmCondition)(nil),   // 24: scadad.fsm.v1.AlarmCondition
-	(*AlarmObserve)(nil),     // 25: scadad.fsm.v1.AlarmObserve
-	(*AlarmAck)(nil),         // 26: scadad.fsm.v1.AlarmAck
-	(*AlarmShelve)(nil),      // 27: scadad.fsm.v1.AlarmShelve
-	(*AlarmComment)(nil),     // 28: scadad.fsm.v1.AlarmComment
-	(*AlarmHistoryMark)(nil), // 29: scadad.fsm.v1.AlarmHistoryMark
+	(*OPCUATrustAdd)(nil),    // 6: scadad.fsm.v1.OPCUATrustAdd
+	(*OPCUATrustRemove)(nil), // 7: scadad.fsm.v1.OPCUATrustRemove
+	(*OPCUATrustReject)(nil), // 8: scadad.fsm.v1.OPCUATrustReject
+	(*OPCUAUserSet)(nil),     // 9: scadad.fsm.v1.OPCUAUserSet
+	(*OPCUAUserRemove)(nil),  // 10: scadad.fsm.v1.OPCUAUserRemove
+	(*Noop)(nil),             // 11: scadad.fsm.v1.Noop
+	(*PutArtifactChunk)(nil), // 12: scadad.fsm.v1.PutArtifactChunk
+	(*CommitArtifact)(nil),   // 13: scadad.fsm.v1.CommitArtifact
+	(*Deploy)(nil),           // 14: scadad.fsm.v1.Deploy
+	(*DeployAck)(nil),        // 15: scadad.fsm.v1.DeployAck
+	(*KV)(nil),               // 16: scadad.fsm.v1.KV
+	(*Message)(nil),          // 17: scadad.fsm.v1.Message
+	(*SFEnqueue)(nil),        // 18: scadad.fsm.v1.SFEnqueue
+	(*SFDelivered)(nil),      // 19: scadad.fsm.v1.SFDelivered
+	(*SFPark)(nil),           // 20: scadad.fsm.v1.SFPark
+	(*SFAttempts)(nil),       // 21: scadad.fsm.v1.SFAttempts
+	(*SFAttempt)(nil),        // 22: scadad.fsm.v1.SFAttempt
+	(*SFRetry)(nil),          // 23: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 24: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 25: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 26: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 27: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 28: scadad.fsm.v1.FeatureProbe
+	(*AlarmCondition)(nil),   // 29: scadad.fsm.v1.AlarmCondition
+	(*AlarmObserve)(nil),     // 30: scadad.fsm.v1.AlarmObserve
+	(*AlarmAck)(nil),         // 31: scadad.fsm.v1.AlarmAck
+	(*AlarmShelve)(nil),      // 32: scadad.fsm.v1.AlarmShelve
+	(*AlarmComment)(nil),     // 33: scadad.fsm.v1.AlarmComment
+	(*AlarmHistoryMark)(nil), // 34: scadad.fsm.v1.AlarmHistoryMark
 }
 var file_command_proto_depIdxs = []int32{
-	6,  // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
-	7,  // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
-	8,  // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
-	9,  // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
-	10, // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
-	13, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
-	14, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
-	15, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	18, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	19, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	20, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	21, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	22, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	23, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
-	16, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
+	11, // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
+	12, // 1: scadad.fsm.v1.Command.put_artifact_chunk:type_name -> scadad.fsm.v1.PutArtifactChunk
+	13, // 2: scadad.fsm.v1.Command.commit_artifact:type_name -> scadad.fsm.v1.CommitArtifact
+	14, // 3: scadad.fsm.v1.Command.deploy:type_name -> scadad.fsm.v1.Deploy
+	15, // 4: scadad.fsm.v1.Command.deploy_ack:type_name -> scadad.fsm.v1.DeployAck
+	18, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
+	19, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
+	20, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
+	23, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	24, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	25, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	26, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	27, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	28, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	21, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
 	1,  // 15: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
 	2,  // 16: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
 	5,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
-	25, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
-	26, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
-	27, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
-	28, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
-	29, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
+	30, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
+	31, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
+	32, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
+	33, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
+	34, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
 	3,  // 23: scadad.fsm.v1.Command.checkpoint:type_name -> scadad.fsm.v1.Checkpoint
 	4,  // 24: scadad.fsm.v1.Command.checkpoint_report:type_name -> scadad.fsm.v1.CheckpointReport
-	11, // 25: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	12, // 26: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	17, // 27: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
-	24, // 28: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	6,  // 25: scadad.fsm.v1.Command.opcua_trust_add:type_name -> scadad.fsm.v1.OPCUATrustAdd
+	7,  // 26: scadad.fsm.v1.Command.opcua_trust_remove:type_name -> scadad.fsm.v1.OPCUATrustRemove
+	8,  // 27: scadad.fsm.v1.Command.opcua_trust_reject:type_name -> scadad.fsm.v1.OPCUATrustReject
+	9,  // 28: scadad.fsm.v1.Command.opcua_user_set:type_name -> scadad.fsm.v1.OPCUAUserSet
+	10, // 29: scadad.fsm.v1.Command.opcua_user_remove:type_name -> scadad.fsm.v1.OPCUAUserRemove
+	16, // 30: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	17, // 31: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	22, // 32: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
+	29, // 33: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -2617,6 +3022,11 @@ func file_command_proto_init() {
 		(*Command_AlarmHistoryMark)(nil),
 		(*Command_Checkpoint)(nil),
 		(*Command_CheckpointReport)(nil),
+		(*Command_OpcuaTrustAdd)(nil),
+		(*Command_OpcuaTrustRemove)(nil),
+		(*Command_OpcuaTrustReject)(nil),
+		(*Command_OpcuaUserSet)(nil),
+		(*Command_OpcuaUserRemove)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2624,7 +3034,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1464,6 +1464,279 @@ func (x *CheckpointDigest) GetStampUnixNano() int64 {
 	return 0
 }
 
+// OPCUATrustedRecord is a trusted OPC UA client certificate, keyed by its
+// thumbprint.
+type OPCUATrustedRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Der           []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	StampUnixNano int64                  `protobuf:"varint,4,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	LogIndex      uint64                 `protobuf:"varint,5,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUATrustedRecord) Reset() {
+	*x = OPCUATrustedRecord{}
+	mi := &file_state_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUATrustedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUATrustedRecord) ProtoMessage() {}
+
+func (x *OPCUATrustedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUATrustedRecord.ProtoReflect.Descriptor instead.
+func (*OPCUATrustedRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OPCUATrustedRecord) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *OPCUATrustedRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUATrustedRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OPCUATrustedRecord) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUATrustedRecord) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
+// OPCUARejectedRecord is a client certificate an OPC UA server refused.
+type OPCUARejectedRecord struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Der            []byte                 `protobuf:"bytes,1,opt,name=der,proto3" json:"der,omitempty"`
+	NodeId         string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the node that refused it last
+	ApplicationUri string                 `protobuf:"bytes,3,opt,name=application_uri,json=applicationUri,proto3" json:"application_uri,omitempty"`
+	Subject        string                 `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	FirstUnixNano  int64                  `protobuf:"varint,6,opt,name=first_unix_nano,json=firstUnixNano,proto3" json:"first_unix_nano,omitempty"`
+	LastUnixNano   int64                  `protobuf:"varint,7,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
+	Count          uint64                 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	LogIndex       uint64                 `protobuf:"varint,9,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"` // of the first refusal recorded
+	Nodes          []string               `protobuf:"bytes,10,rep,name=nodes,proto3" json:"nodes,omitempty"`                       // every node that refused it
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OPCUARejectedRecord) Reset() {
+	*x = OPCUARejectedRecord{}
+	mi := &file_state_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUARejectedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUARejectedRecord) ProtoMessage() {}
+
+func (x *OPCUARejectedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUARejectedRecord.ProtoReflect.Descriptor instead.
+func (*OPCUARejectedRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *OPCUARejectedRecord) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *OPCUARejectedRecord) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *OPCUARejectedRecord) GetApplicationUri() string {
+	if x != nil {
+		return x.ApplicationUri
+	}
+	return ""
+}
+
+func (x *OPCUARejectedRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *OPCUARejectedRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OPCUARejectedRecord) GetFirstUnixNano() int64 {
+	if x != nil {
+		return x.FirstUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUARejectedRecord) GetLastUnixNano() int64 {
+	if x != nil {
+		return x.LastUnixNano
+	}
+	return 0
+}
+
+func (x *OPCUARejectedRecord) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *OPCUARejectedRecord) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
+func (x *OPCUARejectedRecord) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// OPCUAUserRecord is an OPC UA user-name identity: the password's hash
+// only.
+type OPCUAUserRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	CanWrite      bool                   `protobuf:"varint,3,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	StampUnixNano int64                  `protobuf:"varint,5,opt,name=stamp_unix_nano,json=stampUnixNano,proto3" json:"stamp_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OPCUAUserRecord) Reset() {
+	*x = OPCUAUserRecord{}
+	mi := &file_state_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OPCUAUserRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OPCUAUserRecord) ProtoMessage() {}
+
+func (x *OPCUAUserRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_state_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OPCUAUserRecord.ProtoReflect.Descriptor instead.
+func (*OPCUAUserRecord) Descriptor() ([]byte, []int) {
+	return file_state_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *OPCUAUserRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OPCUAUserRecord) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *OPCUAUserRecord) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+func (x *OPCUAUserRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OPCUAUserRecord) GetStampUnixNano() int64 {
+	if x != nil {
+		return x.StampUnixNano
+	}
+	return 0
+}
+
 var File_state_proto protoreflect.FileDescriptor
 
 const file_state_proto_rawDesc = "" +
@@ -1597,7 +1870,31 @@ const file_state_proto_rawDesc = "" +
 	"\x10CheckpointDigest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12&\n" +
-	"\x0fstamp_unix_nano\x18\x03 \x01(\x03R\rstampUnixNano*b\n" +
+	"\x0fstamp_unix_nano\x18\x03 \x01(\x03R\rstampUnixNano\"\x95\x01\n" +
+	"\x12OPCUATrustedRecord\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x04 \x01(\x03R\rstampUnixNano\x12\x1b\n" +
+	"\tlog_index\x18\x05 \x01(\x04R\blogIndex\"\xb2\x02\n" +
+	"\x13OPCUARejectedRecord\x12\x10\n" +
+	"\x03der\x18\x01 \x01(\fR\x03der\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12'\n" +
+	"\x0fapplication_uri\x18\x03 \x01(\tR\x0eapplicationUri\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12&\n" +
+	"\x0ffirst_unix_nano\x18\x06 \x01(\x03R\rfirstUnixNano\x12$\n" +
+	"\x0elast_unix_nano\x18\a \x01(\x03R\flastUnixNano\x12\x14\n" +
+	"\x05count\x18\b \x01(\x04R\x05count\x12\x1b\n" +
+	"\tlog_index\x18\t \x01(\x04R\blogIndex\x12\x14\n" +
+	"\x05nodes\x18\n" +
+	" \x03(\tR\x05nodes\"\x94\x01\n" +
+	"\x0fOPCUAUserRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x1b\n" +
+	"\tcan_write\x18\x03 \x01(\bR\bcanWrite\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12&\n" +
+	"\x0fstamp_unix_nano\x18\x05 \x01(\x03R\rstampUnixNano*b\n" +
 	"\fMessageState\x12\x1d\n" +
 	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1616,28 +1913,31 @@ func file_state_proto_rawDescGZIP() []byte {
 }
 
 var file_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_state_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_state_proto_goTypes = []any{
-	(MessageState)(0),        // 0: scadad.fsm.v1.MessageState
-	(*StoredMessage)(nil),    // 1: scadad.fsm.v1.StoredMessage
-	(*MessageLocation)(nil),  // 2: scadad.fsm.v1.MessageLocation
-	(*TargetCounters)(nil),   // 3: scadad.fsm.v1.TargetCounters
-	(*ArtifactState)(nil),    // 4: scadad.fsm.v1.ArtifactState
-	(*DeployPointer)(nil),    // 5: scadad.fsm.v1.DeployPointer
-	(*DeployRecord)(nil),     // 6: scadad.fsm.v1.DeployRecord
-	(*DeployAckRecord)(nil),  // 7: scadad.fsm.v1.DeployAckRecord
-	(*AuditRecord)(nil),      // 8: scadad.fsm.v1.AuditRecord
-	(*NodeFeatures)(nil),     // 9: scadad.fsm.v1.NodeFeatures
-	(*RevokedCert)(nil),      // 10: scadad.fsm.v1.RevokedCert
-	(*TokenRecord)(nil),      // 11: scadad.fsm.v1.TokenRecord
-	(*AlarmRecord)(nil),      // 12: scadad.fsm.v1.AlarmRecord
-	(*AlarmTransition)(nil),  // 13: scadad.fsm.v1.AlarmTransition
-	(*CheckpointRecord)(nil), // 14: scadad.fsm.v1.CheckpointRecord
-	(*CheckpointDigest)(nil), // 15: scadad.fsm.v1.CheckpointDigest
-	(*KV)(nil),               // 16: scadad.fsm.v1.KV
+	(MessageState)(0),           // 0: scadad.fsm.v1.MessageState
+	(*StoredMessage)(nil),       // 1: scadad.fsm.v1.StoredMessage
+	(*MessageLocation)(nil),     // 2: scadad.fsm.v1.MessageLocation
+	(*TargetCounters)(nil),      // 3: scadad.fsm.v1.TargetCounters
+	(*ArtifactState)(nil),       // 4: scadad.fsm.v1.ArtifactState
+	(*DeployPointer)(nil),       // 5: scadad.fsm.v1.DeployPointer
+	(*DeployRecord)(nil),        // 6: scadad.fsm.v1.DeployRecord
+	(*DeployAckRecord)(nil),     // 7: scadad.fsm.v1.DeployAckRecord
+	(*AuditRecord)(nil),         // 8: scadad.fsm.v1.AuditRecord
+	(*NodeFeatures)(nil),        // 9: scadad.fsm.v1.NodeFeatures
+	(*RevokedCert)(nil),         // 10: scadad.fsm.v1.RevokedCert
+	(*TokenRecord)(nil),         // 11: scadad.fsm.v1.TokenRecord
+	(*AlarmRecord)(nil),         // 12: scadad.fsm.v1.AlarmRecord
+	(*AlarmTransition)(nil),     // 13: scadad.fsm.v1.AlarmTransition
+	(*CheckpointRecord)(nil),    // 14: scadad.fsm.v1.CheckpointRecord
+	(*CheckpointDigest)(nil),    // 15: scadad.fsm.v1.CheckpointDigest
+	(*OPCUATrustedRecord)(nil),  // 16: scadad.fsm.v1.OPCUATrustedRecord
+	(*OPCUARejectedRecord)(nil), // 17: scadad.fsm.v1.OPCUARejectedRecord
+	(*OPCUAUserRecord)(nil),     // 18: scadad.fsm.v1.OPCUAUserRecord
+	(*KV)(nil),                  // 19: scadad.fsm.v1.KV
 }
 var file_state_proto_depIdxs = []int32{
-	16, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
+	19, // 0: scadad.fsm.v1.StoredMessage.headers:type_name -> scadad.fsm.v1.KV
 	0,  // 1: scadad.fsm.v1.MessageLocation.state:type_name -> scadad.fsm.v1.MessageState
 	12, // 2: scadad.fsm.v1.AlarmTransition.state:type_name -> scadad.fsm.v1.AlarmRecord
 	15, // 3: scadad.fsm.v1.CheckpointRecord.reports:type_name -> scadad.fsm.v1.CheckpointDigest
@@ -1660,7 +1960,7 @@ func file_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_state_proto_rawDesc), len(file_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,241 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/opcua"
+)
+
+// opcuaClientCert makes a client application certificate with scadactl.
+func opcuaClientCert(t *testing.T, c *testcluster.Cluster, uri, name string) (certFile string, cert []byte, opts opcua.ClientOptions) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	if out, errOut, code, err := c.Ctl(ctx, nil, "opcua", "client-cert", "--uri", uri, "--dir", dir, "--name", name); err != nil || code != 0 {
+		t.Fatalf("scadactl opcua client-cert: %v exit %d\n%s%s", err, code, out, errOut)
+	}
+	certFile = filepath.Join(dir, name+".der")
+	cert, key, err := opcua.LoadClientIdentity(certFile, filepath.Join(dir, name+".key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, cert, opcua.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key, Timeout: 3 * time.Second}
+}
+
+// ctlOK runs scadactl through nodes and fails the test unless it exits 0.
+func ctlOK(t *testing.T, c *testcluster.Cluster, nodes []*testcluster.Node, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, errOut, code, err := c.Ctl(ctx, nodes, args...)
+	if err != nil || code != 0 {
+		t.Fatalf("scadactl %s: %v exit %d\n%s%s", strings.Join(args, " "), err, code, out, errOut)
+	}
+	return out
+}
+
+func rejectedList(c *testcluster.Cluster, n *testcluster.Node) []*controlpb.OPCUARejectedCertificate {
+	var got []*controlpb.OPCUARejectedCertificate
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.CtlJSON(ctx, []*testcluster.Node{n}, &got, "opcua", "trust", "rejected"); err != nil {
+		return nil
+	}
+	return got
+}
+
+func rejectedBy(list []*controlpb.OPCUARejectedCertificate, thumb, node string) bool {
+	for _, r := range list {
+		if r.Thumbprint == thumb && strings.Contains(strings.Join(r.Nodes, ","), node) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOPCUATrustStoreAndUsersAreReplicated: on real processes, a
+// SignAndEncrypt-only site with no users in its site config and no file
+// copied by hand. The HMI's certificate, refused first, is on the
+// replicated rejected list from every node; trusted once with scadactl
+// opcua trust add through the Standby, it opens secure channels on both
+// nodes. Users set once with scadactl opcua users set log in on both
+// nodes, with their rights; a wrong password and a stranger's certificate
+// are refused. No password is in the state file, a snapshot or a log.
+// After a SIGKILL of the Active the survivor trusts and refuses the same
+// certificates and users; a certificate removed or a user removed there
+// is refused at its next channel or login.
+func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
+	sim, c, active, standby := opcuaPair(t, "-change", "100ms")
+	both := []*testcluster.Node{active, standby}
+	hmiFile, hmiCert, hmi := opcuaClientCert(t, c, "urn:test:hmi", "hmi")
+	_, strangerCert, stranger := opcuaClientCert(t, c, "urn:test:stranger", "stranger")
+	hmiThumb, strangerThumb := opcua.Thumbprint(hmiCert), opcua.Thumbprint(strangerCert)
+
+	const opSecret, viewSecret = "op-Secret-7f3a9c", "view-Secret-2b8e1d"
+	secrets := t.TempDir()
+	for user, pw := range map[string]string{"operator": opSecret, "viewer": viewSecret} {
+		if err := os.WriteFile(filepath.Join(secrets, user+".pass"), []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctlOK(t, c, []*testcluster.Node{standby}, "opcua", "users", "set", "operator", "--password-file", filepath.Join(secrets, "operator.pass"), "--can-write")
+	ctlOK(t, c, []*testcluster.Node{active}, "opcua", "users", "set", "viewer", "--password-file", filepath.Join(secrets, "viewer.pass"))
+
+	site := testcluster.SiteConfigGateway("secure", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	secure := "  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities: {anonymous: false}\n"
+	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
+	if bytes.Equal(changed, site) {
+		t.Fatal("site config template changed: no security and identities lines to replace")
+	}
+	deploySite(t, c, changed)
+
+	operator := hmi
+	operator.Username, operator.Password = "operator", opSecret
+	viewer := hmi
+	viewer.Username, viewer.Password = "viewer", viewSecret
+	level := func(n *testcluster.Node, o opcua.ClientOptions) (byte, error) {
+		return opcua.ReadServiceLevel(context.Background(), n.OPCUA, o)
+	}
+
+	// Refused on each node, and on the replicated rejected list, read
+	// from the other node.
+	for _, n := range both {
+		other := otherVoter(t, c, n)
+		testwait.For(t, 20*time.Second, n.ID+" refusing the HMI and "+other.ID+" listing the refusal", func() bool {
+			_, err := level(n, operator)
+			return err != nil && rejectedBy(rejectedList(c, other), hmiThumb, n.ID)
+		})
+	}
+	ctlOK(t, c, []*testcluster.Node{standby}, "opcua", "trust", "add", hmiFile, "--name", "hmi-1")
+	testwait.For(t, 20*time.Second, "ServiceLevel 250 on the Active and 240 on the Standby over SignAndEncrypt as operator, once trusted", func() bool {
+		a, errA := level(active, operator)
+		s, errS := level(standby, operator)
+		return errA == nil && errS == nil && a == 250 && s == 240
+	})
+	if l := rejectedList(c, active); rejectedBy(l, hmiThumb, active.ID) || rejectedBy(l, hmiThumb, standby.ID) {
+		t.Errorf("the trusted HMI is still on the rejected list: %+v", l)
+	}
+	for _, n := range both {
+		if files, _ := filepath.Glob(filepath.Join(n.Dir, "data", "opcua", "pki", "trusted", "*")); len(files) != 0 {
+			t.Fatalf("%s's trusted folder holds %v: the test must not copy files by hand", n.ID, files)
+		}
+	}
+
+	if _, err := level(active, viewer); err != nil {
+		t.Fatalf("the viewer cannot log in on the Active: %v", err)
+	}
+	wrong := operator
+	wrong.Password = "guess"
+	unknown := operator
+	unknown.Username = "nobody"
+	for _, n := range both {
+		if _, err := level(n, wrong); err == nil {
+			t.Fatalf("%s accepted a wrong password", n.ID)
+		}
+		if _, err := level(n, unknown); err == nil {
+			t.Fatalf("%s accepted an unknown user", n.ID)
+		}
+	}
+	strangerOp := stranger
+	strangerOp.Username, strangerOp.Password = "operator", opSecret
+	if _, err := level(active, strangerOp); err == nil {
+		t.Fatal("the Active accepted a stranger's certificate")
+	}
+	testwait.For(t, 20*time.Second, "the stranger on the rejected list", func() bool {
+		return rejectedBy(rejectedList(c, standby), strangerThumb, active.ID)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ac, err := opcua.Dial(ctx, active.OPCUA, operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer operator.Close(ac)
+	vc, err := opcua.Dial(ctx, active.OPCUA, viewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viewer.Close(vc)
+	if st := writeDouble(t, vc, siteNode(t, ac, "Pump1.SpeedSP"), 1); st != ua.StatusBadUserAccessDenied {
+		t.Fatalf("the viewer's write: %v, want BadUserAccessDenied", st)
+	}
+	if st := writeDouble(t, ac, siteNode(t, ac, "Pump1.SpeedSP"), 42); st != ua.StatusOK {
+		t.Fatalf("the operator's write on the Active: %v", st)
+	}
+
+	// No password anywhere a node keeps data: state file, a snapshot,
+	// logs (the hash only).
+	snap := filepath.Join(t.TempDir(), "backup.snap")
+	ctlOK(t, c, []*testcluster.Node{active}, "snapshot", "save", snap)
+	places := []string{snap}
+	for _, n := range both {
+		places = append(places, n.LogPath())
+		state, _ := filepath.Glob(filepath.Join(n.Dir, "data", "*"))
+		places = append(places, state...)
+	}
+	sawHash := false
+	for _, p := range places {
+		info, err := os.Stat(p)
+		if err != nil || info.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pw := range []string{opSecret, viewSecret} {
+			if bytes.Contains(data, []byte(pw)) {
+				t.Errorf("%s holds the password %q in clear", p, pw)
+			}
+		}
+		sawHash = sawHash || bytes.Contains(data, []byte("$argon2id$v=19$"))
+	}
+	if !sawHash {
+		t.Errorf("no argon2id hash found in %v: the users are not where this test looks", places)
+	}
+
+	c.Kill(active)
+	testwait.For(t, 20*time.Second, "the survivor's ServiceLevel 250 over SignAndEncrypt as operator", func() bool {
+		lvl, err := level(standby, operator)
+		return err == nil && lvl == 250
+	})
+	if _, err := level(standby, viewer); err != nil {
+		t.Fatalf("the viewer cannot log in on the survivor: %v", err)
+	}
+	if _, err := level(standby, wrong); err == nil {
+		t.Fatal("the survivor accepted a wrong password")
+	}
+	if _, err := level(standby, strangerOp); err == nil {
+		t.Fatal("the survivor accepted the stranger's certificate")
+	}
+	var trusted []*controlpb.OPCUACertificate
+	ctlJSON(t, c, []*testcluster.Node{standby}, &trusted, "opcua", "trust", "list")
+	if len(trusted) != 1 || trusted[0].Thumbprint != hmiThumb || trusted[0].Name != "hmi-1" || trusted[0].ApplicationUri != "urn:test:hmi" {
+		t.Fatalf("the survivor's trust list: %+v", trusted)
+	}
+	if l := rejectedList(c, standby); !rejectedBy(l, strangerThumb, active.ID) {
+		t.Fatalf("the survivor's rejected list lost the stranger: %+v", l)
+	}
+
+	ctlOK(t, c, []*testcluster.Node{standby}, "opcua", "users", "remove", "viewer")
+	if _, err := level(standby, viewer); err == nil {
+		t.Fatal("a removed user still logs in")
+	}
+	ctlOK(t, c, []*testcluster.Node{standby}, "opcua", "trust", "remove", strings.ToLower(hmiThumb))
+	if _, err := level(standby, operator); err == nil {
+		t.Fatal("a removed certificate still opens a secure channel")
+	}
+}
