@@ -521,3 +521,58 @@ func TestHTTPEnqueueWithBearerTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedNodeLosesItsOpenRaftConnections: revoking a node's
+// certificate closes the Raft connections already open to it, not only the
+// next handshake: the leader's heartbeats to the revoked witness stop
+// within 1 s of the revocation, and it hears from no one after (each
+// redial is refused), while the voters go on.
+func TestRevokedNodeLosesItsOpenRaftConnections(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	var witness *testcluster.Node
+	for _, n := range c.Nodes {
+		if n.Witness {
+			witness = n
+		}
+	}
+	status := func(n *testcluster.Node) (*controlpb.StatusResponse, time.Time, error) {
+		st := &controlpb.StatusResponse{}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		err := c.CtlJSON(ctx, []*testcluster.Node{n}, st, "status")
+		return st, time.Now(), err
+	}
+	testwait.For(t, 20*time.Second, "the witness hearing from the leader", func() bool {
+		st, _, err := status(witness)
+		return err == nil && st.LastContactMs >= 0 && st.LastContactMs < 500 && st.LeaderId == active.ID
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, errs, code, err := c.Ctl(ctx, []*testcluster.Node{active}, "certs", "revoke", filepath.Join(c.Certs, witness.ID+".crt"), "--reason", "decommissioned"); err != nil || code != 0 {
+		t.Fatalf("certs revoke %s.crt: exit %d, %q %q, %v", witness.ID, code, out, errs, err)
+	}
+	revoked := time.Now()
+
+	// The witness's last contact with the leader, as it reports it, stops
+	// moving: read it once it has been still for 3 s.
+	var lastContact time.Time
+	testwait.For(t, 20*time.Second, "the witness no longer hearing from the leader", func() bool {
+		st, at, err := status(witness)
+		if err != nil || st.LastContactMs < 3000 {
+			return false
+		}
+		lastContact = at.Add(-time.Duration(st.LastContactMs) * time.Millisecond)
+		return true
+	})
+	t.Logf("the witness last heard from the leader %s after the revoke command returned", lastContact.Sub(revoked).Round(time.Millisecond))
+	if lastContact.After(revoked.Add(time.Second)) {
+		t.Errorf("the witness heard from the leader until %s after the revocation; want its connections closed within 1 s", lastContact.Sub(revoked).Round(time.Millisecond))
+	}
+	// The voters still commit: a write through the Standby succeeds.
+	if out, errs, code, err := c.Ctl(ctx, []*testcluster.Node{otherVoter(t, c, active)}, "tokens", "create", "--name", "still-committing"); err != nil || code != 0 {
+		t.Fatalf("a write after the revocation: exit %d, %q %q, %v", code, out, errs, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/clock"
+	"github.com/scadad/scadad/pki"
 )
 
 // Mode selects what a node does when it loses quorum.
@@ -97,6 +98,11 @@ type Config struct {
 	// Both are required: there is no plaintext mode.
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
+	// Conns, when set, tracks every raft connection, accepted or dialed,
+	// by its peer's certificate, so the caller closes those of a revoked
+	// node (pki.Tracker.CloseRevoked): its next handshake is refused by
+	// the TLS configurations' own check, and this ends what is open.
+	Conns *pki.Tracker
 
 	// Logger is the caller's, already naming the node (scadad's carries
 	// node=<id>): raftnode adds no node key of its own, so no line has two.

@@ -145,6 +145,7 @@ func (n *Node) open() error {
 		}
 	}
 	n.stream = newTLSStream(ln, n.cfg.AdvertiseAddr, n.cfg.ServerTLS, n.cfg.ClientTLS, n, n.contact.touch, n.probeStatus, n.log)
+	n.stream.conns = n.cfg.Conns
 
 	if err := n.restoreIfBehind(); err != nil {
 		return err

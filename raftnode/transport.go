@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/pki"
 )
 
 // ALPN protocols separate raft streams from liveness probes on the one port,
@@ -54,6 +56,9 @@ type tlsStream struct {
 	contact                    func(id string)
 	status                     func() peerStatus
 	log                        zerolog.Logger
+
+	// conns tracks the raft connections by peer certificate (nil: none).
+	conns *pki.Tracker
 
 	accepted chan net.Conn
 	closed   chan struct{}
@@ -180,7 +185,7 @@ func (s *tlsStream) handshake(raw net.Conn) {
 	_ = tc.SetDeadline(time.Time{})
 	s.contact(peer)
 	select {
-	case s.accepted <- &trackedConn{Conn: tc, peer: peer, contact: s.contact}:
+	case s.accepted <- &trackedConn{Conn: s.track(tc), peer: peer, contact: s.contact}:
 	case <-s.closed:
 		_ = tc.Close()
 	case <-time.After(handshakeTimeout):
@@ -188,6 +193,15 @@ func (s *tlsStream) handshake(raw net.Conn) {
 		// will redial.
 		_ = tc.Close()
 	}
+}
+
+// track hands a raft connection to the tracker, when there is one, so a
+// revocation of its peer's certificate closes it.
+func (s *tlsStream) track(tc *tls.Conn) net.Conn {
+	if s.conns == nil {
+		return tc
+	}
+	return s.conns.Add(tc, tc.ConnectionState())
 }
 
 // dial opens a raft stream to the member at address.
@@ -325,7 +339,7 @@ func (v *view) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn
 		return nil, err
 	}
 	v.s.contact(id)
-	tc := &trackedConn{Conn: conn, peer: id, contact: v.s.contact}
+	tc := &trackedConn{Conn: v.s.track(conn), peer: id, contact: v.s.contact}
 	if !v.track(tc) {
 		_ = tc.Close()
 		return nil, net.ErrClosed

@@ -156,6 +156,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		SnapshotInterval:   cfg.Cluster.SnapshotInterval.D(),
 		ServerTLS:          serverTLS,
 		ClientTLS:          clientTLS,
+		Conns:              peerConns,
 		Logger:             log.With().Str("part", "raft").Logger(),
 		FSM:                state,
 		AppliedIndex:       func() uint64 { return state.Meta().AppliedIndex },
