@@ -26,6 +26,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -66,7 +67,7 @@ import (
 type options struct {
 	mode, target, phases, extra  string
 	ids                          string
-	api, httpClient              string
+	api, httpClient, httpAuth    string
 	voters, failovers, count     int
 	stall                        time.Duration
 	conns                        int
@@ -192,7 +193,7 @@ func main() {
 		fatalf("build: %v", err)
 	}
 	defer bin.Remove()
-	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn", Extra: o.extra, Pprof: o.pprof, OPCUA: strings.Contains(o.phases, "servicelevel")})
+	c, err := testcluster.New(bin, testcluster.Options{Mode: o.mode, Voters: o.voters, Witness: o.witness, LogLevel: "warn", Extra: o.extra, Pprof: o.pprof, HTTPTLS: o.httpAuth == "token", OPCUA: strings.Contains(o.phases, "servicelevel")})
 	if err != nil {
 		fatalf("cluster: %v", err)
 	}
@@ -307,6 +308,7 @@ func parseFlags() options {
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
 	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) or floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc)")
+	flag.StringVar(&o.httpAuth, "http-auth", "insecure", "-api http: insecure (the nodes run http.insecure: true, plain HTTP, no credentials) or token (HTTPS with the node's certificate, checked against the site CA, and a bearer token from scadactl tokens create limited to the bench target: the default production setup)")
 	flag.StringVar(&o.httpClient, "http-client", "transport", "-api http: transport (net/http's Client and Transport) or conn (each connection written and read directly, http.ReadResponse for answers: a load generator's cost, as wrk's)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K (also the stall phase's)")
 	flag.DurationVar(&o.stall, "stall", 300*time.Millisecond, "stall phase: how long the Active is stopped (SIGSTOP, then SIGCONT) in each of -failovers runs; the cluster rides it out when the same node is Active afterwards in the same term")
@@ -342,6 +344,9 @@ func parseFlags() options {
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
+	}
+	if o.httpAuth != "insecure" && o.httpAuth != "token" {
+		fatalf("bad -http-auth %q: want insecure or token", o.httpAuth)
 	}
 	if o.httpClient != "transport" && o.httpClient != "conn" {
 		fatalf("bad -http-client %q: want transport or conn", o.httpClient)
@@ -404,6 +409,10 @@ type bench struct {
 	// stats is the one connection the drain polls over: a new TLS
 	// handshake every poll would load the machine being measured.
 	stats *client
+	// httpTLS and bearer are what -http-auth token's clients use: the
+	// site CA, and the token's Authorization header value.
+	httpTLS *tls.Config
+	bearer  string
 }
 
 // setup deploys a site config whose target "bench" is a recording sink that
@@ -456,6 +465,22 @@ func (b *bench) setup() error {
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "deploy", "push", file); err != nil || code != 0 {
 		return fmt.Errorf("deploy push: exit %d: %s %v", code, errs, err)
 	}
+	if b.o.httpAuth == "token" {
+		out, errs, code, err := b.c.Ctl(ctx, nil, "tokens", "create", "--name", "bench-feed", "--targets", "bench")
+		if err != nil || code != 0 {
+			return fmt.Errorf("tokens create: exit %d: %s %v", code, errs, err)
+		}
+		b.bearer = "Bearer " + strings.TrimSpace(out)
+		ca, err := os.ReadFile(filepath.Join(b.c.Certs, "ca.crt"))
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return fmt.Errorf("%s: no CA certificate", filepath.Join(b.c.Certs, "ca.crt"))
+		}
+		b.httpTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	}
 	return testwait.Poll(ctx, func() bool {
 		cli, err := b.client(b.c.Nodes[0])
 		if err != nil {
@@ -496,8 +521,9 @@ type enqueuer interface {
 // httpEnqueuer posts to POST /v1/sf/bench over its own keep-alive
 // connection.
 type httpEnqueuer struct {
-	url string
-	cl  *http.Client
+	url    string
+	bearer string // the Authorization header's value, if any
+	cl     *http.Client
 }
 
 func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
@@ -506,6 +532,9 @@ func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 		return err
 	}
 	req.Header.Set("Idempotency-Key", id)
+	if h.bearer != "" {
+		req.Header.Set("Authorization", h.bearer)
+	}
 	resp, err := h.cl.Do(req)
 	if err != nil {
 		return err
@@ -527,6 +556,8 @@ func (h *httpEnqueuer) Close() { h.cl.CloseIdleConnections() }
 // connection is used by one request at a time; a busy pool dials another.
 type connEnqueuer struct {
 	addr, path string
+	tls        *tls.Config // nil: plain HTTP
+	bearer     string      // the Authorization header's value, if any
 	mu         sync.Mutex
 	idle       []*benchConn
 }
@@ -551,6 +582,14 @@ func (h *connEnqueuer) get(ctx context.Context) (*benchConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.tls != nil {
+		tc := tls.Client(c, h.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c = tc
+	}
 	return &benchConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, nil
 }
 
@@ -559,7 +598,7 @@ func (h *connEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 	if err != nil {
 		return err
 	}
-	status, body, keep, err := bc.post(ctx, h.addr, h.path, id, payload)
+	status, body, keep, err := bc.post(ctx, h.addr, h.path, id, h.bearer, payload)
 	if err != nil || !keep {
 		bc.c.Close()
 	} else {
@@ -576,12 +615,16 @@ func (h *connEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 	return nil
 }
 
-func (bc *benchConn) post(ctx context.Context, host, path, id string, payload []byte) (status int, body []byte, keep bool, err error) {
+func (bc *benchConn) post(ctx context.Context, host, path, id, bearer string, payload []byte) (status int, body []byte, keep bool, err error) {
 	dl, _ := ctx.Deadline()
 	if err := bc.c.SetDeadline(dl); err != nil {
 		return 0, nil, false, err
 	}
-	fmt.Fprintf(bc.bw, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n", path, host, id, len(payload))
+	fmt.Fprintf(bc.bw, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\n", path, host, id)
+	if bearer != "" {
+		fmt.Fprintf(bc.bw, "Authorization: %s\r\n", bearer)
+	}
+	fmt.Fprintf(bc.bw, "Content-Length: %d\r\n\r\n", len(payload))
 	bc.bw.Write(payload)
 	if err := bc.bw.Flush(); err != nil {
 		return 0, nil, false, err
@@ -702,10 +745,15 @@ func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 		}
 		if b.o.api == "http" {
 			if b.o.httpClient == "conn" {
-				m.cs = append(m.cs, &connEnqueuer{addr: n.HTTPAddr, path: "/v1/sf/bench"})
+				m.cs = append(m.cs, &connEnqueuer{addr: n.HTTPAddr, path: "/v1/sf/bench", tls: b.httpTLS, bearer: b.bearer})
 				continue
 			}
-			m.cs = append(m.cs, &httpEnqueuer{url: "http://" + n.HTTPAddr + "/v1/sf/bench", cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}})
+			scheme := "http://"
+			if b.httpTLS != nil {
+				scheme = "https://"
+			}
+			m.cs = append(m.cs, &httpEnqueuer{url: scheme + n.HTTPAddr + "/v1/sf/bench", bearer: b.bearer,
+				cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, TLSClientConfig: b.httpTLS}}})
 			continue
 		}
 		c, err := b.client(n)
@@ -786,6 +834,9 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	r := runLoad(conns, clients, size, b.o.duration, b.o.count, b.idMaker(tag))
 	stop()
 	r.Target, r.API = b.o.target, b.o.api
+	if b.o.api == "http" {
+		r.API = "http-" + b.o.httpAuth + "-" + b.o.httpClient
+	}
 	return r, nil
 }
 
