@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/internal/testcluster"
@@ -379,4 +381,71 @@ func TestGoingBackToThePreviousReleaseReadsTheNewSnapshot(t *testing.T) {
 	}
 	acked2 := enqueueNumbered(t, b, "after-going-back", 20)
 	checkDelivered(t, sink, keys(acked2), 30*time.Second)
+}
+
+// stateBuckets lists the top-level buckets of a stopped node's fsm.db and
+// its schema version.
+func stateBuckets(t *testing.T, path string) (map[string]bool, uint64) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer db.Close()
+	names := map[string]bool{}
+	var schema uint64
+	err = db.View(func(tx *bolt.Tx) error {
+		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error { names[string(name)] = true; return nil }); err != nil {
+			return err
+		}
+		if m := tx.Bucket([]byte("meta")); m != nil {
+			if v := m.Get([]byte("schema_version")); len(v) == 8 {
+				schema = binary.BigEndian.Uint64(v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names, schema
+}
+
+// TestStateFileOfThePreviousReleaseMigratesAtStart: a data folder written
+// by the previous release (a deployed site, delivered messages) is opened
+// by this build in place: the state file gains the features bucket with
+// the schema unchanged, the node records its feature level in it, and the
+// site deployed under the previous release still delivers.
+func TestStateFileOfThePreviousReleaseMigratesAtStart(t *testing.T) {
+	old := previousRelease(t)
+	sink := startSink(t)
+	c := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, LogLevel: "info"})
+	n := c.Nodes[0]
+	n.Binary = old
+	start(t, c, n)
+	waitOneActive(t, c, 30*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("migrate", map[string]string{"sink": sink.URL}, 1000))
+	before := enqueueNumbered(t, n, "on-previous-release", 20)
+	checkDelivered(t, sink, keys(before), 30*time.Second)
+	c.Stop(n)
+	state := filepath.Join(n.Dir, "data", "fsm.db")
+	buckets, schema := stateBuckets(t, state)
+	if buckets["features"] || schema != 1 || !buckets["sf"] || !buckets["deploy"] {
+		t.Fatalf("the previous release's state file: buckets %v, schema %d; want sf and deploy, no features, schema 1", buckets, schema)
+	}
+
+	n.Binary = ""
+	start(t, c, n)
+	waitOneActive(t, c, 30*time.Second)
+	testwait.ForDetail(t, 30*time.Second, "the node's feature level recorded in the migrated state", func() (bool, string) {
+		lvl, low := clusterLevel(t, c, n)
+		return lvl == uint32(fsm.FeatureLevel), fmt.Sprintf("level %d (lowest %s)", lvl, low)
+	})
+	after := enqueueNumbered(t, n, "on-this-build", 20)
+	checkDelivered(t, sink, keys(after), 30*time.Second)
+	c.Stop(n)
+	buckets, schema = stateBuckets(t, state)
+	if !buckets["features"] || schema != uint64(fsm.SchemaVersion) || !buckets["sf"] || !buckets["deploy"] {
+		t.Fatalf("after this build: buckets %v, schema %d; want the features bucket added and schema %d", buckets, schema, fsm.SchemaVersion)
+	}
 }
