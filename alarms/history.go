@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/storeforward"
@@ -80,13 +79,10 @@ func (s *Service) followState(ctx context.Context) {
 		}
 		s.countTransitions(&metricsCursor, last)
 		s.updateMetrics()
-		st, allow, reason := s.active()
+		st, allow, _ := s.active()
 		if !allow {
 			if wasActive {
 				s.log.Info().Msg("alarm history emit stops: no longer the Active")
-			}
-			if target := s.config().HistoryTarget; target != "" && last > max(historyCursor, mark) && wasActive {
-				s.opts.Gate.DeniedN(activegate.SurfaceAlarmEmit, reason, int(last-max(historyCursor, mark)))
 			}
 			wasActive = false
 			historyCursor = 0

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
@@ -309,7 +310,8 @@ func (s *Service) TagUpdate(instance, attribute string, v any, good bool) {
 // emitLimit records a limit alarm's new level, on the Active only: every
 // node evaluates, one records.
 func (s *Service) emitLimit(c *fsmpb.AlarmCondition) {
-	if _, ok, _ := s.active(); !ok {
+	if _, ok, reason := s.active(); !ok {
+		s.opts.Gate.Denied(activegate.SurfaceAlarmEmit, reason)
 		return
 	}
 	s.enqueue(observation{conds: []*fsmpb.AlarmCondition{c}})

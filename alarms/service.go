@@ -189,7 +189,9 @@ func (s *Service) AlarmSnapshot(ctx context.Context, connection, source string, 
 
 // AlarmChange implements subscribe.AlarmSink: one streamed transition.
 func (s *Service) AlarmChange(connection string, a gateway.Alarm) {
-	if _, ok, _ := s.active(); !ok {
+	if _, ok, reason := s.active(); !ok {
+		// A hot Standby's stream: the Active emits it.
+		s.opts.Gate.Denied(activegate.SurfaceAlarmEmit, reason)
 		return
 	}
 	s.enqueue(observation{conds: []*fsmpb.AlarmCondition{nativeCondition(connection, a)}})

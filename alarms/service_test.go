@@ -282,6 +282,19 @@ func TestStandbyEmitsNoHistoryAndCountsTheDenial(t *testing.T) {
 	if _, ok, _ := f.Alarm("B1"); ok {
 		t.Fatal("a Standby recorded a field observation")
 	}
+	// A (hot) Standby's streamed transition and limit level change are the
+	// alarm emit the gate denies, counted.
+	rig.svc.AlarmChange("mx1", alarm("B2", true, false, 1))
+	if err := rig.svc.SetConfig(Config{HistoryTarget: "historian", Limits: []Limit{{ID: "L", Instance: "T", Attribute: "PV", Hi: &Threshold{10, 900}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rig.svc.TagUpdate("T", "PV", 20.0, true)
+	if v := deniedAt(t, rig.reg, activegate.SurfaceAlarmEmit, activegate.ReasonSecondary); v != 2 {
+		t.Fatalf("alarm-emit denials on the Standby = %v, want 2", v)
+	}
+	if _, ok, _ := f.Alarm("L"); ok {
+		t.Fatal("a Standby recorded a limit alarm")
+	}
 }
 
 func TestReconcileResendsTheReplicatedAckTheGatewayLacks(t *testing.T) {
@@ -374,4 +387,32 @@ func mustSnapshot(t *testing.T, s *Service, conn, source string, alarms []gatewa
 	if err := s.AlarmSnapshot(context.Background(), conn, source, alarms); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func deniedAt(t *testing.T, reg *prometheus.Registry, surface, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "scadad_gate_denied_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var s, r string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "surface":
+					s = l.GetValue()
+				case "reason":
+					r = l.GetValue()
+				}
+			}
+			if s == surface && r == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
