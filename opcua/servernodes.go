@@ -165,20 +165,7 @@ func (s *Server) installServerObject(srv *server.Server) error {
 		for _, c := range children[v.node] {
 			refs = append(refs, ref(c.parentRef, true, c.node, c.name, ua.NodeClassVariable))
 		}
-		n0.AddNode(server.NewNode(ua.NewNumericNodeID(0, v.node), server.Attributes{
-			ua.AttributeIDNodeClass:               server.DataValueFromValue(uint32(ua.NodeClassVariable)),
-			ua.AttributeIDBrowseName:              server.DataValueFromValue(&ua.QualifiedName{Name: v.name}),
-			ua.AttributeIDDisplayName:             server.DataValueFromValue(localized(v.name)),
-			ua.AttributeIDDescription:             server.DataValueFromValue(localized("")),
-			ua.AttributeIDDataType:                server.DataValueFromValue(ua.NewNumericExpandedNodeID(0, v.dataType)),
-			ua.AttributeIDValueRank:               server.DataValueFromValue(v.rank),
-			ua.AttributeIDAccessLevel:             server.DataValueFromValue(accessRead),
-			ua.AttributeIDUserAccessLevel:         server.DataValueFromValue(accessRead),
-			ua.AttributeIDMinimumSamplingInterval: server.DataValueFromValue(float64(0)),
-			ua.AttributeIDHistorizing:             server.DataValueFromValue(false),
-			ua.AttributeIDWriteMask:               server.DataValueFromValue(uint32(0)),
-			ua.AttributeIDUserWriteMask:           server.DataValueFromValue(uint32(0)),
-		}, refs, v.value))
+		n0.AddNode(server.NewNode(ua.NewNumericNodeID(0, v.node), readOnlyVariable(v.name, v.dataType, v.rank), refs, v.value))
 	}
 	// The objects above them: each reference once, named as its target
 	// is, none to what is not served, and one to every variable above.
@@ -188,6 +175,25 @@ func (s *Server) installServerObject(srv *server.Server) error {
 		}
 	}
 	return nil
+}
+
+// readOnlyVariable is the attributes of a namespace-0 variable scadad
+// serves: read-only, no history, sampled as it changes.
+func readOnlyVariable(name string, dataType uint32, rank int32) server.Attributes {
+	return server.Attributes{
+		ua.AttributeIDNodeClass:               server.DataValueFromValue(uint32(ua.NodeClassVariable)),
+		ua.AttributeIDBrowseName:              server.DataValueFromValue(&ua.QualifiedName{Name: name}),
+		ua.AttributeIDDisplayName:             server.DataValueFromValue(localized(name)),
+		ua.AttributeIDDescription:             server.DataValueFromValue(localized("")),
+		ua.AttributeIDDataType:                server.DataValueFromValue(ua.NewNumericExpandedNodeID(0, dataType)),
+		ua.AttributeIDValueRank:               server.DataValueFromValue(rank),
+		ua.AttributeIDAccessLevel:             server.DataValueFromValue(accessRead),
+		ua.AttributeIDUserAccessLevel:         server.DataValueFromValue(accessRead),
+		ua.AttributeIDMinimumSamplingInterval: server.DataValueFromValue(float64(0)),
+		ua.AttributeIDHistorizing:             server.DataValueFromValue(false),
+		ua.AttributeIDWriteMask:               server.DataValueFromValue(uint32(0)),
+		ua.AttributeIDUserWriteMask:           server.DataValueFromValue(uint32(0)),
+	}
 }
 
 // typeName is the BrowseName of a variable type used above.

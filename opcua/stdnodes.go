@@ -128,21 +128,7 @@ func (s *Server) installRedundancyNodes(srv *server.Server) error {
 	for _, v := range vars {
 		nid := ua.NewNumericNodeID(0, v.node)
 		existed := n0.Node(nid) != nil
-		name := &ua.QualifiedName{Name: v.name}
-		node := server.NewNode(nid, server.Attributes{
-			ua.AttributeIDNodeClass:               server.DataValueFromValue(uint32(ua.NodeClassVariable)),
-			ua.AttributeIDBrowseName:              server.DataValueFromValue(name),
-			ua.AttributeIDDisplayName:             server.DataValueFromValue(localized(v.name)),
-			ua.AttributeIDDescription:             server.DataValueFromValue(localized("")),
-			ua.AttributeIDDataType:                server.DataValueFromValue(ua.NewNumericExpandedNodeID(0, v.dataType)),
-			ua.AttributeIDValueRank:               server.DataValueFromValue(v.rank),
-			ua.AttributeIDAccessLevel:             server.DataValueFromValue(accessRead),
-			ua.AttributeIDUserAccessLevel:         server.DataValueFromValue(accessRead),
-			ua.AttributeIDMinimumSamplingInterval: server.DataValueFromValue(float64(0)),
-			ua.AttributeIDHistorizing:             server.DataValueFromValue(false),
-			ua.AttributeIDWriteMask:               server.DataValueFromValue(uint32(0)),
-			ua.AttributeIDUserWriteMask:           server.DataValueFromValue(uint32(0)),
-		}, []*ua.ReferenceDescription{
+		node := server.NewNode(nid, readOnlyVariable(v.name, v.dataType, v.rank), []*ua.ReferenceDescription{
 			{
 				ReferenceTypeID: ua.NewNumericNodeID(0, id.HasTypeDefinition),
 				IsForward:       true,
