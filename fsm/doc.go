@@ -43,7 +43,7 @@
 //	audit/                   uint64 BE seq → AuditRecord
 //	features/                node id → NodeFeatures (added by v0.2.0 in
 //	                         place; v0.1.0 ignores it, schema stays 1)
-//	alarms/state/            alarm id → AlarmRecord (v0.3.0, level 3; made by
+//	alarms/state/            alarm id → AlarmRecord (v0.2.0, level 3; made by
 //	                         the first alarm command; records are kept so an
 //	                         alarm's transition numbers never start over)
 //	alarms/log/              uint64 BE log seq → AlarmTransition (the newest

@@ -43,7 +43,7 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 		// v0.2.0: replicated delivery attempts (docs/store-and-forward.md).
 		return 2, true
 	case "alarm_observe", "alarm_ack", "alarm_shelve", "alarm_comment", "alarm_history_mark":
-		// v0.3.0: the replicated alarm state (docs/alarms.md).
+		// v0.2.0 (level 3): the replicated alarm state (docs/alarms.md).
 		return 3, true
 	case "checkpoint", "checkpoint_report":
 		// v0.2.0: cross-node state checkpoints (docs/faults.md).
@@ -62,7 +62,9 @@ func levelRelease(l Level) string {
 	case 2:
 		return "v0.2.0"
 	case 3:
-		return "v0.3.0"
+		// Raised in the same unreleased v0.2.0 as level 2: one release may
+		// bring several levels; the leader still waits for each.
+		return "v0.2.0"
 	}
 	return "an unreleased build"
 }
