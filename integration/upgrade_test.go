@@ -58,10 +58,18 @@ func previousRelease(t *testing.T) string {
 	return previous.path
 }
 
+// span is a time without an Active node.
+type span struct {
+	start time.Time
+	d     time.Duration
+}
+
+func (s span) String() string { return s.d.Round(time.Millisecond).String() }
+
 // activeGaps samples which node is Active every 20 ms until stop, and
 // returns the spans with no Active node.
-func activeGaps(c *testcluster.Cluster, stop <-chan struct{}) func() []time.Duration {
-	var gaps []time.Duration
+func activeGaps(c *testcluster.Cluster, stop <-chan struct{}) func() []span {
+	var gaps []span
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -70,7 +78,7 @@ func activeGaps(c *testcluster.Cluster, stop <-chan struct{}) func() []time.Dura
 			select {
 			case <-stop:
 				if !since.IsZero() {
-					gaps = append(gaps, time.Since(since))
+					gaps = append(gaps, span{since, time.Since(since)})
 				}
 				return
 			case <-time.After(20 * time.Millisecond):
@@ -79,12 +87,89 @@ func activeGaps(c *testcluster.Cluster, stop <-chan struct{}) func() []time.Dura
 			case n == 0 && since.IsZero():
 				since = time.Now()
 			case n > 0 && !since.IsZero():
-				gaps = append(gaps, time.Since(since))
+				gaps = append(gaps, span{since, time.Since(since)})
 				since = time.Time{}
 			}
 		}
 	}()
-	return func() []time.Duration { <-done; return gaps }
+	return func() []span { <-done; return gaps }
+}
+
+// benchRate is SCADAD_BENCH_UPGRADE_RATE: when set, the rolling upgrade
+// runs under a producer paced at that many messages a second (the
+// issue's benchmark, bench/results) instead of two clients as fast as
+// they are acknowledged.
+func benchRate(t *testing.T) int {
+	v := os.Getenv("SCADAD_BENCH_UPGRADE_RATE")
+	if v == "" {
+		return 0
+	}
+	var r int
+	if _, err := fmt.Sscan(v, &r); err != nil || r < 1 {
+		t.Fatalf("SCADAD_BENCH_UPGRADE_RATE=%q: not a positive number of messages a second", v)
+	}
+	return r
+}
+
+// pacedWorkload enqueues rate messages a second through clients
+// concurrent HTTP clients spread over the running voters (tokens a
+// client cannot take in time are dropped, so the rate reached is what
+// the site acknowledged); it returns the acknowledged ids and when each
+// was acknowledged.
+func pacedWorkload(c *testcluster.Cluster, rate, clients int, prefix string, stop <-chan struct{}) func() (map[string]bool, []time.Time) {
+	tokens := make(chan struct{}, max(rate/10, 1))
+	go func() {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				close(tokens)
+				return
+			case <-tick.C:
+				select {
+				case tokens <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var at []time.Time
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; ; seq++ {
+				if _, ok := <-tokens; !ok {
+					return
+				}
+				var running []*testcluster.Node
+				for _, n := range c.Nodes {
+					if n.Running() && !n.Witness {
+						running = append(running, n)
+					}
+				}
+				if len(running) == 0 {
+					continue
+				}
+				n := running[(i+seq)%len(running)]
+				id := fmt.Sprintf("%s-%d-%d", prefix, i, seq)
+				for attempt := 0; attempt < 3; attempt++ {
+					if enqueue(n, "sink", id, []byte(id)) {
+						mu.Lock()
+						acked[id] = true
+						at = append(at, time.Now())
+						mu.Unlock()
+						break
+					}
+				}
+			}
+		}()
+	}
+	return func() (map[string]bool, []time.Time) { wg.Wait(); return acked, at }
 }
 
 func waitRole(t *testing.T, c *testcluster.Cluster, n *testcluster.Node, want string, timeout time.Duration) {
@@ -155,32 +240,84 @@ func TestMixedVersionWitnessSiteAndRollingUpgrade(t *testing.T) {
 	}
 
 	stop := make(chan struct{})
-	produced := workload(c, 2, "rolling", stop)
+	rate := benchRate(t)
+	var produced func() (map[string]bool, []time.Time)
+	if rate > 0 {
+		produced = pacedWorkload(c, rate, 48, "rolling", stop)
+	} else {
+		plain := workload(c, 2, "rolling", stop)
+		produced = func() (map[string]bool, []time.Time) { return plain(), nil }
+	}
 	stopGaps := make(chan struct{})
 	gaps := activeGaps(c, stopGaps)
+	began := time.Now()
+	steps := []struct {
+		name string
+		at   time.Time
+	}{{"witness restart", time.Now()}}
+	step := func(name string) {
+		steps = append(steps, struct {
+			name string
+			at   time.Time
+		}{name, time.Now()})
+	}
 
 	restartOn(t, c, w, "")
 	waitRole(t, c, w, "witness", 30*time.Second)
 	if lvl, _ := clusterLevel(t, c, b); lvl != 1 {
 		t.Fatalf("feature level %d after the witness, want 1 while node-a runs the previous release", lvl)
 	}
+	step("node-b (Standby) restart")
 	restartOn(t, c, b, "")
 	waitRole(t, c, b, "standby", 30*time.Second)
+	step("failover to node-b")
 	failoverTo(t, c, b)
 	if lvl, low := clusterLevel(t, c, b); lvl != 1 || low != "node-a" {
 		t.Fatalf("feature level %d (lowest %s) before the last node, want 1 held by node-a", lvl, low)
 	}
+	step("node-a (now Standby) restart")
 	restartOn(t, c, a, "")
 	waitRole(t, c, a, "standby", 30*time.Second)
 	testwait.ForDetail(t, 30*time.Second, "the cluster at this build's feature level", func() (bool, string) {
 		lvl, low := clusterLevel(t, c, b)
 		return lvl == uint32(fsm.FeatureLevel), fmt.Sprintf("level %d (lowest %s)", lvl, low)
 	})
+	step("end")
 	time.Sleep(500 * time.Millisecond) // the producer also writes after the last step
 	close(stop)
-	rolled := produced()
+	rolled, ackedAt := produced()
 	close(stopGaps)
 	spans := gaps()
+	if rate > 0 {
+		elapsed := steps[len(steps)-1].at.Sub(began)
+		var total time.Duration
+		for _, s := range spans {
+			total += s.d
+		}
+		during := 0
+		for _, a := range ackedAt {
+			if a.Before(steps[len(steps)-1].at) {
+				during++
+			}
+		}
+		t.Logf("bench: producer paced at %d msg/s, 48 clients: %d acknowledged during the %s upgrade (%.0f msg/s), %s without an Active in all", rate, during, elapsed.Round(time.Millisecond), float64(during)/elapsed.Seconds(), total.Round(time.Millisecond))
+		for i := 0; i+1 < len(steps); i++ {
+			from, to := steps[i].at, steps[i+1].at
+			var in []span
+			for _, s := range spans {
+				if !s.start.Before(from) && s.start.Before(to) {
+					in = append(in, s)
+				}
+			}
+			n := 0
+			for _, a := range ackedAt {
+				if !a.Before(from) && a.Before(to) {
+					n++
+				}
+			}
+			t.Logf("bench: step %q: %s, %d acknowledged (%.0f msg/s), spans without an Active %v", steps[i].name, to.Sub(from).Round(time.Millisecond), n, float64(n)/to.Sub(from).Seconds(), in)
+		}
+	}
 	if len(rolled) == 0 {
 		t.Fatal("the producer got nothing acknowledged during the upgrade")
 	}
