@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -31,16 +30,9 @@ func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.Close)
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
-	start(t, c)
-	waitOneActive(t, c, 20*time.Second)
-	site := string(testcluster.SiteConfig("sf-mqtt", nil, 0)) +
-		fmt.Sprintf("  - {name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{target}/{node}\", username: scadad, password_file: %q, session_expiry: 1h}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 200}\n",
-			broker.URL, broker.PasswordFile)
-	deploySite(t, c, []byte(site))
-	active := waitOneActive(t, c, 10*time.Second)
-	var targets []*controlpb.SFTargetStats
-	ctlJSON(t, c, nil, &targets, "sf", "targets")
+	c, active, targets := sfTargetCluster(t, "sf-mqtt", fmt.Sprintf(
+		"{name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{target}/{node}\", username: scadad, password_file: %q, session_expiry: 1h}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 200}",
+		broker.URL, broker.PasswordFile))
 	if len(targets) != 1 || targets[0].Kind != "mqtt" || !strings.Contains(targets[0].Endpoint, "topic plant/{target}/{node}") {
 		t.Fatalf("sf targets: %+v", targets)
 	}

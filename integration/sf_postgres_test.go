@@ -43,6 +43,21 @@ func produce(c *testcluster.Cluster, target, prefix string, producers, perProduc
 	return wg.Wait
 }
 
+// sfTargetCluster starts a 2+witness cluster, deploys a site whose only
+// target is the YAML flow mapping target, and returns the cluster, its
+// Active node and what sf targets says.
+func sfTargetCluster(t *testing.T, name, target string) (*testcluster.Cluster, *testcluster.Node, []*controlpb.SFTargetStats) {
+	t.Helper()
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, []byte(string(testcluster.SiteConfig(name, nil, 0))+"  - "+target+"\n"))
+	active := waitOneActive(t, c, 10*time.Second)
+	var targets []*controlpb.SFTargetStats
+	ctlJSON(t, c, nil, &targets, "sf", "targets")
+	return c, active, targets
+}
+
 // 10,000 messages to a PostgreSQL target across a SIGKILL of the Active
 // and a restart of the database mid-stream: every acknowledged message is
 // a row, exactly once (count(*) is 10,000; the id is the primary key), and
@@ -53,16 +68,9 @@ func TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Stop)
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
-	start(t, c)
-	waitOneActive(t, c, 20*time.Second)
-	site := string(testcluster.SiteConfig("sf-pg", nil, 0)) +
-		fmt.Sprintf("  - {name: db, kind: postgres, postgres: {dsn: %q, password_file: %q, table: history}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 500}\n",
-			pg.DSN, pg.PasswordFile)
-	deploySite(t, c, []byte(site))
-	active := waitOneActive(t, c, 10*time.Second)
-	var targets []*controlpb.SFTargetStats
-	ctlJSON(t, c, nil, &targets, "sf", "targets")
+	c, active, targets := sfTargetCluster(t, "sf-pg", fmt.Sprintf(
+		"{name: db, kind: postgres, postgres: {dsn: %q, password_file: %q, table: history}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 500}",
+		pg.DSN, pg.PasswordFile))
 	if len(targets) != 1 || targets[0].Kind != "postgres" || targets[0].Endpoint != fmt.Sprintf("127.0.0.1:%d/postgres table history", pg.Port) || targets[0].BatchMaxMessages != 500 {
 		t.Fatalf("sf targets: %+v", targets)
 	}

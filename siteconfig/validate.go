@@ -612,14 +612,7 @@ var pgTable = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,6
 // postgresTarget checks a kind postgres target: its postgres block, and
 // none of the HTTP fields.
 func (v *validator) postgresTarget(p string, t *Target) {
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"url", t.URL != ""}, {"headers", len(t.Headers) > 0}, {"ca_file", t.CAFile != ""}, {"batch_format", t.BatchFormat != ""}} {
-		if f.set {
-			v.add(field(p, f.name), "not for kind postgres (HTTP only)")
-		}
-	}
+	v.notHTTP(p, t, "postgres", t.MQTT != nil, "mqtt")
 	for i, code := range t.ParkOn {
 		if !sqlStatePattern.MatchString(code) && !(code == "none" && len(t.ParkOn) == 1) {
 			v.add(fmt.Sprintf("%s[%d]", field(p, "park_on"), i), `%q is not a SQLSTATE or class ("23514", "23xxx") or "none" alone`, code)
@@ -642,16 +635,22 @@ func (v *validator) postgresTarget(p string, t *Target) {
 	}
 }
 
-// mqttTarget checks a kind mqtt target.
-func (v *validator) mqttTarget(p string, t *Target) {
+// notHTTP refuses the HTTP-only fields on a target of another kind, and
+// the block of a third kind (other, when otherSet).
+func (v *validator) notHTTP(p string, t *Target, kind string, otherSet bool, other string) {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"url", t.URL != ""}, {"headers", len(t.Headers) > 0}, {"ca_file", t.CAFile != ""}, {"batch_format", t.BatchFormat != ""}, {"postgres", t.Postgres != nil}} {
+	}{{"url", t.URL != ""}, {"headers", len(t.Headers) > 0}, {"ca_file", t.CAFile != ""}, {"batch_format", t.BatchFormat != ""}, {other, otherSet}} {
 		if f.set {
-			v.add(field(p, f.name), "not for kind mqtt")
+			v.add(field(p, f.name), "not for kind %s", kind)
 		}
 	}
+}
+
+// mqttTarget checks a kind mqtt target.
+func (v *validator) mqttTarget(p string, t *Target) {
+	v.notHTTP(p, t, "mqtt", t.Postgres != nil, "postgres")
 	for i, code := range t.ParkOn {
 		if n, err := strconv.Atoi(code); (err != nil || n < 128 || n > 255) && !(code == "none" && len(t.ParkOn) == 1) {
 			v.add(fmt.Sprintf("%s[%d]", field(p, "park_on"), i), `%q is not an MQTT failure reason code in decimal (128-255, "135") or "none" alone`, code)
