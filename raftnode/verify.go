@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -38,7 +39,7 @@ func (n *Node) verifyLoop() {
 			if err == nil {
 				// Leadership held at some instant after started: started is
 				// the conservative stamp.
-				n.leaderVerifiedAt.Store(started.UnixNano())
+				n.stampVerified(started)
 			}
 		case <-time.After(time.Second):
 			// No quorum answered: leave the stamp to age.
@@ -63,6 +64,47 @@ func (n *Node) ActiveFresh(window time.Duration) bool {
 	return at != 0 && n.cfg.Clock.Now().Sub(time.Unix(0, at)) <= window
 }
 
+// stampVerified records a quorum confirmation begun at started, never
+// moving the stamp back (a confirmation begun before a freeze can end
+// after a newer one).
+func (n *Node) stampVerified(started time.Time) {
+	for {
+		old := n.leaderVerifiedAt.Load()
+		if started.UnixNano() <= old || n.leaderVerifiedAt.CompareAndSwap(old, started.UnixNano()) {
+			return
+		}
+	}
+}
+
+// ConfirmActive is ActiveFresh that, when the last confirmation is older
+// than window but raft still says this node leads, confirms afresh (one
+// quorum round trip, until ctx ends) instead of answering no: a leader
+// that ran on after a short freeze answers yes as soon as a quorum has
+// heard from it, not only after the next periodic confirmation. Yes is
+// still only ever said on a confirmation begun within window.
+func (n *Node) ConfirmActive(ctx context.Context, window time.Duration) bool {
+	if n.ActiveFresh(window) {
+		return true
+	}
+	r, _ := n.current()
+	if r == nil || r.State() != raft.Leader {
+		return false
+	}
+	started := n.cfg.Clock.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.VerifyLeader().Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return false
+		}
+		n.stampVerified(started)
+		return n.ActiveFresh(window)
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // Acting is the role stream as side effects must see it: the Active role
 // counts only while a quorum confirmed the leadership within window
 // (ActiveFresh). A leader that wakes from a freeze still believes it leads
@@ -78,6 +120,16 @@ type actingRoles struct {
 	role.Source
 	node   *Node
 	window time.Duration
+}
+
+// CurrentConfirmed is Current with the Active role confirmed afresh when
+// its last confirmation is stale (ConfirmActive), waiting until ctx ends.
+func (a actingRoles) CurrentConfirmed(ctx context.Context) role.State {
+	st := a.Source.Current()
+	if st.Role == role.Active && !a.node.ConfirmActive(ctx, a.window) {
+		st.Role = role.Detached
+	}
+	return st
 }
 
 func (a actingRoles) Current() role.State {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,16 @@ import (
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/storeforward"
 )
+
+// confirmingRoles can confirm a stale Active role with a quorum round trip
+// (raftnode's Acting).
+type confirmingRoles interface {
+	CurrentConfirmed(ctx context.Context) role.State
+}
+
+// healthConfirmWait bounds that confirmation: a load balancer's check
+// waits longer, and a leader no quorum answers within it is not Active.
+const healthConfirmWait = time.Second
 
 // healthHandler serves /health/ready (200 once the node has joined a
 // cluster and applied its state: any role but Detached) and /health/active
@@ -49,6 +60,13 @@ func healthMux(roles interface{ Current() role.State }, ready func() (bool, stri
 	})
 	mux.HandleFunc("GET /health/active", func(w http.ResponseWriter, r *http.Request) {
 		st := roles.Current()
+		if c, ok := roles.(confirmingRoles); ok && st.Role != role.Active {
+			// A leader whose quorum confirmation went stale (it ran on
+			// after a freeze) confirms afresh before it answers no.
+			ctx, cancel := context.WithTimeout(r.Context(), healthConfirmWait)
+			st = c.CurrentConfirmed(ctx)
+			cancel()
+		}
 		write(w, st.Role == role.Active, map[string]any{"active": st.Role == role.Active, "role": st.Role.String(), "node": st.NodeID, "epoch": st.Epoch.String()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
