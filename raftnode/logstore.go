@@ -38,7 +38,7 @@ const (
 )
 
 // newLogStore is what LogStoreAuto picks for a node with no log yet on
-// the system goos. raft-wal v0.4.0 fsyncs its folder when it creates its
+// the system goos. raft-wal (v0.4.0 to v0.4.2) fsyncs its folder when it creates its
 // meta database, which Windows refuses ("Access is denied",
 // hashicorp/raft-wal#42): a new node there could not start. Found by
 // running scadad.exe under Wine (winsvc/wine_test.go).
