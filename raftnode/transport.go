@@ -277,27 +277,48 @@ func (s *tlsStream) newView() *view {
 	return &view{s: s, closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
 }
 
-func (v *view) track(c net.Conn) bool {
+// track records c as handed out by v, returning the connection to hand
+// out instead: closing it forgets it, so a peer that redials for weeks
+// does not grow the view. It returns false once v is closed.
+func (v *view) track(c net.Conn) (net.Conn, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	select {
 	case <-v.closed:
-		return false
+		return nil, false
 	default:
 	}
-	v.conns[c] = struct{}{}
-	return true
+	vc := &viewConn{Conn: c, v: v}
+	v.conns[vc] = struct{}{}
+	return vc, true
+}
+
+// viewConn is a connection a view handed out.
+type viewConn struct {
+	net.Conn
+	v    *view
+	once sync.Once
+}
+
+func (c *viewConn) Close() error {
+	c.once.Do(func() {
+		c.v.mu.Lock()
+		delete(c.v.conns, c) // a no-op once the view closed (conns is nil)
+		c.v.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // Accept implements net.Listener.
 func (v *view) Accept() (net.Conn, error) {
 	select {
 	case c := <-v.s.accepted:
-		if !v.track(c) {
+		vc, ok := v.track(c)
+		if !ok {
 			_ = c.Close()
 			return nil, net.ErrClosed
 		}
-		return c, nil
+		return vc, nil
 	case <-v.closed:
 		return nil, net.ErrClosed
 	case <-v.s.closed:
@@ -310,10 +331,11 @@ func (v *view) Close() error {
 	v.once.Do(func() {
 		v.mu.Lock()
 		close(v.closed)
-		for c := range v.conns {
-			_ = c.Close()
-		}
+		conns := v.conns
 		v.conns = nil
+		for c := range conns {
+			_ = c.(*viewConn).Conn.Close()
+		}
 		v.mu.Unlock()
 	})
 	return nil
@@ -340,11 +362,12 @@ func (v *view) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn
 	}
 	v.s.contact(id)
 	tc := &trackedConn{Conn: v.s.track(conn), peer: id, contact: v.s.contact}
-	if !v.track(tc) {
+	vc, ok := v.track(tc)
+	if !ok {
 		_ = tc.Close()
 		return nil, net.ErrClosed
 	}
-	return tc, nil
+	return vc, nil
 }
 
 type advertiseAddr string
