@@ -22,6 +22,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/pki"
 )
 
@@ -49,6 +50,12 @@ type StatusClient interface {
 // AuditReader reads the replicated audit trail from the newest entry back.
 type AuditReader interface {
 	AuditNewestFirst(fn func(fsm.AuditEntry) bool) error
+}
+
+// AlarmLog reads the replicated alarm transitions (fsm's alarm log).
+type AlarmLog interface {
+	AlarmLogPosition() (last, historyMark uint64, err error)
+	AlarmLogAfter(seq uint64, limit int) ([]*fsmpb.AlarmTransition, error)
 }
 
 // Member is one configured member of the site.
@@ -147,6 +154,8 @@ type Options struct {
 	// Peer returns the control API client of member id.
 	Peer  func(id string) (StatusClient, error)
 	Audit AuditReader
+	// Alarms puts alarm transitions on the timeline (nil: none).
+	Alarms AlarmLog
 	// Authorize says what a request may do (LoopbackOperators if nil). The
 	// management plane's authentication replaces it.
 	Authorize func(*http.Request) Role
@@ -659,7 +668,18 @@ func (c *Console) getTimeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "read the audit trail: %v", err)
 		return
 	}
-	sort.Slice(events, func(i, j int) bool { return events[i].Seq < events[j].Seq })
+	alarms, err := c.alarmEvents(from)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "read the alarm log: %v", err)
+		return
+	}
+	events = append(events, alarms...)
+	sort.SliceStable(events, func(i, j int) bool {
+		if events[i].At != events[j].At {
+			return events[i].At < events[j].At
+		}
+		return events[i].Seq < events[j].Seq
+	})
 	var spans []ActiveSpan
 	for i := len(elected) - 1; i >= 0; i-- {
 		e := elected[i]
@@ -673,6 +693,43 @@ func (c *Console) getTimeline(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"from": from.UnixMilli(), "to": now.UnixMilli(), "events": events, "active": spans,
 		"roles": c.rolesBetween(from.UnixMilli(), now.UnixMilli())})
+}
+
+// timelineAlarms bounds the alarm transitions one timeline request reads
+// (the newest of them).
+const timelineAlarms = 5000
+
+// alarmEvents are the alarm transitions since from, as timeline events of
+// kind "alarm.<transition>" by the alarm's source.
+func (c *Console) alarmEvents(from time.Time) ([]TimelineEvent, error) {
+	if c.o.Alarms == nil {
+		return nil, nil
+	}
+	last, _, err := c.o.Alarms.AlarmLogPosition()
+	if err != nil || last == 0 {
+		return nil, err
+	}
+	ts, err := c.o.Alarms.AlarmLogAfter(last-min(last, timelineAlarms), timelineAlarms)
+	if err != nil {
+		return nil, err
+	}
+	var out []TimelineEvent
+	for _, t := range ts {
+		at := time.Unix(0, t.StampUnixNano)
+		if at.Before(from) {
+			continue
+		}
+		st := t.GetState()
+		detail := fmt.Sprintf("%s %s (severity %d): %s", st.GetAlarmId(), st.GetConditionName(), st.GetSeverity(), st.GetMessage())
+		if t.Operator != "" {
+			detail += " — by " + t.Operator
+		}
+		if t.Comment != "" {
+			detail += ": " + t.Comment
+		}
+		out = append(out, TimelineEvent{At: at.UnixMilli(), Kind: "alarm." + t.Kind, Actor: st.GetSource(), Detail: detail})
+	}
+	return out, nil
 }
 
 func (c *Console) getParked(w http.ResponseWriter, r *http.Request) {

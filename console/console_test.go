@@ -17,6 +17,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/fsm"
+	"github.com/scadad/scadad/fsm/fsmpb"
 )
 
 // fakeLocal answers as a node's control server would, and records
@@ -340,5 +341,60 @@ func TestCertificateOrLoopback(t *testing.T) {
 		if got := CertificateOrLoopback(req); got != tc.want {
 			t.Errorf("no certificate from %s: %v, want %v", tc.remote, got, tc.want)
 		}
+	}
+}
+
+// alarmLog is a replicated alarm log of transitions, oldest first.
+type alarmLog []*fsmpb.AlarmTransition
+
+func (l alarmLog) AlarmLogPosition() (uint64, uint64, error) {
+	if len(l) == 0 {
+		return 0, 0, nil
+	}
+	return l[len(l)-1].LogSeq, 0, nil
+}
+
+func (l alarmLog) AlarmLogAfter(seq uint64, limit int) ([]*fsmpb.AlarmTransition, error) {
+	var out []*fsmpb.AlarmTransition
+	for _, t := range l {
+		if t.LogSeq > seq && len(out) < limit {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Alarm transitions in the window are on the timeline, in time order
+// among the audit entries, named by their source.
+func TestTimelineShowsAlarmTransitions(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	at := func(ago time.Duration) int64 { return now.Add(-ago).UnixNano() }
+	hiHi := &fsmpb.AlarmRecord{AlarmId: "Pump1.Speed.HiHi", Source: "Pump1.Speed", ConditionName: "HiHi", Severity: 900, Message: "speed very high"}
+	c, _ := newTestConsole(t, now, trail{
+		{Seq: 1, At: now.Add(-30 * time.Minute), Kind: "deploy", Actor: "operator"},
+	}, nil)
+	c.o.Alarms = alarmLog{
+		{LogSeq: 1, Kind: "raised", StampUnixNano: at(5 * time.Hour), State: hiHi}, // before the window
+		{LogSeq: 2, Kind: "raised", StampUnixNano: at(time.Hour), State: hiHi},
+		{LogSeq: 3, Kind: "acknowledged", StampUnixNano: at(10 * time.Minute), Operator: "shiftlead", Comment: "on it", State: hiHi},
+	}
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/api/timeline?hours=3", nil))
+	var tl struct {
+		Events []TimelineEvent `json:"events"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &tl); err != nil {
+		t.Fatalf("timeline: %v (%s)", err, rec.Body)
+	}
+	var kinds []string
+	for _, e := range tl.Events {
+		kinds = append(kinds, e.Kind+" "+e.Actor)
+	}
+	want := []string{"alarm.raised Pump1.Speed", "deploy operator", "alarm.acknowledged Pump1.Speed"}
+	if strings.Join(kinds, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("timeline events %q, want %q", kinds, want)
+	}
+	if d := tl.Events[2].Detail; !strings.Contains(d, "HiHi") || !strings.Contains(d, "shiftlead") || !strings.Contains(d, "on it") {
+		t.Errorf("acknowledgement detail %q, want the condition, who and the comment", d)
 	}
 }

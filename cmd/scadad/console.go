@@ -42,6 +42,7 @@ func newConsole(cfg *nodeconfig.Config, srv *control.Server, fwd *control.Forwar
 			return control.WithCaller(ctx, control.Caller{Name: who, Role: pki.RoleOperator})
 		},
 		Audit:     state,
+		Alarms:    state,
 		Authorize: authorize,
 		Log:       log.With().Str("part", "console").Logger(),
 	})

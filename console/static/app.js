@@ -256,7 +256,7 @@ function lineDiff(a, b) {
 // ---- timeline ----
 
 const kindColor = k => k === "leader.elected" ? "#1565c0" : k === "failover" ? "#2e7d32" : k === "override" ? "#c62828" :
-  k.startsWith("heal.") ? "#6a1b9a" : k === "deploy" ? "#ef6c00" : "#607d8b";
+  k.startsWith("heal.") ? "#6a1b9a" : k === "deploy" ? "#ef6c00" : k.startsWith("alarm.") ? "#d81b60" : "#607d8b";
 
 const roleColor = r => r === "active" ? "#1565c0" : r === "standby" ? "#66bb6a" : r === "detached" ? "#ffa726" :
   r === "witness" ? "#90a4ae" : r === "unreachable" ? "#c62828" : "#bdbdbd";
