@@ -321,6 +321,10 @@ type Sample struct {
 	Pending      map[string]uint64 `json:"pending"`
 	Delivered    map[string]uint64 `json:"delivered_total"`
 	Parked       map[string]uint64 `json:"parked"`
+	// Enqueued is each target's estimated enqueue rate (messages/s) at
+	// this sample; the page charts it as it is, so the rate has one
+	// formula (enqueueRates).
+	Enqueued map[string]float64 `json:"enqueued_per_sec,omitempty"`
 }
 
 // peerTimeout bounds one peer's Status call: a dead peer must show as
@@ -441,7 +445,7 @@ func (c *Console) refresh(ctx context.Context) {
 		}
 		sort.Slice(v.Targets, func(i, j int) bool { return v.Targets[i].Target < v.Targets[j].Target })
 	}
-	s := Sample{At: v.At, ServiceLevel: map[string]uint32{}, Role: map[string]string{}, Pending: map[string]uint64{}, Delivered: map[string]uint64{}, Parked: map[string]uint64{}}
+	s := Sample{At: v.At, ServiceLevel: map[string]uint32{}, Role: map[string]string{}, Pending: map[string]uint64{}, Delivered: map[string]uint64{}, Parked: map[string]uint64{}, Enqueued: map[string]float64{}}
 	for _, n := range v.Nodes {
 		if n.Reachable {
 			s.ServiceLevel[n.ID], s.Role[n.ID] = n.ServiceLevel, n.Role
@@ -464,7 +468,8 @@ func (c *Console) refresh(ctx context.Context) {
 // enqueueRates estimates each target's enqueue rate over the last few
 // samples: what arrived is what is held now (pending and parked) plus
 // what was delivered, less what was held before. (A discard in the window
-// makes it read low; the buffer counts no enqueues per target.)
+// makes it read low; the buffer counts no enqueues per target.) It sets
+// the site view's figure and the sample's, which the chart draws.
 func (c *Console) enqueueRates(v *SiteView, now Sample) {
 	const back = 5
 	if len(c.samples) == 0 {
@@ -479,8 +484,9 @@ func (c *Console) enqueueRates(v *SiteView, now Sample) {
 		t := &v.Targets[i]
 		in := float64(now.Pending[t.Target]+now.Parked[t.Target]+now.Delivered[t.Target]) -
 			float64(old.Pending[t.Target]+old.Parked[t.Target]+old.Delivered[t.Target])
-		if _, had := old.Pending[t.Target]; had && in > 0 {
-			t.EnqueuedPerSec = in / dt
+		if _, had := old.Pending[t.Target]; had {
+			t.EnqueuedPerSec = max(0, in) / dt
+			now.Enqueued[t.Target] = t.EnqueuedPerSec
 		}
 	}
 }

@@ -398,3 +398,44 @@ func TestTimelineShowsAlarmTransitions(t *testing.T) {
 		t.Errorf("acknowledgement detail %q, want the condition, who and the comment", d)
 	}
 }
+
+// The enqueue rate has one formula: the chart (the history's samples)
+// and the targets table (the site view) carry the same figure.
+func TestEnqueueRateIsOneFigureForTheTableAndTheChart(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	c, local := newTestConsole(t, now, nil, nil)
+	c.o.Now = func() time.Time { return now }
+	// Two seconds later: 10 more pending and 20 delivered, so 30 arrived.
+	now = now.Add(2 * time.Second)
+	local.targets = []*controlpb.SFTargetStats{{Target: "hist", Pending: 13, MaxPending: 10, Parked: 1, DeliveredTotal: 20}}
+	c.refresh(context.Background())
+
+	get := func(path string, into any) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.RemoteAddr = "192.0.2.7:5000"
+		c.Handler().ServeHTTP(rec, req)
+		if err := json.Unmarshal(rec.Body.Bytes(), into); err != nil {
+			t.Fatalf("%s: %v (%s)", path, err, rec.Body)
+		}
+	}
+	var v SiteView
+	get("/ui/api/site", &v)
+	var h struct {
+		Samples []Sample `json:"samples"`
+	}
+	get("/ui/api/history", &h)
+	if len(v.Targets) != 1 || v.Targets[0].EnqueuedPerSec != 15 {
+		t.Fatalf("site view targets %+v, want hist at 15/s (30 arrived in 2 s)", v.Targets)
+	}
+	if len(h.Samples) != 2 {
+		t.Fatalf("history has %d samples, want 2", len(h.Samples))
+	}
+	if _, first := h.Samples[0].Enqueued["hist"]; first {
+		t.Errorf("the first sample has a rate %v, want none (nothing to compare with)", h.Samples[0].Enqueued)
+	}
+	if got := h.Samples[1].Enqueued["hist"]; got != v.Targets[0].EnqueuedPerSec {
+		t.Errorf("chart's sample says %v/s, the table %v/s: want one figure", got, v.Targets[0].EnqueuedPerSec)
+	}
+}

@@ -343,16 +343,13 @@ async function pollHistory() {
     for (const p of s) {
       for (const [n, v] of Object.entries(p.service_level || {})) (sl[n] = sl[n] || []).push([p.at, v]);
       for (const [t, v] of Object.entries(p.pending || {})) (pending[t] = pending[t] || []).push([p.at, v]);
+      for (const [t, v] of Object.entries(p.enqueued_per_sec || {})) (enq[t] = enq[t] || []).push([p.at, v]);
     }
     for (let i = 1; i < s.length; i++) {
       const dt = (s[i].at - s[i - 1].at) / 1000;
       for (const [t, v] of Object.entries(s[i].delivered_total || {})) {
         const before = (s[i - 1].delivered_total || {})[t];
         if (before !== undefined && dt > 0 && v >= before) (rate[t] = rate[t] || []).push([s[i].at, (v - before) / dt]);
-        // What arrived is what is held now plus what left, less what was
-        // held before (a discard in between reads as fewer).
-        const held = p => (p.pending || {})[t] + ((p.parked || {})[t] || 0) + ((p.delivered_total || {})[t] || 0);
-        if ((s[i - 1].pending || {})[t] !== undefined && dt > 0) (enq[t] = enq[t] || []).push([s[i].at, Math.max(0, held(s[i]) - held(s[i - 1])) / dt]);
       }
     }
     lineChart($("#chart-sl"), sl, 0, 255);
