@@ -91,7 +91,7 @@ func (s *Server) registerHandlers(srv *server.Server) error {
 		{id.DeleteReferencesRequest_Encoding_DefaultBinary, "DeleteReferences", needSession, nodes.DeleteReferences},
 
 		{id.BrowseRequest_Encoding_DefaultBinary, "Browse", needSession, s.browse},
-		{id.BrowseNextRequest_Encoding_DefaultBinary, "BrowseNext", needSession, view.BrowseNext},
+		{id.BrowseNextRequest_Encoding_DefaultBinary, "BrowseNext", needSession, s.browseNext},
 		{id.TranslateBrowsePathsToNodeIDsRequest_Encoding_DefaultBinary, "TranslateBrowsePaths", needSession, s.translateBrowsePaths},
 		{id.RegisterNodesRequest_Encoding_DefaultBinary, "RegisterNodes", needSession, view.RegisterNodes},
 		{id.UnregisterNodesRequest_Encoding_DefaultBinary, "UnregisterNodes", needSession, view.UnregisterNodes},
@@ -544,9 +544,17 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 	if err := s.checkCount(len(req.NodesToBrowse)); err != nil {
 		return nil, err
 	}
+	session := tokenKey(req.RequestHeader.AuthenticationToken)
 	results := make([]*ua.BrowseResult, len(req.NodesToBrowse))
 	for i, bd := range req.NodesToBrowse {
-		results[i] = s.browseOne(bd)
+		res := s.browseOne(bd)
+		if res.StatusCode == ua.StatusOK {
+			var ok bool
+			if res.References, res.ContinuationPoint, ok = s.continuations.page(session, res.References, req.RequestedMaxReferencesPerNode); !ok {
+				res = &ua.BrowseResult{StatusCode: ua.StatusBadNoContinuationPoints, References: []*ua.ReferenceDescription{}}
+			}
+		}
+		results[i] = res
 	}
 	return &ua.BrowseResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
 }

@@ -59,6 +59,8 @@ type Server struct {
 	sessions *sessionTable
 	notify   *notifier
 	subs     *subscriptions
+	// continuations holds the Browse continuation points of each session.
+	continuations *continuationPoints
 
 	level atomic.Uint32 // the published ServiceLevel
 
@@ -237,8 +239,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		},
 		s.nodeExists, sendOn)
 	s.subs.euRange = s.ns.EURange
-	// A session that ends takes its subscriptions with it.
-	s.sessions = newSessionTable(s.subs.dropSession, clock.Now)
+	s.continuations = newContinuationPoints()
+	// A session that ends takes its subscriptions and continuation
+	// points with it.
+	s.sessions = newSessionTable(func(key string) {
+		s.subs.dropSession(key)
+		s.continuations.dropSession(key)
+	}, clock.Now)
 	// The first level is computed before anything can read it, so no client
 	// ever sees the SDK default 255.
 	s.recompute()

@@ -121,16 +121,15 @@ func (s *Server) installServerObject(srv *server.Server) error {
 			func() *ua.DataValue { return now(false) }},
 
 		// What scadad enforces: 0 says "no limit" where the spec gives
-		// it that meaning (continuation points: Browse answers every
-		// reference at once and holds none; Query and History are not
-		// served).
+		// it that meaning (Query and History are not served, so they
+		// hold no continuation points).
 		{id.Server_ServerCapabilities_ServerProfileArray, "ServerProfileArray", id.String, 1, pt, id.Server_ServerCapabilities, prop,
 			func() *ua.DataValue { return now(serverProfiles) }},
 		{id.Server_ServerCapabilities_LocaleIDArray, "LocaleIdArray", id.LocaleID, 1, pt, id.Server_ServerCapabilities, prop,
 			func() *ua.DataValue { return now([]string{}) }},
 		{id.Server_ServerCapabilities_MinSupportedSampleRate, "MinSupportedSampleRate", id.Duration, -1, pt, id.Server_ServerCapabilities, prop,
 			func() *ua.DataValue { return now(float64(0)) }}, // values are reported as they arrive
-		{id.Server_ServerCapabilities_MaxBrowseContinuationPoints, "MaxBrowseContinuationPoints", id.UInt16, -1, pt, id.Server_ServerCapabilities, prop, u16(0)},
+		{id.Server_ServerCapabilities_MaxBrowseContinuationPoints, "MaxBrowseContinuationPoints", id.UInt16, -1, pt, id.Server_ServerCapabilities, prop, u16(maxBrowseContinuationPoints)},
 		{id.Server_ServerCapabilities_MaxQueryContinuationPoints, "MaxQueryContinuationPoints", id.UInt16, -1, pt, id.Server_ServerCapabilities, prop, u16(0)},
 		{id.Server_ServerCapabilities_MaxHistoryContinuationPoints, "MaxHistoryContinuationPoints", id.UInt16, -1, pt, id.Server_ServerCapabilities, prop, u16(0)},
 		{id.Server_ServerCapabilities_SoftwareCertificates, "SoftwareCertificates", id.SignedSoftwareCertificate, 1, pt, id.Server_ServerCapabilities, prop,

@@ -65,7 +65,7 @@ func TestServerObjectConformance(t *testing.T) {
 		{id.Server_ServerStatus_BuildInfo_BuildNumber, "BuildNumber", id.String, id.BaseDataVariableType, id.Server_ServerStatus_BuildInfo, id.HasComponent, "3f2a9c1"},
 		{id.Server_ServerStatus_BuildInfo_BuildDate, "BuildDate", id.UtcTime, id.BaseDataVariableType, id.Server_ServerStatus_BuildInfo, id.HasComponent, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)},
 		{id.Server_Auditing, "Auditing", id.Boolean, id.PropertyType, id.Server, id.HasProperty, false},
-		{id.Server_ServerCapabilities_MaxBrowseContinuationPoints, "MaxBrowseContinuationPoints", id.UInt16, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint16(0)},
+		{id.Server_ServerCapabilities_MaxBrowseContinuationPoints, "MaxBrowseContinuationPoints", id.UInt16, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint16(maxBrowseContinuationPoints)},
 		{id.Server_ServerCapabilities_ServerProfileArray, "ServerProfileArray", id.String, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, func(v any) bool {
 			p, ok := v.([]string)
 			return ok && len(p) == 1 && p[0] == "http://opcfoundation.org/UA-Profile/Server/MicroEmbeddedDevice2017"
