@@ -60,7 +60,7 @@ type tlsStream struct {
 	// conns tracks the raft connections by peer certificate (nil: none).
 	conns *pki.Tracker
 
-	accepted chan net.Conn
+	accepted chan *trackedConn
 	closed   chan struct{}
 	once     sync.Once
 	wg       sync.WaitGroup
@@ -92,7 +92,7 @@ func newTLSStream(raw net.Listener, advertise string, server, client *tls.Config
 		contact:   contact,
 		status:    status,
 		log:       log,
-		accepted:  make(chan net.Conn),
+		accepted:  make(chan *trackedConn),
 		closed:    make(chan struct{}),
 	}
 	s.server.MinVersion = tls.VersionTLS13
@@ -268,57 +268,40 @@ type view struct {
 	closed chan struct{}
 	once   sync.Once
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[*trackedConn]struct{}
 }
 
 var _ raft.StreamLayer = (*view)(nil)
 
 func (s *tlsStream) newView() *view {
-	return &view{s: s, closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	return &view{s: s, closed: make(chan struct{}), conns: make(map[*trackedConn]struct{})}
 }
 
-// track records c as handed out by v, returning the connection to hand
-// out instead: closing it forgets it, so a peer that redials for weeks
-// does not grow the view. It returns false once v is closed.
-func (v *view) track(c net.Conn) (net.Conn, bool) {
+// track records c as handed out by v: closing c forgets it, so a peer
+// that redials for weeks does not grow the view. It returns false once v
+// is closed.
+func (v *view) track(c *trackedConn) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	select {
 	case <-v.closed:
-		return nil, false
+		return false
 	default:
 	}
-	vc := &viewConn{Conn: c, v: v}
-	v.conns[vc] = struct{}{}
-	return vc, true
-}
-
-// viewConn is a connection a view handed out.
-type viewConn struct {
-	net.Conn
-	v    *view
-	once sync.Once
-}
-
-func (c *viewConn) Close() error {
-	c.once.Do(func() {
-		c.v.mu.Lock()
-		delete(c.v.conns, c) // a no-op once the view closed (conns is nil)
-		c.v.mu.Unlock()
-	})
-	return c.Conn.Close()
+	c.view = v
+	v.conns[c] = struct{}{}
+	return true
 }
 
 // Accept implements net.Listener.
 func (v *view) Accept() (net.Conn, error) {
 	select {
 	case c := <-v.s.accepted:
-		vc, ok := v.track(c)
-		if !ok {
+		if !v.track(c) {
 			_ = c.Close()
 			return nil, net.ErrClosed
 		}
-		return vc, nil
+		return c, nil
 	case <-v.closed:
 		return nil, net.ErrClosed
 	case <-v.s.closed:
@@ -334,7 +317,7 @@ func (v *view) Close() error {
 		conns := v.conns
 		v.conns = nil
 		for c := range conns {
-			_ = c.(*viewConn).Conn.Close()
+			_ = c.Conn.Close()
 		}
 		v.mu.Unlock()
 	})
@@ -362,12 +345,11 @@ func (v *view) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn
 	}
 	v.s.contact(id)
 	tc := &trackedConn{Conn: v.s.track(conn), peer: id, contact: v.s.contact}
-	vc, ok := v.track(tc)
-	if !ok {
+	if !v.track(tc) {
 		_ = tc.Close()
 		return nil, net.ErrClosed
 	}
-	return vc, nil
+	return tc, nil
 }
 
 type advertiseAddr string
@@ -375,12 +357,27 @@ type advertiseAddr string
 func (a advertiseAddr) Network() string { return "tcp" }
 func (a advertiseAddr) String() string  { return string(a) }
 
-// trackedConn records contact with its peer whenever bytes arrive: an
-// inbound RPC or the answer to one of ours.
+// trackedConn is a raft connection: it records contact with its peer
+// whenever bytes arrive (an inbound RPC or the answer to one of ours), and
+// closing it forgets it in the view that handed it out.
 type trackedConn struct {
 	net.Conn
 	peer    string
 	contact func(string)
+
+	view *view // set by view.track
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		if v := c.view; v != nil {
+			v.mu.Lock()
+			delete(v.conns, c) // a no-op once the view closed (conns is nil)
+			v.mu.Unlock()
+		}
+	})
+	return c.Conn.Close()
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {

@@ -9,11 +9,11 @@ import (
 // that redials after every cut must not grow the view for as long as the
 // transport lives. Closing the view still closes what is open.
 func TestViewForgetsClosedConnections(t *testing.T) {
-	s := &tlsStream{accepted: make(chan net.Conn, 1), closed: make(chan struct{})}
+	s := &tlsStream{accepted: make(chan *trackedConn, 1), closed: make(chan struct{})}
 	v := s.newView()
 	for range 100 {
 		ours, theirs := net.Pipe()
-		s.accepted <- ours
+		s.accepted <- &trackedConn{Conn: ours, peer: "node-b", contact: func(string) {}}
 		c, err := v.Accept()
 		if err != nil {
 			t.Fatal(err)
@@ -23,7 +23,7 @@ func TestViewForgetsClosedConnections(t *testing.T) {
 	}
 	ours, theirs := net.Pipe()
 	defer theirs.Close()
-	s.accepted <- ours
+	s.accepted <- &trackedConn{Conn: ours, peer: "node-b", contact: func(string) {}}
 	open, err := v.Accept()
 	if err != nil {
 		t.Fatal(err)
