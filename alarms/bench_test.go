@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway/sim"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/subscribe"
@@ -38,7 +39,7 @@ func BenchmarkGatewayAlarmToReplicatedState(b *testing.B) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { _ = svc.Run(ctx) }()
-		mgr, err := subscribe.NewManager(subscribe.Options{Role: roles, Sink: subscribe.SinkFunc(func(string, string, subscribe.Value, subscribe.Quality, time.Time) {}),
+		mgr, err := subscribe.NewManager(subscribe.Options{Role: roles, Sink: subscribe.SinkFunc(func(string, string, field.Value, field.Quality, time.Time) {}),
 			Alarms: svc, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
 		if err != nil {
 			b.Fatal(err)

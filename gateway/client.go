@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/scadad/scadad/field"
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/grpcdial"
@@ -705,7 +706,7 @@ func (c *Client) RemoveItems(ctx context.Context, handles []int32) error {
 // Write writes one tag on the device. The fencing epoch (from ctx via
 // WithEpoch, else Config.Epoch) travels in the request metadata; a write
 // without an epoch is refused rather than sent unfenced.
-func (c *Client) Write(ctx context.Context, tag string, v Value) error {
+func (c *Client) Write(ctx context.Context, tag string, v field.Value) error {
 	e, ok := epochFrom(ctx)
 	if !ok && c.cfg.Epoch != nil {
 		e, ok = c.cfg.Epoch()
@@ -744,5 +745,5 @@ func (c *Client) Read(ctx context.Context, tag string) (DataChange, error) {
 		return DataChange{}, fmt.Errorf("read %q: %w", tag, err)
 	}
 	r := rep.GetRead()
-	return DataChange{Tag: tag, Value: ValueFromProto(r.GetValue()), Quality: Quality(r.GetQuality()), Timestamp: r.GetTimestamp().AsTime()}, nil
+	return DataChange{Tag: tag, Value: ValueFromProto(r.GetValue()), Quality: field.Quality(r.GetQuality()), Timestamp: r.GetTimestamp().AsTime()}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/role"
 )
@@ -76,38 +77,8 @@ func IsSubscribeKind(kind string) bool {
 	return false
 }
 
-// Value is a tag value: nil, float64, int64, bool or string.
-type Value any
-
-// Quality is the OPC DA quality word MXAccess reports.
-type Quality uint16
-
-// The quality words scadad produces or interprets.
-const (
-	QualityBad             Quality = 0x00
-	QualityBadConfigError  Quality = 0x04
-	QualityBadNotConnected Quality = 0x08
-	QualityBadCommFailure  Quality = 0x18
-	QualityUncertain       Quality = 0x40
-	QualityGood            Quality = 0xC0
-)
-
-// IsGood reports whether q is in the good range.
-func (q Quality) IsGood() bool { return q&0xC0 == 0xC0 }
-
-func (q Quality) String() string {
-	switch {
-	case q.IsGood():
-		return "good"
-	case q&0xC0 == 0x40:
-		return "uncertain"
-	default:
-		return fmt.Sprintf("bad(0x%02x)", uint16(q))
-	}
-}
-
 // ValueToProto converts a Value for the wire.
-func ValueToProto(v Value) (*gatewaypb.Value, error) {
+func ValueToProto(v field.Value) (*gatewaypb.Value, error) {
 	switch x := v.(type) {
 	case nil:
 		return &gatewaypb.Value{}, nil
@@ -131,7 +102,7 @@ func ValueToProto(v Value) (*gatewaypb.Value, error) {
 }
 
 // ValueFromProto converts a wire value; an empty value is nil.
-func ValueFromProto(v *gatewaypb.Value) Value {
+func ValueFromProto(v *gatewaypb.Value) field.Value {
 	switch x := v.GetKind().(type) {
 	case *gatewaypb.Value_DoubleValue:
 		return x.DoubleValue
@@ -150,8 +121,8 @@ func ValueFromProto(v *gatewaypb.Value) Value {
 type DataChange struct {
 	Tag       string
 	Handle    int32
-	Value     Value
-	Quality   Quality
+	Value     field.Value
+	Quality   field.Quality
 	Timestamp time.Time
 }
 
@@ -164,7 +135,7 @@ func dataChangeFromProto(d *gatewaypb.DataChange) DataChange {
 		Tag:       d.GetTagAddress(),
 		Handle:    d.GetItemHandle(),
 		Value:     ValueFromProto(d.GetValue()),
-		Quality:   Quality(d.GetQuality()),
+		Quality:   field.Quality(d.GetQuality()),
 		Timestamp: ts,
 	}
 }

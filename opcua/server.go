@@ -520,7 +520,7 @@ func (s *Server) ApplyModel(m Model) (ModelDiff, error) {
 }
 
 // TagUpdate stores a value from the feed, served with status (the
-// source's StatusCode whole: QualityStatus for a gateway's DA quality, the
+// source's StatusCode whole: field.Quality.Status for a gateway's DA quality, the
 // upstream's for an OPC UA source), and notifies subscribers. value is
 // converted exactly to the attribute's declared type; a value that does
 // not fit keeps the last value with status BadTypeMismatch.

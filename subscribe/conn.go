@@ -9,34 +9,28 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
-)
-
-// Value and Quality are the gateway's; re-exported so Sink implementers
-// need not import package gateway.
-type (
-	Value   = gateway.Value
-	Quality = gateway.Quality
 )
 
 // Sink receives tag values and qualities. The OPC UA server and history
 // forwarding implement it. It is called from several goroutines at once.
 type Sink interface {
-	TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time)
+	TagUpdate(instance, attribute string, v field.Value, q field.Quality, ts time.Time)
 }
 
 // SinkFunc adapts a function to Sink.
-type SinkFunc func(instance, attribute string, v Value, q Quality, ts time.Time)
+type SinkFunc func(instance, attribute string, v field.Value, q field.Quality, ts time.Time)
 
 // TagUpdate implements Sink.
-func (f SinkFunc) TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time) {
+func (f SinkFunc) TagUpdate(instance, attribute string, v field.Value, q field.Quality, ts time.Time) {
 	f(instance, attribute, v, q, ts)
 }
 
 // TagWriter writes one tag; *gateway.Client implements it (the fencing
 // epoch travels in ctx, see gateway.WithEpoch).
 type TagWriter interface {
-	Write(ctx context.Context, tag string, v gateway.Value) error
+	Write(ctx context.Context, tag string, v field.Value) error
 }
 
 // TagConn is what the workers need from a gateway connection;

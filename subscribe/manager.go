@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
@@ -273,7 +274,7 @@ func (m *Manager) reconcile(want Config) {
 		now := time.Now()
 		for _, in := range stopped {
 			for _, a := range in.Attributes {
-				m.opts.Sink.TagUpdate(in.Name, a.Name, nil, gateway.QualityBadNotConnected, now)
+				m.opts.Sink.TagUpdate(in.Name, a.Name, nil, field.QualityBadNotConnected, now)
 			}
 		}
 	}
@@ -496,7 +497,7 @@ func (c *connection) ConnectionState(st gateway.State) {
 		for _, h := range workers {
 			h.w.ConnectionLost()
 			for _, a := range h.inst.Attributes {
-				c.sink.TagUpdate(h.inst.Name, a.Name, nil, gateway.QualityBadCommFailure, now)
+				c.sink.TagUpdate(h.inst.Name, a.Name, nil, field.QualityBadCommFailure, now)
 			}
 		}
 	case newSession:
@@ -593,7 +594,7 @@ func (s *tagSubscription) record(gen uint64, attrs []Attribute, items []gateway.
 		default:
 			s.settled[a.Name] = true
 			s.conn.log.Warn().Err(it.Err).Str("instance", s.inst.Name).Str("attribute", a.Name).Msg("tag rejected by the gateway")
-			s.conn.sink.TagUpdate(s.inst.Name, a.Name, nil, gateway.QualityBadConfigError, now)
+			s.conn.sink.TagUpdate(s.inst.Name, a.Name, nil, field.QualityBadConfigError, now)
 		}
 	}
 	s.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
 	"github.com/scadad/scadad/internal/testwait"
@@ -24,20 +25,20 @@ type memSink struct {
 }
 
 type update struct {
-	v  Value
-	q  Quality
+	v  field.Value
+	q  field.Quality
 	ts time.Time
 }
 
 func newMemSink() *memSink { return &memSink{last: map[string]update{}} }
 
-func (s *memSink) TagUpdate(instance, attribute string, v Value, q Quality, ts time.Time) {
+func (s *memSink) TagUpdate(instance, attribute string, v field.Value, q field.Quality, ts time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last[instance+"/"+attribute] = update{v, q, ts}
 }
 
-func (s *memSink) quality(key string) (Quality, bool) {
+func (s *memSink) quality(key string) (field.Quality, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.last[key]
@@ -143,7 +144,7 @@ func TestManagerRunsOnlyWhileActive(t *testing.T) {
 
 	testwait.For(t, 10*time.Second, "values marked not live after losing the role", func() bool {
 		q, _ := r.sink.quality("Z28061/A000")
-		return q == gateway.QualityBadNotConnected
+		return q == field.QualityBadNotConnected
 	})
 
 }
@@ -204,7 +205,7 @@ func TestManagerPartialSuccessKeepsGoodTags(t *testing.T) {
 
 	testwait.For(t, 10*time.Second, "bad tag reported", func() bool {
 		q, ok := r.sink.quality("Z28061/A001")
-		return ok && q == gateway.QualityBadConfigError
+		return ok && q == field.QualityBadConfigError
 	})
 
 	testwait.For(t, 10*time.Second, "confirmed", func() bool { st := r.m.Status(); return len(st) == 1 && st[0].Confirmed })
@@ -490,7 +491,7 @@ func TestManagerInstanceSpanningTwoConnections(t *testing.T) {
 	}
 	testwait.For(t, 10*time.Second, "mx2's attributes not live, mx1's still good", func() bool {
 		q2, _ := sink.quality("Z28061/mx2_A0")
-		return q2 == gateway.QualityBadNotConnected && sink.allGood(one) && len(m.Status()) == 1
+		return q2 == field.QualityBadNotConnected && sink.allGood(one) && len(m.Status()) == 1
 	})
 
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
@@ -29,7 +29,7 @@ import (
 // UncertainLastUsableValue stays that, not plain Uncertain); a lost
 // session reports its attributes BadNotConnected and no value.
 type Sink interface {
-	TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, ts time.Time)
+	TagStatus(instance, attribute string, v field.Value, status ua.StatusCode, ts time.Time)
 }
 
 // RoleSource is the part of the role stream the manager follows;
@@ -522,7 +522,7 @@ func (s *session) relay(i int, dv *ua.DataValue, latest []time.Time) {
 	latest[i] = ts
 	it := s.cfg.Items[i]
 	status := dv.Status
-	var v gateway.Value
+	var v field.Value
 	if dv.Value != nil {
 		var ok bool
 		if v, ok = plainValue(dv.Value.Value()); !ok {
@@ -565,7 +565,7 @@ func (s *session) write(ctx context.Context, item int, value any) error {
 // plainValue narrows an OPC UA scalar to the daemon's value types (nil,
 // float64, int64, bool, string); other types (arrays, dates, byte
 // strings) have no site attribute type.
-func plainValue(v any) (gateway.Value, bool) {
+func plainValue(v any) (field.Value, bool) {
 	switch x := v.(type) {
 	case nil:
 		return nil, true

@@ -19,7 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
-	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testcluster"
@@ -103,7 +103,7 @@ func startUpstreamWith(t *testing.T, mutate func(*opcua.Config)) *upstream {
 
 type update struct {
 	instance, attribute string
-	value               gateway.Value
+	value               field.Value
 	status              ua.StatusCode
 }
 
@@ -120,7 +120,7 @@ func (r *recorder) badCount(key string) int {
 	return r.bad[key]
 }
 
-func (r *recorder) TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, _ time.Time) {
+func (r *recorder) TagStatus(instance, attribute string, v field.Value, status ua.StatusCode, _ time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
@@ -182,7 +182,7 @@ func startManagerWith(t *testing.T, opts Options, cfg Config) *Manager {
 	return m
 }
 
-func hasValue(r *recorder, key string, want gateway.Value) func() bool {
+func hasValue(r *recorder, key string, want field.Value) func() bool {
 	return func() bool {
 		u, ok := r.get(key)
 		return ok && u.status == ua.StatusOK && u.value == want
@@ -401,7 +401,7 @@ func TestConfigValidate(t *testing.T) {
 func TestValueMapping(t *testing.T) {
 	for _, tt := range []struct {
 		in   any
-		want gateway.Value
+		want field.Value
 		ok   bool
 	}{{float32(1.5), 1.5, true}, {int16(-3), int64(-3), true}, {uint32(7), int64(7), true}, {"s", "s", true}, {[]byte("b"), nil, false}, {uint64(1 << 63), nil, false},
 		{2.5, 2.5, true}, {true, true, true}, {nil, nil, true}, {int64(-1 << 63), int64(-1 << 63), true}, {time.Time{}, nil, false}} {

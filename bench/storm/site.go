@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/subscribe"
@@ -73,12 +74,12 @@ func (c countingConn) SubscribeTags(ctx context.Context, tags []string) ([]gatew
 // sink remembers the newest quality per attribute.
 type sink struct {
 	mu sync.Mutex
-	q  map[string]gateway.Quality
+	q  map[string]field.Quality
 }
 
-func newSink() *sink { return &sink{q: map[string]gateway.Quality{}} }
+func newSink() *sink { return &sink{q: map[string]field.Quality{}} }
 
-func (s *sink) TagUpdate(instance, attribute string, _ subscribe.Value, q subscribe.Quality, _ time.Time) {
+func (s *sink) TagUpdate(instance, attribute string, _ field.Value, q field.Quality, _ time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.q[instance+"/"+attribute] = q
@@ -109,7 +110,7 @@ func (s *sink) forget(instances []subscribe.InstanceConfig) {
 	}
 }
 
-func (s *sink) markAll(instances []subscribe.InstanceConfig, q gateway.Quality) {
+func (s *sink) markAll(instances []subscribe.InstanceConfig, q field.Quality) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, in := range instances {
@@ -226,7 +227,7 @@ func (r *legacyRouter) ConnectionState(st gateway.State) {
 	r.mu.Lock()
 	deployed := r.deployed
 	r.mu.Unlock()
-	r.sink.markAll(deployed, gateway.QualityBadCommFailure)
+	r.sink.markAll(deployed, field.QualityBadCommFailure)
 }
 
 func newLegacySite(p params, endpoint string, s *sink, log zerolog.Logger) (*legacySite, error) {

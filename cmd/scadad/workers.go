@@ -15,6 +15,7 @@ import (
 
 	"github.com/scadad/scadad/alarms"
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
@@ -64,15 +65,15 @@ type latestValue struct {
 }
 
 // TagUpdate takes a gateway value: its DA quality word is served as the
-// matching OPC UA StatusCode (opcua.QualityStatus).
-func (f *tagFanout) TagUpdate(instance, attribute string, v subscribe.Value, q subscribe.Quality, ts time.Time) {
-	f.update(instance, attribute, latestValue{v: v, status: opcua.QualityStatus(uint16(q)), quality: q.String(), ts: ts})
+// matching OPC UA StatusCode (field.Quality.Status).
+func (f *tagFanout) TagUpdate(instance, attribute string, v field.Value, q field.Quality, ts time.Time) {
+	f.update(instance, attribute, latestValue{v: v, status: q.Status(), quality: q.String(), ts: ts})
 }
 
 // TagStatus takes an upstream OPC UA server's value with its StatusCode,
 // which is served whole.
-func (f *tagFanout) TagStatus(instance, attribute string, v gateway.Value, status ua.StatusCode, ts time.Time) {
-	f.update(instance, attribute, latestValue{v: v, status: status, quality: gateway.Quality(opcua.StatusQuality(status)).String(), ts: ts})
+func (f *tagFanout) TagStatus(instance, attribute string, v field.Value, status ua.StatusCode, ts time.Time) {
+	f.update(instance, attribute, latestValue{v: v, status: status, quality: field.QualityOf(status).String(), ts: ts})
 }
 
 func (f *tagFanout) update(instance, attribute string, lv latestValue) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gopcua/opcua/ua"
 
-	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
@@ -83,10 +83,10 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 	fan := &tagFanout{roles: roles}
 	t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	// Before any OPC UA server: values are only remembered.
-	fan.TagUpdate("Pump1", "Speed", 1.0, gateway.QualityGood, t0)
-	fan.TagUpdate("Pump1", "Speed", 2.0, gateway.QualityGood, t0.Add(time.Second))
-	fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0)
-	fan.TagUpdate("Old", "Gone", 7.0, gateway.QualityBadNotConnected, t0)
+	fan.TagUpdate("Pump1", "Speed", 1.0, field.QualityGood, t0)
+	fan.TagUpdate("Pump1", "Speed", 2.0, field.QualityGood, t0.Add(time.Second))
+	fan.TagUpdate("Pump1", "SpeedSP", 40.0, field.QualityGood, t0)
+	fan.TagUpdate("Old", "Gone", 7.0, field.QualityBadNotConnected, t0)
 
 	type got struct {
 		v      any
@@ -111,7 +111,7 @@ func TestFanoutReplaysLatestValuesToTheOPCUAServer(t *testing.T) {
 		t.Fatal("the value of an attribute the server does not have was kept")
 	}
 	// Later values go straight through, and are what a replay gives.
-	fan.TagUpdate("Pump1", "Speed", 3.0, gateway.QualityBadCommFailure, t0.Add(2*time.Second))
+	fan.TagUpdate("Pump1", "Speed", 3.0, field.QualityBadCommFailure, t0.Add(2*time.Second))
 	if g := server["Pump1.Speed"]; g.v != 3.0 || g.status != ua.StatusBadNoCommunication {
 		t.Fatalf("live update reached the server as %v, want 3 with BadNoCommunication (DA comm failure)", g)
 	}
@@ -185,13 +185,13 @@ func TestFanoutSeedsANewHistoryForwarder(t *testing.T) {
 			roles := role.NewBroadcaster(role.State{Role: tc.role})
 			fan := &tagFanout{roles: roles}
 			t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-			fan.TagUpdate("Pump1", "Speed", 1.0, gateway.QualityGood, t0)
-			fan.TagUpdate("Pump1", "Speed", 2.0, gateway.QualityGood, t0.Add(time.Second))
-			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0)
+			fan.TagUpdate("Pump1", "Speed", 1.0, field.QualityGood, t0)
+			fan.TagUpdate("Pump1", "Speed", 2.0, field.QualityGood, t0.Add(time.Second))
+			fan.TagUpdate("Pump1", "SpeedSP", 40.0, field.QualityGood, t0)
 			h, rec := runRecordedHistory(t)
 			fan.setHistory(h)
 			roles.Publish(role.State{Role: role.Active})
-			fan.TagUpdate("Marker", "Now", 1.0, gateway.QualityGood, t0)
+			fan.TagUpdate("Marker", "Now", 1.0, field.QualityGood, t0)
 			deadline := time.Now().Add(5 * time.Second)
 			for rec.values()["Marker.Now"] == nil && time.Now().Before(deadline) {
 				runtime.Gosched()
@@ -225,10 +225,10 @@ func TestHotStandbyBecomingActiveSeedsHistory(t *testing.T) {
 			t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 			h, rec := runRecordedHistory(t)
 			fan.setHistory(h)
-			fan.TagUpdate("Pump1", "SpeedSP", 40.0, gateway.QualityGood, t0) // as a Standby: not forwarded
+			fan.TagUpdate("Pump1", "SpeedSP", 40.0, field.QualityGood, t0) // as a Standby: not forwarded
 			roles.Publish(role.State{Role: role.Active})
 			fan.roleChanged(tc.was, role.Active)
-			fan.TagUpdate("Marker", "Now", 1.0, gateway.QualityGood, t0)
+			fan.TagUpdate("Marker", "Now", 1.0, field.QualityGood, t0)
 			deadline := time.Now().Add(5 * time.Second)
 			for rec.values()["Marker.Now"] == nil && time.Now().Before(deadline) {
 				runtime.Gosched()

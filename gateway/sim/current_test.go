@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/internal/testwait"
@@ -20,7 +21,7 @@ func TestMovingValueIsTheCurrentValue(t *testing.T) {
 		Kind: &pb.MxCommand_SubscribeBulk{SubscribeBulk: &pb.SubscribeBulkCommand{TagAddresses: []string{"Pump1.Speed"}, Supervisory: true}}}}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() gateway.Value {
+	read := func() field.Value {
 		rep, err := c.Invoke(context.Background(), &pb.MxCommandRequest{SessionId: sess, Command: &pb.MxCommand{
 			Kind: &pb.MxCommand_Read{Read: &pb.ReadCommand{TagAddress: "Pump1.Speed"}}}})
 		if err != nil {

@@ -3,7 +3,7 @@ package sim
 import (
 	"fmt"
 
-	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/siteconfig"
 )
 
@@ -49,7 +49,7 @@ func KindsOf(site *siteconfig.Site) map[string]Kind {
 // value is the n-th value of an item of this kind: it changes at every
 // step, and items of one session differ by their handle. A tag of no
 // known kind gets a Double, as MXAccess reports most analog attributes.
-func (k Kind) value(n int64, it *item) gateway.Value {
+func (k Kind) value(n int64, it *item) field.Value {
 	switch k {
 	case KindBool:
 		return n%2 == 1

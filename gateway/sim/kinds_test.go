@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/siteconfig"
@@ -54,7 +55,7 @@ opcua:
 		t.Fatal(err)
 	}
 	// Three values of each tag: the one sent on subscribe and two changes.
-	seen := map[string][]gateway.Value{}
+	seen := map[string][]field.Value{}
 	for len(seen) < len(want) || !atLeast(seen, 3) {
 		ev, err := events.Recv()
 		if err != nil {
@@ -78,7 +79,7 @@ opcua:
 	}
 }
 
-func atLeast(seen map[string][]gateway.Value, n int) bool {
+func atLeast(seen map[string][]field.Value, n int) bool {
 	for _, vs := range seen {
 		if len(vs) < n {
 			return false
@@ -87,7 +88,7 @@ func atLeast(seen map[string][]gateway.Value, n int) bool {
 	return true
 }
 
-func kindOf(v gateway.Value) string {
+func kindOf(v field.Value) string {
 	switch v.(type) {
 	case bool:
 		return "bool"

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
 	pb "github.com/scadad/scadad/gateway/gatewaypb"
 	"github.com/scadad/scadad/role"
@@ -154,7 +155,7 @@ type Sim struct {
 	wedgedUntil  time.Time
 	dropUntil    time.Time
 	dropKinds    map[string]bool
-	values       map[string]gateway.Value
+	values       map[string]field.Value
 	step         int64 // changes made so far: the next initial value is the current step's
 	highestEpoch role.Epoch
 	alarms       map[string]*gateway.Alarm
@@ -183,7 +184,7 @@ func New(cfg Config) *Sim {
 		log:      cfg.Logger,
 		cfg:      cfg,
 		sessions: make(map[string]*session),
-		values:   make(map[string]gateway.Value),
+		values:   make(map[string]field.Value),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
@@ -704,7 +705,7 @@ func (s *Sim) prepare(ctx context.Context, sess *session, req *pb.MxCommandReque
 			s.mu.Unlock()
 			pv, _ := gateway.ValueToProto(v)
 			return &pb.MxCommandReply{Result: &pb.MxCommandReply_Read{Read: &pb.ReadReply{
-				Value: pv, Quality: int32(gateway.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
+				Value: pv, Quality: int32(field.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
 			}}}, nil
 		}, nil
 	case *pb.MxCommand_SubscribeAlarms:
@@ -849,14 +850,14 @@ func (s *Sim) changer() {
 	}
 }
 
-func (sess *session) emit(serverHandle int32, it *item, v gateway.Value) {
+func (sess *session) emit(serverHandle int32, it *item, v field.Value) {
 	pv, err := gateway.ValueToProto(v)
 	if err != nil {
 		return
 	}
 	ev := &pb.MxEvent{Kind: &pb.MxEvent_DataChange{DataChange: &pb.DataChange{
 		ServerHandle: serverHandle, ItemHandle: it.handle, TagAddress: it.tag, Value: pv,
-		Quality: int32(gateway.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
+		Quality: int32(field.QualityGood), Timestamp: gateway.TimestampToProto(time.Now()),
 	}}}
 	select {
 	case sess.events <- ev:

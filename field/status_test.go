@@ -1,4 +1,4 @@
-package opcua
+package field
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // bits come along; what the table lacks falls back by severity.
 func TestQualityStatus(t *testing.T) {
 	for _, tt := range []struct {
-		q    uint16
+		q    Quality
 		want ua.StatusCode
 	}{
 		{0xC0, ua.StatusGood},
@@ -33,21 +33,21 @@ func TestQualityStatus(t *testing.T) {
 		{0x3C, ua.StatusBad},
 		{0x80, ua.StatusBad}, // the DA "not used" quality is no Good
 	} {
-		if got := QualityStatus(tt.q); got != tt.want {
-			t.Errorf("QualityStatus(0x%02X) = 0x%08X, want 0x%08X", tt.q, uint32(got), uint32(tt.want))
+		if got := tt.q.Status(); got != tt.want {
+			t.Errorf("Quality(0x%02X).Status() = 0x%08X, want 0x%08X", tt.q, uint32(got), uint32(tt.want))
 		}
 	}
 	for q := range daStatus {
 		if q == 0x14 {
 			continue // last known value and communication failure share BadNoCommunication
 		}
-		for _, limit := range []uint16{0, 1, 2, 3} {
-			if back := StatusQuality(QualityStatus(q | limit)); back != q|limit {
-				t.Errorf("StatusQuality(QualityStatus(0x%02X)) = 0x%02X", q|limit, back)
+		for _, limit := range []Quality{0, 1, 2, 3} {
+			if back := QualityOf((q | limit).Status()); back != q|limit {
+				t.Errorf("QualityOf(Quality(0x%02X).Status()) = 0x%02X", q|limit, back)
 			}
 		}
 	}
-	if q := StatusQuality(ua.StatusBadTimeout); q != 0x00 {
-		t.Errorf("StatusQuality(BadTimeout) = 0x%02X, want plain Bad", q)
+	if q := QualityOf(ua.StatusBadTimeout); q != 0x00 {
+		t.Errorf("QualityOf(BadTimeout) = 0x%02X, want plain Bad", q)
 	}
 }
