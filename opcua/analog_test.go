@@ -119,3 +119,74 @@ func statuses(rs []*ua.MonitoredItemCreateResult) []ua.StatusCode {
 	}
 	return out
 }
+
+// TestPercentDeadbandFollowsEURange: a percent deadband is a percentage of
+// the EURange the variable has now (Part 8, 6.2 in 1.04, 7.2 in 1.05: each
+// change is compared with deadbandValue/100 x (high - low) of the
+// EURange), not the one it had when the item was created: a deploy that
+// narrows the range narrows the deadband of existing items.
+func TestPercentDeadbandFollowsEURange(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	model := func(high float64) Model {
+		return Model{Instances: []Instance{{Name: "Boiler", Attributes: []Attribute{
+			{Name: "Temp", Type: TypeDouble, Units: "degC", EURange: &Range{Low: 0, High: high}}}}}}
+	}
+	if _, err := ts.ApplyModel(model(200)); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, ts.Endpoint())
+	temp := ts.NodeID("Boiler", "Temp")
+	if err := ts.TagUpdate("Boiler", "Temp", 100.0, ua.StatusOK, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	notes := make(chan *gopcua.PublishNotificationData, 16)
+	sub, err := c.Subscribe(context.Background(), &gopcua.SubscriptionParameters{Interval: 50 * time.Millisecond}, notes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Cancel(context.Background())
+	percent := ua.NewExtensionObject(&ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue, DeadbandType: uint32(ua.DeadbandTypePercent), DeadbandValue: 10})
+	res, err := sub.Monitor(context.Background(), ua.TimestampsToReturnBoth, &ua.MonitoredItemCreateRequest{
+		ItemToMonitor:  &ua.ReadValueID{NodeID: temp, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+		MonitoringMode: ua.MonitoringModeReporting, RequestedParameters: &ua.MonitoringParameters{ClientHandle: 1, QueueSize: 1, Filter: percent}})
+	if err != nil || res.Results[0].StatusCode != ua.StatusOK {
+		t.Fatalf("monitor: %v %v", err, res)
+	}
+	next := func(within time.Duration) (float64, bool) {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			select {
+			case n := <-notes:
+				if n.Error != nil {
+					t.Fatal(n.Error)
+				}
+				if dc, ok := n.Value.(*ua.DataChangeNotification); ok && len(dc.MonitoredItems) > 0 {
+					return dc.MonitoredItems[len(dc.MonitoredItems)-1].Value.Value.Value().(float64), true
+				}
+			case <-deadline:
+				return 0, false
+			}
+		}
+	}
+	if v, ok := next(3 * time.Second); !ok || v != 100 {
+		t.Fatalf("first value %v (%v), want 100", v, ok)
+	}
+	// 10 % of 0..200 is 20: a move of 5 is held back.
+	if err := ts.TagUpdate("Boiler", "Temp", 105.0, ua.StatusOK, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := next(500 * time.Millisecond); ok {
+		t.Fatalf("a move of 5 within a 10 %% deadband of 0..200 was reported: %v", v)
+	}
+	// The range becomes 0..20: 10 % is 2, and a move of 5 is reported.
+	if _, err := ts.ApplyModel(model(20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.TagUpdate("Boiler", "Temp", 110.0, ua.StatusOK, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := next(3 * time.Second); !ok || v != 110 {
+		t.Fatalf("after the EURange became 0..20, a move of 5 (105 -> 110) was not reported (got %v, %v): the deadband kept the old range", v, ok)
+	}
+}

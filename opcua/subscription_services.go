@@ -276,10 +276,30 @@ func (m *subscriptions) deleteSubscriptions(_ *uasc.SecureChannel, r ua.Request,
 
 // changeFilter is a monitored item's DataChangeFilter (Part 4, 7.22.2):
 // its trigger, and an absolute deadband (0: none) a numeric value must
-// move by, from the last value reported, to be reported again.
+// move by, from the last value reported, to be reported again. A percent
+// deadband keeps its percentage: the absolute deadband it amounts to is
+// worked out again from the EURange the variable has when a value comes
+// (current), as a deploy may change the range.
 type changeFilter struct {
 	trigger  ua.DataChangeTrigger
 	deadband float64
+	percent  float64 // of the EURange, when isPercent
+	// isPercent: the deadband is percent of the current EURange.
+	isPercent bool
+}
+
+// current is f with the deadband a percent deadband amounts to for the
+// range rng gives now; a variable whose range a deploy removed reports
+// every change.
+func (f changeFilter) current(rng func() (low, high float64, ok bool)) changeFilter {
+	if !f.isPercent {
+		return f
+	}
+	f.deadband = 0
+	if low, high, ok := rng(); ok {
+		f.deadband = f.percent / 100 * (high - low)
+	}
+	return f
 }
 
 // itemFilter reads a monitored item's filter: none is StatusValue without
@@ -317,6 +337,7 @@ func itemFilter(f *ua.ExtensionObject, rng func() (low, high float64, ok bool)) 
 		if math.IsNaN(dc.DeadbandValue) || dc.DeadbandValue < 0 || dc.DeadbandValue > 100 {
 			return changeFilter{}, ua.StatusBadDeadbandFilterInvalid
 		}
+		out.isPercent, out.percent = true, dc.DeadbandValue
 		out.deadband = dc.DeadbandValue / 100 * (high - low)
 	default:
 		return changeFilter{}, ua.StatusBadDeadbandFilterInvalid

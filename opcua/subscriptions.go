@@ -559,7 +559,7 @@ func (m *subscriptions) sampleLocked(it *monitoredItem, dv *ua.DataValue, force 
 	if it.mode == ua.MonitoringModeDisabled || dv == nil {
 		return
 	}
-	if !force && !triggers(it.filter, it.last, dv) {
+	if !force && !triggers(it.filter.current(m.rangeOf(it.node)), it.last, dv) {
 		return
 	}
 	it.last = dv
