@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rsa"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"github.com/scadad/scadad/activegate"
 	"net"
@@ -21,12 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/role"
 )
 
 // ErrUnknownTag is returned by TagUpdate for an attribute the current model
-// does not have (a feed racing a deploy that removed it).
-var ErrUnknownTag = errors.New("unknown tag")
+// does not have (a feed racing a deploy that removed it); it is the field
+// fan-out's ErrUnknownAttribute, so the fan-out forgets such values.
+var ErrUnknownTag = field.ErrUnknownAttribute
 
 // Server is scadad's OPC UA server. Create it with New, then Start it.
 type Server struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
@@ -215,6 +216,13 @@ func (h *HistoryForwarder) Offer(u TagUpdate) bool {
 		h.drop(1, dropBufferFull)
 		return false
 	}
+}
+
+// OfferUpdate is Offer for a value in the field vocabulary, the way the
+// daemon's fan-out (field.Fanout) hands values over; history records the
+// quality word's name.
+func (h *HistoryForwarder) OfferUpdate(u field.Update) bool {
+	return h.Offer(TagUpdate{Instance: u.Instance, Attribute: u.Attribute, Value: u.Value, Quality: u.Quality.String(), Timestamp: u.Timestamp})
 }
 
 // drop counts n dropped values and logs, at most every dropLogEvery, how

@@ -18,6 +18,7 @@ import (
 	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
+	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
@@ -42,7 +43,7 @@ type opcuaService struct {
 	reg       prometheus.Registerer
 	roles     role.Source
 	writer    opcua.Writer
-	fan       *tagFanout
+	fan       *field.Fanout
 	fwd       *control.Forwarder
 	gate      *activegate.Counter
 	access    *opcuaAccess
@@ -56,7 +57,7 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *tagFanout, fwd *control.Forwarder, gate *activegate.Counter, state accessReader, goRun func(string, func(context.Context) error)) *opcuaService {
+func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *field.Fanout, fwd *control.Forwarder, gate *activegate.Counter, state accessReader, goRun func(string, func(context.Context) error)) *opcuaService {
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
 		return nil
@@ -115,7 +116,7 @@ func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
 	s.log.Info().Uint64("revision", uint64(u.Revision)).Str("changes", fmt.Sprintf("%+v", diff)).Msg("OPC UA address space follows the deploy")
 	// Values that came before the attributes did, or before this server
 	// existed, and that the gateway will not send again until they change.
-	s.fan.replayOPCUA()
+	s.fan.ReplayServer()
 }
 
 func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*opcua.Server, error) {
@@ -176,7 +177,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
-	s.fan.setOPCUA(srv.TagUpdate)
+	s.fan.SetServer(srv.TagUpdate)
 	s.log.Info().Str("endpoint", srv.Endpoint()).Uint8("service_level", srv.ServiceLevel()).Msg("OPC UA server started")
 	return srv, nil
 }
@@ -187,7 +188,7 @@ func (s *opcuaService) close() {
 	s.srv = nil
 	s.mu.Unlock()
 	if srv != nil {
-		s.fan.setOPCUA(nil)
+		s.fan.SetServer(nil)
 		srv.Close()
 	}
 }

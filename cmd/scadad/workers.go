@@ -2,14 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/gopcua/opcua/ua"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -25,163 +20,12 @@ import (
 	"github.com/scadad/scadad/uaclient"
 )
 
-// tagFanout hands every value from the subscribe workers to the parts that
-// consume values: the OPC UA address space (set once it starts) and, on the
-// Active node only, the history forwarder (a hot Standby reads values but
-// must not forward them a second time).
-//
-// It keeps each attribute's latest value. A gateway sends a value when it
-// is advised and then only when it changes, and a deploy builds the
-// workers, the OPC UA server and the history forwarder side by side: a
-// value that came before the server had the attribute (or before a server
-// replaced by the deploy existed) would leave it BadWaitingForInitialData,
-// and one that came before a new forwarder would never reach the
-// historian, until the value next changes, which for a setpoint may be
-// never. replayOPCUA and setHistory hand them over.
-type tagFanout struct {
-	roles role.Source
-
-	// mu also orders the values handed on: an update and a replay never
-	// cross, so an older value cannot land after a newer.
-	mu      sync.Mutex
-	opcua   func(instance, attribute string, v any, status ua.StatusCode, ts time.Time) error
-	history *storeforward.HistoryForwarder
-	latest  map[[2]string]latestValue // instance, attribute
-
-	hot atomic.Bool // the site's hot_standby
-
-	// limits evaluates limit alarms from every value, on every node.
-	limits func(instance, attribute string, v any, good bool)
-}
-
-// latestValue is an attribute's latest value: its StatusCode as the OPC
-// UA server serves it, and its quality as the history records it (the DA
-// word's name).
-type latestValue struct {
-	v       any
-	status  ua.StatusCode
-	quality string
-	ts      time.Time
-}
-
-// TagUpdate takes a gateway value: its DA quality word is served as the
-// matching OPC UA StatusCode (field.Quality.Status).
-func (f *tagFanout) TagUpdate(instance, attribute string, v field.Value, q field.Quality, ts time.Time) {
-	f.update(instance, attribute, latestValue{v: v, status: q.Status(), quality: q.String(), ts: ts})
-}
-
-// TagStatus takes an upstream OPC UA server's value with its StatusCode,
-// which is served whole.
-func (f *tagFanout) TagStatus(instance, attribute string, v field.Value, status ua.StatusCode, ts time.Time) {
-	f.update(instance, attribute, latestValue{v: v, status: status, quality: field.QualityOf(status).String(), ts: ts})
-}
-
-func (f *tagFanout) update(instance, attribute string, lv latestValue) {
-	f.mu.Lock()
-	if f.latest == nil {
-		f.latest = make(map[[2]string]latestValue)
-	}
-	f.latest[[2]string{instance, attribute}] = lv
-	if f.limits != nil {
-		f.limits(instance, attribute, lv.v, lv.status&0xC0000000 == 0)
-	}
-	if f.opcua != nil {
-		_ = f.opcua(instance, attribute, lv.v, lv.status, lv.ts) // an attribute the server does not have yet: replayOPCUA
-	}
-	if f.history != nil && f.roles.Current().Role == role.Active {
-		f.history.Offer(storeforward.TagUpdate{Instance: instance, Attribute: attribute, Value: lv.v, Quality: lv.quality, Timestamp: lv.ts})
-	}
-	f.mu.Unlock()
-}
-
-func (f *tagFanout) setOPCUA(fn func(instance, attribute string, v any, status ua.StatusCode, ts time.Time) error) {
-	f.mu.Lock()
-	f.opcua = fn
-	f.mu.Unlock()
-}
-
-// replayOPCUA gives the OPC UA server every attribute's latest value; call
-// it once the server's address space follows the deployed site. Values of
-// attributes the site no longer has are forgotten.
-func (f *tagFanout) replayOPCUA() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.opcua == nil {
-		return
-	}
-	for k, lv := range f.latest {
-		if err := f.opcua(k[0], k[1], lv.v, lv.status, lv.ts); errors.Is(err, opcua.ErrUnknownTag) {
-			delete(f.latest, k)
-		}
-	}
-}
-
-// setHistory hands values to h from now on. On the Active node h first
-// gets every attribute's latest value: a forwarder built by a deploy (the
-// first, or one that changes the rules) would otherwise never forward a
-// value that does not change, and the historian would have nothing of it.
-func (f *tagFanout) setHistory(h *storeforward.HistoryForwarder) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.history = h
-	if f.roles.Current().Role == role.Active {
-		f.offerLatestLocked()
-	}
-}
-
-// setHot says whether the site runs its workers on the Standby too.
-func (f *tagFanout) setHot(hot bool) { f.hot.Store(hot) }
-
-// followRole gives the history forwarder every attribute's latest value
-// when a hot Standby becomes Active. Its workers ran all along and do not
-// subscribe again, so the gateway sends nothing new of a value that does
-// not change, which the node, a Standby until now, never forwarded: on_change
-// rules would not record it and sample rules would have nothing to sample.
-// (A node that is not hot subscribes when it becomes Active, and the
-// advise brings every value.)
-func (f *tagFanout) followRole(ctx context.Context) error {
-	states, stop := f.roles.Watch()
-	defer stop()
-	was := role.Detached
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case st := <-states:
-			f.roleChanged(was, st.Role)
-			was = st.Role
-		}
-	}
-}
-
-// roleChanged is followRole's step: a hot node that becomes Active offers
-// its latest values.
-func (f *tagFanout) roleChanged(was, now role.Role) {
-	if now != role.Active || was == role.Active || !f.hot.Load() {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.offerLatestLocked()
-}
-
-// offerLatestLocked hands the history forwarder, if any, every attribute's
-// latest value.
-func (f *tagFanout) offerLatestLocked() {
-	if f.history == nil {
-		return
-	}
-	for k, lv := range f.latest {
-		f.history.Offer(storeforward.TagUpdate{Instance: k[0], Attribute: k[1], Value: lv.v, Quality: lv.quality, Timestamp: lv.ts})
-	}
-}
-
 // startTagWorkers runs the gateway subscribe workers, the OPC UA client
 // sessions and the history forwarder and keeps them on the deployed site
 // config. The writer it returns routes device writes to whichever of them
 // carries the attribute.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, alarmSvc *alarms.Service, goRun func(string, func(context.Context) error)) (deviceWriter, *tagFanout, *dataConnections, error) {
-	fan := &tagFanout{roles: roles, limits: alarmSvc.TagUpdate}
+func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, alarmSvc *alarms.Service, goRun func(string, func(context.Context) error)) (deviceWriter, *field.Fanout, *dataConnections, error) {
+	fan := field.NewFanout(roles, alarmSvc.TagUpdate)
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
 		Role: roles, Sink: fan, Alarms: alarmSvc, Registerer: reg, Logger: subLog,
@@ -196,7 +40,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		return deviceWriter{}, nil, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
 	conns := &dataConnections{gateways: mgr, upstream: uam}
-	goRun("history-on-active", fan.followRole)
+	goRun("history-on-active", fan.FollowRole)
 	goRun("subscribe", mgr.Run)
 	goRun("opcua-client", uam.Run)
 	goRun("site-config-workers", func(ctx context.Context) error {
@@ -207,7 +51,7 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			}
 		}()
 		followSite(ctx, holder, func(u siteconfig.Update) {
-			fan.setHot(u.Site.HotStandby)
+			fan.SetHot(u.Site.HotStandby)
 			if err := alarmSvc.SetConfig(alarmConfig(u.Site)); err != nil {
 				log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("alarm config of the new site config refused; keeping the previous one")
 			}
@@ -230,13 +74,13 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 			})
 			if err != nil {
 				log.Error().Err(err).Msg("history forwarding rules refused")
-				fan.setHistory(nil)
+				fan.SetHistory(nil)
 				return
 			}
 			hctx, cancel := context.WithCancel(ctx)
 			cancelHistory = cancel
 			go h.Run(hctx)
-			fan.setHistory(h)
+			fan.SetHistory(h)
 		})
 		return nil
 	})
