@@ -3,18 +3,15 @@ package main
 import (
 	"context"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scadad/scadad/console"
 	"github.com/scadad/scadad/control"
-	"github.com/scadad/scadad/fsm"
-	"github.com/scadad/scadad/nodeconfig"
 	"github.com/scadad/scadad/pki"
 )
 
 // newConsole wires the status page to this node's control server, its
 // peers' control APIs and the replicated audit trail.
-func newConsole(cfg *nodeconfig.Config, srv *control.Server, fwd *control.Forwarder, state *fsm.FSM, log zerolog.Logger) *console.Console {
+func (d *daemon) newConsole(srv *control.Server) *console.Console {
+	cfg, fwd := d.cfg, d.fwd
 	var members []console.Member
 	for _, m := range cfg.Cluster.Members {
 		members = append(members, console.Member{ID: m.ID, APIAddr: m.APIAddr, Witness: m.Witness})
@@ -41,9 +38,9 @@ func newConsole(cfg *nodeconfig.Config, srv *control.Server, fwd *control.Forwar
 		Acting: func(ctx context.Context, who string) context.Context {
 			return control.WithCaller(ctx, control.Caller{Name: who, Role: pki.RoleOperator})
 		},
-		Audit:     state,
-		Alarms:    state,
+		Audit:     d.state,
+		Alarms:    d.state,
 		Authorize: authorize,
-		Log:       log.With().Str("part", "console").Logger(),
+		Log:       d.log.With().Str("part", "console").Logger(),
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -63,9 +63,44 @@ func apiServerOptions() []grpc.ServerOption {
 	}
 }
 
+// daemon is one scadad process: what its parts are wired from, and the
+// group they run in. cmd/scadad only wires: each part's behaviour is in the
+// package that owns it.
+type daemon struct {
+	cfg     *nodeconfig.Config
+	log     zerolog.Logger
+	reg     *prometheus.Registry
+	budgets listenerBudgets
+	state   *fsm.FSM
+	node    *raftnode.Node
+	// roles is the raft role stream; acting is it only while a quorum
+	// keeps confirming it (raftnode's Acting), which is what side effects
+	// (delivery, workers, the OPC UA server's role) follow.
+	roles, acting role.Source
+	fwd           *control.Forwarder
+	holder        *siteconfig.Holder
+
+	// The parts run in runCtx until the shutdown cancels it. A part that
+	// stops with an error is logged and the others go on, as a node keeps
+	// serving what it still can (so not an errgroup, whose first error
+	// would stop them all).
+	runCtx context.Context
+	parts  sync.WaitGroup
+}
+
+// run runs one part in the group until the daemon stops.
+func (d *daemon) run(name string, fn func(context.Context) error) {
+	d.parts.Go(func() {
+		if err := fn(d.runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Error().Err(err).Str("part", name).Msg("stopped with an error")
+		}
+	})
+}
+
 // runDaemon wires the parts and runs until ctx ends, then shuts down in
 // reverse order.
 func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) error {
+	d := &daemon{cfg: cfg, log: log}
 	collectorSettingsFor(cfg.Runtime, os.Getenv).apply(log)
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(stdlogWriter{log.With().Str("part", "stdlog").Logger()})
@@ -98,8 +133,11 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	pki.RefuseRevoked(clientTLS, revoked)
 	peerConns := pki.NewTracker()
 
+	d.state = state
 	reg := prometheus.NewRegistry()
+	d.reg = reg
 	budgets := fitListenerBudgets(cfg, netguard.DescriptorLimit(), log)
+	d.budgets = budgets
 	raftLis, err := guardedListen(reg, log, "raft", cfg.Cluster.RaftBind, budgets.raft)
 	if err != nil {
 		return err
@@ -173,6 +211,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	// (half a heartbeat timeout: no other node can even start an election
 	// sooner), see raftnode's Acting.
 	acting := node.Acting(cfg.Cluster.HeartbeatTimeout.D() / 2)
+	d.node, d.roles, d.acting = node, roles, acting
 
 	metrics := newNodeMetrics(reg)
 	validity, err := pki.ReadValidity(cfg.TLS.CA, cfg.TLS.Cert)
@@ -198,8 +237,10 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	gated := gatedNode{timedNode: timed, gate: &featuregate.Gate{Next: timed, Levels: state, Members: raftMembers(node)}}
 	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, gated, 2*cfg.Cluster.ElectionTimeout.D())
 	defer fwd.Close()
+	d.fwd = fwd
 
 	holder := siteconfig.NewHolder()
+	d.holder = holder
 	// An operator's write through the Standby shows in that node's own
 	// answers from the moment it is acknowledged.
 	seen := control.SeenLocally{Proposer: fwd, Applied: state}
@@ -235,27 +276,18 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Revoked: revoked, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
 	grpcServer := grpc.NewServer(append(apiServerOptions(), grpc.Creds(control.RevocableCreds(credentials.NewTLS(serverTLS), peerConns)),
 		grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))...)
-	healing := newHealWiring(cfg, log, reg, node, roles, state, fwd, ctlMembers)
+	healing := d.newHealWiring(ctlMembers)
 	healing.register(grpcServer, srv)
 	apiLis, err := guardedListen(reg, log, "api", cfg.API.Listen, budgets.api)
 	if err != nil {
 		return err
 	}
 
-	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	goRun := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error().Err(err).Str("part", name).Msg("stopped with an error")
-			}
-		}()
-	}
+	d.runCtx = runCtx
 	bodies := netguard.NewBodyBudget(cfg.HTTP.MaxBodyBytesInFlight)
-	sf, sfHTTP, err := startStoreForward(runCtx, cfg, log, reg, state, fwd, acting, holder, bodies, goRun)
+	sf, sfHTTP, err := d.startStoreForward(bodies)
 	if err != nil {
 		return err
 	}
@@ -273,34 +305,34 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	if err != nil {
 		return err
 	}
-	goRun("alarms", alarmSvc.Run)
+	d.run("alarms", alarmSvc.Run)
 	srv.Alarms = alarmSvc
-	devices, fanout, conns, err := startTagWorkers(log, reg, acting, holder, sf.enqueuer, sf.metrics, alarmSvc, goRun)
+	devices, fanout, conns, err := d.startTagWorkers(sf.enqueuer, sf.metrics, alarmSvc)
 	if err != nil {
 		return err
 	}
 	srv.Connections = conns.Status
-	if ua := startOPCUA(cfg, budgets.opcua, log, reg, acting, holder, devices, fanout, fwd, gateCounter, state, goRun); ua != nil {
+	if ua := d.startOPCUA(devices, fanout, gateCounter); ua != nil {
 		srv.OPCUA = ua.status
 	}
-	goRun("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
-	goRun("revocations", func(ctx context.Context) error {
+	d.run("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
+	d.run("revocations", func(ctx context.Context) error {
 		watchRevocations(ctx, state, peerConns, log.With().Str("part", "tls").Logger())
 		return nil
 	})
-	goRun("heal", healing.run)
+	d.run("heal", healing.run)
 	leaders := &control.LeaderAudit{NodeID: cfg.NodeID, Roles: roles, State: state, Audit: fwd, Now: time.Now,
 		Log: log.With().Str("part", "leader-audit").Logger()}
-	goRun("leader-audit", leaders.Run)
+	d.run("leader-audit", leaders.Run)
 	recorder := &featuregate.Recorder{NodeID: cfg.NodeID, Level: fsm.FeatureLevel, Version: build.Version, Propose: fwd, Local: state,
 		Roles: roles, Now: time.Now, Log: log.With().Str("part", "features").Logger()}
-	goRun("feature-level", recorder.Run)
-	goRun("deploy", applier.Run)
-	goRun("site-info", func(ctx context.Context) error {
+	d.run("feature-level", recorder.Run)
+	d.run("deploy", applier.Run)
+	d.run("site-info", func(ctx context.Context) error {
 		followSite(ctx, holder, func(u siteconfig.Update) { site.set(u.Site.Name) })
 		return nil
 	})
-	goRun("certificates", func(ctx context.Context) error {
+	d.run("certificates", func(ctx context.Context) error {
 		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
 		return nil
 	})
@@ -313,22 +345,22 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		},
 		metrics: newScrubMetrics(reg), log: log.With().Str("part", "scrub").Logger(), now: time.Now,
 	}
-	goRun("scrub", scrub.run)
+	d.run("scrub", scrub.run)
 	checkpoints := &checkpointer{
 		nodeID: cfg.NodeID, interval: cfg.State.CheckpointInterval.D(), state: state, propose: fwd, roles: roles,
 		voters: raftVoters(node), rebuild: scrub.rebuild, metrics: newCheckpointMetrics(reg),
 		log: log.With().Str("part", "checkpoint").Logger(), now: time.Now, tick: time.Second,
 	}
-	goRun("checkpoint", checkpoints.run)
-	goRun("state-commits", func(ctx context.Context) error {
+	d.run("checkpoint", checkpoints.run)
+	d.run("state-commits", func(ctx context.Context) error {
 		commitStateEvery(ctx, state, stateCommitInterval)
 		return nil
 	})
-	goRun("mapped-pages", func(ctx context.Context) error {
+	d.run("mapped-pages", func(ctx context.Context) error {
 		releaseMappedPages(ctx, state, node, mappedReleaseInterval)
 		return nil
 	})
-	goRun("metrics", func(ctx context.Context) error {
+	d.run("metrics", func(ctx context.Context) error {
 		metrics.sampleEvery(ctx, time.Second, func() (role.State, statsSample) {
 			s := node.Stats()
 			st := roles.Current()
@@ -366,8 +398,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 				return len(acc.Revoked) > 0 && acc.IsRevoked(pki.SerialHex(c))
 			}}
 		mux := healthMux(acting, ready, reg, cfg.HTTP.Pprof)
-		page := newConsole(cfg, srv, fwd, state, log)
-		goRun("console", page.Run)
+		page := d.newConsole(srv)
+		d.run("console", page.Run)
 		mux.Handle("/", page.Handler())
 		httpServer = newHTTPServer(mux, sfHTTP, gate, bodies, log)
 		if err := registerHTTPInsecure(reg, cfg.HTTP.Insecure); err != nil {
@@ -385,7 +417,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		} else {
 			httpLis = peerConns.Listener(tls.NewListener(guarded, httpTLS(serverTLS)))
 		}
-		goRun("http", func(ctx context.Context) error {
+		d.run("http", func(ctx context.Context) error {
 			err := httpServer.Serve(httpLis)
 			if ctx.Err() == nil {
 				httpStopped <- fmt.Errorf("http server on %s stopped: %v", cfg.HTTP.Listen, err)
@@ -398,75 +430,18 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	// Type=notify: systemd counts the service started once every listener
 	// is up, and restarts it when the watchdog pings stop.
 	var sd sdNotifier = systemdNotifier{}
-	if _, err := sd.Notify(daemon.SdNotifyReady); err != nil {
+	if _, err := sd.Notify(sddaemon.SdNotifyReady); err != nil {
 		log.Warn().Err(err).Msg("systemd readiness notification failed")
 	}
-	goRun("watchdog", func(ctx context.Context) error {
+	d.run("watchdog", func(ctx context.Context) error {
 		keepWatchdog(ctx, sd, watchdogEvery(), func() bool { return state.Err() == nil }, log)
 		return nil
 	})
 
-	var stopErr error
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-		case stopErr = <-httpStopped:
-			// A node whose health checks and producers cannot reach it must
-			// not stay Active: hand the role over and exit; the service
-			// manager restarts it with a new listener.
-			log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
-		case err := <-watchStorage(runCtx, state):
-			// A damaged state file (bbolt panicked on a page) is rebuilt
-			// from the cluster where a majority can lead without it.
-			if errors.Is(err, fsm.ErrDamagedState) && scrub.rebuild(runCtx, err) {
-				continue
-			}
-			stopErr = fmt.Errorf("state storage failed: %w", err)
-			// The FSM stopped applying (a full or failing disk): this node
-			// can neither apply nor serve its state any more. Exit so the
-			// service manager restarts it; on start it replays from its own
-			// applied index, which succeeds once the disk has room again.
-			// Everything acknowledged is in the Raft logs of a quorum.
-			log.Error().Err(err).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
-		}
-		break wait
-	}
+	stopErr := d.waitForStop(ctx, httpStopped, scrub)
 	log.Info().Msg("shutting down")
-	_, _ = sd.Notify(daemon.SdNotifyStopping)
-	// A planned stop of the Active node hands the role over first, so the
-	// standby takes over at once instead of after an election timeout. A
-	// sole voter has no one to hand it to.
-	// In pair mode the peer would be left one voter of two, without
-	// quorum, until override_after: the Active leaves the voters too.
-	if st := roles.Current(); st.Role == role.Active && st.Voters == 1 {
-		log.Info().Msg("sole voter: no other node to hand the Active role to")
-	} else if (st.Role == role.Active || st.Role == role.Standby) && cfg.Cluster.Mode == string(raftnode.ModePair) {
-		lctx, lcancel := context.WithTimeout(context.Background(), 3*time.Second)
-		actx, acancel := context.WithTimeout(lctx, time.Second)
-		if st.Role == role.Active {
-			if err := fwd.Audit(actx, cfg.NodeID, "failover", "shutdown of "+cfg.NodeID+": handing the Active role over and leaving the voters"); err != nil {
-				log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
-			}
-		}
-		acancel()
-		if err := node.LeaveVoters(lctx); err != nil {
-			log.Warn().Err(err).Msg("planned stop: the peer may be without an Active until override_after")
-		}
-		lcancel()
-	} else if st.Role == role.Active {
-		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
-		// The next leader's leader.elected entry then says planned failover.
-		actx, acancel := context.WithTimeout(tctx, time.Second)
-		if err := fwd.Audit(actx, cfg.NodeID, "failover", "shutdown of "+cfg.NodeID+": handing the Active role over"); err != nil {
-			log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
-		}
-		acancel()
-		if err := node.LeadershipTransfer(tctx, ""); err != nil {
-			log.Warn().Err(err).Msg("leadership transfer before shutdown failed; the peer will elect itself")
-		}
-		tcancel()
-	}
+	_, _ = sd.Notify(sddaemon.SdNotifyStopping)
+	d.handOver()
 	cancel()
 	if httpServer != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -479,9 +454,79 @@ wait:
 	if err := node.Shutdown(sctx); err != nil {
 		log.Warn().Err(err).Msg("raft shutdown")
 	}
-	wg.Wait()
+	d.parts.Wait()
 	log.Info().Msg("stopped")
 	return stopErr
+}
+
+// waitForStop waits until ctx ends, the HTTP server stops on its own or
+// the state storage fails (a damaged state file the scrubber can rebuild
+// from the cluster is no reason to stop), and says why it stopped.
+func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *scrubber) error {
+	var stopErr error
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+		case stopErr = <-httpStopped:
+			// A node whose health checks and producers cannot reach it must
+			// not stay Active: hand the role over and exit; the service
+			// manager restarts it with a new listener.
+			d.log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
+		case err := <-watchStorage(d.runCtx, d.state):
+			// A damaged state file (bbolt panicked on a page) is rebuilt
+			// from the cluster where a majority can lead without it.
+			if errors.Is(err, fsm.ErrDamagedState) && scrub.rebuild(d.runCtx, err) {
+				continue
+			}
+			stopErr = fmt.Errorf("state storage failed: %w", err)
+			// The FSM stopped applying (a full or failing disk): this node
+			// can neither apply nor serve its state any more. Exit so the
+			// service manager restarts it; on start it replays from its own
+			// applied index, which succeeds once the disk has room again.
+			// Everything acknowledged is in the Raft logs of a quorum.
+			d.log.Error().Err(err).Msg("state storage failed; stopping so the service manager restarts scadad once the disk is writable again")
+		}
+		break wait
+	}
+	return stopErr
+}
+
+// handOver hands the Active role over before a planned stop.
+func (d *daemon) handOver() {
+	// A planned stop of the Active node hands the role over first, so the
+	// standby takes over at once instead of after an election timeout. A
+	// sole voter has no one to hand it to.
+	// In pair mode the peer would be left one voter of two, without
+	// quorum, until override_after: the Active leaves the voters too.
+	if st := d.roles.Current(); st.Role == role.Active && st.Voters == 1 {
+		d.log.Info().Msg("sole voter: no other node to hand the Active role to")
+	} else if (st.Role == role.Active || st.Role == role.Standby) && d.cfg.Cluster.Mode == string(raftnode.ModePair) {
+		lctx, lcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		actx, acancel := context.WithTimeout(lctx, time.Second)
+		if st.Role == role.Active {
+			if err := d.fwd.Audit(actx, d.cfg.NodeID, "failover", "shutdown of "+d.cfg.NodeID+": handing the Active role over and leaving the voters"); err != nil {
+				d.log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
+			}
+		}
+		acancel()
+		if err := d.node.LeaveVoters(lctx); err != nil {
+			d.log.Warn().Err(err).Msg("planned stop: the peer may be without an Active until override_after")
+		}
+		lcancel()
+	} else if st.Role == role.Active {
+		tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// The next leader's leader.elected entry then says planned failover.
+		actx, acancel := context.WithTimeout(tctx, time.Second)
+		if err := d.fwd.Audit(actx, d.cfg.NodeID, "failover", "shutdown of "+d.cfg.NodeID+": handing the Active role over"); err != nil {
+			d.log.Warn().Err(err).Msg("failover audit entry before shutdown not recorded")
+		}
+		acancel()
+		if err := d.node.LeadershipTransfer(tctx, ""); err != nil {
+			d.log.Warn().Err(err).Msg("leadership transfer before shutdown failed; the peer will elect itself")
+		}
+		tcancel()
+	}
 }
 
 // watchStorage reports the FSM's storage failure once it happens.

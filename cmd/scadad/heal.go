@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,8 +18,6 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/heal"
 	"github.com/scadad/scadad/nodeconfig"
-	"github.com/scadad/scadad/raftnode"
-	"github.com/scadad/scadad/role"
 )
 
 // Data-dir layout the heal wipes on a resumed rejoin (see runDaemon).
@@ -45,8 +42,8 @@ type healWiring struct {
 	server *control.HealServer
 }
 
-func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, node *raftnode.Node, roles role.Source,
-	state *fsm.FSM, fwd *control.Forwarder, members []control.Member) *healWiring {
+func (d *daemon) newHealWiring(members []control.Member) *healWiring {
+	cfg, state, fwd := d.cfg, d.state, d.fwd
 	peer := ""
 	for _, m := range members {
 		if m.ID != cfg.NodeID && !m.Witness {
@@ -56,20 +53,20 @@ func newHealWiring(cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Re
 	if cfg.Cluster.Mode != nodeconfig.ModePair || len(members) != 2 {
 		peer = "" // only a pair can be dual-active without an operator
 	}
-	hlog := log.With().Str("part", "heal").Logger()
+	hlog := d.log.With().Str("part", "heal").Logger()
 	mgr := heal.NewManager(heal.Config{
 		NodeID:       cfg.NodeID,
 		Peer:         peer,
 		DataDir:      cfg.DataDir,
 		Preferred:    cfg.Cluster.HealPreferred,
-		Node:         node,
-		Roles:        roles,
+		Node:         d.node,
+		Roles:        d.roles,
 		State:        state,
 		Auditor:      fwd,
 		Dial:         func(_ context.Context, id string) (controlpb.HealClient, error) { return fwd.HealClient(id) },
 		Redial:       fwd.Reset,
 		ResetFSM:     emptyFSM(state, cfg.DataDir),
-		Metrics:      heal.NewMetrics(reg),
+		Metrics:      heal.NewMetrics(d.reg),
 		Log:          hlog,
 		AbandonAfter: max(3*cfg.Cluster.OverrideAfter.D(), 10*time.Second),
 	})

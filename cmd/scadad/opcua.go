@@ -57,15 +57,16 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, writer opcua.Writer, fan *field.Fanout, fwd *control.Forwarder, gate *activegate.Counter, state accessReader, goRun func(string, func(context.Context) error)) *opcuaService {
+func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *activegate.Counter) *opcuaService {
+	cfg, log, fwd := d.cfg, d.log, d.fwd
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
 		return nil
 	}
-	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: reg, roles: roles, writer: writer, fan: fan, fwd: fwd, gate: gate,
-		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: limits}
-	s.access = newOPCUAAccess(cfg.NodeID, state, fwd, s.log)
-	goRun("opcua-rejections", s.access.run)
+	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: d.reg, roles: d.acting, writer: writer, fan: fan, fwd: fwd, gate: gate,
+		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: d.budgets.opcua}
+	s.access = newOPCUAAccess(cfg.NodeID, d.state, fwd, s.log)
+	d.run("opcua-rejections", s.access.run)
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
 		if m.ID != cfg.NodeID && m.OPCUA != "" {
@@ -75,15 +76,15 @@ func startOPCUA(cfg *nodeconfig.Config, limits netguard.Limits, log zerolog.Logg
 	}
 	if len(endpoints) > 0 {
 		s.prober = opcua.NewProber(opcua.ProberConfig{Endpoints: endpoints, Logger: s.log})
-		goRun("opcua-probe", func(ctx context.Context) error {
+		d.run("opcua-probe", func(ctx context.Context) error {
 			s.prober.Run(ctx)
 			return nil
 		})
-		goRun("opcua-peer-verdicts", s.learnPeerVerdicts)
+		d.run("opcua-peer-verdicts", s.learnPeerVerdicts)
 	}
-	goRun("opcua-server", func(ctx context.Context) error {
+	d.run("opcua-server", func(ctx context.Context) error {
 		defer s.close()
-		followSite(ctx, holder, func(u siteconfig.Update) { s.apply(ctx, u) })
+		followSite(ctx, d.holder, func(u siteconfig.Update) { s.apply(ctx, u) })
 		return nil
 	})
 	return s

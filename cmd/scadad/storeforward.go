@@ -6,15 +6,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/scadad/scadad/control"
-	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/internal/netguard"
-	"github.com/scadad/scadad/nodeconfig"
-	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/storeforward/mqtttarget"
@@ -37,14 +32,15 @@ const sfRemoveDelay = 20 * time.Millisecond
 
 // startStoreForward builds the enqueuer and the deliverer, follows the
 // site config's targets, and runs delivery (which itself follows the role).
-func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger, reg prometheus.Registerer, state *fsm.FSM, fwd *control.Forwarder, roles role.Source, holder *siteconfig.Holder, bodies *netguard.BodyBudget, goRun func(string, func(context.Context) error)) (*sfService, fasthttp.RequestHandler, error) {
-	metrics, err := storeforward.NewMetrics(reg, state)
+func (d *daemon) startStoreForward(bodies *netguard.BodyBudget) (*sfService, fasthttp.RequestHandler, error) {
+	cfg, state, fwd := d.cfg, d.state, d.fwd
+	metrics, err := storeforward.NewMetrics(d.reg, state)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward metrics: %w", err)
 	}
-	sfLog := log.With().Str("part", "storeforward").Logger()
+	sfLog := d.log.With().Str("part", "storeforward").Logger()
 	deliverer, err := storeforward.NewDeliverer(storeforward.DelivererOptions{
-		Reader: state, Proposer: fwd, Roles: roles, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
+		Reader: state, Proposer: fwd, Roles: d.acting, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
 		RemoveDelay: sfRemoveDelay,
 		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}, mqtttarget.Name: mqtttarget.Kind{}},
 	})
@@ -59,16 +55,16 @@ func startStoreForward(ctx context.Context, cfg *nodeconfig.Config, log zerolog.
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward enqueue: %w", err)
 	}
-	goRun("storeforward-delivery", deliverer.Run)
-	goRun("storeforward-targets", func(ctx context.Context) error {
-		followSite(ctx, holder, func(u siteconfig.Update) {
+	d.run("storeforward-delivery", deliverer.Run)
+	d.run("storeforward-targets", func(ctx context.Context) error {
+		followSite(ctx, d.holder, func(u siteconfig.Update) {
 			if err := deliverer.SetTargets(sfTargets(u.Site)); err != nil {
 				sfLog.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("store-and-forward targets of the new site config refused; keeping the previous ones")
 			}
 		})
 		return nil
 	})
-	goRun("storeforward-enqueuer", func(ctx context.Context) error {
+	d.run("storeforward-enqueuer", func(ctx context.Context) error {
 		<-ctx.Done()
 		enq.Close()
 		return nil

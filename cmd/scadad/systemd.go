@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/rs/zerolog"
 )
 
@@ -16,12 +16,12 @@ type sdNotifier interface {
 
 type systemdNotifier struct{}
 
-func (systemdNotifier) Notify(state string) (bool, error) { return daemon.SdNotify(false, state) }
+func (systemdNotifier) Notify(state string) (bool, error) { return sddaemon.SdNotify(false, state) }
 
 // watchdogEvery is the interval systemd expects watchdog pings at
 // (WatchdogSec=), 0 when it expects none.
 func watchdogEvery() time.Duration {
-	d, err := daemon.SdWatchdogEnabled(false)
+	d, err := sddaemon.SdWatchdogEnabled(false)
 	if err != nil {
 		return 0
 	}
@@ -47,7 +47,7 @@ func keepWatchdog(ctx context.Context, n sdNotifier, every time.Duration, health
 			log.Warn().Msg("not pinging the systemd watchdog: the daemon is not healthy")
 			continue
 		}
-		if _, err := n.Notify(daemon.SdNotifyWatchdog); err != nil {
+		if _, err := n.Notify(sddaemon.SdNotifyWatchdog); err != nil {
 			log.Warn().Err(err).Msg("systemd watchdog ping failed")
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/alarms"
@@ -24,7 +23,8 @@ import (
 // sessions and the history forwarder and keeps them on the deployed site
 // config. The writer it returns routes device writes to whichever of them
 // carries the attribute.
-func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.Source, holder *siteconfig.Holder, enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, alarmSvc *alarms.Service, goRun func(string, func(context.Context) error)) (deviceWriter, *field.Fanout, *dataConnections, error) {
+func (d *daemon) startTagWorkers(enq storeforward.MessageEnqueuer, metrics *storeforward.Metrics, alarmSvc *alarms.Service) (deviceWriter, *field.Fanout, *dataConnections, error) {
+	log, reg, roles, holder := d.log, d.reg, d.acting, d.holder
 	fan := field.NewFanout(roles, alarmSvc.TagUpdate)
 	subLog := log.With().Str("part", "subscribe").Logger()
 	mgr, err := subscribe.NewManager(subscribe.Options{
@@ -40,10 +40,10 @@ func startTagWorkers(log zerolog.Logger, reg prometheus.Registerer, roles role.S
 		return deviceWriter{}, nil, nil, fmt.Errorf("opc ua client sessions: %w", err)
 	}
 	conns := &dataConnections{gateways: mgr, upstream: uam}
-	goRun("history-on-active", fan.FollowRole)
-	goRun("subscribe", mgr.Run)
-	goRun("opcua-client", uam.Run)
-	goRun("site-config-workers", func(ctx context.Context) error {
+	d.run("history-on-active", fan.FollowRole)
+	d.run("subscribe", mgr.Run)
+	d.run("opcua-client", uam.Run)
+	d.run("site-config-workers", func(ctx context.Context) error {
 		var cancelHistory context.CancelFunc
 		defer func() {
 			if cancelHistory != nil {
