@@ -11,9 +11,11 @@ import (
 // that) only then, not on each heartbeat: a leader that dies just after a
 // check is noticed up to three heartbeat timeouts after its last word. The
 // dead-leader watch checks the last contact every half heartbeat interval
-// (raft's leader heartbeats every tenth of the heartbeat timeout) and,
-// once it is a heartbeat timeout old, makes raft stand for election at
-// once through its public API: ReloadConfig with a heartbeat timeout below
+// (raft's leader heartbeats every tenth of the heartbeat timeout), and
+// again at the instant that contact turns a heartbeat timeout old (a
+// check interval later would add half an interval to every failover on
+// average). Once it is that old, the watch makes raft stand for election
+// at once through its public API: ReloadConfig with a heartbeat timeout below
 // the current one fires the follower's timer now, and the contact it then
 // checks is older than the lowered timeout. The configured timeout is
 // given back as soon as the node has left the follower state (or heard
@@ -71,6 +73,21 @@ func (w *deadLeaderWatch) check(state raft.RaftState, lastContact, now time.Time
 	return watchNudge
 }
 
+// nextCheck is how long the loop may wait before its next check: the
+// check interval, or less when the threshold for the contact last checked
+// passes sooner, so the nudge comes at the threshold rather than up to an
+// interval after it.
+func (w *deadLeaderWatch) nextCheck(interval time.Duration, now time.Time) time.Duration {
+	if w.nudged || w.lastSeen.IsZero() || w.threshold == 0 {
+		return interval
+	}
+	due := w.lastSeen.Add(w.threshold).Sub(now)
+	if due >= interval {
+		return interval
+	}
+	return max(due, 0)
+}
+
 // deadLeaderLoop runs the watch against the current raft instance.
 func (n *Node) deadLeaderLoop() {
 	defer n.wg.Done()
@@ -85,7 +102,7 @@ func (n *Node) deadLeaderLoop() {
 		return
 	}
 	interval := max(rc.HeartbeatTimeout/20, time.Millisecond)
-	tick := time.NewTicker(interval)
+	tick := time.NewTimer(interval)
 	defer tick.Stop()
 	var jitter func() float64
 	voters := 0
@@ -107,6 +124,7 @@ func (n *Node) deadLeaderLoop() {
 		}
 		r, recovering := n.current()
 		if r == nil || recovering {
+			tick.Reset(interval)
 			continue
 		}
 		if r != watched {
@@ -122,6 +140,7 @@ func (n *Node) deadLeaderLoop() {
 		case watchRestore:
 			n.setHeartbeatTimeout(r, rc.HeartbeatTimeout)
 		}
+		tick.Reset(w.nextCheck(interval, time.Now()))
 	}
 }
 

@@ -103,3 +103,36 @@ func TestDeadLeaderWatchWithoutJitterNudgesAtTheTimeout(t *testing.T) {
 		t.Fatalf("at the timeout: %v, want a nudge", got)
 	}
 }
+
+// The loop must wake when the contact it last saw turns a timeout old,
+// not at the next check interval: that lag was up to an interval on every
+// failover.
+func TestDeadLeaderWatchWakesAtTheThreshold(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	w := &deadLeaderWatch{timeout: 400 * time.Millisecond}
+	t0 := time.Unix(1000, 0)
+	if got := w.nextCheck(interval, t0); got != interval {
+		t.Fatalf("before any contact: wait %v, want the interval %v", got, interval)
+	}
+	w.check(raft.Follower, t0, t0.Add(100*time.Millisecond))
+	if got := w.nextCheck(interval, t0.Add(100*time.Millisecond)); got != interval {
+		t.Fatalf("300 ms before the threshold: wait %v, want the interval %v", got, interval)
+	}
+	w.check(raft.Follower, t0, t0.Add(393*time.Millisecond))
+	if got := w.nextCheck(interval, t0.Add(393*time.Millisecond)); got != 7*time.Millisecond {
+		t.Fatalf("7 ms before the threshold: wait %v, want 7ms", got)
+	}
+	if got := w.check(raft.Follower, t0, t0.Add(400*time.Millisecond)); got != watchNudge {
+		t.Fatalf("at the threshold: %v, want a nudge", got)
+	}
+	if got := w.nextCheck(interval, t0.Add(400*time.Millisecond)); got != interval {
+		t.Fatalf("after the nudge: wait %v, want the interval %v", got, interval)
+	}
+	// A newer contact moves the threshold.
+	w = &deadLeaderWatch{timeout: 400 * time.Millisecond}
+	w.check(raft.Follower, t0, t0.Add(390*time.Millisecond))
+	w.check(raft.Follower, t0.Add(380*time.Millisecond), t0.Add(395*time.Millisecond))
+	if got := w.nextCheck(interval, t0.Add(395*time.Millisecond)); got != interval {
+		t.Fatalf("after a fresh contact: wait %v, want the interval %v", got, interval)
+	}
+}
