@@ -28,6 +28,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/httpgate"
+	"github.com/scadad/scadad/integrity"
 	"github.com/scadad/scadad/internal/boltsafe"
 	"github.com/scadad/scadad/internal/grpcdial"
 	"github.com/scadad/scadad/internal/netguard"
@@ -337,21 +338,22 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return nil
 	})
 	reset := emptyFSM(state, cfg.DataDir)
-	scrub := &scrubber{
-		cfg: cfg.State, pair: cfg.Cluster.Mode == nodeconfig.ModePair, state: state, node: node,
+	scrub := &integrity.Scrubber{
+		Interval: cfg.State.ScrubInterval.D(), BytesPerSecond: cfg.State.ScrubBytesPerSecond,
+		Pair: cfg.Cluster.Mode == nodeconfig.ModePair, State: state, Node: node,
 		// A damaged file can still panic bbolt while it is emptied.
-		reset: func(ctx context.Context) error {
+		Reset: func(ctx context.Context) error {
 			return boltsafe.Guard(state.Path(), func() error { return reset(ctx) })
 		},
-		metrics: newScrubMetrics(reg), log: log.With().Str("part", "scrub").Logger(), now: time.Now,
+		Metrics: integrity.NewScrubMetrics(reg), Log: log.With().Str("part", "scrub").Logger(), Now: time.Now,
 	}
-	d.run("scrub", scrub.run)
-	checkpoints := &checkpointer{
-		nodeID: cfg.NodeID, interval: cfg.State.CheckpointInterval.D(), state: state, propose: fwd, roles: roles,
-		voters: raftVoters(node), rebuild: scrub.rebuild, metrics: newCheckpointMetrics(reg),
-		log: log.With().Str("part", "checkpoint").Logger(), now: time.Now, tick: time.Second,
+	d.run("scrub", scrub.Run)
+	checkpoints := &integrity.Checkpointer{
+		NodeID: cfg.NodeID, Interval: cfg.State.CheckpointInterval.D(), State: state, Propose: fwd, Roles: roles,
+		Voters: raftVoters(node), Rebuild: scrub.Rebuild, Metrics: integrity.NewCheckpointMetrics(reg),
+		Log: log.With().Str("part", "checkpoint").Logger(), Now: time.Now, Tick: time.Second,
 	}
-	d.run("checkpoint", checkpoints.run)
+	d.run("checkpoint", checkpoints.Run)
 	d.run("state-commits", func(ctx context.Context) error {
 		commitStateEvery(ctx, state, stateCommitInterval)
 		return nil
@@ -462,7 +464,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 // waitForStop waits until ctx ends, the HTTP server stops on its own or
 // the state storage fails (a damaged state file the scrubber can rebuild
 // from the cluster is no reason to stop), and says why it stopped.
-func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *scrubber) error {
+func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *integrity.Scrubber) error {
 	var stopErr error
 wait:
 	for {
@@ -476,7 +478,7 @@ wait:
 		case err := <-watchStorage(d.runCtx, d.state):
 			// A damaged state file (bbolt panicked on a page) is rebuilt
 			// from the cluster where a majority can lead without it.
-			if errors.Is(err, fsm.ErrDamagedState) && scrub.rebuild(d.runCtx, err) {
+			if errors.Is(err, fsm.ErrDamagedState) && scrub.Rebuild(d.runCtx, err) {
 				continue
 			}
 			stopErr = fmt.Errorf("state storage failed: %w", err)

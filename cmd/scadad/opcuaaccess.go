@@ -24,6 +24,11 @@ const (
 
 type accessReader interface{ Access() *fsm.Access }
 
+// proposer sends a command to the leader (control.Forwarder).
+type proposer interface {
+	Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error)
+}
+
 // opcuaAccess is the OPC UA server's view of the replicated trust store
 // and users: it reads the in-memory access state at every check, and
 // proposes this node's refusals so an operator sees them from any node.

@@ -1,4 +1,4 @@
-package main
+package integrity
 
 import (
 	"context"
@@ -16,27 +16,29 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
-// checkpointState is the FSM side of a cross-node checkpoint.
-type checkpointState interface {
+// CheckpointState is the FSM side of a cross-node checkpoint.
+type CheckpointState interface {
 	LocalDigests() <-chan fsm.LocalDigest
 	Checkpoints() ([]*fsmpb.CheckpointRecord, error)
 	Restores() uint64
 }
 
-// proposer sends a command to the leader (control.Forwarder).
-type proposer interface {
+// Proposer sends a command to the leader (control.Forwarder).
+type Proposer interface {
 	Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error)
 }
 
-type checkpointMetrics struct {
+// CheckpointMetrics say what the newest checkpoints found.
+type CheckpointMetrics struct {
 	index    prometheus.Gauge
 	diverged prometheus.Gauge
 	split    prometheus.Gauge
 	found    prometheus.Counter
 }
 
-func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
-	m := &checkpointMetrics{
+// NewCheckpointMetrics registers the checkpoint metrics on reg.
+func NewCheckpointMetrics(reg prometheus.Registerer) *CheckpointMetrics {
+	m := &CheckpointMetrics{
 		index: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_state_checkpoint_index",
 			Help: "Log index of the newest cross-node checkpoint with a verdict."}),
 		diverged: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_state_diverged",
@@ -50,25 +52,27 @@ func newCheckpointMetrics(reg prometheus.Registerer) *checkpointMetrics {
 	return m
 }
 
-// checkpointer drives the cross-node checkpoints from this node: it
+// Checkpointer drives the cross-node checkpoints from this node: it
 // proposes one when it becomes Active and every interval while it is, and
 // from any role once after it starts and after every snapshot it installs;
 // it reports its own digest at every checkpoint it applies; and it follows
 // the verdicts. A verdict that names this node as diverged fences and
 // rebuilds it (rebuild, the scrub's path); a split (two voters
 // disagreeing, pair mode) only alerts: the Active keeps serving.
-type checkpointer struct {
-	nodeID   string
-	interval time.Duration
-	state    checkpointState
-	propose  proposer
-	roles    role.Source
-	voters   func() ([]string, error)
-	rebuild  func(ctx context.Context, cause error) bool
-	metrics  *checkpointMetrics
-	log      zerolog.Logger
-	now      func() time.Time
-	tick     time.Duration // how often roles, restores and verdicts are looked at
+type Checkpointer struct {
+	NodeID   string
+	Interval time.Duration
+	State    CheckpointState
+	Propose  Proposer
+	Roles    role.Source
+	// Voters lists the voters' ids (the raft configuration).
+	Voters func() ([]string, error)
+	// Rebuild fences and rebuilds a diverged node (Scrubber.Rebuild).
+	Rebuild func(ctx context.Context, cause error) bool
+	Metrics *CheckpointMetrics
+	Log     zerolog.Logger
+	Now     func() time.Time
+	Tick    time.Duration // how often roles, restores and verdicts are looked at
 
 	// what this process computed: only a verdict on a digest this node
 	// computed and reported in this life is acted on (a restored state
@@ -82,17 +86,18 @@ type checkpointer struct {
 	wasRole  role.Role
 }
 
-func (c *checkpointer) run(ctx context.Context) error {
+// Run drives the checkpoints until ctx ends.
+func (c *Checkpointer) Run(ctx context.Context) error {
 	c.mine = map[uint64]string{}
-	c.restores = c.state.Restores()
+	c.restores = c.State.Restores()
 	c.want = "node start"
-	t := time.NewTicker(c.tick)
+	t := time.NewTicker(c.Tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case d := <-c.state.LocalDigests():
+		case d := <-c.State.LocalDigests():
 			c.digested(ctx, d)
 		case <-t.C:
 		}
@@ -100,11 +105,11 @@ func (c *checkpointer) run(ctx context.Context) error {
 	}
 }
 
-func (c *checkpointer) digested(ctx context.Context, d fsm.LocalDigest) {
+func (c *Checkpointer) digested(ctx context.Context, d fsm.LocalDigest) {
 	if d.Err != nil {
-		c.log.Error().Err(d.Err).Uint64("checkpoint", d.Index).Msg("this node's state could not be digested at a checkpoint")
+		c.Log.Error().Err(d.Err).Uint64("checkpoint", d.Index).Msg("this node's state could not be digested at a checkpoint")
 		if errors.Is(d.Err, fsm.ErrDamagedState) {
-			c.rebuild(ctx, d.Err)
+			c.Rebuild(ctx, d.Err)
 		}
 		return
 	}
@@ -113,21 +118,21 @@ func (c *checkpointer) digested(ctx context.Context, d fsm.LocalDigest) {
 		delete(c.mine, slices.Min(slices.Collect(maps.Keys(c.mine))))
 	}
 	c.pending = append(c.pending, d)
-	c.log.Info().Uint64("checkpoint", d.Index).Str("digest", d.Digest).Msg("state digested at a checkpoint; reporting it")
+	c.Log.Info().Uint64("checkpoint", d.Index).Str("digest", d.Digest).Msg("state digested at a checkpoint; reporting it")
 }
 
 // step proposes a checkpoint when one is due, sends pending reports and
 // follows the newest verdict.
-func (c *checkpointer) step(ctx context.Context) {
-	st := c.roles.Current()
+func (c *Checkpointer) step(ctx context.Context) {
+	st := c.Roles.Current()
 	if st.Role == role.Active && c.wasRole != role.Active {
 		c.want = "new Active"
 	}
 	c.wasRole = st.Role
-	if r := c.state.Restores(); r != c.restores {
+	if r := c.State.Restores(); r != c.restores {
 		c.restores, c.want = r, "snapshot installed"
 	}
-	if c.want == "" && st.Role == role.Active && c.now().Sub(c.lastAt) >= c.interval {
+	if c.want == "" && st.Role == role.Active && c.Now().Sub(c.lastAt) >= c.Interval {
 		c.want = "interval"
 	}
 	if c.want != "" && (st.Role == role.Active || st.Role == role.Standby || st.Role == role.Witness) {
@@ -137,8 +142,8 @@ func (c *checkpointer) step(ctx context.Context) {
 	c.follow(ctx)
 }
 
-func (c *checkpointer) proposeCheckpoint(ctx context.Context, why string) {
-	voters, err := c.voters()
+func (c *Checkpointer) proposeCheckpoint(ctx context.Context, why string) {
+	voters, err := c.Voters()
 	if err != nil || len(voters) == 0 {
 		return
 	}
@@ -149,29 +154,29 @@ func (c *checkpointer) proposeCheckpoint(ctx context.Context, why string) {
 		if errors.As(err, &ce) && ce.Code == fsm.CodeFeatureLevel {
 			// A member runs an older release: no checkpoints until all
 			// can apply them; try again at the interval.
-			c.log.Debug().Err(err).Msg("checkpoint not proposed: a member does not apply checkpoints yet")
-			c.want, c.lastAt = "", c.now()
+			c.Log.Debug().Err(err).Msg("checkpoint not proposed: a member does not apply checkpoints yet")
+			c.want, c.lastAt = "", c.Now()
 			return
 		}
-		c.log.Debug().Err(err).Str("why", why).Msg("checkpoint not proposed yet; retrying")
+		c.Log.Debug().Err(err).Str("why", why).Msg("checkpoint not proposed yet; retrying")
 		return
 	}
-	c.want, c.lastAt = "", c.now()
-	c.log.Info().Uint64("checkpoint", res.Index).Str("why", why).Strs("voters", voters).Msg("cross-node state checkpoint proposed")
+	c.want, c.lastAt = "", c.Now()
+	c.Log.Info().Uint64("checkpoint", res.Index).Str("why", why).Strs("voters", voters).Msg("cross-node state checkpoint proposed")
 }
 
-func (c *checkpointer) sendReports(ctx context.Context) {
+func (c *Checkpointer) sendReports(ctx context.Context) {
 	var keep []fsm.LocalDigest
 	for _, d := range c.pending {
 		_, err := c.call(ctx, &fsmpb.Command{Body: &fsmpb.Command_CheckpointReport{CheckpointReport: &fsmpb.CheckpointReport{
-			Index: d.Index, NodeId: c.nodeID, Digest: d.Digest}}})
+			Index: d.Index, NodeId: c.NodeID, Digest: d.Digest}}})
 		var ce *fsm.CommandError
 		switch {
 		case err == nil:
 		case errors.As(err, &ce):
 			// Refused for good (the checkpoint is no longer kept, this
 			// node is not among its voters): nothing to retry.
-			c.log.Warn().Err(err).Uint64("checkpoint", d.Index).Msg("checkpoint report refused")
+			c.Log.Warn().Err(err).Uint64("checkpoint", d.Index).Msg("checkpoint report refused")
 		default:
 			keep = append(keep, d)
 		}
@@ -181,11 +186,11 @@ func (c *checkpointer) sendReports(ctx context.Context) {
 
 // call proposes cmd and returns its result, the command's refusal as the
 // error.
-func (c *checkpointer) call(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
-	cmd.Version, cmd.StampUnixNano, cmd.Actor = fsm.CommandVersion, c.now().UnixNano(), c.nodeID
+func (c *Checkpointer) call(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	cmd.Version, cmd.StampUnixNano, cmd.Actor = fsm.CommandVersion, c.Now().UnixNano(), c.NodeID
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := c.propose.Propose(ctx, cmd)
+	res, err := c.Propose.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -196,8 +201,8 @@ func (c *checkpointer) call(ctx context.Context, cmd *fsmpb.Command) (*fsm.Resul
 }
 
 // follow acts on the newest checkpoint with a verdict.
-func (c *checkpointer) follow(ctx context.Context) {
-	recs, err := c.state.Checkpoints()
+func (c *Checkpointer) follow(ctx context.Context) {
+	recs, err := c.State.Checkpoints()
 	if err != nil {
 		return
 	}
@@ -211,30 +216,30 @@ func (c *checkpointer) follow(ctx context.Context) {
 	if rec == nil {
 		return
 	}
-	c.metrics.index.Set(float64(rec.Index))
+	c.Metrics.index.Set(float64(rec.Index))
 	if rec.Split {
-		c.metrics.split.Set(1)
-		c.metrics.diverged.Set(0)
+		c.Metrics.split.Set(1)
+		c.Metrics.diverged.Set(0)
 		if rec.Index > c.handled {
 			c.handled = rec.Index
-			c.metrics.found.Inc()
-			c.log.Error().Uint64("checkpoint", rec.Index).Str("reports", describeReports(rec)).
+			c.Metrics.found.Inc()
+			c.Log.Error().Uint64("checkpoint", rec.Index).Str("reports", describeReports(rec)).
 				Msg("STATE DIVERGED: the voters' states differ at a checkpoint and no digest has a majority (two voters): the Active keeps serving; compare the nodes (scadactl check) and rebuild the wrong one (move its data folder aside and start it again)")
 		}
 		return
 	}
-	c.metrics.split.Set(0)
-	if !slices.Contains(rec.Diverged, c.nodeID) {
-		c.metrics.diverged.Set(0)
+	c.Metrics.split.Set(0)
+	if !slices.Contains(rec.Diverged, c.NodeID) {
+		c.Metrics.diverged.Set(0)
 		if len(rec.Diverged) > 0 && rec.Index > c.handled {
 			c.handled = rec.Index
-			c.log.Warn().Uint64("checkpoint", rec.Index).Strs("diverged", rec.Diverged).Msg("a checkpoint found another node's state diverged; it fences itself and is rebuilt")
+			c.Log.Warn().Uint64("checkpoint", rec.Index).Strs("diverged", rec.Diverged).Msg("a checkpoint found another node's state diverged; it fences itself and is rebuilt")
 		}
 		return
 	}
 	reported := ""
 	for _, r := range rec.Reports {
-		if r.NodeId == c.nodeID {
+		if r.NodeId == c.NodeID {
 			reported = r.Digest
 		}
 	}
@@ -242,13 +247,13 @@ func (c *checkpointer) follow(ctx context.Context) {
 		return // not this life's digest: a verdict carried in a restored state
 	}
 	c.handled = rec.Index
-	c.metrics.diverged.Set(1)
-	c.metrics.found.Inc()
+	c.Metrics.diverged.Set(1)
+	c.Metrics.found.Inc()
 	cause := fmt.Errorf("%w: at checkpoint %d this node's state digest %s differs from the majority's %s (%s)",
 		fsm.ErrDamagedState, rec.Index, reported, rec.MajorityDigest, describeReports(rec))
-	c.log.Error().Err(cause).Msg("STATE DIVERGED: this node's state differs from the majority's at a checkpoint")
-	if c.rebuild(ctx, cause) {
-		c.metrics.diverged.Set(0)
+	c.Log.Error().Err(cause).Msg("STATE DIVERGED: this node's state differs from the majority's at a checkpoint")
+	if c.Rebuild(ctx, cause) {
+		c.Metrics.diverged.Set(0)
 		c.want = "rebuilt after a divergence"
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package integrity
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/promtest"
-	"github.com/scadad/scadad/nodeconfig"
 )
 
 type fakeRejoiner struct{ calls int }
@@ -69,7 +68,7 @@ func TestScrubberRebuildsOutsidePairModeOnly(t *testing.T) {
 		node := &fakeRejoiner{}
 		var logs lockedbuf.Buffer
 		reg := prometheus.NewRegistry()
-		m := newScrubMetrics(reg)
+		m := NewScrubMetrics(reg)
 		value := func(name string) float64 {
 			v, _, err := promtest.Value(reg, name, "")
 			if err != nil {
@@ -77,8 +76,8 @@ func TestScrubberRebuildsOutsidePairModeOnly(t *testing.T) {
 			}
 			return v
 		}
-		s := &scrubber{cfg: nodeconfig.State{ScrubInterval: nodeconfig.Duration(time.Hour)}, pair: pair, state: state, node: node,
-			reset: func(context.Context) error { return nil }, metrics: m, log: zerolog.New(&logs), now: time.Now}
+		s := &Scrubber{Interval: time.Hour, Pair: pair, State: state, Node: node,
+			Reset: func(context.Context) error { return nil }, Metrics: m, Log: zerolog.New(&logs), Now: time.Now}
 		s.once(context.Background())
 		if got := value("scadad_state_scrub_failures_total"); got != 1 {
 			t.Errorf("pair=%v: %v scrub failures counted, want 1", pair, got)
