@@ -3,7 +3,6 @@ package opcua
 import (
 	"math"
 
-	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uasc"
 )
@@ -54,9 +53,10 @@ func (s *Server) translateOne(p *ua.BrowsePath) *ua.BrowsePathResult {
 		if el == nil || el.TargetName == nil || el.TargetName.Name == "" {
 			return fail(ua.StatusBadBrowseNameInvalid)
 		}
-		refType, subtypes := el.ReferenceTypeID, el.IncludeSubtypes
-		if refType == nil || refType.Equal(ua.NewTwoByteNodeID(0)) {
-			refType, subtypes = ua.NewNumericNodeID(0, id.HierarchicalReferences), true
+		// A null ReferenceTypeId follows every reference (Part 4, 7.26).
+		refType := el.ReferenceTypeID
+		if refType == nil {
+			refType = ua.NewTwoByteNodeID(0)
 		}
 		dir := ua.BrowseDirectionForward
 		if el.IsInverse {
@@ -66,7 +66,7 @@ func (s *Server) translateOne(p *ua.BrowsePath) *ua.BrowsePathResult {
 		seen := map[string]bool{} // a node reached twice (duplicate references) is one target
 		for _, n := range current {
 			res := s.browseOne(&ua.BrowseDescription{NodeID: n, BrowseDirection: dir, ReferenceTypeID: refType,
-				IncludeSubtypes: subtypes, ResultMask: uint32(ua.BrowseResultMaskAll)})
+				IncludeSubtypes: el.IncludeSubtypes, ResultMask: uint32(ua.BrowseResultMaskAll)})
 			for _, rd := range res.References {
 				if rd.BrowseName == nil || rd.NodeID == nil || rd.NodeID.NodeID == nil {
 					continue

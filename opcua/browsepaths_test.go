@@ -11,9 +11,14 @@ import (
 
 // TranslateBrowsePathsToNodeIds resolves paths through both namespaces, as
 // an HMI resolves a tag by its path (the library answered
-// BadServiceUnsupported).
+// BadServiceUnsupported): every element's ReferenceTypeId, IncludeSubtypes
+// and IsInverse as Part 4 (7.26) has them, into a variable's properties.
 func TestTranslateBrowsePaths(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
+	if _, err := ts.ApplyModel(Model{Instances: []Instance{{Name: "Pump1", Attributes: []Attribute{{Name: "Speed", Type: TypeDouble}}},
+		{Name: "Boiler", Attributes: []Attribute{{Name: "Temp", Type: TypeDouble, Units: "degC", EURange: &Range{Low: 0, High: 200}}}}}}); err != nil {
+		t.Fatal(err)
+	}
 	c := connect(t, ts.Endpoint())
 	site := ts.ns.idx
 	step := func(ns uint16, name string, ref uint32, subtypes bool) *ua.RelativePathElement {
@@ -29,6 +34,28 @@ func TestTranslateBrowsePaths(t *testing.T) {
 			step(site, ts.ns.siteName, id.HierarchicalReferences, true), step(site, "Pump9", id.HierarchicalReferences, true)}}},
 		{StartingNode: ua.NewStringNodeID(site, "Nope"), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{step(site, "x", id.HierarchicalReferences, true)}}},
 		{StartingNode: objects, RelativePath: &ua.RelativePath{}},
+		// Up a HasProperty reference (IsInverse): the library named the
+		// inverse references of the variables scadad serves "Parent".
+		{StartingNode: ua.NewNumericNodeID(0, id.Server_ServiceLevel), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			{ReferenceTypeID: ua.NewNumericNodeID(0, id.HasProperty), IsInverse: true, TargetName: &ua.QualifiedName{Name: "Server"}}}}},
+		// HasChild without its subtypes matches no HasComponent (the
+		// library matched subtypes whatever IncludeSubtypes said).
+		{StartingNode: ua.NewNumericNodeID(0, id.Server), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(0, "ServerStatus", id.HasChild, false)}}},
+		// Aggregates with subtypes follows HasComponent and HasProperty.
+		{StartingNode: ua.NewNumericNodeID(0, id.Server), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(0, "ServerDiagnostics", id.Aggregates, true), step(0, "EnabledFlag", id.Aggregates, true)}}},
+		// Into a variable's properties: instance/attribute/EURange by
+		// hierarchical references, and down again to EngineeringUnits.
+		{StartingNode: ts.ns.folderID("Boiler"), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			step(site, "Temp", id.HierarchicalReferences, true), step(0, "EURange", id.HierarchicalReferences, true)}}},
+		{StartingNode: ts.ns.propID("Boiler", "Temp", "EURange"), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			{ReferenceTypeID: ua.NewNumericNodeID(0, id.HasProperty), IsInverse: true, TargetName: &ua.QualifiedName{NamespaceIndex: site, Name: "Temp"}},
+			step(0, "EngineeringUnits", id.HasProperty, false)}}},
+		// A null ReferenceTypeId follows every reference (Part 4, 7.26),
+		// HasTypeDefinition too.
+		{StartingNode: ua.NewNumericNodeID(0, id.Server), RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{
+			{ReferenceTypeID: ua.NewTwoByteNodeID(0), TargetName: &ua.QualifiedName{Name: "ServerType"}}}}},
 	}
 	want := []struct {
 		status ua.StatusCode
@@ -39,6 +66,12 @@ func TestTranslateBrowsePaths(t *testing.T) {
 		{ua.StatusBadNoMatch, nil},
 		{ua.StatusBadNodeIDUnknown, nil},
 		{ua.StatusBadNothingToDo, nil},
+		{ua.StatusOK, ua.NewNumericNodeID(0, id.Server)},
+		{ua.StatusBadNoMatch, nil},
+		{ua.StatusOK, ua.NewNumericNodeID(0, id.Server_ServerDiagnostics_EnabledFlag)},
+		{ua.StatusOK, ts.ns.propID("Boiler", "Temp", "EURange")},
+		{ua.StatusOK, ts.ns.propID("Boiler", "Temp", "EngineeringUnits")},
+		{ua.StatusOK, ua.NewNumericNodeID(0, id.ServerType)},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

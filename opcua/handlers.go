@@ -577,7 +577,7 @@ func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {
 		if err != nil {
 			return &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
 		}
-		return n0.Browse(bd)
+		return s.browseNS0(n0, bd)
 	default:
 		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDUnknown}
 	}

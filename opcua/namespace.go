@@ -24,6 +24,9 @@ type siteNamespace struct {
 	// idx is set by server.AddNamespace before Start, and again, to the
 	// same index, when a restarted library's server adds the namespace.
 	idx uint16
+	// refTypes is namespace 0's reference type hierarchy, set before
+	// Start (Server.newLibrary).
+	refTypes refHierarchy
 
 	mu        sync.RWMutex
 	instances map[string]*instanceNode // by instance name
@@ -577,7 +580,7 @@ func (ns *siteNamespace) Browse(bd *ua.BrowseDescription) *ua.BrowseResult {
 	}
 	out := make([]*ua.ReferenceDescription, 0, len(refs))
 	for _, r := range refs {
-		if !directionMatches(bd.BrowseDirection, r.forward) || !refTypeMatches(bd.ReferenceTypeID, bd.IncludeSubtypes, r.refType) {
+		if !directionMatches(bd.BrowseDirection, r.forward) || !ns.refTypes.matches(bd.ReferenceTypeID, bd.IncludeSubtypes, r.refType) {
 			continue
 		}
 		if bd.NodeClassMask != 0 && bd.NodeClassMask&uint32(r.class) == 0 {
@@ -611,34 +614,4 @@ func directionMatches(d ua.BrowseDirection, forward bool) bool {
 	default:
 		return false
 	}
-}
-
-// refAncestors lists the supertypes of the only reference types this
-// namespace uses, so IncludeSubtypes filters work without walking namespace 0.
-var refAncestors = map[uint32][]uint32{
-	id.Organizes:         {id.HierarchicalReferences, id.References},
-	id.HasComponent:      {id.Aggregates, id.HasChild, id.HierarchicalReferences, id.References},
-	id.HasProperty:       {id.Aggregates, id.HasChild, id.HierarchicalReferences, id.References},
-	id.HasTypeDefinition: {id.NonHierarchicalReferences, id.References},
-}
-
-func refTypeMatches(want *ua.NodeID, subtypes bool, have uint32) bool {
-	if want == nil || (want.Namespace() == 0 && want.IntID() == 0 && want.Type() != ua.NodeIDTypeString && want.Type() != ua.NodeIDTypeGUID && want.Type() != ua.NodeIDTypeByteString) {
-		return true
-	}
-	if want.Namespace() != 0 || want.Type() == ua.NodeIDTypeString || want.Type() == ua.NodeIDTypeGUID || want.Type() == ua.NodeIDTypeByteString {
-		return false
-	}
-	if want.IntID() == have {
-		return true
-	}
-	if !subtypes {
-		return false
-	}
-	for _, a := range refAncestors[have] {
-		if a == want.IntID() {
-			return true
-		}
-	}
-	return false
 }

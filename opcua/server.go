@@ -60,6 +60,9 @@ type Server struct {
 	sessions *sessionTable
 	notify   *notifier
 	subs     *subscriptions
+	// refTypes is namespace 0's reference type hierarchy, read from the
+	// first library's import.
+	refTypes refHierarchy
 	// continuations holds the Browse continuation points of each session.
 	continuations *continuationPoints
 
@@ -276,6 +279,14 @@ func (s *Server) newLibrary() (*library, error) {
 	srv.AddNamespace(s.ns)
 	if err := s.linkSiteFolder(srv); err != nil {
 		return nil, err
+	}
+	if s.refTypes == nil { // the first library; a restarted one imports the same
+		n0, err := ns0(srv)
+		if err != nil {
+			return nil, err
+		}
+		s.refTypes = buildRefHierarchy(n0)
+		s.ns.refTypes = s.refTypes
 	}
 	if err := s.installRedundancyNodes(srv); err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package opcua
 
 import (
+	"time"
+
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/server"
 	"github.com/gopcua/opcua/ua"
@@ -53,6 +55,43 @@ var unservedServerChildren = map[uint32]bool{
 	id.Server_ServerCapabilities_OperationLimits_MaxNodesPerMethodCall:          true,
 	id.Server_ServerCapabilities_OperationLimits_MaxNodesPerNodeManagement:      true,
 	id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRegisterNodes:       true,
+
+	// Optional parts scadad does not serve: role management (Part 18),
+	// history (Part 11), sampling-interval diagnostics, the namespace
+	// metadata's role and access defaults, and the objects OPC UA 1.05
+	// adds under Server for other parts (Part 12 ServerConfiguration,
+	// Part 14 PublishSubscribe and its DataSetClasses, Dictionaries,
+	// Resources), which the library imports without values and with
+	// methods no Call would serve.
+	id.Server_ServerCapabilities_RoleSet:                         true,
+	id.HistoryServerCapabilities:                                 true,
+	id.Server_ServerDiagnostics_SamplingIntervalDiagnosticsArray: true,
+	id.OPCUANamespaceMetadata_DefaultRolePermissions:             true,
+	id.OPCUANamespaceMetadata_DefaultUserRolePermissions:         true,
+	id.OPCUANamespaceMetadata_DefaultAccessRestrictions:          true,
+	id.ServerConfiguration:                                       true,
+	id.PublishSubscribe:                                          true,
+	id.DataSetClasses:                                            true,
+	id.Dictionaries:                                              true,
+	id.Resources:                                                 true,
+}
+
+// Namespace 0 as the library's nodeset (Opc.Ua.NodeSet2.xml) has it.
+const (
+	ua0URI     = "http://opcfoundation.org/UA/"
+	ns0Version = "1.05.02"
+)
+
+var ns0Published = time.Date(2022, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// diagnosticsSummary is ServerDiagnosticsSummary: the current sessions
+// and subscriptions; the counts diagnostics would collect are 0
+// (EnabledFlag is false).
+func (s *Server) diagnosticsSummary() *ua.ServerDiagnosticsSummaryDataType {
+	return &ua.ServerDiagnosticsSummaryDataType{
+		CurrentSessionCount:      uint32(s.sessions.count()),
+		CurrentSubscriptionCount: uint32(s.subs.count()),
+	}
 }
 
 // serverProfiles is what ServerProfileArray claims: the Micro Embedded
@@ -85,6 +124,10 @@ func (s *Server) installServerObject(srv *server.Server) error {
 		bdv  = id.BaseDataVariableType
 		pt   = id.PropertyType
 	)
+	sumVar := func(node uint32, name string, count func(*ua.ServerDiagnosticsSummaryDataType) uint32) serverVar {
+		return serverVar{node, name, id.UInt32, -1, bdv, id.Server_ServerDiagnostics_ServerDiagnosticsSummary, comp,
+			func() *ua.DataValue { return now(count(s.diagnosticsSummary())) }}
+	}
 	vars := []serverVar{
 		{id.Server_ServerStatus, "ServerStatus", id.ServerStatusDataType, -1, id.ServerStatusType, id.Server, comp,
 			func() *ua.DataValue { return now(ua.NewExtensionObject(status())) }},
@@ -119,6 +162,59 @@ func (s *Server) installServerObject(srv *server.Server) error {
 			func() *ua.DataValue { return now(build().BuildDate) }},
 		{id.Server_Auditing, "Auditing", id.Boolean, -1, pt, id.Server, prop,
 			func() *ua.DataValue { return now(false) }},
+
+		// ServerDiagnostics (Part 5, 6.3.3): scadad collects no
+		// diagnostics (EnabledFlag false, read-only); the summary says
+		// what the server knows anyway, the current sessions and
+		// subscriptions, and 0 for the counts it does not keep; the
+		// per-subscription and per-session arrays are empty.
+		{id.Server_ServerDiagnostics_EnabledFlag, "EnabledFlag", id.Boolean, -1, pt, id.Server_ServerDiagnostics, prop,
+			func() *ua.DataValue { return now(false) }},
+		{id.Server_ServerDiagnostics_ServerDiagnosticsSummary, "ServerDiagnosticsSummary", id.ServerDiagnosticsSummaryDataType, -1,
+			id.ServerDiagnosticsSummaryType, id.Server_ServerDiagnostics, comp,
+			func() *ua.DataValue { return now(ua.NewExtensionObject(s.diagnosticsSummary())) }},
+		{id.Server_ServerDiagnostics_SubscriptionDiagnosticsArray, "SubscriptionDiagnosticsArray", id.SubscriptionDiagnosticsDataType, 1,
+			id.SubscriptionDiagnosticsArrayType, id.Server_ServerDiagnostics, comp,
+			func() *ua.DataValue { return now([]*ua.ExtensionObject{}) }},
+		{id.Server_ServerDiagnostics_SessionsDiagnosticsSummary_SessionDiagnosticsArray, "SessionDiagnosticsArray", id.SessionDiagnosticsDataType, 1,
+			id.SessionDiagnosticsArrayType, id.Server_ServerDiagnostics_SessionsDiagnosticsSummary, comp,
+			func() *ua.DataValue { return now([]*ua.ExtensionObject{}) }},
+		{id.Server_ServerDiagnostics_SessionsDiagnosticsSummary_SessionSecurityDiagnosticsArray, "SessionSecurityDiagnosticsArray", id.SessionSecurityDiagnosticsDataType, 1,
+			id.SessionSecurityDiagnosticsArrayType, id.Server_ServerDiagnostics_SessionsDiagnosticsSummary, comp,
+			func() *ua.DataValue { return now([]*ua.ExtensionObject{}) }},
+
+		// Namespaces (Part 5, 6.3.13): the metadata of namespace 0 as the
+		// library's nodeset has it (1.05.02 of 2022-11-01; the library
+		// names the object "0:http://opcfoundation.org/UA/"). Its node
+		// ids are numeric; scadad serves a subset of it.
+		{id.OPCUANamespaceMetadata_NamespaceURI, "NamespaceUri", id.String, -1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now(ua0URI) }},
+		{id.OPCUANamespaceMetadata_NamespaceVersion, "NamespaceVersion", id.String, -1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now(ns0Version) }},
+		{id.OPCUANamespaceMetadata_NamespacePublicationDate, "NamespacePublicationDate", id.DateTime, -1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now(ns0Published) }},
+		{id.OPCUANamespaceMetadata_IsNamespaceSubset, "IsNamespaceSubset", id.Boolean, -1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now(true) }},
+		{id.OPCUANamespaceMetadata_StaticNodeIDTypes, "StaticNodeIdTypes", id.IDType, 1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now([]int32{int32(ua.IDTypeNumeric)}) }},
+		{id.OPCUANamespaceMetadata_StaticNumericNodeIDRange, "StaticNumericNodeIdRange", id.NumericRange, 1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now([]string{}) }},
+		{id.OPCUANamespaceMetadata_StaticStringNodeIDPattern, "StaticStringNodeIdPattern", id.String, -1, pt, id.OPCUANamespaceMetadata, prop,
+			func() *ua.DataValue { return now("") }},
+
+		// Each of the summary's counts is a variable too (Part 5, 7.8).
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_ServerViewCount, "ServerViewCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.ServerViewCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSessionCount, "CurrentSessionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.CurrentSessionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSessionCount, "CumulatedSessionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.CumulatedSessionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_SecurityRejectedSessionCount, "SecurityRejectedSessionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.SecurityRejectedSessionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_RejectedSessionCount, "RejectedSessionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.RejectedSessionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_SessionTimeoutCount, "SessionTimeoutCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.SessionTimeoutCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_SessionAbortCount, "SessionAbortCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.SessionAbortCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_PublishingIntervalCount, "PublishingIntervalCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.PublishingIntervalCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_CurrentSubscriptionCount, "CurrentSubscriptionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.CurrentSubscriptionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_CumulatedSubscriptionCount, "CumulatedSubscriptionCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.CumulatedSubscriptionCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_SecurityRejectedRequestsCount, "SecurityRejectedRequestsCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.SecurityRejectedRequestsCount }),
+		sumVar(id.Server_ServerDiagnostics_ServerDiagnosticsSummary_RejectedRequestsCount, "RejectedRequestsCount", func(d *ua.ServerDiagnosticsSummaryDataType) uint32 { return d.RejectedRequestsCount }),
 
 		// What scadad enforces: 0 says "no limit" where the spec gives
 		// it that meaning (Query and History are not served, so they
@@ -156,6 +252,12 @@ func (s *Server) installServerObject(srv *server.Server) error {
 			DisplayName: localized(name), NodeClass: class, TypeDefinition: ua.NewTwoByteExpandedNodeID(0),
 		}
 	}
+	typeName := func(t uint32) string {
+		if n := n0.Node(ua.NewNumericNodeID(0, t)); n != nil {
+			return n.BrowseName().Name
+		}
+		return ""
+	}
 	for _, v := range vars {
 		refs := []*ua.ReferenceDescription{
 			ref(id.HasTypeDefinition, true, v.typeDef, typeName(v.typeDef), ua.NodeClassVariableType),
@@ -168,6 +270,13 @@ func (s *Server) installServerObject(srv *server.Server) error {
 	}
 	// The objects above them: each reference once, named as its target
 	// is, none to what is not served, and one to every variable above.
+	// The library names namespace 0's metadata object
+	// "0:http://opcfoundation.org/UA/": the nodeset's namespace prefix
+	// taken for part of the name.
+	if meta := n0.Node(ua.NewNumericNodeID(0, id.OPCUANamespaceMetadata)); meta != nil {
+		meta.SetBrowseName(ua0URI)
+		meta.SetDisplayName(ua0URI, "")
+	}
 	for _, obj := range []uint32{id.Server, id.Server_ServerCapabilities, id.Server_ServerCapabilities_OperationLimits} {
 		if err := s.relinkObject(n0, obj, children[obj], owned); err != nil {
 			return err
@@ -193,19 +302,6 @@ func readOnlyVariable(name string, dataType uint32, rank int32) server.Attribute
 		ua.AttributeIDWriteMask:               server.DataValueFromValue(uint32(0)),
 		ua.AttributeIDUserWriteMask:           server.DataValueFromValue(uint32(0)),
 	}
-}
-
-// typeName is the BrowseName of a variable type used above.
-func typeName(t uint32) string {
-	switch t {
-	case id.PropertyType:
-		return "PropertyType"
-	case id.ServerStatusType:
-		return "ServerStatusType"
-	case id.BuildInfoType:
-		return "BuildInfoType"
-	}
-	return "BaseDataVariableType"
 }
 
 // relinkObject rebuilds object obj of namespace 0 with its references

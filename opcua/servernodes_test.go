@@ -173,3 +173,117 @@ func describe(refs []*ua.ReferenceDescription) string {
 	}
 	return fmt.Sprint(out)
 }
+
+// TestServerSubtreeConformance walks everything under the Server object
+// (i=2253) by its forward hierarchical references, as a strict client
+// browsing it does, and checks each node the way Part 3 and Part 5 have
+// it: each reference once, named and classed as its target is, with the
+// target's TypeDefinition; every Object and Variable typed; every
+// Variable with a DataType and a Good value of it; no Method (Call is not
+// served). The library imports ServerDiagnostics, Namespaces and the 1.05
+// objects (ServerConfiguration, PublishSubscribe, Resources…) without
+// values or DataTypes, lists their references twice and names the
+// namespace-0 metadata object "0:http://opcfoundation.org/UA/".
+func TestServerSubtreeConformance(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	forward := func(nid *ua.NodeID, refType uint32) []*ua.ReferenceDescription {
+		t.Helper()
+		res, err := c.Browse(ctx, &ua.BrowseRequest{NodesToBrowse: []*ua.BrowseDescription{{NodeID: nid, BrowseDirection: ua.BrowseDirectionForward,
+			ReferenceTypeID: ua.NewNumericNodeID(0, refType), IncludeSubtypes: true, ResultMask: uint32(ua.BrowseResultMaskAll)}}})
+		if err != nil || len(res.Results) != 1 || res.Results[0].StatusCode != ua.StatusOK {
+			t.Fatalf("browse %v: %v %+v", nid, err, res)
+		}
+		return res.Results[0].References
+	}
+	read := func(nid *ua.NodeID, attrs ...ua.AttributeID) []*ua.DataValue {
+		t.Helper()
+		req := &ua.ReadRequest{TimestampsToReturn: ua.TimestampsToReturnNeither}
+		for _, a := range attrs {
+			req.NodesToRead = append(req.NodesToRead, &ua.ReadValueID{NodeID: nid, AttributeID: a})
+		}
+		resp, err := c.Read(ctx, req)
+		if err != nil || len(resp.Results) != len(attrs) {
+			t.Fatalf("read %v: %v", nid, err)
+		}
+		return resp.Results
+	}
+	// The Go type each built-in DataType's value decodes to.
+	builtin := map[uint32]string{id.Boolean: "bool", id.Byte: "uint8", id.UInt16: "uint16", id.UInt32: "uint32", id.Int32: "int32",
+		id.Double: "float64", id.Duration: "float64", id.String: "string", id.UtcTime: "time.Time", id.LocalizedText: "*ua.LocalizedText",
+		id.LocaleID: "string", id.DateTime: "time.Time"}
+	seen := map[string]bool{}
+	nodes := 0
+	var walk func(nid *ua.NodeID, path string)
+	walk = func(nid *ua.NodeID, path string) {
+		if seen[nid.String()] {
+			return
+		}
+		seen[nid.String()] = true
+		nodes++
+		refs := forward(nid, id.HierarchicalReferences)
+		dup := map[string]bool{}
+		for _, r := range refs {
+			target := r.NodeID.NodeID
+			where := path + "/" + r.BrowseName.Name
+			k := fmt.Sprintf("%v/%v", r.ReferenceTypeID, target)
+			if dup[k] {
+				t.Errorf("%s: listed twice", where)
+			}
+			dup[k] = true
+			if target.Namespace() != 0 {
+				continue
+			}
+			got := read(target, ua.AttributeIDBrowseName, ua.AttributeIDNodeClass, ua.AttributeIDDataType, ua.AttributeIDValueRank, ua.AttributeIDValue)
+			if bn, ok := got[0].Value.Value().(*ua.QualifiedName); !ok || bn.Name != r.BrowseName.Name || bn.NamespaceIndex != r.BrowseName.NamespaceIndex {
+				t.Errorf("%s (%v): the reference names it %v, its BrowseName is %v", where, target, r.BrowseName, got[0].Value.Value())
+			}
+			if class, _ := got[1].Value.Value().(int32); ua.NodeClass(class) != r.NodeClass {
+				t.Errorf("%s: the reference says %v, its NodeClass is %v", where, r.NodeClass, got[1].Value.Value())
+			}
+			switch r.NodeClass {
+			case ua.NodeClassMethod:
+				t.Errorf("%s: a Method; Call is not served", where)
+				continue
+			case ua.NodeClassObject, ua.NodeClassVariable:
+				defs := forward(target, id.HasTypeDefinition)
+				if len(defs) != 1 || defs[0].NodeID.NodeID.IntID() == 0 {
+					t.Errorf("%s: %d type definitions", where, len(defs))
+				} else if r.TypeDefinition == nil || r.TypeDefinition.NodeID == nil || r.TypeDefinition.NodeID.String() != defs[0].NodeID.NodeID.String() {
+					t.Errorf("%s: the reference's TypeDefinition is %v, the node's %v", where, r.TypeDefinition, defs[0].NodeID.NodeID)
+				}
+			}
+			if r.NodeClass == ua.NodeClassVariable {
+				dt, ok := got[2].Value.Value().(*ua.NodeID)
+				if got[2].Status != ua.StatusOK || !ok || dt.IntID() == 0 {
+					t.Errorf("%s: DataType %v (%v)", where, got[2].Value, got[2].Status)
+				}
+				rank, _ := got[3].Value.Value().(int32)
+				if got[4].Status != ua.StatusOK || got[4].Value == nil || got[4].Value.Value() == nil {
+					t.Errorf("%s: value %v", where, got[4].Status)
+				} else if want, ok := builtin[dt.IntID()]; ok && dt.Namespace() == 0 {
+					if rank >= 1 {
+						want = "[]" + want
+					}
+					if have := fmt.Sprintf("%T", got[4].Value.Value()); have != want {
+						t.Errorf("%s: a %s value, its DataType (%v, rank %d) wants %s", where, have, dt, rank, want)
+					}
+				}
+			}
+			walk(target, where)
+		}
+	}
+	walk(ua.NewNumericNodeID(0, id.Server), "Server")
+	t.Logf("%d nodes under Server", nodes)
+	for _, must := range []uint32{id.Server_ServerDiagnostics_EnabledFlag, id.Server_ServerDiagnostics_ServerDiagnosticsSummary,
+		id.Server_VendorServerInfo, id.Server_Namespaces, id.Server_ServerCapabilities_ModellingRules} {
+		if !seen[ua.NewNumericNodeID(0, must).String()] {
+			t.Errorf("i=%d, mandatory under Server (or served), not found browsing", must)
+		}
+	}
+	if v := readValue(t, c, ua.NewNumericNodeID(0, id.Server_ServerDiagnostics_EnabledFlag), ua.AttributeIDValue); v.Value == nil || v.Value.Value() != false {
+		t.Errorf("ServerDiagnostics.EnabledFlag = %v, want false: no diagnostics are collected", v.Value)
+	}
+}

@@ -727,6 +727,13 @@ func (m *subscriptions) deleteSubLocked(sub *subscription) {
 	m.countLocked()
 }
 
+// count is how many subscriptions exist.
+func (m *subscriptions) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.subs)
+}
+
 func (m *subscriptions) countLocked() {
 	m.metrics.subscriptions.Set(float64(len(m.subs)))
 	m.metrics.monitoredItems.Set(float64(len(m.items)))
