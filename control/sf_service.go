@@ -14,6 +14,7 @@ import (
 	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/storeforward/mqtttarget"
 	"github.com/scadad/scadad/storeforward/pgtarget"
+	"github.com/scadad/scadad/storeforward/sparkplug"
 )
 
 // SFService is the store-and-forward side of the control API
@@ -99,6 +100,12 @@ func targetEndpoint(t storeforward.Target) (kind, endpoint string) {
 			return mqtttarget.Name, ""
 		}
 		return mqtttarget.Name, u.Redacted() + " topic " + set.Topic
+	case sparkplug.Settings:
+		u, err := url.Parse(set.Connection.Broker)
+		if err != nil {
+			return sparkplug.Name, ""
+		}
+		return sparkplug.Name, u.Redacted() + " edge node " + sparkplug.Namespace + "/" + set.GroupID + "/" + set.EdgeNode
 	case pgtarget.Settings:
 		where := "dsn"
 		if u, err := url.Parse(set.DSN); err == nil && u.Host != "" {

@@ -140,6 +140,8 @@ func (a *applier) applyCommand(l *raft.Log, res *Result) error {
 		return a.sfDiscard(body.SfDiscard, res)
 	case *fsmpb.Command_SfAttempts:
 		return a.sfAttempts(body.SfAttempts, res)
+	case *fsmpb.Command_SfBirth:
+		return a.sfBirth(body.SfBirth, res)
 	case *fsmpb.Command_Audit:
 		return a.auditCommand(body.Audit, res)
 	case *fsmpb.Command_SetClusterEpoch:

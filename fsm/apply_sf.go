@@ -494,3 +494,18 @@ func (a *applier) sfDiscard(c *fsmpb.SFDiscard, res *Result) error {
 	res.Discard = out
 	return err
 }
+
+// sfBirth counts a new Sparkplug session of a target.
+func (a *applier) sfBirth(c *fsmpb.SFBirth, res *Result) error {
+	if e := checkID("target", c.Target); e != nil {
+		res.Err = e
+		return nil
+	}
+	counters, err := a.targetCounters(c.Target)
+	if err != nil {
+		return err
+	}
+	counters.Births++
+	res.Birth = &BirthOutcome{Births: counters.Births}
+	return nil
+}

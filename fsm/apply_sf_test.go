@@ -310,3 +310,28 @@ func TestSFAttemptsRecordedOnPendingOnly(t *testing.T) {
 		t.Fatalf("a refused SFAttempts changed the state: %+v", msgs[0])
 	}
 }
+
+// SFBirth counts a target's Sparkplug sessions: the count goes on from
+// the stored counters (a new Active continues it), per target, and
+// is refused without a target.
+func TestSFBirthCountsPerTarget(t *testing.T) {
+	f, w := openTestFSM(t), newLogWriter(t)
+	birth := func(target string) *fsmpb.Command {
+		return &fsmpb.Command{Body: &fsmpb.Command_SfBirth{SfBirth: &fsmpb.SFBirth{Target: target}}}
+	}
+	for want := uint64(1); want <= 3; want++ {
+		if r := mustOK(t, f, w.cmd(birth("edge"))); r.Birth == nil || r.Birth.Births != want {
+			t.Fatalf("birth %d of edge: %+v", want, r.Birth)
+		}
+	}
+	if r := mustOK(t, f, w.cmd(birth("other"))); r.Birth.Births != 1 {
+		t.Fatalf("first birth of another target: %+v", r.Birth)
+	}
+	mustOK(t, f, w.cmd(enqueue(msg("m1", "edge", "p1"))))
+	if r := mustOK(t, f, w.cmd(birth("edge"))); r.Birth.Births != 4 {
+		t.Fatalf("birth after an enqueue: %+v", r.Birth)
+	}
+	if r := applyOne(t, f, w.cmd(birth(""))); r.Err == nil {
+		t.Fatal("a birth of no target applied")
+	}
+}

@@ -14,7 +14,7 @@ import (
 type Level uint32
 
 // FeatureLevel is the highest level this build applies.
-const FeatureLevel Level = 3
+const FeatureLevel Level = 4
 
 // commandLevel is THE table of command levels: the feature level a node
 // needs to apply each command body (the field name in fsmpb.Command's body
@@ -45,6 +45,10 @@ func commandLevel(body protoreflect.Name) (Level, bool) {
 	case "alarm_observe", "alarm_ack", "alarm_shelve", "alarm_comment", "alarm_history_mark":
 		// v0.2.0 (level 3): the replicated alarm state (docs/alarms.md).
 		return 3, true
+	case "sf_birth":
+		// v0.2.0 (level 4): Sparkplug B sessions, bdSeq replicated
+		// (docs/store-and-forward.md).
+		return 4, true
 	case "checkpoint", "checkpoint_report":
 		// v0.2.0: cross-node state checkpoints (docs/faults.md).
 		return 2, true
@@ -61,7 +65,7 @@ func levelRelease(l Level) string {
 		return "v0.1.0"
 	case 2:
 		return "v0.2.0"
-	case 3:
+	case 3, 4:
 		// Raised in the same unreleased v0.2.0 as level 2: one release may
 		// bring several levels; the leader still waits for each.
 		return "v0.2.0"

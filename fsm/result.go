@@ -19,6 +19,7 @@ type Result struct {
 	Delivered *DeliveredOutcome
 	Park      *ParkOutcome
 	Attempts  *AttemptsOutcome
+	Birth     *BirthOutcome
 	Retry     *MoveOutcome
 	Discard   *MoveOutcome
 	Audit     *AuditOutcome
@@ -92,6 +93,13 @@ type AttemptsOutcome struct {
 	// NotPending counts ids that were delivered, parked or never seen by
 	// the time the command applied; nothing was recorded for them.
 	NotPending int
+}
+
+// BirthOutcome answers SFBirth.
+type BirthOutcome struct {
+	// Births counts the target's births, this one included (1 for the
+	// first); the session's bdSeq is (Births-1) modulo 256.
+	Births uint64
 }
 
 // MoveOutcome answers SFRetry and SFDiscard.

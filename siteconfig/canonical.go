@@ -174,6 +174,10 @@ func (s *Site) Clone() *Site {
 		}
 		if mq := c.Targets[i].MQTT; mq != nil {
 			u := *mq
+			if sp := u.Sparkplug; sp != nil {
+				n := *sp
+				u.Sparkplug = &n
+			}
 			c.Targets[i].MQTT = &u
 		}
 	}

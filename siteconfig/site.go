@@ -266,6 +266,19 @@ type MQTTTarget struct {
 	SessionExpiry time.Duration `yaml:"session_expiry,omitempty"`
 	// InFlight is how many publishes of a batch await PUBACK at once.
 	InFlight int `yaml:"in_flight,omitempty"`
+	// Sparkplug makes the target a Sparkplug B Edge Node for tag history
+	// rules of format sparkplug; Topic is then unused.
+	Sparkplug *SparkplugNode `yaml:"sparkplug,omitempty"`
+}
+
+// SparkplugNode names the Edge Node the Active node is.
+type SparkplugNode struct {
+	// GroupID and EdgeNode are the topic levels of spBv1.0/<group>/…/<edge node>.
+	GroupID  string `yaml:"group_id"`
+	EdgeNode string `yaml:"edge_node"`
+	// PrimaryHost is the primary host application's id: publishing is held
+	// while its STATE says offline.
+	PrimaryHost string `yaml:"primary_host,omitempty"`
 }
 
 // PostgresTarget is where a kind postgres target inserts its rows.
@@ -306,7 +319,19 @@ type HistoryRule struct {
 	MaxBatch int `yaml:"max_batch"`
 	// MaxBatchDelay is the longest a value waits for its batch to fill.
 	MaxBatchDelay time.Duration `yaml:"max_batch_delay"`
+	// Format is how values are encoded: HistoryJSON (empty is the same) or
+	// HistorySparkplug (for a target with mqtt.sparkplug).
+	Format HistoryFormat `yaml:"format,omitempty"`
 }
+
+// HistoryFormat is the encoding of a history rule's messages.
+type HistoryFormat string
+
+// The history formats.
+const (
+	HistoryJSON      HistoryFormat = "json"
+	HistorySparkplug HistoryFormat = "sparkplug"
+)
 
 // HistorySelector picks attributes of one instance; no attributes means
 // all of them.

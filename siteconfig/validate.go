@@ -173,6 +173,7 @@ func (v *validator) site(s *Site) {
 		v.history(p, h, targets, attrs)
 	}
 
+	v.historyFormats(s)
 	v.alarms("alarms", &s.Alarms, connKinds, targets, attrs)
 	v.server("opcua", &s.OPCUA)
 }
@@ -667,7 +668,17 @@ func (v *validator) mqttTarget(p string, t *Target) {
 	} else if u.User != nil {
 		v.add(field(mp, "broker"), "holds credentials: use username and password_file")
 	}
-	if mq.Topic == "" || strings.ContainsAny(mq.Topic, "#+\x00") {
+	if sp := mq.Sparkplug; sp != nil {
+		spp := field(mp, "sparkplug")
+		if mq.Topic != "" {
+			v.add(field(mp, "topic"), "set with sparkplug (Sparkplug makes the topics)")
+		}
+		for _, id := range []struct{ name, v string }{{"group_id", sp.GroupID}, {"edge_node", sp.EdgeNode}, {"primary_host", sp.PrimaryHost}} {
+			if (id.v != "" || id.name != "primary_host") && (id.v == "" || strings.ContainsAny(id.v, "/+#\x00")) {
+				v.add(field(spp, id.name), "%q: want a non-empty topic level without / + #", id.v)
+			}
+		}
+	} else if mq.Topic == "" || strings.ContainsAny(mq.Topic, "#+\x00") {
 		v.add(field(mp, "topic"), "%q: want a topic name without wildcards ({target}, {node}, {id} are replaced)", mq.Topic)
 	}
 	if (mq.CertFile == "") != (mq.KeyFile == "") {
@@ -772,6 +783,35 @@ func reservedHeader(name string) bool {
 		return true
 	}
 	return false
+}
+
+// historyFormats checks that Sparkplug targets and rules of format
+// sparkplug go together: a Sparkplug Edge Node publishes nothing else.
+func (v *validator) historyFormats(s *Site) {
+	sparkplug := map[string]bool{}
+	for _, t := range s.Targets {
+		if t.Kind == TargetMQTT && t.MQTT != nil && t.MQTT.Sparkplug != nil {
+			sparkplug[t.Name] = true
+		}
+	}
+	for i, h := range s.History {
+		p := at("history", i)
+		switch h.Format {
+		case "", HistoryJSON:
+			if sparkplug[h.Target] {
+				v.add(field(p, "format"), "%q: target %s is a Sparkplug edge node (mqtt.sparkplug): want format sparkplug", h.Format, h.Target)
+			}
+		case HistorySparkplug:
+			if !sparkplug[h.Target] {
+				v.add(field(p, "format"), "sparkplug: target %q is not a Sparkplug edge node (a kind mqtt target with mqtt.sparkplug)", h.Target)
+			}
+		default:
+			v.add(field(p, "format"), "unknown %q: want json or sparkplug", h.Format)
+		}
+	}
+	if t := s.Alarms.HistoryTarget; sparkplug[t] {
+		v.add(field("alarms", "history_target"), "%q is a Sparkplug edge node: it publishes tag history of format sparkplug only", t)
+	}
 }
 
 func (v *validator) history(p string, h *HistoryRule, targets map[string]bool, attrs map[string]map[string]DataType) {

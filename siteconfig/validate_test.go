@@ -179,6 +179,15 @@ func TestValidateReportsPath(t *testing.T) {
 			s.History = nil
 		},
 			[]string{"targets[0].postgres"}, "missing"},
+		{"sparkplug target needs sparkplug rules", func(s *Site) {
+			s.Targets[0] = Target{Name: "hist", Kind: TargetMQTT, Timeout: time.Second, BackoffFloor: time.Second, BackoffMax: time.Second, MaxPayloadBytes: 100, MaxInFlight: 1,
+				MQTT: &MQTTTarget{Broker: "mqtt://b:1883", Topic: "t", Sparkplug: &SparkplugNode{GroupID: "plant/1", EdgeNode: "scadad"}}}
+		},
+			[]string{"targets[0].mqtt.topic", "targets[0].mqtt.sparkplug.group_id", "history[0].format"}, "Sparkplug"},
+		{"sparkplug format needs a sparkplug target", func(s *Site) { s.History[0].Format = HistorySparkplug },
+			[]string{"history[0].format"}, "not a Sparkplug edge node"},
+		{"history format", func(s *Site) { s.History[0].Format = "xml" },
+			[]string{"history[0].format"}, `unknown "xml"`},
 		{"target kind", func(s *Site) { s.Targets[0].Kind = "kafka" },
 			[]string{"targets[0].kind"}, `unknown "kafka"`},
 		{"target park_on none with others", func(s *Site) { s.Targets[0].ParkOn = []string{"none", "4xx"} },

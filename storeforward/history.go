@@ -43,7 +43,21 @@ type HistoryRule struct {
 	// MaxBatchDelay the longest a value waits for its batch (default 1 s).
 	MaxBatch      int
 	MaxBatchDelay time.Duration
+	// Format is how a batch is encoded: HistoryJSON (the default) or
+	// HistorySparkplug.
+	Format string
 }
+
+// The history message formats (HistoryRule.Format).
+const (
+	// HistoryJSON is a HistoryPayload as JSON.
+	HistoryJSON = "json"
+	// HistorySparkplug is a Sparkplug B payload (Eclipse Tahu's
+	// sparkplug_b.proto) with one metric per value named
+	// "<instance>/<attribute>", for a Sparkplug target to publish as its
+	// devices' DDATA.
+	HistorySparkplug = "sparkplug"
+)
 
 // HistorySelector picks attributes of one instance; no attributes means all.
 type HistorySelector struct {
@@ -178,6 +192,13 @@ func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
 		if r.SampleInterval < 0 {
 			return nil, fmt.Errorf("new history forwarder: rule %s: sample interval %s", r.Name, r.SampleInterval)
 		}
+		switch r.Format {
+		case "":
+			opts.Rules[i].Format = HistoryJSON
+		case HistoryJSON, HistorySparkplug:
+		default:
+			return nil, fmt.Errorf("new history forwarder: rule %s: format %q, want %s or %s", r.Name, r.Format, HistoryJSON, HistorySparkplug)
+		}
 		if r.MaxBatch <= 0 {
 			opts.Rules[i].MaxBatch = 100
 		}
@@ -279,6 +300,8 @@ type readyBatch struct {
 	id      string
 	payload []byte
 	values  int
+	// contentType is the format's media type.
+	contentType string
 }
 
 // historyFinalFlush bounds the last enqueue of a stopping forwarder.
@@ -325,7 +348,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 	// max_pending) waits for a retry.
 	attempt := func() bool {
 		b := queue[0]
-		_, err := h.opts.Enqueuer.Enqueue(sendCtx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: "application/json"}})
+		_, err := h.opts.Enqueuer.Enqueue(sendCtx, b.rule.Target, b.payload, b.id, []Header{{Key: "Content-Type", Value: b.contentType}})
 		var tooLarge *PayloadTooLargeError
 		switch {
 		case err == nil:
@@ -493,7 +516,7 @@ func (rs *ruleState) add(u TagUpdate, key [2]string, now, sampledAt time.Time) b
 		rs.deadline = now.Add(rs.rule.MaxBatchDelay)
 	}
 	rs.values = append(rs.values, HistoryValue{
-		Instance: u.Instance, Attribute: u.Attribute, Value: jsonSafe(u.Value), Quality: u.Quality,
+		Instance: u.Instance, Attribute: u.Attribute, Value: u.Value, Quality: u.Quality,
 		Timestamp: u.Timestamp.UTC(), SampledAt: sampledAt.UTC(),
 	})
 	return true
@@ -535,6 +558,9 @@ func jsonSafe(v any) any {
 // in order. The payload is decoded with numbers kept as written, so a
 // value reads the same in a half as it did in the whole.
 func splitHistory(b readyBatch) ([2]readyBatch, error) {
+	if b.rule.Format == HistorySparkplug {
+		return splitSparkplugHistory(b)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b.payload))
 	dec.UseNumber()
 	var p HistoryPayload
@@ -556,10 +582,24 @@ func splitHistory(b readyBatch) ([2]readyBatch, error) {
 // encodeHistory makes a batch's message; its id is a digest of the content
 // so that re-enqueueing the same batch is a duplicate.
 func encodeHistory(rule HistoryRule, values []HistoryValue) (readyBatch, error) {
-	payload, err := json.Marshal(HistoryPayload{Rule: rule.Name, Values: values})
+	if rule.Format == HistorySparkplug {
+		return encodeSparkplugHistory(rule, values)
+	}
+	safe := make([]HistoryValue, len(values))
+	for i, v := range values {
+		v.Value = jsonSafe(v.Value)
+		safe[i] = v
+	}
+	payload, err := json.Marshal(HistoryPayload{Rule: rule.Name, Values: safe})
 	if err != nil {
 		return readyBatch{values: len(values)}, fmt.Errorf("encode %d values: %w", len(values), err)
 	}
+	return historyBatch(rule, payload, len(values), "application/json"), nil
+}
+
+// historyBatch names a batch by a digest of its content, so that
+// re-enqueueing the same batch is a duplicate.
+func historyBatch(rule HistoryRule, payload []byte, values int, contentType string) readyBatch {
 	sum := sha256.Sum256(payload)
-	return readyBatch{rule: rule, id: "hist-" + rule.Name + "-" + hex.EncodeToString(sum[:16]), payload: payload, values: len(values)}, nil
+	return readyBatch{rule: rule, id: "hist-" + rule.Name + "-" + hex.EncodeToString(sum[:16]), payload: payload, values: values, contentType: contentType}
 }

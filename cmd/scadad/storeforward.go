@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,6 +16,7 @@ import (
 	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/storeforward/mqtttarget"
 	"github.com/scadad/scadad/storeforward/pgtarget"
+	"github.com/scadad/scadad/storeforward/sparkplug"
 )
 
 // sfService is the store-and-forward parts: the control API's side
@@ -42,7 +45,7 @@ func (d *daemon) startStoreForward(bodies *netguard.BodyBudget) (*sfService, fas
 	deliverer, err := storeforward.NewDeliverer(storeforward.DelivererOptions{
 		Reader: state, Proposer: fwd, Roles: d.acting, Actor: cfg.NodeID, Logger: sfLog, Metrics: metrics,
 		RemoveDelay: sfRemoveDelay,
-		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}, mqtttarget.Name: mqtttarget.Kind{}},
+		Kinds:       map[string]storeforward.Kind{pgtarget.Name: pgtarget.Kind{}, mqtttarget.Name: mqtttarget.Kind{}, sparkplug.Name: sparkplug.Kind{Births: storeforward.Births{Proposer: fwd, Actor: cfg.NodeID}}},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store-and-forward delivery: %w", err)
@@ -99,10 +102,60 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 		}
 		if m := t.MQTT; t.Kind == siteconfig.TargetMQTT && m != nil {
 			st.Kind = mqtttarget.Name
-			st.Settings = mqtttarget.Settings{Broker: m.Broker, Topic: m.Topic, Username: m.Username, PasswordFile: m.PasswordFile,
+			conn := mqtttarget.Settings{Broker: m.Broker, Topic: m.Topic, Username: m.Username, PasswordFile: m.PasswordFile,
 				CAFile: m.CAFile, CertFile: m.CertFile, KeyFile: m.KeyFile, SessionExpiry: m.SessionExpiry, InFlight: m.InFlight}
+			st.Settings = conn
+			if sp := m.Sparkplug; sp != nil {
+				st.Kind = sparkplug.Name
+				st.Settings = sparkplug.Settings{Connection: conn, GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost,
+					Devices: sparkplugDevices(s, t.Name)}
+			}
 		}
 		out = append(out, st)
 	}
+	return out
+}
+
+// sparkplugDevices are the devices (instances, by name) and metrics
+// (attributes, in the instance's order) that the rules of format sparkplug
+// send to target: every DBIRTH declares them, with the same aliases on
+// every node.
+func sparkplugDevices(s *siteconfig.Site, target string) []sparkplug.Device {
+	selected := map[string]map[string]bool{} // instance → attributes; nil: all
+	for _, r := range s.History {
+		if r.Target != target || r.Format != siteconfig.HistorySparkplug {
+			continue
+		}
+		for _, sel := range r.Select {
+			attrs, seen := selected[sel.Instance]
+			switch {
+			case len(sel.Attributes) == 0:
+				selected[sel.Instance] = nil
+			case !seen || attrs != nil:
+				if attrs == nil {
+					attrs = map[string]bool{}
+					selected[sel.Instance] = attrs
+				}
+				for _, a := range sel.Attributes {
+					attrs[a] = true
+				}
+			}
+		}
+	}
+	var out []sparkplug.Device
+	for _, in := range s.Instances {
+		attrs, ok := selected[in.Name]
+		if !ok {
+			continue
+		}
+		d := sparkplug.Device{Name: in.Name}
+		for _, a := range in.Attributes {
+			if attrs == nil || attrs[a.Name] {
+				d.Metrics = append(d.Metrics, sparkplug.Metric{Name: a.Name, Type: storeforward.SparkplugDataTypeOf(string(a.Type))})
+			}
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b sparkplug.Device) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }

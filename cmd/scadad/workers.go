@@ -254,7 +254,7 @@ func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
 func historyRules(s *siteconfig.Site) []storeforward.HistoryRule {
 	var out []storeforward.HistoryRule
 	for _, r := range s.History {
-		hr := storeforward.HistoryRule{Name: r.Name, Target: r.Target, Deadband: r.Deadband, MaxBatch: r.MaxBatch, MaxBatchDelay: r.MaxBatchDelay}
+		hr := storeforward.HistoryRule{Name: r.Name, Target: r.Target, Deadband: r.Deadband, MaxBatch: r.MaxBatch, MaxBatchDelay: r.MaxBatchDelay, Format: string(r.Format)}
 		if r.Mode == siteconfig.HistorySample {
 			hr.SampleInterval = r.SampleInterval
 		}

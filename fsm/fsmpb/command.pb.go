@@ -59,6 +59,7 @@ type Command struct {
 	//	*Command_RecordFeatures
 	//	*Command_FeatureProbe
 	//	*Command_SfAttempts
+	//	*Command_SfBirth
 	//	*Command_CertRevoke
 	//	*Command_TokenCreate
 	//	*Command_TokenRevoke
@@ -286,6 +287,15 @@ func (x *Command) GetSfAttempts() *SFAttempts {
 	return nil
 }
 
+func (x *Command) GetSfBirth() *SFBirth {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SfBirth); ok {
+			return x.SfBirth
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetCertRevoke() *CertRevoke {
 	if x != nil {
 		if x, ok := x.Body.(*Command_CertRevoke); ok {
@@ -485,6 +495,10 @@ type Command_SfAttempts struct {
 	SfAttempts *SFAttempts `protobuf:"bytes,24,opt,name=sf_attempts,json=sfAttempts,proto3,oneof"`
 }
 
+type Command_SfBirth struct {
+	SfBirth *SFBirth `protobuf:"bytes,25,opt,name=sf_birth,json=sfBirth,proto3,oneof"`
+}
+
 type Command_CertRevoke struct {
 	// 40 and up: the site's access control (issue 25).
 	CertRevoke *CertRevoke `protobuf:"bytes,40,opt,name=cert_revoke,json=certRevoke,proto3,oneof"`
@@ -577,6 +591,8 @@ func (*Command_RecordFeatures) isCommand_Body() {}
 func (*Command_FeatureProbe) isCommand_Body() {}
 
 func (*Command_SfAttempts) isCommand_Body() {}
+
+func (*Command_SfBirth) isCommand_Body() {}
 
 func (*Command_CertRevoke) isCommand_Body() {}
 
@@ -1838,6 +1854,53 @@ func (x *SFAttempts) GetAttempts() []*SFAttempt {
 	return nil
 }
 
+// SFBirth starts a new Sparkplug Edge Node session of a target: it counts
+// the target's births, and the count (modulo 256) is the session's bdSeq,
+// so bdSeq goes on increasing across failovers (docs/store-and-forward.md).
+type SFBirth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SFBirth) Reset() {
+	*x = SFBirth{}
+	mi := &file_command_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SFBirth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SFBirth) ProtoMessage() {}
+
+func (x *SFBirth) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SFBirth.ProtoReflect.Descriptor instead.
+func (*SFBirth) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SFBirth) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
 // SFAttempt is one message's failed attempts so far and the last error.
 type SFAttempt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1850,7 +1913,7 @@ type SFAttempt struct {
 
 func (x *SFAttempt) Reset() {
 	*x = SFAttempt{}
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1925,7 @@ func (x *SFAttempt) String() string {
 func (*SFAttempt) ProtoMessage() {}
 
 func (x *SFAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1938,7 @@ func (x *SFAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFAttempt.ProtoReflect.Descriptor instead.
 func (*SFAttempt) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{22}
+	return file_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SFAttempt) GetId() string {
@@ -1912,7 +1975,7 @@ type SFRetry struct {
 
 func (x *SFRetry) Reset() {
 	*x = SFRetry{}
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1987,7 @@ func (x *SFRetry) String() string {
 func (*SFRetry) ProtoMessage() {}
 
 func (x *SFRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2000,7 @@ func (x *SFRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFRetry.ProtoReflect.Descriptor instead.
 func (*SFRetry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{23}
+	return file_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SFRetry) GetIds() []string {
@@ -1966,7 +2029,7 @@ type SFDiscard struct {
 
 func (x *SFDiscard) Reset() {
 	*x = SFDiscard{}
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2041,7 @@ func (x *SFDiscard) String() string {
 func (*SFDiscard) ProtoMessage() {}
 
 func (x *SFDiscard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2054,7 @@ func (x *SFDiscard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SFDiscard.ProtoReflect.Descriptor instead.
 func (*SFDiscard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{24}
+	return file_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SFDiscard) GetIds() []string {
@@ -2026,7 +2089,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2101,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2114,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{25}
+	return file_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Audit) GetKind() string {
@@ -2080,7 +2143,7 @@ type SetClusterEpoch struct {
 
 func (x *SetClusterEpoch) Reset() {
 	*x = SetClusterEpoch{}
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2155,7 @@ func (x *SetClusterEpoch) String() string {
 func (*SetClusterEpoch) ProtoMessage() {}
 
 func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2168,7 @@ func (x *SetClusterEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterEpoch.ProtoReflect.Descriptor instead.
 func (*SetClusterEpoch) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{26}
+	return file_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetClusterEpoch) GetEpoch() uint64 {
@@ -2143,7 +2206,7 @@ type RecordFeatures struct {
 
 func (x *RecordFeatures) Reset() {
 	*x = RecordFeatures{}
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2218,7 @@ func (x *RecordFeatures) String() string {
 func (*RecordFeatures) ProtoMessage() {}
 
 func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2231,7 @@ func (x *RecordFeatures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordFeatures.ProtoReflect.Descriptor instead.
 func (*RecordFeatures) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{27}
+	return file_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordFeatures) GetNodeId() string {
@@ -2203,7 +2266,7 @@ type FeatureProbe struct {
 
 func (x *FeatureProbe) Reset() {
 	*x = FeatureProbe{}
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2278,7 @@ func (x *FeatureProbe) String() string {
 func (*FeatureProbe) ProtoMessage() {}
 
 func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2291,7 @@ func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
 func (*FeatureProbe) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{28}
+	return file_command_proto_rawDescGZIP(), []int{29}
 }
 
 // AlarmCondition is one alarm's condition as the field reports it (a
@@ -2255,7 +2318,7 @@ type AlarmCondition struct {
 
 func (x *AlarmCondition) Reset() {
 	*x = AlarmCondition{}
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2330,7 @@ func (x *AlarmCondition) String() string {
 func (*AlarmCondition) ProtoMessage() {}
 
 func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2343,7 @@ func (x *AlarmCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmCondition.ProtoReflect.Descriptor instead.
 func (*AlarmCondition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{29}
+	return file_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AlarmCondition) GetAlarmId() string {
@@ -2398,7 +2461,7 @@ type AlarmObserve struct {
 
 func (x *AlarmObserve) Reset() {
 	*x = AlarmObserve{}
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2473,7 @@ func (x *AlarmObserve) String() string {
 func (*AlarmObserve) ProtoMessage() {}
 
 func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2486,7 @@ func (x *AlarmObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmObserve.ProtoReflect.Descriptor instead.
 func (*AlarmObserve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{30}
+	return file_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AlarmObserve) GetConditions() []*AlarmCondition {
@@ -2460,7 +2523,7 @@ type AlarmAck struct {
 
 func (x *AlarmAck) Reset() {
 	*x = AlarmAck{}
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2535,7 @@ func (x *AlarmAck) String() string {
 func (*AlarmAck) ProtoMessage() {}
 
 func (x *AlarmAck) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2548,7 @@ func (x *AlarmAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmAck.ProtoReflect.Descriptor instead.
 func (*AlarmAck) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{31}
+	return file_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AlarmAck) GetAlarmId() string {
@@ -2530,7 +2593,7 @@ type AlarmShelve struct {
 
 func (x *AlarmShelve) Reset() {
 	*x = AlarmShelve{}
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2605,7 @@ func (x *AlarmShelve) String() string {
 func (*AlarmShelve) ProtoMessage() {}
 
 func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2618,7 @@ func (x *AlarmShelve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmShelve.ProtoReflect.Descriptor instead.
 func (*AlarmShelve) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{32}
+	return file_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AlarmShelve) GetAlarmId() string {
@@ -2605,7 +2668,7 @@ type AlarmComment struct {
 
 func (x *AlarmComment) Reset() {
 	*x = AlarmComment{}
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2680,7 @@ func (x *AlarmComment) String() string {
 func (*AlarmComment) ProtoMessage() {}
 
 func (x *AlarmComment) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2693,7 @@ func (x *AlarmComment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmComment.ProtoReflect.Descriptor instead.
 func (*AlarmComment) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{33}
+	return file_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AlarmComment) GetAlarmId() string {
@@ -2665,7 +2728,7 @@ type AlarmHistoryMark struct {
 
 func (x *AlarmHistoryMark) Reset() {
 	*x = AlarmHistoryMark{}
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2740,7 @@ func (x *AlarmHistoryMark) String() string {
 func (*AlarmHistoryMark) ProtoMessage() {}
 
 func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2753,7 @@ func (x *AlarmHistoryMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlarmHistoryMark.ProtoReflect.Descriptor instead.
 func (*AlarmHistoryMark) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{34}
+	return file_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AlarmHistoryMark) GetSeq() uint64 {
@@ -2704,7 +2767,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\rscadad.fsm.v1\"\xe7\x10\n" +
+	"\rcommand.proto\x12\rscadad.fsm.v1\"\x9c\x11\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12&\n" +
 	"\x0fstamp_unix_nano\x18\x02 \x01(\x03R\rstampUnixNano\x12\x14\n" +
@@ -2730,7 +2793,8 @@ const file_command_proto_rawDesc = "" +
 	"\x0frecord_features\x18\x16 \x01(\v2\x1d.scadad.fsm.v1.RecordFeaturesH\x00R\x0erecordFeatures\x12B\n" +
 	"\rfeature_probe\x18\x17 \x01(\v2\x1b.scadad.fsm.v1.FeatureProbeH\x00R\ffeatureProbe\x12<\n" +
 	"\vsf_attempts\x18\x18 \x01(\v2\x19.scadad.fsm.v1.SFAttemptsH\x00R\n" +
-	"sfAttempts\x12<\n" +
+	"sfAttempts\x123\n" +
+	"\bsf_birth\x18\x19 \x01(\v2\x16.scadad.fsm.v1.SFBirthH\x00R\asfBirth\x12<\n" +
 	"\vcert_revoke\x18( \x01(\v2\x19.scadad.fsm.v1.CertRevokeH\x00R\n" +
 	"certRevoke\x12?\n" +
 	"\ftoken_create\x18) \x01(\v2\x1a.scadad.fsm.v1.TokenCreateH\x00R\vtokenCreate\x12?\n" +
@@ -2830,7 +2894,9 @@ const file_command_proto_rawDesc = "" +
 	"\battempts\x18\x03 \x01(\rR\battempts\"B\n" +
 	"\n" +
 	"SFAttempts\x124\n" +
-	"\battempts\x18\x01 \x03(\v2\x18.scadad.fsm.v1.SFAttemptR\battempts\"V\n" +
+	"\battempts\x18\x01 \x03(\v2\x18.scadad.fsm.v1.SFAttemptR\battempts\"!\n" +
+	"\aSFBirth\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\"V\n" +
 	"\tSFAttempt\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x12\x1d\n" +
@@ -2911,7 +2977,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_command_proto_goTypes = []any{
 	(*Command)(nil),          // 0: scadad.fsm.v1.Command
 	(*CertRevoke)(nil),       // 1: scadad.fsm.v1.CertRevoke
@@ -2935,19 +3001,20 @@ var file_command_proto_goTypes = []any{
 	(*SFDelivered)(nil),      // 19: scadad.fsm.v1.SFDelivered
 	(*SFPark)(nil),           // 20: scadad.fsm.v1.SFPark
 	(*SFAttempts)(nil),       // 21: scadad.fsm.v1.SFAttempts
-	(*SFAttempt)(nil),        // 22: scadad.fsm.v1.SFAttempt
-	(*SFRetry)(nil),          // 23: scadad.fsm.v1.SFRetry
-	(*SFDiscard)(nil),        // 24: scadad.fsm.v1.SFDiscard
-	(*Audit)(nil),            // 25: scadad.fsm.v1.Audit
-	(*SetClusterEpoch)(nil),  // 26: scadad.fsm.v1.SetClusterEpoch
-	(*RecordFeatures)(nil),   // 27: scadad.fsm.v1.RecordFeatures
-	(*FeatureProbe)(nil),     // 28: scadad.fsm.v1.FeatureProbe
-	(*AlarmCondition)(nil),   // 29: scadad.fsm.v1.AlarmCondition
-	(*AlarmObserve)(nil),     // 30: scadad.fsm.v1.AlarmObserve
-	(*AlarmAck)(nil),         // 31: scadad.fsm.v1.AlarmAck
-	(*AlarmShelve)(nil),      // 32: scadad.fsm.v1.AlarmShelve
-	(*AlarmComment)(nil),     // 33: scadad.fsm.v1.AlarmComment
-	(*AlarmHistoryMark)(nil), // 34: scadad.fsm.v1.AlarmHistoryMark
+	(*SFBirth)(nil),          // 22: scadad.fsm.v1.SFBirth
+	(*SFAttempt)(nil),        // 23: scadad.fsm.v1.SFAttempt
+	(*SFRetry)(nil),          // 24: scadad.fsm.v1.SFRetry
+	(*SFDiscard)(nil),        // 25: scadad.fsm.v1.SFDiscard
+	(*Audit)(nil),            // 26: scadad.fsm.v1.Audit
+	(*SetClusterEpoch)(nil),  // 27: scadad.fsm.v1.SetClusterEpoch
+	(*RecordFeatures)(nil),   // 28: scadad.fsm.v1.RecordFeatures
+	(*FeatureProbe)(nil),     // 29: scadad.fsm.v1.FeatureProbe
+	(*AlarmCondition)(nil),   // 30: scadad.fsm.v1.AlarmCondition
+	(*AlarmObserve)(nil),     // 31: scadad.fsm.v1.AlarmObserve
+	(*AlarmAck)(nil),         // 32: scadad.fsm.v1.AlarmAck
+	(*AlarmShelve)(nil),      // 33: scadad.fsm.v1.AlarmShelve
+	(*AlarmComment)(nil),     // 34: scadad.fsm.v1.AlarmComment
+	(*AlarmHistoryMark)(nil), // 35: scadad.fsm.v1.AlarmHistoryMark
 }
 var file_command_proto_depIdxs = []int32{
 	11, // 0: scadad.fsm.v1.Command.noop:type_name -> scadad.fsm.v1.Noop
@@ -2958,37 +3025,38 @@ var file_command_proto_depIdxs = []int32{
 	18, // 5: scadad.fsm.v1.Command.sf_enqueue:type_name -> scadad.fsm.v1.SFEnqueue
 	19, // 6: scadad.fsm.v1.Command.sf_delivered:type_name -> scadad.fsm.v1.SFDelivered
 	20, // 7: scadad.fsm.v1.Command.sf_park:type_name -> scadad.fsm.v1.SFPark
-	23, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
-	24, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
-	25, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
-	26, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
-	27, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
-	28, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
+	24, // 8: scadad.fsm.v1.Command.sf_retry:type_name -> scadad.fsm.v1.SFRetry
+	25, // 9: scadad.fsm.v1.Command.sf_discard:type_name -> scadad.fsm.v1.SFDiscard
+	26, // 10: scadad.fsm.v1.Command.audit:type_name -> scadad.fsm.v1.Audit
+	27, // 11: scadad.fsm.v1.Command.set_cluster_epoch:type_name -> scadad.fsm.v1.SetClusterEpoch
+	28, // 12: scadad.fsm.v1.Command.record_features:type_name -> scadad.fsm.v1.RecordFeatures
+	29, // 13: scadad.fsm.v1.Command.feature_probe:type_name -> scadad.fsm.v1.FeatureProbe
 	21, // 14: scadad.fsm.v1.Command.sf_attempts:type_name -> scadad.fsm.v1.SFAttempts
-	1,  // 15: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
-	2,  // 16: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
-	5,  // 17: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
-	30, // 18: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
-	31, // 19: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
-	32, // 20: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
-	33, // 21: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
-	34, // 22: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
-	3,  // 23: scadad.fsm.v1.Command.checkpoint:type_name -> scadad.fsm.v1.Checkpoint
-	4,  // 24: scadad.fsm.v1.Command.checkpoint_report:type_name -> scadad.fsm.v1.CheckpointReport
-	6,  // 25: scadad.fsm.v1.Command.opcua_trust_add:type_name -> scadad.fsm.v1.OPCUATrustAdd
-	7,  // 26: scadad.fsm.v1.Command.opcua_trust_remove:type_name -> scadad.fsm.v1.OPCUATrustRemove
-	8,  // 27: scadad.fsm.v1.Command.opcua_trust_reject:type_name -> scadad.fsm.v1.OPCUATrustReject
-	9,  // 28: scadad.fsm.v1.Command.opcua_user_set:type_name -> scadad.fsm.v1.OPCUAUserSet
-	10, // 29: scadad.fsm.v1.Command.opcua_user_remove:type_name -> scadad.fsm.v1.OPCUAUserRemove
-	16, // 30: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
-	17, // 31: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
-	22, // 32: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
-	29, // 33: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	22, // 15: scadad.fsm.v1.Command.sf_birth:type_name -> scadad.fsm.v1.SFBirth
+	1,  // 16: scadad.fsm.v1.Command.cert_revoke:type_name -> scadad.fsm.v1.CertRevoke
+	2,  // 17: scadad.fsm.v1.Command.token_create:type_name -> scadad.fsm.v1.TokenCreate
+	5,  // 18: scadad.fsm.v1.Command.token_revoke:type_name -> scadad.fsm.v1.TokenRevoke
+	31, // 19: scadad.fsm.v1.Command.alarm_observe:type_name -> scadad.fsm.v1.AlarmObserve
+	32, // 20: scadad.fsm.v1.Command.alarm_ack:type_name -> scadad.fsm.v1.AlarmAck
+	33, // 21: scadad.fsm.v1.Command.alarm_shelve:type_name -> scadad.fsm.v1.AlarmShelve
+	34, // 22: scadad.fsm.v1.Command.alarm_comment:type_name -> scadad.fsm.v1.AlarmComment
+	35, // 23: scadad.fsm.v1.Command.alarm_history_mark:type_name -> scadad.fsm.v1.AlarmHistoryMark
+	3,  // 24: scadad.fsm.v1.Command.checkpoint:type_name -> scadad.fsm.v1.Checkpoint
+	4,  // 25: scadad.fsm.v1.Command.checkpoint_report:type_name -> scadad.fsm.v1.CheckpointReport
+	6,  // 26: scadad.fsm.v1.Command.opcua_trust_add:type_name -> scadad.fsm.v1.OPCUATrustAdd
+	7,  // 27: scadad.fsm.v1.Command.opcua_trust_remove:type_name -> scadad.fsm.v1.OPCUATrustRemove
+	8,  // 28: scadad.fsm.v1.Command.opcua_trust_reject:type_name -> scadad.fsm.v1.OPCUATrustReject
+	9,  // 29: scadad.fsm.v1.Command.opcua_user_set:type_name -> scadad.fsm.v1.OPCUAUserSet
+	10, // 30: scadad.fsm.v1.Command.opcua_user_remove:type_name -> scadad.fsm.v1.OPCUAUserRemove
+	16, // 31: scadad.fsm.v1.Message.headers:type_name -> scadad.fsm.v1.KV
+	17, // 32: scadad.fsm.v1.SFEnqueue.messages:type_name -> scadad.fsm.v1.Message
+	23, // 33: scadad.fsm.v1.SFAttempts.attempts:type_name -> scadad.fsm.v1.SFAttempt
+	30, // 34: scadad.fsm.v1.AlarmObserve.conditions:type_name -> scadad.fsm.v1.AlarmCondition
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -3012,6 +3080,7 @@ func file_command_proto_init() {
 		(*Command_RecordFeatures)(nil),
 		(*Command_FeatureProbe)(nil),
 		(*Command_SfAttempts)(nil),
+		(*Command_SfBirth)(nil),
 		(*Command_CertRevoke)(nil),
 		(*Command_TokenCreate)(nil),
 		(*Command_TokenRevoke)(nil),
@@ -3034,7 +3103,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -263,13 +263,15 @@ func (x *MessageLocation) GetSeq() uint64 {
 
 // TargetCounters are a target's sequence numbers and counts.
 type TargetCounters struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NextSeq       uint64                 `protobuf:"varint,1,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
-	NextParkSeq   uint64                 `protobuf:"varint,2,opt,name=next_park_seq,json=nextParkSeq,proto3" json:"next_park_seq,omitempty"`
-	Pending       uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
-	Parked        uint64                 `protobuf:"varint,4,opt,name=parked,proto3" json:"parked,omitempty"`
-	Delivered     uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
-	Discarded     uint64                 `protobuf:"varint,6,opt,name=discarded,proto3" json:"discarded,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NextSeq     uint64                 `protobuf:"varint,1,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	NextParkSeq uint64                 `protobuf:"varint,2,opt,name=next_park_seq,json=nextParkSeq,proto3" json:"next_park_seq,omitempty"`
+	Pending     uint64                 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Parked      uint64                 `protobuf:"varint,4,opt,name=parked,proto3" json:"parked,omitempty"`
+	Delivered   uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Discarded   uint64                 `protobuf:"varint,6,opt,name=discarded,proto3" json:"discarded,omitempty"`
+	// births counts SFBirth commands: the Sparkplug sessions started.
+	Births        uint64 `protobuf:"varint,7,opt,name=births,proto3" json:"births,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +344,13 @@ func (x *TargetCounters) GetDelivered() uint64 {
 func (x *TargetCounters) GetDiscarded() uint64 {
 	if x != nil {
 		return x.Discarded
+	}
+	return 0
+}
+
+func (x *TargetCounters) GetBirths() uint64 {
+	if x != nil {
+		return x.Births
 	}
 	return 0
 }
@@ -1760,14 +1769,15 @@ const file_state_proto_rawDesc = "" +
 	"\x0fMessageLocation\x121\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1b.scadad.fsm.v1.MessageStateR\x05state\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xbd\x01\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xd5\x01\n" +
 	"\x0eTargetCounters\x12\x19\n" +
 	"\bnext_seq\x18\x01 \x01(\x04R\anextSeq\x12\"\n" +
 	"\rnext_park_seq\x18\x02 \x01(\x04R\vnextParkSeq\x12\x18\n" +
 	"\apending\x18\x03 \x01(\x04R\apending\x12\x16\n" +
 	"\x06parked\x18\x04 \x01(\x04R\x06parked\x12\x1c\n" +
 	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12\x1c\n" +
-	"\tdiscarded\x18\x06 \x01(\x04R\tdiscarded\"\xbc\x01\n" +
+	"\tdiscarded\x18\x06 \x01(\x04R\tdiscarded\x12\x16\n" +
+	"\x06births\x18\a \x01(\x04R\x06births\"\xbc\x01\n" +
 	"\rArtifactState\x12!\n" +
 	"\ftotal_chunks\x18\x01 \x01(\rR\vtotalChunks\x12\x1c\n" +
 	"\tcommitted\x18\x02 \x01(\bR\tcommitted\x12\x12\n" +

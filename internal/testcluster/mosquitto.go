@@ -165,11 +165,18 @@ func (m *Mosquitto) Stop() {
 // start off, an hour's session expiry) that records the message id user
 // property of every message it receives, in arrival order.
 type MQTTRecorder struct {
-	cm     *autopaho.ConnectionManager
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	ids    []string
-	topics []string
+	cm       *autopaho.ConnectionManager
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	ids      []string
+	topics   []string
+	payloads [][]byte
+}
+
+// MQTTMessage is one message a recorder received.
+type MQTTMessage struct {
+	Topic   string
+	Payload []byte
 }
 
 // Subscribe connects a recorder to m as user scadad, subscribed to filter.
@@ -210,6 +217,7 @@ func (m *Mosquitto) Subscribe(clientID, filter string) (*MQTTRecorder, error) {
 				r.mu.Lock()
 				r.ids = append(r.ids, id)
 				r.topics = append(r.topics, pr.Packet.Topic)
+				r.payloads = append(r.payloads, pr.Packet.Payload)
 				r.mu.Unlock()
 				return true, nil
 			}},
@@ -239,6 +247,27 @@ func (r *MQTTRecorder) IDs() (ids, topics []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.ids...), append([]string(nil), r.topics...)
+}
+
+// Messages returns the messages received so far, in arrival order.
+func (r *MQTTRecorder) Messages() []MQTTMessage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]MQTTMessage, len(r.topics))
+	for i := range r.topics {
+		out[i] = MQTTMessage{Topic: r.topics[i], Payload: r.payloads[i]}
+	}
+	return out
+}
+
+// Publish publishes payload to topic at QoS 1 through the recorder's
+// connection (a test playing a Sparkplug host application's STATE).
+func (r *MQTTRecorder) Publish(ctx context.Context, topic string, payload []byte, retain bool) error {
+	resp, err := r.cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload, Retain: retain})
+	if err == nil && resp != nil && resp.ReasonCode >= 0x80 {
+		err = fmt.Errorf("publish %s: reason code 0x%02x", topic, resp.ReasonCode)
+	}
+	return err
 }
 
 // Close disconnects the recorder.

@@ -48,6 +48,63 @@ type Settings struct {
 // Kind implements storeforward.Kind.
 type Kind struct{}
 
+// TLSConfig is the TLS configuration for broker u: nil for a plain
+// mqtt:// broker without CA or certificate files.
+func (s Settings) TLSConfig(u *url.URL) (*tls.Config, error) {
+	if s.CAFile == "" && s.CertFile == "" && u.Scheme != "tls" && u.Scheme != "mqtts" && u.Scheme != "ssl" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read ca_file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s holds no PEM certificate", s.CAFile)
+		}
+	}
+	if s.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// Password reads the password file (at every connection, so a rotated
+// password is used from the next); set is false without one.
+func (s Settings) Password() (password []byte, set bool, err error) {
+	if s.PasswordFile == "" {
+		return nil, false, nil
+	}
+	b, err := os.ReadFile(s.PasswordFile)
+	if err != nil {
+		return nil, false, fmt.Errorf("read password_file: %w", err)
+	}
+	return []byte(strings.TrimRight(string(b), "\r\n")), true, nil
+}
+
+// ValidateConnection checks the broker and TLS settings (not the topic).
+func (s Settings) ValidateConnection(target string) error {
+	u, err := url.Parse(s.Broker)
+	if err != nil || u.Host == "" || u.Port() == "" {
+		return fmt.Errorf("target %s: broker %q: want mqtt://host:port or tls://host:port", target, s.Broker)
+	}
+	switch u.Scheme {
+	case "mqtt", "tcp", "tls", "mqtts", "ssl":
+	default:
+		return fmt.Errorf("target %s: broker %q: scheme %q, want mqtt or tls", target, s.Broker, u.Scheme)
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return fmt.Errorf("target %s: cert_file and key_file go together", target)
+	}
+	return nil
+}
+
 func settingsOf(t storeforward.Target) (Settings, error) {
 	s, ok := t.Settings.(Settings)
 	if !ok {
@@ -62,20 +119,11 @@ func (Kind) Validate(t storeforward.Target) error {
 	if err != nil {
 		return err
 	}
-	u, err := url.Parse(s.Broker)
-	if err != nil || u.Host == "" || u.Port() == "" {
-		return fmt.Errorf("target %s: broker %q: want mqtt://host:port or tls://host:port", t.Name, s.Broker)
-	}
-	switch u.Scheme {
-	case "mqtt", "tcp", "tls", "mqtts", "ssl":
-	default:
-		return fmt.Errorf("target %s: broker %q: scheme %q, want mqtt or tls", t.Name, s.Broker, u.Scheme)
+	if err := s.ValidateConnection(t.Name); err != nil {
+		return err
 	}
 	if s.Topic == "" || strings.ContainsAny(s.Topic, "#+\x00") {
 		return fmt.Errorf("target %s: topic %q: want a topic name (no wildcards)", t.Name, s.Topic)
-	}
-	if (s.CertFile == "") != (s.KeyFile == "") {
-		return fmt.Errorf("target %s: cert_file and key_file go together", t.Name)
 	}
 	return nil
 }
@@ -90,26 +138,9 @@ func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storef
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
-	var tlsCfg *tls.Config
-	if s.CAFile != "" || s.CertFile != "" || u.Scheme == "tls" || u.Scheme == "mqtts" || u.Scheme == "ssl" {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
-		if s.CAFile != "" {
-			pem, err := os.ReadFile(s.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read ca_file: %w", err)
-			}
-			tlsCfg.RootCAs = x509.NewCertPool()
-			if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("ca_file %s holds no PEM certificate", s.CAFile)
-			}
-		}
-		if s.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("client certificate: %w", err)
-			}
-			tlsCfg.Certificates = []tls.Certificate{cert}
-		}
+	tlsCfg, err := s.TLSConfig(u)
+	if err != nil {
+		return nil, err
 	}
 	if s.InFlight <= 0 {
 		s.InFlight = 64
@@ -163,13 +194,11 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 			if s.set.Username != "" {
 				c.Username, c.UsernameFlag = s.set.Username, true
 			}
-			if s.set.PasswordFile != "" {
-				b, err := os.ReadFile(s.set.PasswordFile)
-				if err != nil {
-					return nil, fmt.Errorf("read password_file: %w", err)
-				}
-				c.Password, c.PasswordFlag = []byte(strings.TrimRight(string(b), "\r\n")), true
+			pw, set, err := s.set.Password()
+			if err != nil {
+				return nil, err
 			}
+			c.Password, c.PasswordFlag = pw, set
 			return c, nil
 		},
 		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target)},
