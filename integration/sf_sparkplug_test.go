@@ -1,0 +1,197 @@
+//go:build linux
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/storeforward/sparkplug/sparkplugpb"
+)
+
+type spMessage struct {
+	kind, device string
+	p            *sparkplugpb.Payload
+}
+
+func spDecode(t *testing.T, rec *testcluster.MQTTRecorder) []spMessage {
+	t.Helper()
+	var out []spMessage
+	for _, m := range rec.Messages() {
+		parts := strings.Split(m.Topic, "/")
+		if len(parts) < 4 || parts[1] != "plant" || parts[3] != "scadad" {
+			continue
+		}
+		p := &sparkplugpb.Payload{}
+		if err := proto.Unmarshal(m.Payload, p); err != nil {
+			t.Fatalf("%s: %v", m.Topic, err)
+		}
+		s := spMessage{kind: parts[2], p: p}
+		if len(parts) > 4 {
+			s.device = parts[4]
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func spBdSeq(p *sparkplugpb.Payload) int64 {
+	for _, m := range p.Metrics {
+		if m.GetName() == "bdSeq" {
+			return int64(m.GetLongValue())
+		}
+	}
+	return -1
+}
+
+// Tag history from the gateway simulator reaches a real Mosquitto as
+// Sparkplug B from real scadad processes: NBIRTH, DBIRTH (Pump1's Speed
+// and SpeedSP with aliases) and DDATA decoded with the Tahu proto, seq
+// continuous per birth; with the primary host's STATE offline nothing is
+// published and the values of that time arrive once it is back; after a
+// SIGKILL of the Active the broker publishes its NDEATH (the will, with
+// its bdSeq) and the survivor births with the next bdSeq.
+func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
+	broker, err := testcluster.StartMosquitto(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	host, err := broker.Subscribe("test-host", "spBv1.0/#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	ctx := context.Background()
+	state := func(online bool) {
+		t.Helper()
+		if err := host.Publish(ctx, "spBv1.0/STATE/host1", fmt.Appendf(nil, `{"online": %v, "timestamp": %d}`, online, time.Now().UnixMilli()), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state(true)
+
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	site := string(testcluster.SiteConfigGateway("sparkplug", sim.Addr, nil, 0))
+	site += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
+	site += "history:\n  - {name: pumps, target: uns, format: sparkplug, select: [{instance: Pump1}], max_batch: 50, max_batch_delay: 100ms}\n"
+	deploySite(t, c, []byte(site))
+
+	var msgs []spMessage
+	testwait.For(t, 30*time.Second, "NBIRTH, DBIRTH and 5 DDATA", func() bool {
+		msgs = spDecode(t, host)
+		n := 0
+		for _, m := range msgs {
+			if m.kind == "DDATA" {
+				n++
+			}
+		}
+		return n >= 5
+	})
+	if msgs[0].kind != "NBIRTH" || msgs[0].p.GetSeq() != 0 || msgs[1].kind != "DBIRTH" || msgs[1].device != "Pump1" {
+		t.Fatalf("first messages %s %s", msgs[0].kind, msgs[1].kind)
+	}
+	firstBd := spBdSeq(msgs[0].p)
+	names := map[uint64]string{}
+	for _, m := range msgs[1].p.Metrics {
+		names[m.GetAlias()] = m.GetName()
+	}
+	if names[1] != "Speed" || names[2] != "SpeedSP" {
+		t.Fatalf("DBIRTH aliases %v, want 1 Speed, 2 SpeedSP", names)
+	}
+
+	// The primary host goes offline for 2 s: nothing is published then,
+	// and the values of that time arrive afterwards.
+	state(false)
+	testwait.For(t, 10*time.Second, "the node's NDEATH", func() bool {
+		msgs = spDecode(t, host)
+		return msgs[len(msgs)-1].kind == "NDEATH"
+	})
+	offlineFrom, held := time.Now(), len(msgs)
+	testwait.For(t, 10*time.Second, "2 s with the host offline", func() bool { return time.Since(offlineFrom) > 2*time.Second })
+	if msgs = spDecode(t, host); len(msgs) != held {
+		t.Fatalf("%d messages published while the primary host was offline", len(msgs)-held)
+	}
+	state(true)
+	offlineTo := time.Now()
+	testwait.For(t, 30*time.Second, "the values taken while the host was offline", func() bool {
+		msgs = spDecode(t, host)
+		n := 0
+		for _, m := range msgs[held:] {
+			for _, pm := range m.p.Metrics {
+				if m.kind == "DDATA" && pm.GetTimestamp() > uint64(offlineFrom.Add(300*time.Millisecond).UnixMilli()) && pm.GetTimestamp() < uint64(offlineTo.Add(-300*time.Millisecond).UnixMilli()) {
+					n++
+				}
+			}
+		}
+		return n >= 10
+	})
+	if msgs[held].kind != "NBIRTH" || spBdSeq(msgs[held].p) != firstBd+1 {
+		t.Fatalf("after the host came back: %s with bdSeq %d, want NBIRTH with %d", msgs[held].kind, spBdSeq(msgs[held].p), firstBd+1)
+	}
+
+	// SIGKILL the Active: its will, then the survivor's births.
+	before := len(msgs)
+	c.Kill(active)
+	testwait.For(t, 60*time.Second, "the will and a new NBIRTH with DDATA after it", func() bool {
+		msgs = spDecode(t, host)
+		death, birth := -1, -1
+		for i := before; i < len(msgs); i++ {
+			switch {
+			case msgs[i].kind == "NDEATH" && death < 0:
+				death = i
+			case msgs[i].kind == "NBIRTH":
+				birth = i
+			}
+		}
+		return death >= 0 && birth >= 0 && msgs[len(msgs)-1].kind == "DDATA"
+	})
+	var deaths, births []int64
+	for _, m := range msgs[before:] {
+		switch m.kind {
+		case "NDEATH":
+			deaths = append(deaths, spBdSeq(m.p))
+		case "NBIRTH":
+			births = append(births, spBdSeq(m.p))
+		}
+	}
+	if len(deaths) == 0 || deaths[0] != firstBd+1 {
+		t.Fatalf("NDEATHs after the kill %v, want the killed session's bdSeq %d first", deaths, firstBd+1)
+	}
+	if len(births) == 0 || births[0] != firstBd+2 {
+		t.Fatalf("NBIRTHs after the kill %v, want bdSeq %d (the next, counted in the replicated state)", births, firstBd+2)
+	}
+
+	// seq: continuous from each NBIRTH; every DDATA alias declared.
+	var next uint64
+	for i, m := range msgs {
+		if m.kind == "NDEATH" {
+			continue
+		}
+		if m.kind == "NBIRTH" {
+			next = 0
+		}
+		if m.p.GetSeq() != next%256 {
+			t.Fatalf("message %d (%s): seq %d, want %d", i, m.kind, m.p.GetSeq(), next%256)
+		}
+		next++
+		if m.kind == "DDATA" {
+			for _, pm := range m.p.Metrics {
+				if names[pm.GetAlias()] == "" {
+					t.Fatalf("DDATA alias %d not in the DBIRTH", pm.GetAlias())
+				}
+			}
+		}
+	}
+	t.Logf("%d Sparkplug messages; bdSeq %d, %d, then %v", len(msgs), firstBd, firstBd+1, births)
+}
