@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -384,7 +385,11 @@ func (s *sender) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		conn.Close()
 		if ack != nil {
-			return nil, fmt.Errorf("connect to %s: broker refused with reason code 0x%02x %s", s.url.Redacted(), ack.ReasonCode, ack.Properties.ReasonString)
+			reason := ""
+			if ack.Properties != nil {
+				reason = ack.Properties.ReasonString
+			}
+			return nil, fmt.Errorf("connect to %s: broker refused with reason code 0x%02x %s", s.url.Redacted(), ack.ReasonCode, reason)
 		}
 		return nil, fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
@@ -392,12 +397,13 @@ func (s *sender) connect(ctx context.Context) (*session, error) {
 	if ss.stateTopic != "" {
 		subs = append(subs, paho.SubscribeOptions{Topic: ss.stateTopic, QoS: 1})
 	}
-	if sa, err := ss.client.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+	sa, err := ss.client.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs})
+	if err == nil && (len(sa.Reasons) != len(subs) || slices.ContainsFunc(sa.Reasons, func(r byte) bool { return r >= 0x80 })) {
+		err = fmt.Errorf("refused with reason codes %v", sa.Reasons)
+	}
+	if err != nil {
 		s.drop(ss)
-		return nil, fmt.Errorf("subscribe to %s: %w", ss.stateTopic, err)
-	} else if len(sa.Reasons) != len(subs) || sa.Reasons[len(subs)-1] >= 0x80 {
-		s.drop(ss)
-		return nil, fmt.Errorf("subscribe to %v: refused (%v)", subs, sa.Reasons)
+		return nil, fmt.Errorf("subscribe to %s and %s: %w", ss.rebirthFrom, ss.stateTopic, err)
 	}
 	s.log.Info().Str("target", s.target).Uint8("bd_seq", bdSeq).Msg("sparkplug edge node connected")
 	return ss, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func checkSeq(t *testing.T, msgs []seen) []uint64 {
 	var next uint64
 	declared := map[string]map[uint64]string{}
 	for i, m := range msgs {
-		if m.kind == "NDEATH" || m.kind == "STATE" {
+		if m.kind == "NDEATH" || m.kind == "NCMD" {
 			continue
 		}
 		if m.kind == "NBIRTH" {
@@ -239,6 +240,27 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 	})
 	if births := checkSeq(t, msgs); len(births) != 2 || births[1] != 1 {
 		t.Fatalf("NBIRTH bdSeqs %v, want [0 1]", births)
+	}
+
+	// A host asks for a rebirth (NCMD): the births again, same bdSeq.
+	cmd, err := proto.Marshal(&sparkplugpb.Payload{Metrics: []*sparkplugpb.Payload_Metric{{Name: proto.String(MetricRebirth),
+		Datatype: proto.Uint32(uint32(sparkplugpb.DataType_Boolean)), Value: &sparkplugpb.Payload_Metric_BooleanValue{BooleanValue: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Publish(ctx, Namespace+"/plant/NCMD/scadad", cmd, false); err != nil {
+		t.Fatal(err)
+	}
+	before := len(msgs)
+	testwait.For(t, 10*time.Second, "a rebirth", func() bool {
+		if err := send(5*time.Second, historyMessage(t, "m3b", storeforward.HistoryValue{Instance: "Pump1", Attribute: "Speed", Value: 3.75, Timestamp: t0})); err != nil {
+			t.Fatal(err)
+		}
+		msgs = decodeNode(t, rec, "plant", "scadad")
+		return slices.ContainsFunc(msgs[before:], func(m seen) bool { return m.kind == "NBIRTH" })
+	})
+	if births := checkSeq(t, msgs); births[len(births)-1] != 1 {
+		t.Fatalf("NBIRTH bdSeqs %v: a rebirth keeps the session's bdSeq 1", births)
 	}
 
 	// The primary host goes offline: the node ends its session itself
