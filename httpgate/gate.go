@@ -111,6 +111,14 @@ func (g *Gate) Enqueue(ctx *fasthttp.RequestCtx, target string) bool {
 	if g.revoked(ctx, cert) {
 		return false
 	}
+	if pki.IsNodeCert(cert) {
+		// A node's certificate carries no role (RoleNone, which a client
+		// certificate from before roles shares): it is for Raft and the
+		// control API, and nothing of scadad enqueues with it.
+		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Target: target,
+			Error: fmt.Sprintf("certificate %q is a node's certificate (serverAuth), not a producer's: enqueue needs a client certificate with role producer (scadactl certs issue --client --role producer) or a bearer token (scadactl tokens create)", cert.Subject.CommonName)})
+		return false
+	}
 	role, err := pki.CertRole(cert)
 	if err != nil {
 		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: err.Error()})

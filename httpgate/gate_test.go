@@ -133,6 +133,11 @@ func TestEnqueueGate(t *testing.T) {
 	operator := s.client(t, "alice", pki.RoleOperator)
 	admin := s.client(t, "root", pki.RoleAdmin)
 	legacy := s.client(t, "old-operator", pki.RoleNone)
+	nodeLeaf, err := s.ca.Issue(pki.LeafSpec{Name: "node-b", Usage: pki.NodeUsage, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodeLeaf.Cert
 	revokedProducer := s.client(t, "stolen-feed", pki.RoleProducer)
 	revoked := map[string]bool{pki.SerialHex(revokedProducer): true}
 
@@ -152,6 +157,11 @@ func TestEnqueueGate(t *testing.T) {
 		{name: "operator certificate", cert: operator, target: "historian"},
 		{name: "admin certificate", cert: admin, target: "historian"},
 		{name: "certificate without a role (admin this release)", cert: legacy, target: "historian"},
+		// A node's certificate (serverAuth and clientAuth, no role) is for
+		// Raft and the control API: no part of scadad enqueues over HTTP
+		// with it, and it is no producer.
+		{name: "node certificate", cert: node, target: "historian", status: 403, code: "forbidden", inError: `"node-b" is a node's certificate`},
+		{name: "node certificate with a good token", cert: node, authorization: "Bearer " + goodToken, target: "historian", status: 403, code: "forbidden", inError: "node's certificate"},
 		{name: "producer certificate limited to the target", cert: limited, target: "historian"},
 		{name: "producer certificate limited to another target", cert: limited, target: "mes", status: 403, code: "forbidden", inError: `may enqueue to historian only, not to "mes"`},
 		{name: "viewer certificate", cert: viewer, target: "historian", status: 403, code: "forbidden", inError: "role viewer"},

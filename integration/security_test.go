@@ -162,9 +162,10 @@ func writeLeaf(t *testing.T, c *testcluster.Cluster, name string, leaf *pki.Leaf
 // TestHTTPEnqueueNeedsAProducer: the HTTP listener is HTTPS by default.
 // Plain HTTP, no certificate (401 naming what is missing), an expired or
 // foreign-CA certificate (refused at the handshake), a viewer's
-// certificate and a producer certificate for another target (403) store
-// nothing; a producer certificate for the target is accepted and the
-// message delivered. /health/* stays open; /metrics takes a certificate.
+// certificate, every node's certificate of the site and a producer
+// certificate for another target (403) store nothing; a producer
+// certificate for the target is accepted and the message delivered.
+// /health/* stays open; /metrics takes a certificate.
 func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info", HTTPTLS: true})
 	start(t, c)
@@ -208,7 +209,13 @@ func TestHTTPEnqueueNeedsAProducer(t *testing.T) {
 		if code, body, err := post(client("foreign"), sinkURL, "foreign"); err == nil && code != http.StatusUnauthorized {
 			t.Errorf("enqueue with a foreign-CA certificate: %d %q; want the handshake refused or 401", code, body)
 		}
-		for name, want := range map[string]string{"watcher": "role viewer", "otherfeed": "may enqueue to other only"} {
+		refusedAs := map[string]string{"watcher": "role viewer", "otherfeed": "may enqueue to other only"}
+		// Every node's certificate of the site (the Active's own, the
+		// Standby's, the witness's) presented as a client: no producer.
+		for _, m := range c.Nodes {
+			refusedAs[m.ID] = "is a node's certificate"
+		}
+		for name, want := range refusedAs {
 			if code, body, err := post(client(name), sinkURL, name); err != nil || code != http.StatusForbidden || !strings.Contains(body, want) {
 				t.Errorf("enqueue as %s: %d %q %v; want 403 saying %q", name, code, body, err, want)
 			}

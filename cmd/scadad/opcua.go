@@ -19,6 +19,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/field"
+	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
@@ -65,7 +66,10 @@ func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *active
 	}
 	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: d.reg, roles: d.acting, writer: writer, fan: fan, fwd: fwd, gate: gate,
 		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: d.budgets.opcua}
-	s.access = newOPCUAAccess(cfg.NodeID, d.state, fwd, s.log)
+	var err error
+	if s.access, err = newOPCUAAccess(cfg.NodeID, d.state, fwd, s.log, d.reg, clock.System()); err != nil {
+		s.log.Error().Err(err).Msg("OPC UA rejection reports are not exported as metrics")
+	}
 	d.run("opcua-rejections", s.access.run)
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
