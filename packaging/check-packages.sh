@@ -47,6 +47,14 @@ want='ScadadService	scadad	scadad SCADA redundancy daemon	16	2	1					--service -
 grep -qF "$want" <<<"$service" || fail "$msi does not register the service as it must: $service"
 control=$(msiinfo export "$msi" ServiceControl)
 grep -q "^ScadadServiceControl	scadad	162		1	ScadadExe" <<<"$control" || fail "$msi does not stop the service on install and uninstall and remove it on uninstall: $control"
+# 3090: an exe installed by the package (18), deferred (1024), not
+# impersonated (2048); sequenced right after InstallServices.
+actions=$(msiinfo export "$msi" CustomAction)
+grep -q "^SetRecoveryActions	3090	scadad.exe	service recovery" <<<"$actions" || fail "$msi does not set the service's recovery actions (scadad.exe service recovery): $actions"
+sequence=$(msiinfo export "$msi" InstallExecuteSequence | tr -d '\r')
+installServices=$(awk -F'\t' '$1=="InstallServices"{print $3}' <<<"$sequence")
+recovery=$(awk -F'\t' '$1=="SetRecoveryActions"{print $2 "|" $3}' <<<"$sequence")
+[[ "$recovery" == "NOT REMOVE|$((installServices + 1))" ]] || fail "$msi runs SetRecoveryActions at '$recovery', want 'NOT REMOVE|$((installServices + 1))' (right after InstallServices)"
 registry=$(msiinfo export "$msi" Registry)
 grep -qF 'EventLog\Application\scadad	EventMessageFile	[System64Folder]EventCreate.exe' <<<"$registry" || fail "$msi does not register the Event Log source: $registry"
 suminfo=$(msiinfo suminfo "$msi")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -67,6 +69,23 @@ type Manager interface {
 	// Stop sends the stop request; it does not wait.
 	Stop(name string) error
 	Query(name string) (Status, error)
+	// SetRecovery sets the recovery actions of the registered service
+	// name (ErrNonCrashRecoveryRefused, wrapped, as Create).
+	SetRecovery(name string, r Recovery) error
+	// Recovery reads back what the control manager stored as the
+	// service's recovery actions.
+	Recovery(name string) (Recovery, error)
+}
+
+// Recovery is what the control manager does when the service exits
+// without being asked to, as it reports it.
+type Recovery struct {
+	// Restarts are the restart delays of the first, second and every
+	// later failure.
+	Restarts   []time.Duration
+	ResetAfter time.Duration
+	// OnNonZeroExit: a non-zero exit counts as a failure too.
+	OnNonZeroExit bool
 }
 
 // Commands carries out `scadad service install|uninstall|start|stop`
@@ -79,20 +98,71 @@ type Commands struct {
 	Warn func(string)
 }
 
-// Install registers spec. An installed service is left as it is (the
-// error says how to replace it).
+// Install registers spec, then reads the recovery actions back from the
+// control manager: one that stored none, or other ones, is warned about
+// with the sc.exe lines that set them (Wine's control manager stores
+// none).
 func (c Commands) Install(spec Spec) error {
-	if err := c.Manager.Create(spec); err != nil {
-		if errors.Is(err, ErrNonCrashRecoveryRefused) {
-			c.warn(fmt.Sprintf("service %s installed, but %v; scadad is restarted after a crash, not after a fatal error's exit", spec.Name, err))
-			return nil
-		}
-		if errors.Is(err, ErrExists) {
-			return fmt.Errorf("install service %s: it is installed already; `scadad service uninstall` first to change it: %w", spec.Name, err)
-		}
+	err := c.Manager.Create(spec)
+	switch {
+	case errors.Is(err, ErrNonCrashRecoveryRefused):
+		c.warn(fmt.Sprintf("service %s installed, but %v; scadad is restarted after a crash, not after a fatal error's exit", spec.Name, err))
+	case errors.Is(err, ErrExists):
+		return fmt.Errorf("install service %s: it is installed already; `scadad service uninstall` first to change it: %w", spec.Name, err)
+	case err != nil:
 		return fmt.Errorf("install service %s: %w", spec.Name, err)
 	}
+	c.checkRecovery(spec.Name, spec.wantedRecovery(), err == nil)
 	return nil
+}
+
+// SetRecovery sets the default recovery actions on the registered service
+// name and reads them back: for a service registered by something else
+// (the MSI, whose wixl cannot set them, runs `scadad service recovery`).
+func (c Commands) SetRecovery(name string) error {
+	want := Recovery{Restarts: DefaultRecovery, ResetAfter: DefaultResetAfter, OnNonZeroExit: true}
+	err := c.Manager.SetRecovery(name, want)
+	switch {
+	case errors.Is(err, ErrNonCrashRecoveryRefused):
+		c.warn(fmt.Sprintf("service %s: %v; scadad is restarted after a crash, not after a fatal error's exit", name, err))
+	case err != nil:
+		return fmt.Errorf("set the recovery actions of service %s: %w", name, err)
+	}
+	c.checkRecovery(name, want, err == nil)
+	return nil
+}
+
+// checkRecovery warns when the control manager does not report the
+// recovery actions want for service name. flagTaken: the non-zero-exit
+// flag was set without an error, so it must read back set.
+func (c Commands) checkRecovery(name string, want Recovery, flagTaken bool) {
+	fix := strings.Join(FailureCommands(name, want), " and ")
+	got, err := c.Manager.Recovery(name)
+	if err != nil {
+		c.warn(fmt.Sprintf("service %s: its recovery actions cannot be read back (%v): check them with `sc.exe qfailure %s`, and if they are missing set them with %s", name, err, name, fix))
+		return
+	}
+	if !slices.Equal(got.Restarts, want.Restarts) || got.ResetAfter != want.ResetAfter {
+		c.warn(fmt.Sprintf("service %s: the control manager stored the recovery actions %v (failures reset after %v), not restarts after %v (reset after %v): set them with %s", name, got.Restarts, got.ResetAfter, want.Restarts, want.ResetAfter, fix))
+		return
+	}
+	if flagTaken && want.OnNonZeroExit && !got.OnNonZeroExit {
+		c.warn(fmt.Sprintf("service %s: the control manager does not apply its recovery actions on a non-zero exit: set it with %s", name, fix))
+	}
+}
+
+// FailureCommands are the sc.exe lines that set r on service name by
+// hand: the replaced system's `sc.exe failure` line and the flag that
+// makes a non-zero exit count as a failure.
+func FailureCommands(name string, r Recovery) []string {
+	actions := make([]string, len(r.Restarts))
+	for i, d := range r.Restarts {
+		actions[i] = fmt.Sprintf("restart/%d", d.Milliseconds())
+	}
+	return []string{
+		fmt.Sprintf("`sc.exe failure %s reset= %d actions= %s`", name, int64(r.ResetAfter.Seconds()), strings.Join(actions, "/")),
+		fmt.Sprintf("`sc.exe failureflag %s 1`", name),
+	}
 }
 
 // Start starts the service and waits until it runs. A service that stops

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
@@ -60,7 +61,7 @@ func (s SCM) Create(spec Spec) error {
 			return fmt.Errorf("create: %w", err)
 		}
 		defer func() { _ = sv.Close() }()
-		partial := configure(sv, spec)
+		partial := configure(sv, spec.wantedRecovery())
 		if partial != nil && !errors.Is(partial, ErrNonCrashRecoveryRefused) {
 			_ = sv.Delete()
 			return partial
@@ -82,17 +83,17 @@ func isExistingSource(err error) bool {
 	return strings.HasSuffix(err.Error(), "registry key already exists")
 }
 
-func configure(sv *mgr.Service, spec Spec) error {
-	actions := make([]mgr.RecoveryAction, len(spec.Recovery))
-	for i, d := range spec.Recovery {
+func configure(sv *mgr.Service, r Recovery) error {
+	actions := make([]mgr.RecoveryAction, len(r.Restarts))
+	for i, d := range r.Restarts {
 		actions[i] = mgr.RecoveryAction{Type: mgr.ServiceRestart, Delay: d}
 	}
-	if err := sv.SetRecoveryActions(actions, uint32(spec.ResetAfter.Seconds())); err != nil {
+	if err := sv.SetRecoveryActions(actions, uint32(r.ResetAfter.Seconds())); err != nil {
 		return fmt.Errorf("set the recovery actions: %w", err)
 	}
 	// A fatal error exits with a code, it does not crash: that must
 	// count as a failure too.
-	if err := sv.SetRecoveryActionsOnNonCrashFailures(true); err != nil {
+	if err := sv.SetRecoveryActionsOnNonCrashFailures(r.OnNonZeroExit); err != nil {
 		if errors.Is(err, windows.ERROR_INVALID_LEVEL) {
 			// Windows takes it since Vista; Wine 8 does not.
 			return fmt.Errorf("%w (%v)", ErrNonCrashRecoveryRefused, err)
@@ -100,6 +101,11 @@ func configure(sv *mgr.Service, spec Spec) error {
 		return fmt.Errorf("set the recovery actions on non-crash failures: %w", err)
 	}
 	return nil
+}
+
+// SetRecovery implements Manager.
+func (s SCM) SetRecovery(name string, r Recovery) error {
+	return s.open(name, func(sv *mgr.Service) error { return configure(sv, r) })
 }
 
 // Delete implements Manager.
@@ -139,6 +145,33 @@ func (s SCM) Query(name string) (Status, error) {
 		return nil
 	})
 	return st, err
+}
+
+// Recovery implements Manager.
+func (s SCM) Recovery(name string) (Recovery, error) {
+	var r Recovery
+	err := s.open(name, func(sv *mgr.Service) error {
+		actions, err := sv.RecoveryActions()
+		if err != nil {
+			return fmt.Errorf("read the recovery actions: %w", err)
+		}
+		for i, a := range actions {
+			if a.Type != mgr.ServiceRestart {
+				return fmt.Errorf("recovery action %d is of type %d, not a restart", i+1, a.Type)
+			}
+			r.Restarts = append(r.Restarts, a.Delay)
+		}
+		reset, err := sv.ResetPeriod()
+		if err != nil {
+			return fmt.Errorf("read the recovery reset period: %w", err)
+		}
+		r.ResetAfter = time.Duration(reset) * time.Second
+		if r.OnNonZeroExit, err = sv.RecoveryActionsOnNonCrashFailures(); err != nil {
+			return fmt.Errorf("read the recovery actions' non-crash flag: %w", err)
+		}
+		return nil
+	})
+	return r, err
 }
 
 func statusOf(q svc.Status) Status {

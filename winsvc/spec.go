@@ -43,6 +43,11 @@ type Spec struct {
 	ResetAfter time.Duration
 }
 
+// wantedRecovery is what Create asks the control manager for.
+func (s Spec) wantedRecovery() Recovery {
+	return Recovery{Restarts: s.Recovery, ResetAfter: s.ResetAfter, OnNonZeroExit: true}
+}
+
 // NewSpec is the service of the scadad binary exe with its node config at
 // configPath. Both must be absolute Windows paths: the control manager
 // starts the service with System32 as its working folder.

@@ -3,6 +3,7 @@ package winsvc
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +104,31 @@ func (f *fakeSCM) Stop(name string) error {
 	f.status[name] = Status{State: StopPending}
 	f.pending = f.stopDelay
 	return nil
+}
+
+// SetRecovery and Recovery keep and report what Create or SetRecovery
+// was given, as Windows' control manager does.
+func (f *fakeSCM) SetRecovery(name string, r Recovery) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "set-recovery")
+	spec, ok := f.specs[name]
+	if !ok {
+		return ErrNotInstalled
+	}
+	spec.Recovery, spec.ResetAfter = r.Restarts, r.ResetAfter
+	f.specs[name] = spec
+	return nil
+}
+
+func (f *fakeSCM) Recovery(name string) (Recovery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	spec, ok := f.specs[name]
+	if !ok {
+		return Recovery{}, ErrNotInstalled
+	}
+	return spec.wantedRecovery(), nil
 }
 
 func (f *fakeSCM) Query(name string) (Status, error) {
@@ -330,6 +356,18 @@ func TestServeExitsNonZeroOnAFatalErrorSoRecoveryRestartsIt(t *testing.T) {
 // as Wine's control manager does.
 type refusingFlagSCM struct{ *fakeSCM }
 
+// Recovery: Wine's control manager answers "Invalid level" to the query.
+func (s refusingFlagSCM) Recovery(string) (Recovery, error) {
+	return Recovery{}, errors.New("read the recovery actions: Invalid level.")
+}
+
+func (s refusingFlagSCM) SetRecovery(name string, r Recovery) error {
+	if err := s.fakeSCM.SetRecovery(name, r); err != nil {
+		return err
+	}
+	return errors.Join(ErrNonCrashRecoveryRefused, errors.New("Invalid level."))
+}
+
 func (s refusingFlagSCM) Create(spec Spec) error {
 	if err := s.fakeSCM.Create(spec); err != nil {
 		return err
@@ -344,7 +382,78 @@ func TestInstallWarnsWhenTheNonCrashRecoveryIsRefused(t *testing.T) {
 	if err := c.Install(spec); err != nil {
 		t.Fatalf("install: %v", err)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "not after a fatal error's exit") {
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "not after a fatal error's exit") ||
+		!strings.Contains(warnings[1], "cannot be read back (read the recovery actions: Invalid level.)") ||
+		!strings.Contains(warnings[1], "`sc.exe failure scadad reset= 86400 actions= restart/5000/restart/30000/restart/60000` and `sc.exe failureflag scadad 1`") {
+		t.Errorf("warnings %q", warnings)
+	}
+}
+
+// storingSCM stores recovery actions other than those asked for, or
+// drops the non-zero-exit flag without an error.
+type storingSCM struct {
+	*fakeSCM
+	stored Recovery
+}
+
+func (s storingSCM) Recovery(string) (Recovery, error) { return s.stored, nil }
+
+func TestInstallReadsTheRecoveryActionsBack(t *testing.T) {
+	spec, _ := NewSpec(`C:\scadad\scadad.exe`, `C:\scadad\node.yaml`)
+	for _, tc := range []struct {
+		name string
+		scm  Manager
+		says string // "" = no warning
+	}{
+		{"stored as asked", newFakeSCM(), ""},
+		{"none stored", storingSCM{newFakeSCM(), Recovery{}}, "stored the recovery actions [] (failures reset after 0s), not restarts after [5s 30s 1m0s] (reset after 24h0m0s)"},
+		{"other delays", storingSCM{newFakeSCM(), Recovery{Restarts: []time.Duration{time.Minute}, ResetAfter: 24 * time.Hour, OnNonZeroExit: true}}, "stored the recovery actions [1m0s]"},
+		{"flag dropped", storingSCM{newFakeSCM(), Recovery{Restarts: DefaultRecovery, ResetAfter: DefaultResetAfter}}, "does not apply its recovery actions on a non-zero exit: set it with `sc.exe failure scadad"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var warnings []string
+			c := Commands{Manager: tc.scm, Warn: func(m string) { warnings = append(warnings, m) }}
+			if err := c.Install(spec); err != nil {
+				t.Fatalf("install: %v", err)
+			}
+			switch {
+			case tc.says == "" && len(warnings) != 0:
+				t.Errorf("warnings %q, want none", warnings)
+			case tc.says != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.says)):
+				t.Errorf("warnings %q, want one saying %q", warnings, tc.says)
+			}
+		})
+	}
+}
+
+// An MSI registers the service without recovery actions (wixl has no
+// ServiceConfigFailureActions); its custom action runs `scadad service
+// recovery`, which sets them on the registered service.
+func TestSetRecoveryOnAServiceRegisteredWithout(t *testing.T) {
+	scm := newFakeSCM()
+	spec, _ := NewSpec(`C:\scadad\scadad.exe`, `C:\scadad\node.yaml`)
+	spec.Recovery, spec.ResetAfter = nil, 0
+	if err := scm.Create(spec); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	c := Commands{Manager: scm, Warn: func(m string) { warnings = append(warnings, m) }}
+	if err := c.SetRecovery(spec.Name); err != nil {
+		t.Fatalf("set recovery: %v", err)
+	}
+	got, _ := scm.Recovery(spec.Name)
+	if !slices.Equal(got.Restarts, DefaultRecovery) || got.ResetAfter != DefaultResetAfter || len(warnings) != 0 {
+		t.Errorf("stored %+v, warnings %q", got, warnings)
+	}
+	if err := c.SetRecovery("other"); err == nil || !errors.Is(err, ErrNotInstalled) {
+		t.Errorf("set recovery of a service not installed: %v", err)
+	}
+	warnings = nil
+	c.Manager = refusingFlagSCM{scm}
+	if err := c.SetRecovery(spec.Name); err != nil {
+		t.Fatalf("set recovery under a control manager refusing the flag: %v", err)
+	}
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "not after a fatal error's exit") || !strings.Contains(warnings[1], "sc.exe qfailure scadad") {
 		t.Errorf("warnings %q", warnings)
 	}
 }

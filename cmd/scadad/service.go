@@ -30,9 +30,10 @@ func osServiceEnv() serviceEnv {
 const serviceUsage = `usage: scadad service install --config FILE   register scadad (automatic start, restart after 5 s, 30 s, 60 s) and its Event Log source
        scadad service start [--timeout D]      start it and wait until it runs
        scadad service stop [--timeout D]       stop it (the Active hands its role over) and wait until it stopped
-       scadad service uninstall [--timeout D]  stop it and unregister it and its Event Log source`
+       scadad service uninstall [--timeout D]  stop it and unregister it and its Event Log source
+       scadad service recovery                 set the restarts after 5 s, 30 s, 60 s on the registered service (the MSI runs it) and read them back`
 
-// runServiceCommand is `scadad service install|uninstall|start|stop`.
+// runServiceCommand is `scadad service install|uninstall|start|stop|recovery`.
 func runServiceCommand(args []string, stdout, stderr io.Writer, env serviceEnv) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, serviceUsage)
@@ -54,9 +55,9 @@ func runServiceCommand(args []string, stdout, stderr io.Writer, env serviceEnv) 
 		return 2
 	}
 	switch verb {
-	case "install", "uninstall", "start", "stop":
+	case "install", "uninstall", "start", "stop", "recovery":
 	default:
-		fmt.Fprintf(stderr, "scadad service: %q is not install, uninstall, start or stop\n%s\n", verb, serviceUsage)
+		fmt.Fprintf(stderr, "scadad service: %q is not install, uninstall, start, stop or recovery\n%s\n", verb, serviceUsage)
 		return 2
 	}
 	if verb != "install" && *configPath != "" {
@@ -81,6 +82,8 @@ func runServiceCommand(args []string, stdout, stderr io.Writer, env serviceEnv) 
 		err = cmds.Stop(ctx, name)
 	case "uninstall":
 		err = cmds.Uninstall(ctx, name)
+	case "recovery":
+		err = cmds.SetRecovery(name)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "scadad service %s: %v\n", verb, err)

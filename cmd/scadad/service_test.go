@@ -13,7 +13,8 @@ import (
 	"github.com/scadad/scadad/winsvc"
 )
 
-// createOnlySCM records what install registers; every other call fails.
+// createOnlySCM records what install registers and reads it back; every
+// other call fails.
 type createOnlySCM struct{ created []winsvc.Spec }
 
 func (s *createOnlySCM) Create(spec winsvc.Spec) error {
@@ -23,6 +24,13 @@ func (s *createOnlySCM) Create(spec winsvc.Spec) error {
 func (s *createOnlySCM) Delete(string) error { return errors.New("not in this test") }
 func (s *createOnlySCM) Start(string) error  { return errors.New("not in this test") }
 func (s *createOnlySCM) Stop(string) error   { return errors.New("not in this test") }
+func (s *createOnlySCM) SetRecovery(string, winsvc.Recovery) error {
+	return errors.New("not in this test")
+}
+func (s *createOnlySCM) Recovery(string) (winsvc.Recovery, error) {
+	last := s.created[len(s.created)-1]
+	return winsvc.Recovery{Restarts: last.Recovery, ResetAfter: last.ResetAfter, OnNonZeroExit: true}, nil
+}
 func (s *createOnlySCM) Query(string) (winsvc.Status, error) {
 	return winsvc.Status{}, errors.New("not in this test")
 }
@@ -66,7 +74,7 @@ func TestServiceInstallRefusesAConfigTheServiceCouldNotStartWith(t *testing.T) {
 		{[]string{"install", "--config", bad}, 1, "log.level"},
 		{[]string{"install"}, 1, "--config FILE is required"},
 		{[]string{"start", "--config", bad}, 2, "--config is for install"},
-		{[]string{"restart"}, 2, `"restart" is not install, uninstall, start or stop`},
+		{[]string{"restart"}, 2, `"restart" is not install, uninstall, start, stop or recovery`},
 		{[]string{"stop", "extra"}, 2, `unexpected "extra"`},
 		{nil, 2, "usage: scadad service install --config FILE"},
 	} {
