@@ -120,6 +120,12 @@ func interopSite(t *testing.T, sim *testcluster.Sim) []byte {
 	if bytes.Equal(changed, site) {
 		t.Fatal("site config template changed: no security and identities lines to replace")
 	}
+	// Pump1.Speed is an analog item: units and a range.
+	analog := bytes.Replace(changed, []byte("{name: Speed, type: double, tag: Pump1.Speed}"), []byte("{name: Speed, type: double, tag: Pump1.Speed, units: rpm, eu_range: {low: 0, high: 1000}}"), 1)
+	if bytes.Equal(analog, changed) {
+		t.Fatal("site config template changed: no Pump1.Speed line to make analog")
+	}
+	changed = analog
 	if interopHotStandby() {
 		changed = append(changed, "hot_standby: true\n"...)
 	}
@@ -158,6 +164,22 @@ type suiteResult struct {
 	BrowsePath        struct {
 		Status, Target string
 	} `json:"browsePath"`
+	PropertyPaths map[string]struct {
+		Status, Target string
+	} `json:"propertyPaths"`
+	EURange *struct {
+		Low, High float64
+	} `json:"euRange"`
+	ServerObject struct {
+		Nodes        int      `json:"nodes"`
+		Problems     []string `json:"problems"`
+		ProblemCount int      `json:"problemCount"`
+	} `json:"serverObject"`
+	Paged struct {
+		Whole, Paged, Pages, Largest int
+		Same                         bool
+		Released, Reused             string
+	} `json:"paged"`
 	Timestamps map[string]struct {
 		Status         string
 		Source, Server bool
@@ -225,6 +247,15 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 		check(len(got.Namespaces) == 3 && got.Namespaces[0] == "http://opcfoundation.org/UA/" && strings.HasPrefix(got.Namespaces[1], "urn:scadad:") && got.Namespaces[2] == "urn:test:scadad",
 			"NamespaceArray %v, want [UA, the server's ApplicationUri, the site namespace] (Part 5, 8.2.3)", got.Namespaces)
 		check(got.BrowsePath.Status == "Good" && strings.HasSuffix(got.BrowsePath.Target, ";s=Pump1.Speed"), "browse path: %+v", got.BrowsePath)
+		for _, prop := range []string{"EURange", "EngineeringUnits"} {
+			p := got.PropertyPaths[prop]
+			check(p.Status == "Good" && strings.HasSuffix(p.Target, ";s=Pump1.Speed/"+prop), "browse path to Pump1.Speed's %s: %+v", prop, p)
+		}
+		check(got.EURange != nil && got.EURange.Low == 0 && got.EURange.High == 1000, "Pump1.Speed's EURange %+v, want 0..1000", got.EURange)
+		check(got.ServerObject.Nodes >= 60 && got.ServerObject.ProblemCount == 0,
+			"the Server object walked by node-opcua: %d nodes, %d findings: %v", got.ServerObject.Nodes, got.ServerObject.ProblemCount, got.ServerObject.Problems)
+		check(got.Paged.Same && got.Paged.Pages > 1 && got.Paged.Largest <= 2 && got.Paged.Released == "Good" && got.Paged.Reused == "BadContinuationPointInvalid",
+			"Browse two references at a time with BrowseNext: %+v, want the %d references of one Browse, pages of 2 at most, a point released and then invalid", got.Paged, got.Paged.Whole)
 		for which, want := range map[string][2]bool{"Source": {true, false}, "Server": {false, true}, "Both": {true, true}, "Neither": {false, false}} {
 			ts := got.Timestamps[which]
 			check(ts.Status == "Good" && ts.Source == want[0] && ts.Server == want[1], "read with TimestampsToReturn %s: %+v, want source %v server %v", which, ts, want[0], want[1])

@@ -1,7 +1,9 @@
 // suite.js: node-opcua against the Active and the Standby of a scadad
-// site: discovery and redundancy nodes, a browse path, reads with every
-// TimestampsToReturn, a subscription with an absolute deadband, and writes
-// (the Active takes one, the Standby refuses, NaN is refused). Driven by
+// site: discovery and redundancy nodes, the whole Server object, browse
+// paths (into a tag's properties too), a browse in pages with continuation
+// points, reads with every TimestampsToReturn, a subscription with an
+// absolute deadband, and writes (the Active takes one, the Standby
+// refuses, NaN is refused). Driven by
 // integration/opcua_interop_test.go; prints one JSON line of findings,
 // which the Go test judges.
 //
@@ -12,7 +14,7 @@
 const {
   OPCUAClient, MessageSecurityMode, SecurityPolicy, UserTokenType, AttributeIds, StatusCodes,
   OPCUACertificateManager, TimestampsToReturn, DataType, makeBrowsePath, BrowseDirection,
-  ClientSubscription, DataChangeFilter, DeadbandType, DataChangeTrigger, ReadRequest,
+  ClientSubscription, DataChangeFilter, DeadbandType, DataChangeTrigger, ReadRequest, NodeClass,
 } = require("node-opcua");
 
 function client(pki) {
@@ -37,6 +39,94 @@ async function session(endpoint, pki) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// walkServer browses everything under the Server object (i=2253) by its
+// forward hierarchical references and reads each node, as a strict client
+// does: each reference once, named as its target is, every Object and
+// Variable with a TypeDefinition, every Variable with a DataType and a
+// Good value of it (of that very type where it is a built-in one), no
+// Method (Call is not served).
+async function walkServer(s) {
+  const problems = [];
+  const seen = new Set();
+  const queue = [{ nodeId: "i=2253", path: "Server" }];
+  while (queue.length > 0 && seen.size < 2000) {
+    const { nodeId, path } = queue.shift();
+    if (seen.has(nodeId)) continue;
+    seen.add(nodeId);
+    const br = await s.browse({ nodeId, browseDirection: BrowseDirection.Forward, referenceTypeId: "HierarchicalReferences", includeSubtypes: true, nodeClassMask: 0, resultMask: 63 });
+    if (br.statusCode.name !== "Good") {
+      problems.push(`${path}: browse ${br.statusCode.name}`);
+      continue;
+    }
+    const listed = new Set();
+    for (const ref of br.references) {
+      const id = ref.nodeId.toString();
+      const where = `${path}/${ref.browseName.name}`;
+      const key = `${ref.referenceTypeId.toString()} ${id}`;
+      if (listed.has(key)) problems.push(`${where}: listed twice`);
+      listed.add(key);
+      if (ref.nodeId.namespace !== 0) continue;
+      if (ref.nodeClass === NodeClass.Method) {
+        problems.push(`${where}: a Method`);
+        continue;
+      }
+      const [bn, dt, val] = await s.read([
+        { nodeId: id, attributeId: AttributeIds.BrowseName },
+        { nodeId: id, attributeId: AttributeIds.DataType },
+        { nodeId: id, attributeId: AttributeIds.Value },
+      ]);
+      if (!bn.value.value || bn.value.value.name !== ref.browseName.name) problems.push(`${where}: BrowseName ${bn.value.value}`);
+      if ((ref.nodeClass === NodeClass.Object || ref.nodeClass === NodeClass.Variable) && (!ref.typeDefinition || ref.typeDefinition.value === 0)) {
+        problems.push(`${where}: no TypeDefinition`);
+      }
+      if (ref.nodeClass === NodeClass.Variable) {
+        const type = dt.value.value;
+        if (dt.statusCode.name !== "Good" || !type || type.value === 0) problems.push(`${where}: DataType ${dt.statusCode.name}`);
+        if (val.statusCode.name !== "Good" || val.value.dataType === DataType.Null) {
+          problems.push(`${where}: value ${val.statusCode.name}`);
+        } else if (type && type.namespace === 0 && type.value <= 25 && type.value !== DataType.Variant && val.value.dataType !== type.value) {
+          problems.push(`${where}: a ${DataType[val.value.dataType]} value, DataType ${DataType[type.value]}`);
+        }
+      }
+      queue.push({ nodeId: id, path: where });
+    }
+  }
+  return { nodes: seen.size, problems: problems.slice(0, 40), problemCount: problems.length };
+}
+
+// pagedBrowse browses nodeId two references at a time, following the
+// continuation points with BrowseNext; then it takes one more point and
+// releases it, and uses it again.
+async function pagedBrowse(s, nodeId) {
+  const desc = { nodeId, browseDirection: BrowseDirection.Both, referenceTypeId: null, includeSubtypes: true, nodeClassMask: 0, resultMask: 63 };
+  const whole = await s.browse(desc);
+  const saved = s.requestedMaxReferencesPerNode;
+  s.requestedMaxReferencesPerNode = 2;
+  try {
+    let r = await s.browse(desc);
+    const ids = [];
+    let pages = 0;
+    let largest = 0;
+    for (;;) {
+      pages++;
+      largest = Math.max(largest, r.references.length);
+      for (const ref of r.references) ids.push(ref.nodeId.toString());
+      if (!r.continuationPoint || r.continuationPoint.length === 0 || pages > 100) break;
+      r = await s.browseNext(r.continuationPoint, false);
+    }
+    const one = await s.browse(desc);
+    const released = await s.browseNext(one.continuationPoint, true);
+    const again = await s.browseNext(one.continuationPoint, false);
+    return {
+      whole: whole.references.length, paged: ids.length, pages, largest,
+      same: JSON.stringify(ids) === JSON.stringify(whole.references.map((x) => x.nodeId.toString())),
+      released: released.statusCode.name, reused: again.statusCode.name,
+    };
+  } finally {
+    s.requestedMaxReferencesPerNode = saved;
+  }
+}
 
 async function main() {
   const env = process.env;
@@ -68,6 +158,18 @@ async function main() {
   const tbp = await a.s.translateBrowsePath(makeBrowsePath("i=85", `/${idx}:${env.SITE}/${idx}:${inst}.${idx}:${attr}`));
   out.browsePath = { status: tbp.statusCode.name, target: tbp.targets && tbp.targets[0] && tbp.targets[0].targetId.toString() };
   const tag = `ns=${idx};s=${env.TAG}`;
+  // Into the tag's properties: its EURange and EngineeringUnits.
+  out.propertyPaths = {};
+  for (const prop of ["EURange", "EngineeringUnits"]) {
+    const r = await a.s.translateBrowsePath(makeBrowsePath("i=85", `/${idx}:${env.SITE}/${idx}:${inst}.${idx}:${attr}.${prop}`));
+    out.propertyPaths[prop] = { status: r.statusCode.name, target: r.targets && r.targets[0] && r.targets[0].targetId.toString() };
+  }
+  const range = await a.s.read({ nodeId: `${tag}/EURange`, attributeId: AttributeIds.Value });
+  out.euRange = range.value.value ? { low: range.value.value.low, high: range.value.value.high } : null;
+
+  // The Server object, walked and read whole; a browse in pages.
+  out.serverObject = await walkServer(a.s);
+  out.paged = await pagedBrowse(a.s, "i=2253");
 
   // Reads with every TimestampsToReturn.
   out.timestamps = {};
