@@ -17,6 +17,7 @@ import (
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/uasec"
 )
 
 // TestOPCUASecureEndpointsEndToEnd: a site whose OPC UA endpoints are all
@@ -42,7 +43,7 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		t.Fatalf("scadactl opcua client-cert: %v exit %d\n%s%s", err, code, out, errOut)
 	}
 	certFile, keyFile := filepath.Join(certDir, "hmi.der"), filepath.Join(certDir, "hmi.key.pem")
-	cert, key, err := opcua.LoadClientIdentity(certFile, keyFile)
+	cert, key, err := uasec.LoadClientIdentity(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +60,11 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	deploySite(t, c, changed)
 	deployed := time.Now()
 
-	operator := opcua.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key,
+	operator := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key,
 		Username: "operator", Password: "op-secret", Timeout: 3 * time.Second}
 	viewer := operator
 	viewer.Username, viewer.Password = "viewer", "view-secret"
-	level := func(n *testcluster.Node, o opcua.ClientOptions) (byte, error) {
+	level := func(n *testcluster.Node, o uasec.ClientOptions) (byte, error) {
 		return opcua.ReadServiceLevel(context.Background(), n.OPCUA, o)
 	}
 
@@ -127,7 +128,7 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		t.Fatalf("scadactl opcua pick over SignAndEncrypt chose %q, want the Active's %s", pick.Picked, active.OPCUA)
 	}
 
-	if _, err := level(active, opcua.ClientOptions{Timeout: 3 * time.Second}); err == nil {
+	if _, err := level(active, uasec.ClientOptions{Timeout: 3 * time.Second}); err == nil {
 		t.Fatal("an anonymous None session was served by a secure-only site")
 	}
 	wrongPassword := operator
@@ -136,11 +137,11 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		t.Fatal("a wrong password was accepted")
 	}
 
-	dial := func(n *testcluster.Node, o opcua.ClientOptions) *gopcua.Client {
+	dial := func(n *testcluster.Node, o uasec.ClientOptions) *gopcua.Client {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cl, err := opcua.Dial(ctx, n.OPCUA, o)
+		cl, err := uasec.Dial(ctx, n.OPCUA, o)
 		if err != nil {
 			t.Fatalf("dial %s as %s: %v", n.ID, o.Username, err)
 		}

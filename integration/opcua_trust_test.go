@@ -15,10 +15,11 @@ import (
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/uasec"
 )
 
 // opcuaClientCert makes a client application certificate with scadactl.
-func opcuaClientCert(t *testing.T, c *testcluster.Cluster, uri, name string) (certFile string, cert []byte, opts opcua.ClientOptions) {
+func opcuaClientCert(t *testing.T, c *testcluster.Cluster, uri, name string) (certFile string, cert []byte, opts uasec.ClientOptions) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -27,11 +28,11 @@ func opcuaClientCert(t *testing.T, c *testcluster.Cluster, uri, name string) (ce
 		t.Fatalf("scadactl opcua client-cert: %v exit %d\n%s%s", err, code, out, errOut)
 	}
 	certFile = filepath.Join(dir, name+".der")
-	cert, key, err := opcua.LoadClientIdentity(certFile, filepath.Join(dir, name+".key.pem"))
+	cert, key, err := uasec.LoadClientIdentity(certFile, filepath.Join(dir, name+".key.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return certFile, cert, opcua.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key, Timeout: 3 * time.Second}
+	return certFile, cert, uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key, Timeout: 3 * time.Second}
 }
 
 // ctlOK runs scadactl through nodes and fails the test unless it exits 0.
@@ -81,7 +82,7 @@ func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
 	both := []*testcluster.Node{active, standby}
 	hmiFile, hmiCert, hmi := opcuaClientCert(t, c, "urn:test:hmi", "hmi")
 	_, strangerCert, stranger := opcuaClientCert(t, c, "urn:test:stranger", "stranger")
-	hmiThumb, strangerThumb := opcua.Thumbprint(hmiCert), opcua.Thumbprint(strangerCert)
+	hmiThumb, strangerThumb := uasec.Thumbprint(hmiCert), uasec.Thumbprint(strangerCert)
 
 	const opSecret, viewSecret = "op-Secret-7f3a9c", "view-Secret-2b8e1d"
 	secrets := t.TempDir()
@@ -105,7 +106,7 @@ func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
 	operator.Username, operator.Password = "operator", opSecret
 	viewer := hmi
 	viewer.Username, viewer.Password = "viewer", viewSecret
-	level := func(n *testcluster.Node, o opcua.ClientOptions) (byte, error) {
+	level := func(n *testcluster.Node, o uasec.ClientOptions) (byte, error) {
 		return opcua.ReadServiceLevel(context.Background(), n.OPCUA, o)
 	}
 
@@ -159,12 +160,12 @@ func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ac, err := opcua.Dial(ctx, active.OPCUA, operator)
+	ac, err := uasec.Dial(ctx, active.OPCUA, operator)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer operator.Close(ac)
-	vc, err := opcua.Dial(ctx, active.OPCUA, viewer)
+	vc, err := uasec.Dial(ctx, active.OPCUA, viewer)
 	if err != nil {
 		t.Fatal(err)
 	}

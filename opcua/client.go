@@ -2,13 +2,9 @@ package opcua
 
 import (
 	"context"
-	"crypto/rsa"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,227 +12,9 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/uasec"
 )
-
-// ClientOptions configure the helper clients: the peer probe, Pick and Watch.
-// The zero value connects with security None as the anonymous user.
-type ClientOptions struct {
-	// SecurityPolicy ("None", "Basic256Sha256") and SecurityMode ("None",
-	// "Sign", "SignAndEncrypt"); empty means None.
-	SecurityPolicy string
-	SecurityMode   string
-	// Certificate (DER) and PrivateKey identify the client on secure channels.
-	Certificate []byte
-	PrivateKey  *rsa.PrivateKey
-	// ServerCertificates are the server certificates, or the CA
-	// certificates that issued them, a secure channel may be opened to;
-	// empty accepts whatever certificate the server presents (gopcua's
-	// client checks none).
-	ServerCertificates []*x509.Certificate
-	// Username and Password select a user-name identity; empty is anonymous.
-	Username string
-	Password string
-	// Timeout bounds one connect-and-read (default 2 s).
-	Timeout time.Duration
-}
-
-func (o ClientOptions) timeout() time.Duration {
-	if o.Timeout <= 0 {
-		return 2 * time.Second
-	}
-	return o.Timeout
-}
-
-// Close ends c's session and closes its connection within the options'
-// timeout. gopcua's Close sends CloseSession and then reports Closed on the
-// client's state channel, waiting on its context for room there; with a
-// context that never ends, a channel nobody drains any more would hold the
-// caller (and the reconnect loop behind it) for good.
-func (o ClientOptions) Close(c *gopcua.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
-	defer cancel()
-	_ = c.Close(ctx) // the connection is gone either way; there is nothing to do about an error
-}
-
-// security resolves the options' policy and mode (empty: None) and the
-// identity token type they log in with.
-func (o ClientOptions) security() (resolvedSecurity, ua.UserTokenType, error) {
-	policy, mode := o.SecurityPolicy, o.SecurityMode
-	if policy == "" {
-		policy = "None"
-	}
-	if mode == "" {
-		mode = "None"
-	}
-	sec, err := resolveSecurity([]SecurityProfile{{Policy: policy, Mode: mode}})
-	if err != nil {
-		return resolvedSecurity{}, 0, err
-	}
-	if o.Username != "" {
-		return sec[0], ua.UserTokenTypeUserName, nil
-	}
-	return sec[0], ua.UserTokenTypeAnonymous, nil
-}
-
-// canOpenSession says whether one of eps offers the options' security
-// and identity: the options' policy and mode, and a user-token policy for
-// their identity. A certificate the server does not trust still fails.
-func (o ClientOptions) canOpenSession(eps []*ua.EndpointDescription) bool {
-	sec, want, err := o.security()
-	if err != nil {
-		return false
-	}
-	for _, ep := range eps {
-		if ep.SecurityPolicyURI != sec.policyURI || ep.SecurityMode != sec.mode {
-			continue
-		}
-		for _, t := range ep.UserIdentityTokens {
-			if t.TokenType == want {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// checkServer refuses a server certificate the options do not trust; any
-// is accepted when they name none.
-func (o ClientOptions) checkServer(der []byte) error {
-	if len(o.ServerCertificates) == 0 {
-		return nil
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return fmt.Errorf("the server's certificate is not a valid X.509 certificate: %w", err)
-	}
-	if !trustedBy(cert, o.ServerCertificates, time.Now()) {
-		return fmt.Errorf("the server's certificate %s is not the one configured, nor issued by it", describeCert(cert))
-	}
-	return nil
-}
-
-// dial connects a client to endpoint. Secure channels need the server's
-// certificate and the user-token policy, so those first ask GetEndpoints.
-func (o ClientOptions) dial(ctx context.Context, endpoint string, extra ...gopcua.Option) (*gopcua.Client, error) {
-	sec, tokenType, err := o.security()
-	if err != nil {
-		return nil, fmt.Errorf("client security: %w", err)
-	}
-	opts := []gopcua.Option{
-		gopcua.AutoReconnect(false),
-		gopcua.RequestTimeout(o.timeout()),
-		gopcua.DialTimeout(o.timeout()),
-		gopcua.SessionTimeout(time.Minute),
-	}
-	if sec.mode == ua.MessageSecurityModeNone && tokenType == ua.UserTokenTypeAnonymous {
-		opts = append(opts, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous())
-	} else {
-		eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()))
-		if err != nil {
-			return nil, fmt.Errorf("get endpoints of %s: %w", endpoint, err)
-		}
-		ep, err := gopcua.SelectEndpoint(eps, sec.policyURI, sec.mode)
-		if err != nil {
-			return nil, fmt.Errorf("select endpoint of %s: %w", endpoint, err)
-		}
-		if err := o.checkServer(ep.ServerCertificate); err != nil {
-			return nil, fmt.Errorf("connect %s: %w", endpoint, err)
-		}
-		ep.EndpointURL = endpoint // the advertised host may differ from the one we reached
-		opts = append(opts, gopcua.SecurityFromEndpoint(ep, tokenType))
-		if o.Certificate != nil {
-			opts = append(opts, gopcua.Certificate(o.Certificate))
-		}
-		if o.PrivateKey != nil {
-			opts = append(opts, gopcua.PrivateKey(o.PrivateKey))
-		}
-		if tokenType == ua.UserTokenTypeUserName {
-			opts = append(opts, gopcua.AuthUsername(o.Username, o.Password))
-		} else {
-			opts = append(opts, gopcua.AuthAnonymous())
-		}
-	}
-	c, err := gopcua.NewClient(endpoint, append(opts, extra...)...)
-	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", endpoint, err)
-	}
-	if err := c.Connect(ctx); err != nil {
-		o.Close(c)
-		return nil, fmt.Errorf("connect %s: %w%s", endpoint, err, o.hint(ctx, endpoint, sec, err))
-	}
-	return c, nil
-}
-
-// hint says what an operator can do about a refused connection: a server
-// that offers no endpoint for these options, or (gopcua's client reports
-// a server's Error message during the handshake as EOF) a server that
-// does not trust this client's certificate.
-func (o ClientOptions) hint(ctx context.Context, endpoint string, sec resolvedSecurity, err error) string {
-	if !errors.Is(err, io.EOF) && !errors.Is(err, ua.StatusBadSecurityModeRejected) {
-		return ""
-	}
-	eps, gerr := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()))
-	if gerr != nil {
-		return ""
-	}
-	if !o.canOpenSession(eps) {
-		var offered []string
-		for _, ep := range eps {
-			offered = append(offered, resolvedSecurity{policyURI: ep.SecurityPolicyURI, mode: ep.SecurityMode}.String())
-		}
-		return fmt.Sprintf(" (the server offers %s, not %s with this identity: give a security policy and mode it offers, a client certificate and, if it wants one, a user)",
-			strings.Join(slices.Compact(slices.Sorted(slices.Values(offered))), ", "), sec)
-	}
-	if sec.mode != ua.MessageSecurityModeNone && errors.Is(err, io.EOF) {
-		return " (the server closed the connection during the handshake: it may not trust this client's certificate; a scadad node keeps refused ones in <data_dir>/opcua/pki/rejected)"
-	}
-	return ""
-}
-
-// Cancel deletes a subscription on its server within the options' timeout,
-// rather than leaving it there with its monitored items until its lifetime
-// runs out (on servers other than scadad's, possibly never).
-func (o ClientOptions) Cancel(sub *gopcua.Subscription) {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout())
-	defer cancel()
-	_ = sub.Cancel(ctx) // the session is ending either way
-}
-
-// Dial connects a client to endpoint with the options' security and
-// identity; extra options (a state channel, say) are added last. The
-// client does not reconnect by itself: its owner decides when to retry.
-func Dial(ctx context.Context, endpoint string, o ClientOptions, extra ...gopcua.Option) (*gopcua.Client, error) {
-	return o.dial(ctx, endpoint, extra...)
-}
-
-// ReadPasswordFile reads a user's password kept in a file (so no password
-// travels in a site config or on a command line), without the line break
-// an editor leaves at its end.
-func ReadPasswordFile(path string) (string, error) {
-	pw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	return strings.TrimRight(string(pw), "\r\n"), nil
-}
-
-// LoadClientIdentity reads a client application certificate and its RSA
-// private key (PEM or DER files) for ClientOptions.
-func LoadClientIdentity(certFile, keyFile string) ([]byte, *rsa.PrivateKey, error) {
-	cert, err := readPEMOrDER(certFile, "CERTIFICATE")
-	if err != nil {
-		return nil, nil, fmt.Errorf("read client certificate: %w", err)
-	}
-	der, err := readPEMOrDER(keyFile, "")
-	if err != nil {
-		return nil, nil, fmt.Errorf("read client private key: %w", err)
-	}
-	key, err := parseRSAKey(der)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parse client private key %s: %w", keyFile, err)
-	}
-	return cert, key, nil
-}
 
 var errNoLevel = errors.New("ServiceLevel read returned no value")
 
@@ -259,10 +37,10 @@ func readLevel(ctx context.Context, c *gopcua.Client) (byte, error) {
 
 // ReadServiceLevel connects to endpoint, reads Server.ServiceLevel and
 // disconnects, all within the options' timeout.
-func ReadServiceLevel(ctx context.Context, endpoint string, o ClientOptions) (byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout())
+func ReadServiceLevel(ctx context.Context, endpoint string, o uasec.ClientOptions) (byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.EffectiveTimeout())
 	defer cancel()
-	c, err := o.dial(ctx, endpoint)
+	c, err := uasec.Dial(ctx, endpoint, o)
 	if err != nil {
 		return 0, err
 	}
@@ -277,11 +55,11 @@ func ReadServiceLevel(ctx context.Context, endpoint string, o ClientOptions) (by
 // Pick reads every endpoint's ServiceLevel and returns the highest; a tie
 // goes to the endpoint listed first. levels holds the endpoints that answered.
 func Pick(ctx context.Context, urls []string) (string, map[string]byte, error) {
-	return PickWith(ctx, urls, ClientOptions{})
+	return PickWith(ctx, urls, uasec.ClientOptions{})
 }
 
 // PickWith is Pick with explicit client options.
-func PickWith(ctx context.Context, urls []string, o ClientOptions) (string, map[string]byte, error) {
+func PickWith(ctx context.Context, urls []string, o uasec.ClientOptions) (string, map[string]byte, error) {
 	if len(urls) == 0 {
 		return "", nil, fmt.Errorf("pick: no endpoints")
 	}
@@ -329,11 +107,11 @@ func PickWith(ctx context.Context, urls []string, o ClientOptions) (string, map[
 // it (a Bad value, or the old value again, is not data a client can use).
 // It returns when ctx ends.
 func Watch(ctx context.Context, urls []string, nodeID string, out io.Writer) error {
-	return WatchWith(ctx, urls, nodeID, out, ClientOptions{})
+	return WatchWith(ctx, urls, nodeID, out, uasec.ClientOptions{})
 }
 
 // WatchWith is Watch with explicit client options.
-func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer, o ClientOptions) error {
+func WatchWith(ctx context.Context, urls []string, nodeID string, out io.Writer, o uasec.ClientOptions) error {
 	return WatchEvents(ctx, urls, nodeID, o, func(e WatchEvent) { io.WriteString(out, e.Text()) })
 }
 
@@ -395,7 +173,7 @@ func (e WatchEvent) Text() string {
 
 // WatchEvents is WatchWith handing each event to emit instead of
 // printing it.
-func WatchEvents(ctx context.Context, urls []string, nodeID string, o ClientOptions, emit func(WatchEvent)) error {
+func WatchEvents(ctx context.Context, urls []string, nodeID string, o uasec.ClientOptions, emit func(WatchEvent)) error {
 	nid, err := ua.ParseNodeID(nodeID)
 	if err != nil {
 		return fmt.Errorf("watch: node id %q: %w", nodeID, err)
@@ -442,7 +220,7 @@ func stamp(t time.Time) string { return t.Format("15:04:05.000") }
 
 type watcher struct {
 	emit func(WatchEvent)
-	opts ClientOptions
+	opts uasec.ClientOptions
 	node *ua.NodeID
 	url  string
 	// lastValue is when the last new Good value arrived, and lastSource
@@ -468,7 +246,7 @@ func (w *watcher) follow(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	states := make(chan gopcua.ConnState, 8)
-	c, err := w.opts.dial(ctx, w.url, gopcua.StateChangedCh(states))
+	c, err := uasec.Dial(ctx, w.url, w.opts, gopcua.StateChangedCh(states))
 	if err != nil {
 		return err
 	}
@@ -504,7 +282,7 @@ func (w *watcher) follow(ctx context.Context) error {
 				return
 			case <-time.After(time.Second):
 			}
-			rctx, rcancel := context.WithTimeout(ctx, w.opts.timeout())
+			rctx, rcancel := context.WithTimeout(ctx, w.opts.EffectiveTimeout())
 			_, err := readLevel(rctx, c)
 			rcancel()
 			if err != nil && ctx.Err() == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 func deadURL(t *testing.T) string { return fmt.Sprintf("opc.tcp://127.0.0.1:%d", freePort(t)) }
@@ -63,7 +64,7 @@ func TestProberWithRealEndpoints(t *testing.T) {
 	var seen []Verdict
 	p := NewProber(ProberConfig{
 		Endpoints: []string{ts.Endpoint(), dead},
-		Client:    ClientOptions{Timeout: time.Second},
+		Client:    uasec.ClientOptions{Timeout: time.Second},
 		OnVerdict: func(v Verdict) { mu.Lock(); seen = append(seen, v); mu.Unlock() },
 	})
 	vs := p.ProbeOnce(context.Background())
@@ -90,12 +91,12 @@ func TestProberReachesASecureOnlyPeer(t *testing.T) {
 		c.Users = []User{{Name: "operator", Password: "s3cret"}}
 		c.TrustedClientsDir = t.TempDir()
 	})
-	p := NewProber(ProberConfig{Endpoints: []string{ts.Endpoint()}, Client: ClientOptions{Timeout: time.Second}})
+	p := NewProber(ProberConfig{Endpoints: []string{ts.Endpoint()}, Client: uasec.ClientOptions{Timeout: time.Second}})
 	vs := p.ProbeOnce(context.Background())
 	if len(vs) != 1 || !vs[0].Reachable || vs[0].ServiceLevel != 0 || vs[0].Err != "" {
 		t.Fatalf("verdicts %+v", vs)
 	}
-	_, err := ReadServiceLevel(context.Background(), ts.Endpoint(), ClientOptions{Timeout: time.Second})
+	_, err := ReadServiceLevel(context.Background(), ts.Endpoint(), uasec.ClientOptions{Timeout: time.Second})
 	if err == nil {
 		t.Fatal("a None session on a secure-only server was served: the probe's fallback proves nothing")
 	}
@@ -177,7 +178,7 @@ func TestWatchStaysOnAQuietServer(t *testing.T) {
 	// Longer than initialValuesWait: the initial values end that wait.
 	ctx, cancel := context.WithTimeout(context.Background(), initialValuesWait+1500*time.Millisecond)
 	defer cancel()
-	if err := WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, ClientOptions{}); err != nil {
+	if err := WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, uasec.ClientOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); strings.Contains(got, "leaving") || !strings.Contains(got, "Pump1.Speed = 1") {
@@ -302,12 +303,12 @@ func events(s string) string {
 // longer drains must not hold the closer for good.
 func TestCloseIsBounded(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
-	opts := ClientOptions{Timeout: 300 * time.Millisecond}
+	opts := uasec.ClientOptions{Timeout: 300 * time.Millisecond}
 	// Room for Connecting and Connected only: Closed finds it full.
 	states := make(chan gopcua.ConnState, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, ts.Endpoint(), opts, gopcua.StateChangedCh(states))
+	c, err := uasec.Dial(ctx, ts.Endpoint(), opts, gopcua.StateChangedCh(states))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -347,7 +348,7 @@ func TestWatchOfAnUnknownNodeStops(t *testing.T) {
 	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=2;s=Pump1.Nope", out, ClientOptions{})
+	err := WatchWith(ctx, []string{a.Endpoint()}, "ns=2;s=Pump1.Nope", out, uasec.ClientOptions{})
 	if !errors.Is(err, errUnknownNode) || ctx.Err() != nil {
 		t.Fatalf("watch of an unknown node = %v (context %v); want errUnknownNode before the deadline\n%s", err, ctx.Err(), out.String())
 	}
@@ -369,7 +370,7 @@ func TestWatchLeavesASilentSubscription(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, ClientOptions{})
+		done <- WatchWith(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), out, uasec.ClientOptions{})
 	}()
 	defer func() {
 		cancel()
@@ -444,7 +445,7 @@ func TestWatchEventsCarryWhatTheTextSays(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	kinds := map[string]WatchEvent{}
-	err := WatchEvents(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), ClientOptions{}, func(e WatchEvent) {
+	err := WatchEvents(ctx, []string{a.Endpoint()}, a.NodeID("Pump1", "Speed").String(), uasec.ClientOptions{}, func(e WatchEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		kinds[e.Kind] = e

@@ -6,23 +6,19 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"github.com/scadad/scadad/activegate"
 	"math/big"
 	"net"
 	"net/url"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/gopcua/opcua/ua"
-	"github.com/gopcua/opcua/uapolicy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 // Config is the OPC UA server's configuration in plain Go; the daemon maps
@@ -214,11 +210,6 @@ type Deps struct {
 	Clock Clock
 }
 
-type resolvedSecurity struct {
-	policyURI string
-	mode      ua.MessageSecurityMode
-}
-
 func (c *Config) withDefaults() Config {
 	out := *c
 	if out.NamespaceURI == "" {
@@ -271,38 +262,14 @@ func (c *Config) withDefaults() Config {
 
 func (c *Config) endpointURL() string { return fmt.Sprintf("opc.tcp://%s:%d", c.Host, c.Port) }
 
-// policyURIPrefix begins the URI of every security policy the OPC UA
-// specification defines; the short names are what follows it.
-const policyURIPrefix = "http://opcfoundation.org/UA/SecurityPolicy#"
-
-// String is the profile as the site config writes it: "Basic256Sha256/SignAndEncrypt".
-func (r resolvedSecurity) String() string {
-	return strings.TrimPrefix(r.policyURI, policyURIPrefix) + "/" + strings.TrimPrefix(r.mode.String(), "MessageSecurityMode")
-}
-
-func resolveSecurity(profiles []SecurityProfile) ([]resolvedSecurity, error) {
-	supported := uapolicy.SupportedPolicies()
-	out := make([]resolvedSecurity, 0, len(profiles))
+func resolveSecurity(profiles []SecurityProfile) ([]uasec.Resolved, error) {
+	out := make([]uasec.Resolved, 0, len(profiles))
 	for _, p := range profiles {
-		uri := p.Policy
-		if !strings.HasPrefix(uri, "http://") {
-			uri = policyURIPrefix + p.Policy
+		r, err := uasec.Resolve(p.Policy, p.Mode)
+		if err != nil {
+			return nil, err
 		}
-		found := false
-		for _, s := range supported {
-			found = found || s == uri
-		}
-		if !found {
-			return nil, fmt.Errorf("security policy %q is not supported", p.Policy)
-		}
-		mode := ua.MessageSecurityModeFromString(p.Mode)
-		if mode == ua.MessageSecurityModeInvalid {
-			return nil, fmt.Errorf("security mode %q is not one of None, Sign, SignAndEncrypt", p.Mode)
-		}
-		if (uri == ua.SecurityPolicyURINone) != (mode == ua.MessageSecurityModeNone) {
-			return nil, fmt.Errorf("security policy %s needs mode %s", p.Policy, map[bool]string{true: "None", false: "Sign or SignAndEncrypt"}[uri == ua.SecurityPolicyURINone])
-		}
-		out = append(out, resolvedSecurity{policyURI: uri, mode: mode})
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -311,18 +278,18 @@ func resolveSecurity(profiles []SecurityProfile) ([]resolvedSecurity, error) {
 func loadIdentity(c *Config) ([]byte, *rsa.PrivateKey, error) {
 	cert, key := c.Certificate, c.PrivateKey
 	if c.CertFile != "" {
-		b, err := readPEMOrDER(c.CertFile, "CERTIFICATE")
+		b, err := uasec.ReadPEMOrDER(c.CertFile, "CERTIFICATE")
 		if err != nil {
 			return nil, nil, fmt.Errorf("read certificate: %w", err)
 		}
 		cert = b
 	}
 	if c.KeyFile != "" {
-		b, err := readPEMOrDER(c.KeyFile, "")
+		b, err := uasec.ReadPEMOrDER(c.KeyFile, "")
 		if err != nil {
 			return nil, nil, fmt.Errorf("read private key: %w", err)
 		}
-		k, err := parseRSAKey(b)
+		k, err := uasec.ParseRSAKey(b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("parse private key %s: %w", c.KeyFile, err)
 		}
@@ -356,35 +323,6 @@ func loadIdentity(c *Config) ([]byte, *rsa.PrivateKey, error) {
 		return nil, nil, fmt.Errorf("certificate URI %s does not match ApplicationURI %s", parsed.URIs[0], c.ApplicationURI)
 	}
 	return cert, key, nil
-}
-
-func readPEMOrDER(path, wantType string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if blk, _ := pem.Decode(b); blk != nil {
-		if wantType != "" && blk.Type != wantType {
-			return nil, fmt.Errorf("%s: PEM block %q, want %q", path, blk.Type, wantType)
-		}
-		return blk.Bytes, nil
-	}
-	return b, nil
-}
-
-func parseRSAKey(der []byte) (*rsa.PrivateKey, error) {
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return k, nil
-	}
-	k, err := x509.ParsePKCS8PrivateKey(der)
-	if err != nil {
-		return nil, err
-	}
-	rk, ok := k.(*rsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("key is %T, OPC UA needs RSA", k)
-	}
-	return rk, nil
 }
 
 // SelfSignedCertificate makes a DER certificate for appURI (as URI SAN) and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/scadad/scadad/activegate"
+	"github.com/scadad/scadad/uasec"
 	"math"
 	"reflect"
 	"slices"
@@ -249,7 +250,7 @@ func (s *Server) admitChannel(req *ua.CreateSessionRequest, res *ua.CreateSessio
 		u = &untrustedError{code: ua.StatusBadCertificateUntrusted, why: err.Error()}
 	}
 	s.metrics.rejected.WithLabelValues("certificate-untrusted").Inc()
-	s.warnOnce("cert:"+Thumbprint(req.ClientCertificate), func(e *zerolog.Event) *zerolog.Event {
+	s.warnOnce("cert:"+uasec.Thumbprint(req.ClientCertificate), func(e *zerolog.Event) *zerolog.Event {
 		return e.Str("application_uri", appURIOf(req)).Str("reason", u.Error())
 	}, "OPC UA session refused: client certificate not trusted")
 	return u.code

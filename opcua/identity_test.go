@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
@@ -24,20 +25,20 @@ func TestUserNameIdentityOverBasic256Sha256(t *testing.T) {
 		c.Users = []User{{Name: "operator", Password: "s3cret"}}
 		c.TrustedClientsDir = trusted
 	})
-	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
-	with := func(f func(*ClientOptions)) ClientOptions { o := base; f(&o); return o }
+	base := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
+	with := func(f func(*uasec.ClientOptions)) uasec.ClientOptions { o := base; f(&o); return o }
 	tests := []struct {
 		name string
-		opts ClientOptions
+		opts uasec.ClientOptions
 		ok   bool
 	}{
-		{"right password, encrypted", with(func(o *ClientOptions) { o.Username, o.Password = "operator", "s3cret" }), true},
-		{"right password, signed", with(func(o *ClientOptions) { o.SecurityMode = "Sign"; o.Username, o.Password = "operator", "s3cret" }), true},
-		{"wrong password", with(func(o *ClientOptions) { o.Username, o.Password = "operator", "guess" }), false},
-		{"unknown user", with(func(o *ClientOptions) { o.Username, o.Password = "mallory", "s3cret" }), false},
-		{"password prefix", with(func(o *ClientOptions) { o.Username, o.Password = "operator", "s3cre" }), false},
+		{"right password, encrypted", with(func(o *uasec.ClientOptions) { o.Username, o.Password = "operator", "s3cret" }), true},
+		{"right password, signed", with(func(o *uasec.ClientOptions) { o.SecurityMode = "Sign"; o.Username, o.Password = "operator", "s3cret" }), true},
+		{"wrong password", with(func(o *uasec.ClientOptions) { o.Username, o.Password = "operator", "guess" }), false},
+		{"unknown user", with(func(o *uasec.ClientOptions) { o.Username, o.Password = "mallory", "s3cret" }), false},
+		{"password prefix", with(func(o *uasec.ClientOptions) { o.Username, o.Password = "operator", "s3cre" }), false},
 		{"anonymous when anonymous is off", base, false},
-		{"no security at all", ClientOptions{Timeout: 3 * time.Second}, false},
+		{"no security at all", uasec.ClientOptions{Timeout: 3 * time.Second}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestWritesNeedAnIdentityThatMayWrite(t *testing.T) {
 		c.Users = []User{{Name: "operator", Password: "op", CanWrite: true}, {Name: "viewer", Password: "view"}}
 		c.TrustedClientsDir = trusted
 	})
-	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
+	base := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
 	tests := []struct {
 		name, user, pass string
 		want             ua.StatusCode
@@ -77,7 +78,7 @@ func TestWritesNeedAnIdentityThatMayWrite(t *testing.T) {
 			o.Username, o.Password = tt.user, tt.pass
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			c, err := Dial(ctx, ts.Endpoint(), o)
+			c, err := uasec.Dial(ctx, ts.Endpoint(), o)
 			if err != nil {
 				t.Fatal(err)
 			}

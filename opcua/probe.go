@@ -8,6 +8,8 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/rs/zerolog"
+
+	"github.com/scadad/scadad/uasec"
 )
 
 // Verdict is one probe of a peer's endpoint.
@@ -54,7 +56,7 @@ type ProberConfig struct {
 	// Interval between probes (default 2 s).
 	Interval time.Duration
 	// Client options for the probe connection; Timeout bounds each probe.
-	Client ClientOptions
+	Client uasec.ClientOptions
 	// Read replaces the real connect-and-read (tests).
 	Read LevelReader
 	// OnVerdict is called after every probe.
@@ -173,14 +175,14 @@ func (p *Prober) Latest(endpoint string) (Verdict, bool) {
 // open. A site whose endpoints are all secure needs a trusted certificate
 // and perhaps a user for that, which the probe has no business holding:
 // there the peer is reachable with level 0 (not read).
-func probeEndpoint(ctx context.Context, endpoint string, o ClientOptions) (byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout())
+func probeEndpoint(ctx context.Context, endpoint string, o uasec.ClientOptions) (byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.EffectiveTimeout())
 	defer cancel()
-	eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.timeout()), gopcua.RequestTimeout(o.timeout()))
+	eps, err := gopcua.GetEndpoints(ctx, endpoint, gopcua.DialTimeout(o.EffectiveTimeout()), gopcua.RequestTimeout(o.EffectiveTimeout()))
 	if err != nil {
 		return 0, fmt.Errorf("get endpoints of %s: %w", endpoint, err)
 	}
-	if !o.canOpenSession(eps) {
+	if !o.CanOpenSession(eps) {
 		return 0, nil
 	}
 	return ReadServiceLevel(ctx, endpoint, o)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 // ErrUnknownTag is returned by TagUpdate for an attribute the current model
@@ -55,7 +56,7 @@ type Server struct {
 	// trust decides which client certificates may open sessions on
 	// secure channels; security is the configured profiles, resolved.
 	trust    trustList
-	security []resolvedSecurity
+	security []uasec.Resolved
 
 	sessions *sessionTable
 	notify   *notifier
@@ -144,7 +145,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	secure := false
 	for _, s := range sec {
-		secure = secure || s.mode != ua.MessageSecurityModeNone
+		secure = secure || s.Mode != ua.MessageSecurityModeNone
 	}
 	for _, u := range c.Users {
 		if u.Name == "" || u.Password == "" {
@@ -199,7 +200,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		server.SetLogger(libraryLogger{deps.Logger}),
 	}
 	for _, s := range sec {
-		opts = append(opts, server.EnableSecurity(s.policyURI, s.mode))
+		opts = append(opts, server.EnableSecurity(s.PolicyURI, s.Mode))
 	}
 	if c.AllowAnonymous {
 		opts = append(opts, server.EnableAuthMode(ua.UserTokenTypeAnonymous))
@@ -228,13 +229,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.appURI = applicationURIOf(cert)
 	s.trust.folderOnly = func(cert *x509.Certificate) {
-		thumb := Thumbprint(cert.Raw)
+		thumb := uasec.Thumbprint(cert.Raw)
 		s.warnOnce("folder:"+thumb, func(e *zerolog.Event) *zerolog.Event {
-			return e.Str("certificate", describeCert(cert)).Str("folder", c.TrustedClientsDir)
+			return e.Str("certificate", uasec.DescribeCert(cert)).Str("folder", c.TrustedClientsDir)
 		}, "OPC UA client certificate trusted by this node's trusted folder only: the other nodes may refuse it after a failover; run scadactl opcua trust import "+c.TrustedClientsDir+" (the folder is read for this release only)")
 	}
 	s.cert = cert
-	s.thumbprint = Thumbprint(cert)
+	s.thumbprint = uasec.Thumbprint(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
 	s.subs = newSubscriptions(clock, s.log, m,
 		subLimits{minInterval: c.MinPublishingInterval, maxInterval: c.MaxPublishingInterval, maxPerRequest: c.MaxNodesPerRequest},
@@ -750,9 +751,9 @@ func (s *Server) channelRules() channelRules {
 	r := channelRules{policies: map[string]bool{ua.SecurityPolicyURINone: true}, encryptOnly: map[string]bool{}}
 	signs := map[string]bool{}
 	for _, res := range s.security {
-		uri := res.policyURI
+		uri := res.PolicyURI
 		r.policies[uri] = true
-		switch res.mode {
+		switch res.Mode {
 		case ua.MessageSecurityModeSign:
 			signs[uri] = true
 		case ua.MessageSecurityModeSignAndEncrypt:
@@ -772,7 +773,7 @@ func (s *Server) channelRules() channelRules {
 // offersNone says whether a None profile is configured; otherwise a None
 // channel serves discovery only.
 func (s *Server) offersNone() bool {
-	return slices.ContainsFunc(s.security, func(r resolvedSecurity) bool { return r.mode == ua.MessageSecurityModeNone })
+	return slices.ContainsFunc(s.security, func(r uasec.Resolved) bool { return r.Mode == ua.MessageSecurityModeNone })
 }
 
 // warnEvery is how often the same refusal is logged again as a warning.

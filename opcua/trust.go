@@ -1,10 +1,7 @@
 package opcua
 
 import (
-	"crypto/sha1" // OPC UA names certificates by their SHA-1 thumbprint (Part 6 §6.2.5)
 	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/uasec"
 )
 
 // maxRejected bounds the certificates kept in the rejected folder, so a
@@ -76,9 +75,9 @@ func (t *trustList) check(der []byte, now time.Time) error {
 	if now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
 		// Trusting it would not help: the client needs a renewed one.
 		return &untrustedError{code: ua.StatusBadCertificateTimeInvalid, why: fmt.Sprintf("client certificate %s is valid from %s to %s only; the client needs a renewed certificate",
-			describeCert(cert), cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))}
+			uasec.DescribeCert(cert), cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))}
 	}
-	if t.store != nil && trustedBy(cert, t.store.Trusted(), now) {
+	if t.store != nil && uasec.TrustedBy(cert, t.store.Trusted(), now) {
 		return nil
 	}
 	folder, err := readCertificates(t.trusted)
@@ -86,51 +85,20 @@ func (t *trustList) check(der []byte, now time.Time) error {
 		return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: "the server cannot read its trusted client certificates",
 			advice: fmt.Sprintf(": %v", err)}
 	}
-	if trustedBy(cert, folder, now) {
+	if uasec.TrustedBy(cert, folder, now) {
 		if t.store != nil && t.folderOnly != nil {
 			t.folderOnly(cert)
 		}
 		return nil
 	}
-	why := fmt.Sprintf("client certificate %s is not trusted by this server; its operator must trust it", describeCert(cert))
+	why := fmt.Sprintf("client certificate %s is not trusted by this server; its operator must trust it", uasec.DescribeCert(cert))
 	where := t.reject(cert)
 	advice := fmt.Sprintf("%s; to trust it, put it (or its issuing CA) in %s on every node", where, t.trusted)
 	if t.store != nil {
 		t.store.Rejected(cert, "not trusted")
-		advice = fmt.Sprintf("%s; to trust it on every node: scadactl opcua trust add --rejected %s", where, Thumbprint(cert.Raw))
+		advice = fmt.Sprintf("%s; to trust it on every node: scadactl opcua trust add --rejected %s", where, uasec.Thumbprint(cert.Raw))
 	}
 	return &untrustedError{code: ua.StatusBadCertificateUntrusted, why: why, advice: advice}
-}
-
-// trustedBy reports whether cert is one of trusted, or is issued (at now)
-// by a CA certificate among them.
-func trustedBy(cert *x509.Certificate, trusted []*x509.Certificate, now time.Time) bool {
-	roots := x509.NewCertPool()
-	for _, c := range trusted {
-		if c.Equal(cert) {
-			return true
-		}
-		roots.AddCert(c)
-	}
-	if len(trusted) == 0 {
-		return false
-	}
-	_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return err == nil
-}
-
-// ReadCertificateFile reads the certificates in a DER file or a PEM file
-// of one or more CERTIFICATE blocks.
-func ReadCertificateFile(path string) ([]*x509.Certificate, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	certs, err := parseCertificates(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return certs, nil
 }
 
 // reject keeps a copy of cert in the rejected folder and says where.
@@ -154,21 +122,6 @@ func (t *trustList) reject(cert *x509.Certificate) string {
 	return " (a copy is in " + name + ")"
 }
 
-// Thumbprint is the SHA-1 thumbprint OPC UA tools show for a certificate,
-// in hexadecimal.
-func Thumbprint(der []byte) string {
-	sum := sha1.Sum(der)
-	return strings.ToUpper(hex.EncodeToString(sum[:]))
-}
-
-func describeCert(cert *x509.Certificate) string {
-	s := fmt.Sprintf("%q (thumbprint %s", cert.Subject.CommonName, Thumbprint(cert.Raw))
-	if len(cert.URIs) > 0 {
-		s += ", application URI " + cert.URIs[0].String()
-	}
-	return s + ")"
-}
-
 var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // certFileName follows the common OPC UA folder convention: the common
@@ -178,7 +131,7 @@ func certFileName(cert *x509.Certificate) string {
 	if len(cn) > 64 {
 		cn = cn[:64]
 	}
-	return fmt.Sprintf("%s [%s].der", cn, Thumbprint(cert.Raw))
+	return fmt.Sprintf("%s [%s].der", cn, uasec.Thumbprint(cert.Raw))
 }
 
 // readCertificates reads every certificate in dir: DER files, or PEM files
@@ -198,41 +151,11 @@ func readCertificates(dir string) ([]*x509.Certificate, error) {
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		certs, err := ReadCertificateFile(filepath.Join(dir, e.Name()))
+		certs, err := uasec.ReadCertificateFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, certs...)
-	}
-	return out, nil
-}
-
-func parseCertificates(b []byte) ([]*x509.Certificate, error) {
-	if blk, _ := pem.Decode(b); blk == nil {
-		c, err := x509.ParseCertificate(b)
-		if err != nil {
-			return nil, fmt.Errorf("neither a PEM nor a DER certificate: %w", err)
-		}
-		return []*x509.Certificate{c}, nil
-	}
-	var out []*x509.Certificate
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("a PEM file without a CERTIFICATE block")
 	}
 	return out, nil
 }

@@ -21,6 +21,8 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/uasec"
 )
 
 func writeFile(t *testing.T, path string, b []byte) {
@@ -139,7 +141,7 @@ func TestTrustList(t *testing.T) {
 			}
 			if tt.rejected {
 				b, _ := os.ReadFile(filepath.Join(rejected, entries[0].Name()))
-				if string(b) != string(tt.der) || !strings.Contains(entries[0].Name(), Thumbprint(tt.der)) {
+				if string(b) != string(tt.der) || !strings.Contains(entries[0].Name(), uasec.Thumbprint(tt.der)) {
 					t.Fatalf("rejected copy %s is not the certificate", entries[0].Name())
 				}
 				if !strings.Contains(u.Error(), rejected) || !strings.Contains(u.Error(), trusted) {
@@ -196,7 +198,7 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: clientKey, Timeout: 3 * time.Second}
+	opts := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: clientKey, Timeout: 3 * time.Second}
 
 	// Refused at the OpenSecureChannel, with an Error message
 	// BadCertificateUntrusted (which gopcua's client reports as EOF).
@@ -482,7 +484,7 @@ func TestClientChecksTheServerCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := issue(t, "urn:scadad:node:impostor", testKey(), nil, nil, false, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	base := ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
+	base := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: clientCert, PrivateKey: testKey(), Timeout: 3 * time.Second}
 	tests := []struct {
 		name    string
 		servers []*x509.Certificate

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gopcua/opcua/ua"
 
-	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/uasec"
 )
 
 // Config is the set of upstream connections to keep subscribed.
@@ -25,7 +25,7 @@ type Connection struct {
 	Endpoint string // opc.tcp://host:port
 	// Client holds the security, identity and the bound of each service
 	// call (Timeout).
-	Client opcua.ClientOptions
+	Client uasec.ClientOptions
 	// PublishingInterval is the subscription's publishing interval.
 	PublishingInterval time.Duration
 	// BackoffFloor and BackoffMax bound the wait before a session is

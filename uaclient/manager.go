@@ -21,8 +21,8 @@ import (
 	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
-	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 // Sink receives every value read upstream with its StatusCode, whole (an
@@ -365,7 +365,7 @@ func (s *session) once(ctx context.Context) (subscribed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	states := make(chan gopcua.ConnState, 8)
-	c, err := opcua.Dial(ctx, s.cfg.Endpoint, s.cfg.Client, gopcua.StateChangedCh(states))
+	c, err := uasec.Dial(ctx, s.cfg.Endpoint, s.cfg.Client, gopcua.StateChangedCh(states))
 	if err != nil {
 		return false, err
 	}

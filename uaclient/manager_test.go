@@ -26,6 +26,7 @@ import (
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/uasec"
 )
 
 // upstream is a real OPC UA server (scadad's own, over TCP on loopback)
@@ -145,7 +146,7 @@ func (r *recorder) get(key string) (update, bool) {
 func connectionTo(u *upstream) Connection {
 	ns := u.srv.NodeID("Boiler", "Temp").Namespace()
 	return Connection{
-		Name: "plc", Endpoint: u.srv.Endpoint(), Client: opcua.ClientOptions{Timeout: 2 * time.Second},
+		Name: "plc", Endpoint: u.srv.Endpoint(), Client: uasec.ClientOptions{Timeout: 2 * time.Second},
 		PublishingInterval: 50 * time.Millisecond, BackoffFloor: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Items: []Item{
 			{Instance: "Line1", Attribute: "BoilerTemp", NodeID: fmt.Sprintf("ns=%d;s=Boiler.Temp", ns)},
@@ -358,7 +359,7 @@ func TestSessionsFollowTheRole(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := Connection{Name: "plc", Endpoint: "opc.tcp://127.0.0.1:4840", Client: opcua.ClientOptions{Timeout: time.Second}, PublishingInterval: time.Second, BackoffFloor: time.Second, BackoffMax: time.Minute,
+	good := Connection{Name: "plc", Endpoint: "opc.tcp://127.0.0.1:4840", Client: uasec.ClientOptions{Timeout: time.Second}, PublishingInterval: time.Second, BackoffFloor: time.Second, BackoffMax: time.Minute,
 		Items: []Item{{Instance: "A", Attribute: "x", NodeID: "ns=2;s=A.x"}}}
 	tests := []struct {
 		name   string
@@ -426,16 +427,16 @@ func TestConnectionEqualComparesKeysByValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: k1}}
+	a := Connection{Name: "plc", Client: uasec.ClientOptions{PrivateKey: k1}}
 	for _, tt := range []struct {
 		name string
 		b    Connection
 		want bool
 	}{
-		{"same key, reloaded", Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: reloaded}}, true},
-		{"other key", Connection{Name: "plc", Client: opcua.ClientOptions{PrivateKey: k2}}, false},
+		{"same key, reloaded", Connection{Name: "plc", Client: uasec.ClientOptions{PrivateKey: reloaded}}, true},
+		{"other key", Connection{Name: "plc", Client: uasec.ClientOptions{PrivateKey: k2}}, false},
 		{"no key", Connection{Name: "plc"}, false},
-		{"other endpoint", Connection{Name: "plc", Endpoint: "opc.tcp://x:1", Client: opcua.ClientOptions{PrivateKey: k1}}, false},
+		{"other endpoint", Connection{Name: "plc", Endpoint: "opc.tcp://x:1", Client: uasec.ClientOptions{PrivateKey: k1}}, false},
 	} {
 		if got := a.equal(tt.b); got != tt.want {
 			t.Errorf("%s: equal = %v, want %v", tt.name, got, tt.want)
@@ -463,7 +464,7 @@ func TestUnreachableConnectionReadsNotConnected(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	roles := role.NewBroadcaster(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 1}})
-	conn := Connection{Name: "dead", Endpoint: "opc.tcp://" + dead, Client: opcua.ClientOptions{Timeout: time.Second},
+	conn := Connection{Name: "dead", Endpoint: "opc.tcp://" + dead, Client: uasec.ClientOptions{Timeout: time.Second},
 		PublishingInterval: 50 * time.Millisecond, BackoffFloor: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Items: []Item{{Instance: "Line1", Attribute: "BoilerTemp", NodeID: "ns=1;s=Boiler.Temp"}}}
 	startManagerWith(t, Options{Role: roles, Sink: &recorder{}, Logger: zerolog.Nop(), Registerer: reg}, Config{Connections: []Connection{conn}})

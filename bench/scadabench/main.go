@@ -62,6 +62,7 @@ import (
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/pki"
 	"github.com/scadad/scadad/siteconfig"
+	"github.com/scadad/scadad/uasec"
 )
 
 type options struct {
@@ -1413,7 +1414,7 @@ func mappedFiles(n *testcluster.Node) map[string]int {
 // (changing every 100 ms in the simulator) stamped after the kill.
 func (b *bench) serviceLevelPhase() (*serviceLevelResult, error) {
 	res := &serviceLevelResult{RunsMs: []float64{}, DataRunsMs: []float64{}}
-	opts := opcua.ClientOptions{Timeout: b.o.probeTimeout}
+	opts := uasec.ClientOptions{Timeout: b.o.probeTimeout}
 	sim, err := testcluster.StartSim(b.c.Bin, b.c.Dir, "-change", "100ms")
 	if err != nil {
 		return res, err
@@ -1528,7 +1529,7 @@ var gapLine = regexp.MustCompile(`notification gap (\S+)`)
 // runs (opcua.WatchWith) on Pump1.Speed of both voters and waits until it
 // receives values from lead. gap then waits (within ctx) for the gap the
 // client reports after a failover; stop ends the client.
-func watchGap(lead, survivor string, opts opcua.ClientOptions) (gap func(context.Context) (time.Duration, bool), stop func(), err error) {
+func watchGap(lead, survivor string, opts uasec.ClientOptions) (gap func(context.Context) (time.Duration, bool), stop func(), err error) {
 	out := &lockedbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -1561,10 +1562,10 @@ func watchGap(lead, survivor string, opts opcua.ClientOptions) (gap func(context
 
 // freshGoodValue reports whether the OPC UA server at url serves the
 // site's Pump1.Speed with Good quality and a source timestamp after since.
-func freshGoodValue(ctx context.Context, url string, opts opcua.ClientOptions, since time.Time) bool {
+func freshGoodValue(ctx context.Context, url string, opts uasec.ClientOptions, since time.Time) bool {
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	c, err := opcua.Dial(ctx, url, opts)
+	c, err := uasec.Dial(ctx, url, opts)
 	if err != nil {
 		return false
 	}

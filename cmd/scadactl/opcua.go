@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/uasec"
 )
 
 const opcuaUsage = "opcua pick URL,URL | opcua watch URL,URL NODEID | opcua client-cert --uri URI --dir DIR [--name NAME] [--host HOST] [--overwrite] | " +
@@ -58,15 +59,15 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 	if len(args) < 2 {
 		return usagef("%s", opcuaUsage)
 	}
-	opts := opcua.ClientOptions{SecurityPolicy: *policy, SecurityMode: *mode, Username: *user}
+	opts := uasec.ClientOptions{SecurityPolicy: *policy, SecurityMode: *mode, Username: *user}
 	if *certFile != "" || *keyFile != "" {
-		opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(*certFile, *keyFile)
+		opts.Certificate, opts.PrivateKey, err = uasec.LoadClientIdentity(*certFile, *keyFile)
 		if err != nil {
 			return usagef("opcua %s: %v", args[0], err)
 		}
 	}
 	if *serverCert != "" {
-		if opts.ServerCertificates, err = opcua.ReadCertificateFile(*serverCert); err != nil {
+		if opts.ServerCertificates, err = uasec.ReadCertificateFile(*serverCert); err != nil {
 			return usagef("opcua %s: --server-cert: %v", args[0], err)
 		}
 	}
@@ -77,7 +78,7 @@ func runOPCUA(ctx context.Context, g *globals, args []string) error {
 		if *passwordFile == "" {
 			return usagef("opcua %s: --user needs --password-file", args[0])
 		}
-		if opts.Password, err = opcua.ReadPasswordFile(*passwordFile); err != nil {
+		if opts.Password, err = uasec.ReadPasswordFile(*passwordFile); err != nil {
 			return usagef("opcua %s: --password-file: %v", args[0], err)
 		}
 	}
@@ -174,7 +175,7 @@ func opcuaClientCert(g *globals, extra []string, uri, dir, name, host string, ov
 	if err != nil {
 		return fmt.Errorf("opcua client-cert: %w", err)
 	}
-	thumb := opcua.Thumbprint(der)
+	thumb := uasec.Thumbprint(der)
 	return g.printOut(map[string]any{"certificate": certFile, "key": keyFile, "thumbprint": thumb}, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "wrote %s and %s (thumbprint %s)\n", certFile, keyFile, thumb)
 		fmt.Fprintf(w, "the servers accept it once %s is copied into <data_dir>/opcua/pki/trusted on every node\n", filepath.Base(certFile))

@@ -17,7 +17,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/passhash"
-	"github.com/scadad/scadad/opcua"
+	"github.com/scadad/scadad/uasec"
 )
 
 const (
@@ -47,7 +47,7 @@ func runOPCUATrust(ctx context.Context, g *globals, args []string) error {
 		switch {
 		case rejected != "" && len(pos) == 0:
 		case rejected == "" && len(pos) == 1:
-			certs, err := opcua.ReadCertificateFile(pos[0])
+			certs, err := uasec.ReadCertificateFile(pos[0])
 			if err != nil {
 				return usagef("opcua trust add: %v", err)
 			}
@@ -158,7 +158,7 @@ func opcuaTrustImport(ctx context.Context, g *globals, dir string) error {
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		got, err := opcua.ReadCertificateFile(filepath.Join(dir, e.Name()))
+		got, err := uasec.ReadCertificateFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return usagef("opcua trust import: %v (nothing imported)", err)
 		}
@@ -271,7 +271,7 @@ func runOPCUAUsers(ctx context.Context, g *globals, args []string) error {
 // the machine and the shell's history would see it.
 func (g *globals) readNewPassword(user, file string) ([]byte, error) {
 	if file != "" {
-		pw, err := opcua.ReadPasswordFile(file)
+		pw, err := uasec.ReadPasswordFile(file)
 		if err != nil {
 			return nil, usagef("opcua users set: --password-file: %v", err)
 		}

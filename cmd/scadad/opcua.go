@@ -26,6 +26,7 @@ import (
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
+	"github.com/scadad/scadad/uasec"
 )
 
 // opcuaService runs this node's OPC UA server from the deployed site
@@ -159,7 +160,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})
 	}
 	for _, u := range site.OPCUA.Identities.Users {
-		pw, err := opcua.ReadPasswordFile(u.PasswordFile)
+		pw, err := uasec.ReadPasswordFile(u.PasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("opcua user %s: %w", u.Username, err)
 		}

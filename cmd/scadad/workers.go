@@ -11,12 +11,12 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/field"
 	"github.com/scadad/scadad/gateway"
-	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
 	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/subscribe"
 	"github.com/scadad/scadad/uaclient"
+	"github.com/scadad/scadad/uasec"
 )
 
 // startTagWorkers runs the gateway subscribe workers, the OPC UA client
@@ -226,17 +226,17 @@ func uaClientConfig(s *siteconfig.Site, log zerolog.Logger) uaclient.Config {
 		if c.Kind != siteconfig.KindOPCUA || u == nil || len(items[c.Name]) == 0 {
 			continue
 		}
-		opts := opcua.ClientOptions{SecurityPolicy: u.SecurityPolicy, SecurityMode: u.SecurityMode, Timeout: u.RequestTimeout}
+		opts := uasec.ClientOptions{SecurityPolicy: u.SecurityPolicy, SecurityMode: u.SecurityMode, Timeout: u.RequestTimeout}
 		var err error
 		if u.CertificateFile != "" {
-			opts.Certificate, opts.PrivateKey, err = opcua.LoadClientIdentity(u.CertificateFile, u.PrivateKeyFile)
+			opts.Certificate, opts.PrivateKey, err = uasec.LoadClientIdentity(u.CertificateFile, u.PrivateKeyFile)
 		}
 		if err == nil && u.ServerCertificateFile != "" {
-			opts.ServerCertificates, err = opcua.ReadCertificateFile(u.ServerCertificateFile)
+			opts.ServerCertificates, err = uasec.ReadCertificateFile(u.ServerCertificateFile)
 		}
 		if err == nil && u.Identity.Type == siteconfig.IdentityUsername {
 			opts.Username = u.Identity.Username
-			opts.Password, err = opcua.ReadPasswordFile(u.Identity.PasswordFile)
+			opts.Password, err = uasec.ReadPasswordFile(u.Identity.PasswordFile)
 		}
 		if err != nil {
 			log.Error().Err(err).Str("connection", c.Name).Msg("opc ua client connection left out; its attributes stay Bad")
