@@ -905,4 +905,12 @@ func TestDeadbandTriggers(t *testing.T) {
 	if !triggers(changeFilter{trigger: ua.DataChangeTriggerStatusValue}, val(10.0, ua.StatusOK), val(10.1, ua.StatusOK)) {
 		t.Error("without a deadband a change of 0.1 was held back")
 	}
+	// Trigger Status (Part 4, 7.22.2): only a change of the StatusCode.
+	status := changeFilter{trigger: ua.DataChangeTriggerStatus}
+	if triggers(status, val(10.0, ua.StatusOK), val(99.0, ua.StatusOK)) {
+		t.Error("trigger Status reported a value change with the same StatusCode")
+	}
+	if !triggers(status, val(10.0, ua.StatusOK), val(10.0, ua.StatusUncertainLastUsableValue)) {
+		t.Error("trigger Status held back a StatusCode change")
+	}
 }
