@@ -22,6 +22,9 @@ type Verdict struct {
 	// RetryAfter is how long the receiver asked to be left alone
 	// (HTTP Retry-After on 429 and 503); 0 when it did not say.
 	RetryAfter time.Duration
+	// Unsendable: the message could not even be put in a request (no
+	// receiver answered). It parks at once whatever park_on says.
+	Unsendable bool
 }
 
 // Refusal is an error carrying the receiver's answer. A failure without
@@ -56,7 +59,7 @@ func classify(err error, parkOn []string) (permanent bool, wait time.Duration) {
 	}
 	v := r.Verdict()
 	wait = min(v.RetryAfter, maxRetryAfter)
-	if len(parkOn) == 0 {
+	if len(parkOn) == 0 || v.Unsendable {
 		return v.Permanent, wait
 	}
 	for _, p := range parkOn {

@@ -1,6 +1,7 @@
 package storeforward
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -227,5 +228,45 @@ func TestAttemptsAreReplicatedAndCountOnAfterFailover(t *testing.T) {
 	}
 	if got := h.p.commands(func(c *fsmpb.Command) bool { return c.GetSfAttempts() != nil }); len(got) == 0 || len(got) > 8 {
 		t.Fatalf("%d SFAttempts commands for 8 attempts", len(got))
+	}
+}
+
+// A message whose id (its Idempotency-Key) or stored header cannot be
+// put in an HTTP request never can: it parks at once, naming why, even
+// with park_on [none] (no receiver answered it), and the target moves
+// on. It was retried forever.
+func TestUnsendableMessageParksAtOnce(t *testing.T) {
+	h := newHarnessWith(t, activeState(1, 1), nil)
+	s := newSink(t, h.roles, func(received, int) int { return http.StatusOK })
+	tg := fastTarget("up", s.srv.URL)
+	tg.MaxAttempts = 1 << 30
+	tg.ParkOn = []string{ParkOnNone}
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "ok-1", "a")
+	h.enqueue(t, "up", "bad\nid", "b")
+	if _, err := h.e.Enqueue(context.Background(), "up", []byte("c"), "bad-header", []Header{{Key: "Content-Type", Value: "text/plain\x00"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "ok-2", "d")
+	testwait.ForDetail(t, 10*time.Second, "queue drained, two parked", func() (bool, string) {
+		st := h.stats(t, "up")
+		return st.Pending == 0 && st.Parked == 2, fmt.Sprintf("%+v", st)
+	})
+	parked, err := h.op.List("up", true, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 2 || parked[0].ID != "bad\nid" || !strings.Contains(parked[0].ParkReason, "not a valid HTTP header value") ||
+		parked[1].ID != "bad-header" || !strings.Contains(parked[1].ParkReason, "Content-Type") {
+		t.Fatalf("parked %+v", parked)
+	}
+	var got []string
+	for _, r := range s.requests() {
+		got = append(got, r.ID)
+	}
+	if strings.Join(got, ",") != "ok-1,ok-2" {
+		t.Fatalf("delivered %v, want ok-1 and ok-2", got)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/scadad/scadad/role"
 )
 
@@ -133,6 +135,9 @@ func (s *httpSender) Send(ctx context.Context, batch []*Message) error {
 	)
 	if s.cfg.BatchMaxMessages <= 1 && len(batch) == 1 {
 		m := batch[0]
+		if err := sendable(m); err != nil {
+			return err
+		}
 		body, key = m.Payload, m.ID
 		for _, h := range m.Headers {
 			headers[http.CanonicalHeaderKey(h.Key)] = h.Value
@@ -158,6 +163,41 @@ func (s *httpSender) Send(ctx context.Context, batch []*Message) error {
 		headers[HeaderMessageIDs] = strings.Join(ids, ",")
 	}
 	return s.post(ctx, body, key, headers)
+}
+
+// Unsendable is a message that cannot be put in an HTTP request: its id
+// (the Idempotency-Key) or a header stored with it is not a valid header
+// field. No attempt can change that, so it parks at once whatever park_on
+// says (park_on is about the receiver's answers, and there is none).
+type Unsendable struct {
+	ID     string
+	Reason string
+}
+
+func (e *Unsendable) Error() string {
+	return fmt.Sprintf("message %q cannot be sent over HTTP: %s", e.ID, e.Reason)
+}
+
+// Verdict implements Refusal.
+func (e *Unsendable) Verdict() Verdict {
+	return Verdict{Code: "unsendable", Permanent: true, Unsendable: true}
+}
+
+// sendable checks what net/http would refuse to send of a message sent on
+// its own (in a batch the ids travel percent-encoded and in the body).
+func sendable(m *Message) error {
+	if !httpguts.ValidHeaderFieldValue(m.ID) {
+		return &Unsendable{ID: m.ID, Reason: "its id is not a valid HTTP header value (for Idempotency-Key)"}
+	}
+	for _, h := range m.Headers {
+		if !httpguts.ValidHeaderFieldName(h.Key) {
+			return &Unsendable{ID: m.ID, Reason: fmt.Sprintf("header name %q is not a valid HTTP header name", h.Key)}
+		}
+		if !httpguts.ValidHeaderFieldValue(h.Value) {
+			return &Unsendable{ID: m.ID, Reason: fmt.Sprintf("the value of header %s is not a valid HTTP header value", h.Key)}
+		}
+	}
+	return nil
 }
 
 // batchKey is a batch's Idempotency-Key: the same messages in the same
