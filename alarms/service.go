@@ -54,6 +54,10 @@ type NotActiveError struct {
 	Reason string
 }
 
+// GateReason is the role gate's reason; the OPC UA server answers an
+// error carrying one BadInvalidState.
+func (e *NotActiveError) GateReason() string { return e.Reason }
+
 func (e *NotActiveError) Error() string {
 	return fmt.Sprintf("%s refused: this node is not the Active (%s); the Active node acknowledges alarms", e.Op, e.Reason)
 }

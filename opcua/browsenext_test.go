@@ -57,9 +57,11 @@ func TestBrowseContinuationPoints(t *testing.T) {
 		return out.Results
 	}
 
+	// Its type, the site folder, the Server object (HasNotifier: an
+	// instance folder is an event notifier) and 7 attributes.
 	all := browse(0)
-	if all.StatusCode != ua.StatusOK || len(all.References) != 9 || len(all.ContinuationPoint) != 0 {
-		t.Fatalf("browse without a limit: %v, %d references, continuation point %x; want all 9 at once", all.StatusCode, len(all.References), all.ContinuationPoint)
+	if all.StatusCode != ua.StatusOK || len(all.References) != 10 || len(all.ContinuationPoint) != 0 {
+		t.Fatalf("browse without a limit: %v, %d references, continuation point %x; want all 10 at once", all.StatusCode, len(all.References), all.ContinuationPoint)
 	}
 	// Three at a time, then the rest with BrowseNext: the same references.
 	var got []string
@@ -72,8 +74,8 @@ func TestBrowseContinuationPoints(t *testing.T) {
 			got = append(got, r.NodeID.NodeID.String())
 		}
 		if len(res.ContinuationPoint) == 0 {
-			if pages != 3 {
-				t.Errorf("%d pages of 3 for 9 references", pages)
+			if pages != 4 {
+				t.Errorf("%d pages of 3 for 10 references", pages)
 			}
 			break
 		}

@@ -208,6 +208,11 @@ type Deps struct {
 	Gate *activegate.Counter
 	// Clock defaults to the wall clock.
 	Clock Clock
+	// Alarms takes the Acknowledge, Confirm and AddComment methods of
+	// conditions (the daemon's alarm service); nil answers them
+	// BadNotImplemented. The conditions come from SetConditions and
+	// ConditionChanged.
+	Alarms AlarmActions
 }
 
 func (c *Config) withDefaults() Config {

@@ -14,7 +14,12 @@
 //     kept in step with deploys by difference (ApplyModel);
 //   - the OPC UA Subscription and MonitoredItem services (subscriptions.go),
 //     which serve clients' subscriptions to ServiceLevel and the site's tags
-//     in place of gopcua's, which can deadlock;
+//     in place of gopcua's, which can deadlock, and the site's alarm
+//     conditions' events (events.go, eventfilter.go);
+//   - the alarm conditions of Part 9 (conditions.go, conditionnodes.go),
+//     fed by the daemon from the replicated alarm state, and the Call
+//     service (call.go): ConditionRefresh, and Acknowledge, Confirm and
+//     AddComment forwarded to the AlarmActions the daemon passes in;
 //   - the public TCP port (front.go): a connection reaches the library,
 //     which listens on loopback, only with its whole Hello, so port scans
 //     and silent connections cannot stop the server accepting; a library

@@ -64,10 +64,6 @@ func (s *Server) registerHandlers(srv *server.Server) error {
 	if err != nil {
 		return err
 	}
-	method, err := libraryService[server.MethodService](srv)
-	if err != nil {
-		return err
-	}
 	const open, needSession = false, true
 	handlers := []struct {
 		typeID  uint16
@@ -105,7 +101,8 @@ func (s *Server) registerHandlers(srv *server.Server) error {
 		{id.WriteRequest_Encoding_DefaultBinary, "Write", needSession, s.write},
 		{id.HistoryUpdateRequest_Encoding_DefaultBinary, "HistoryUpdate", needSession, attr.HistoryUpdate},
 
-		{id.CallRequest_Encoding_DefaultBinary, "Call", needSession, method.Call},
+		// Ours (call.go): the library's answers BadServiceUnsupported.
+		{id.CallRequest_Encoding_DefaultBinary, "Call", needSession, s.call},
 
 		// Subscriptions and monitored items are ours entirely
 		// (subscriptions.go): the library's can deadlock.
@@ -384,6 +381,9 @@ func (s *Server) readOne(rv *ua.ReadValueID, now time.Time) (dv *ua.DataValue) {
 	if rv.IndexRange != "" {
 		return statusValue(ua.StatusBadIndexRangeInvalid, now)
 	}
+	if dv, ok := s.readCondition(rv, now); ok {
+		return dv
+	}
 	switch rv.NodeID.Namespace() {
 	case s.ns.idx:
 		return s.ns.Attribute(rv.NodeID, rv.AttributeID)
@@ -548,7 +548,7 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 	session := tokenKey(req.RequestHeader.AuthenticationToken)
 	results := make([]*ua.BrowseResult, len(req.NodesToBrowse))
 	for i, bd := range req.NodesToBrowse {
-		res := s.browseOne(bd)
+		res := s.browseWithConditions(bd)
 		if res.StatusCode == ua.StatusOK {
 			var ok bool
 			if res.References, res.ContinuationPoint, ok = s.continuations.page(session, res.References, req.RequestedMaxReferencesPerNode); !ok {

@@ -26,6 +26,8 @@ type metrics struct {
 	connections     prometheus.Gauge
 	stalled         prometheus.Counter
 	restarts        prometheus.Counter
+	eventsDropped   prometheus.Counter
+	calls           *prometheus.CounterVec
 	levelPublished  atomic.Bool
 
 	// reg and registered let a closed server take its collectors back
@@ -113,11 +115,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_server_restarts_total",
 			Help: "Times the OPC UA library's server was replaced because it took a connection and did not answer its Hello (see WORKAROUNDS.md row 17); its clients reconnected.",
 		}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_events_dropped_total",
+			Help: "Events dropped from a full event monitored item queue (the oldest goes) before a Publish response carried them.",
+		}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scadad_opcua_method_calls_total",
+			Help: "Method calls (Call service) by method (ConditionRefresh, Acknowledge, Confirm, AddComment, unknown) and result (ok, refused, failed).",
+		}, []string{"method", "result"}),
 	}
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
 		m.sessions, m.sessionsExpired, m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused,
-		m.connections, m.stalled, m.restarts} {
+		m.connections, m.stalled, m.restarts, m.eventsDropped, m.calls} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err

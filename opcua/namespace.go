@@ -447,6 +447,10 @@ func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.Data
 	}
 	if v == nil {
 		if attr == ua.AttributeIDEventNotifier {
+			// An instance's folder reports its conditions' events.
+			if k == kindFolder {
+				return plainValue(byte(ua.EventNotifierTypeSubscribeToEvents), now)
+			}
 			return plainValue(byte(0), now)
 		}
 		return statusValue(ua.StatusBadAttributeIDInvalid, now)
@@ -578,29 +582,7 @@ func (ns *siteNamespace) Browse(bd *ua.BrowseDescription) *ua.BrowseResult {
 			ref{refType: id.HasTypeDefinition, forward: true, target: ua.NewNumericNodeID(0, id.PropertyType), name: "PropertyType", class: ua.NodeClassVariableType},
 			ref{refType: id.HasProperty, forward: false, target: ns.varID(v.instance, v.name), name: v.name, class: ua.NodeClassVariable, typeDef: typ, targetNS: ns.idx})
 	}
-	out := make([]*ua.ReferenceDescription, 0, len(refs))
-	for _, r := range refs {
-		if !directionMatches(bd.BrowseDirection, r.forward) || !ns.refTypes.matches(bd.ReferenceTypeID, bd.IncludeSubtypes, r.refType) {
-			continue
-		}
-		if bd.NodeClassMask != 0 && bd.NodeClassMask&uint32(r.class) == 0 {
-			continue
-		}
-		rd := &ua.ReferenceDescription{
-			ReferenceTypeID: ua.NewNumericNodeID(0, r.refType),
-			IsForward:       r.forward,
-			NodeID:          ua.NewExpandedNodeID(r.target, "", 0),
-			BrowseName:      &ua.QualifiedName{NamespaceIndex: r.targetNS, Name: r.name},
-			DisplayName:     localized(r.name),
-			NodeClass:       r.class,
-			TypeDefinition:  ua.NewTwoByteExpandedNodeID(0),
-		}
-		if r.typeDef != 0 {
-			rd.TypeDefinition = ua.NewNumericExpandedNodeID(0, r.typeDef)
-		}
-		out = append(out, rd)
-	}
-	return &ua.BrowseResult{StatusCode: ua.StatusGood, References: out}
+	return &ua.BrowseResult{StatusCode: ua.StatusGood, References: describeRefs(bd, refs, ns.refTypes)}
 }
 
 func directionMatches(d ua.BrowseDirection, forward bool) bool {

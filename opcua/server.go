@@ -66,6 +66,11 @@ type Server struct {
 	refTypes refHierarchy
 	// continuations holds the Browse continuation points of each session.
 	continuations *continuationPoints
+	// conds are the site's alarm conditions (conditions.go); alarms
+	// takes their methods; refreshes numbers ConditionRefresh calls.
+	conds     *conditionTable
+	alarms    AlarmActions
+	refreshes atomic.Uint64
 
 	level atomic.Uint32 // the published ServiceLevel
 
@@ -215,6 +220,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		roles:      deps.Roles,
 		writer:     deps.Writer,
 		gate:       deps.Gate,
+		alarms:     deps.Alarms,
+		conds:      newConditionTable(),
 		clock:      clock,
 		libOpts:    opts,
 		restartGap: defaultRestartGap,
@@ -244,6 +251,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		},
 		s.nodeExists, sendOn)
 	s.subs.euRange = s.ns.EURange
+	s.subs.notifierOf = s.notifierOf
 	s.continuations = newContinuationPoints()
 	// A session that ends takes its subscriptions and continuation
 	// points with it.

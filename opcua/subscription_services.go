@@ -356,8 +356,6 @@ func (m *subscriptions) checkItem(it *ua.MonitoredItemCreateRequest) (changeFilt
 		return changeFilter{}, ua.StatusBadNodeIDInvalid
 	case !m.exists(it.ItemToMonitor.NodeID):
 		return changeFilter{}, ua.StatusBadNodeIDUnknown
-	case it.ItemToMonitor.AttributeID == ua.AttributeIDEventNotifier:
-		return changeFilter{}, ua.StatusBadMonitoredItemFilterUnsupported // no events
 	case it.ItemToMonitor.AttributeID != ua.AttributeIDValue:
 		return changeFilter{}, ua.StatusBadAttributeIDInvalid
 	case it.ItemToMonitor.IndexRange != "":
@@ -393,6 +391,10 @@ func (m *subscriptions) createMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 	defer m.mu.Unlock()
 	results := make([]*ua.MonitoredItemCreateResult, len(req.ItemsToCreate))
 	for i, itReq := range req.ItemsToCreate {
+		if itReq != nil && itReq.ItemToMonitor != nil && itReq.ItemToMonitor.NodeID != nil && itReq.ItemToMonitor.AttributeID == ua.AttributeIDEventNotifier {
+			results[i] = m.createEventItemLocked(sub, itReq, req.TimestampsToReturn)
+			continue
+		}
 		filter, code := m.checkItem(itReq)
 		if code == ua.StatusOK && len(sub.items) >= maxItemsPerSubscription {
 			code = ua.StatusBadTooManyMonitoredItems
@@ -457,6 +459,10 @@ func (m *subscriptions) modifyMonitoredItems(_ *uasc.SecureChannel, r ua.Request
 			res.StatusCode = ua.StatusBadNothingToDo
 			continue
 		}
+		if it.ev != nil {
+			m.modifyEventItemLocked(it, mod.RequestedParameters, req.TimestampsToReturn, res)
+			continue
+		}
 		filter, code := itemFilter(mod.RequestedParameters.Filter, m.rangeOf(it.node))
 		if code != ua.StatusOK {
 			res.StatusCode = code
@@ -499,6 +505,11 @@ func (m *subscriptions) setMonitoringMode(_ *uasc.SecureChannel, r ua.Request, _
 		case it.mode == ua.MonitoringModeDisabled:
 			m.unqueueLocked(it)
 			it.pending, it.last = nil, nil
+			if it.ev != nil {
+				it.ev.queue, it.ev.refreshQueued = nil, 0
+			}
+		case was == ua.MonitoringModeDisabled && it.ev != nil:
+			// An event item reports events from now on; none is replayed.
 		case was == ua.MonitoringModeDisabled:
 			m.sampleLocked(it, m.read(it.node), true)
 		case it.mode == ua.MonitoringModeReporting:

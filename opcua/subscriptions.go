@@ -25,10 +25,10 @@ import (
 // two service sets is ours.
 //
 // What it does, and what it leaves out:
-//   - data changes of the Value attribute only (ServiceLevel and the other
+//   - data changes of the Value attribute (ServiceLevel and the other
 //     namespace-0 variables, and the site's tags), with DataChangeFilter
-//     triggers and absolute or percent (EURange) deadbands; no events, no
-//     triggering, no TransferSubscriptions;
+//     triggers and absolute or percent (EURange) deadbands, and events of
+//     alarm conditions (events.go); no triggering, no TransferSubscriptions;
 //   - values arrive as "this node changed" (changed, fed by the notifier) and
 //     are read when they arrive; each monitored item keeps the latest value
 //     not yet sent, so the revised queue size is always 1 and a value
@@ -56,6 +56,9 @@ type subscriptions struct {
 	exists func(nid *ua.NodeID) bool
 	// euRange, when set, gives a node's EURange, for percent deadbands.
 	euRange func(nid *ua.NodeID) (low, high float64, ok bool)
+	// notifierOf says whether nid is an event notifier and whose events
+	// it reports (events.go); nil: no node is.
+	notifierOf func(nid *ua.NodeID) (source string, all, ok bool)
 	// send writes one response on a secure channel.
 	send func(sc *uasc.SecureChannel, reqID uint32, resp ua.Response) error
 	// wake tells run that a subscription was added or retimed.
@@ -70,6 +73,8 @@ type subscriptions struct {
 	items    map[uint32]*monitoredItem
 	byNode   map[string]map[uint32]*monitoredItem // node id string -> items watching it
 	sessions map[string]*subSession               // tokenKey -> session state
+	// eventItems are the items on EventNotifier attributes (events.go).
+	eventItems map[uint32]*monitoredItem
 }
 
 // subLimits are the engine's bounds; New fills them from Config.
@@ -173,6 +178,7 @@ type monitoredItem struct {
 	last       *ua.DataValue // last value sampled, for the trigger
 	pending    *ua.DataValue // latest value not yet sent
 	queued     bool          // in sub.ready
+	ev         *eventItem    // an event item's filter and queue; nil: a data item
 }
 
 func newSubscriptions(clock Clock, log zerolog.Logger, m *metrics, limits subLimits,
@@ -181,11 +187,13 @@ func newSubscriptions(clock Clock, log zerolog.Logger, m *metrics, limits subLim
 	return &subscriptions{
 		clock: clock, log: log, metrics: m, limits: limits,
 		read: read, exists: exists, send: send,
-		wake:     make(chan struct{}, 1),
-		subs:     make(map[uint32]*subscription),
-		items:    make(map[uint32]*monitoredItem),
-		byNode:   make(map[string]map[uint32]*monitoredItem),
-		sessions: make(map[string]*subSession),
+		wake:       make(chan struct{}, 1),
+		subs:       make(map[uint32]*subscription),
+		items:      make(map[uint32]*monitoredItem),
+		byNode:     make(map[string]map[uint32]*monitoredItem),
+		sessions:   make(map[string]*subSession),
+		eventItems: make(map[uint32]*monitoredItem),
+		notifierOf: func(*ua.NodeID) (string, bool, bool) { return "", false, false },
 	}
 }
 
@@ -384,11 +392,20 @@ func (m *subscriptions) messageLocked(sub *subscription, p pendingPublish, now t
 		limit = int(sub.maxNotes)
 	}
 	var notes []*ua.MonitoredItemNotification
+	var events []*ua.EventFieldList
 	size, n := 0, 0
-	for n < len(sub.ready) && len(notes) < limit {
+	for n < len(sub.ready) && len(notes)+len(events) < limit {
 		it := sub.ready[n]
+		if it.ev != nil {
+			if !m.takeEventsLocked(it, limit-len(notes), &size, &events) {
+				break // more of its events follow
+			}
+			it.queued = false
+			n++
+			continue
+		}
 		dv := stamped(it.pending, it.timestamps)
-		if sz := approxSize(dv); len(notes) > 0 && size+sz > maxMessageBytes {
+		if sz := approxSize(dv); size > 0 && size+sz > maxMessageBytes {
 			break
 		} else {
 			size += sz
@@ -399,18 +416,26 @@ func (m *subscriptions) messageLocked(sub *subscription, p pendingPublish, now t
 	}
 	clear(sub.ready[:n])
 	sub.ready = sub.ready[n:]
+	if len(notes) == 0 && len(events) == 0 {
+		// Only items whose queues emptied meanwhile: a keep-alive.
+		resp.NotificationMessage = &ua.NotificationMessage{SequenceNumber: nextSeq(sub.seq), PublishTime: now, NotificationData: []*ua.ExtensionObject{}}
+		return resp
+	}
 	sub.seq = nextSeq(sub.seq)
 	resp.MoreNotifications = len(sub.ready) > 0
 	if resp.MoreNotifications {
 		sub.late, sub.lateSince = true, now
 	}
-	resp.NotificationMessage = &ua.NotificationMessage{
-		SequenceNumber: sub.seq,
-		PublishTime:    now,
-		NotificationData: []*ua.ExtensionObject{ua.NewExtensionObject(&ua.DataChangeNotification{
+	var data []*ua.ExtensionObject
+	if len(notes) > 0 {
+		data = append(data, ua.NewExtensionObject(&ua.DataChangeNotification{
 			MonitoredItems: notes, DiagnosticInfos: []*ua.DiagnosticInfo{},
-		})},
+		}))
 	}
+	if len(events) > 0 {
+		data = append(data, ua.NewExtensionObject(&ua.EventNotificationList{Events: events}))
+	}
+	resp.NotificationMessage = &ua.NotificationMessage{SequenceNumber: sub.seq, PublishTime: now, NotificationData: data}
 	return resp
 }
 
@@ -573,7 +598,7 @@ func (m *subscriptions) sampleLocked(it *monitoredItem, dv *ua.DataValue, force 
 }
 
 func (m *subscriptions) queueLocked(it *monitoredItem) {
-	if !it.queued && it.pending != nil {
+	if !it.queued && (it.pending != nil || (it.ev != nil && len(it.ev.queue) > 0)) {
 		it.queued = true
 		it.sub.ready = append(it.sub.ready, it)
 	}
@@ -709,6 +734,7 @@ func (m *subscriptions) deleteItemLocked(it *monitoredItem) {
 	m.unqueueLocked(it)
 	delete(it.sub.items, it.id)
 	delete(m.items, it.id)
+	delete(m.eventItems, it.id)
 	if watchers := m.byNode[it.key]; watchers != nil {
 		delete(watchers, it.id)
 		if len(watchers) == 0 {
@@ -770,6 +796,7 @@ func (m *subscriptions) close() {
 	m.items = make(map[uint32]*monitoredItem)
 	m.byNode = make(map[string]map[uint32]*monitoredItem)
 	m.sessions = make(map[string]*subSession)
+	m.eventItems = make(map[uint32]*monitoredItem)
 	m.countLocked()
 	m.mu.Unlock()
 	if !waitWithin(&m.senders, closeWait) {

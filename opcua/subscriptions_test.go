@@ -645,7 +645,7 @@ func TestCreateMonitoredItemsValidation(t *testing.T) {
 		}), ua.StatusOK},
 		{"nil item", nil, ua.StatusBadNodeIDInvalid},
 		{"unknown node", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.NodeID = ua.NewStringNodeID(1, "Nope.X") }), ua.StatusBadNodeIDUnknown},
-		{"events", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.AttributeID = ua.AttributeIDEventNotifier }), ua.StatusBadMonitoredItemFilterUnsupported},
+		{"events of a variable", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.AttributeID = ua.AttributeIDEventNotifier }), ua.StatusBadAttributeIDInvalid},
 		{"another attribute", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.AttributeID = ua.AttributeIDDisplayName }), ua.StatusBadAttributeIDInvalid},
 		{"index range", item(func(r *ua.MonitoredItemCreateRequest) { r.ItemToMonitor.IndexRange = "1:2" }), ua.StatusBadIndexRangeInvalid},
 		{"absolute deadband", item(func(r *ua.MonitoredItemCreateRequest) { r.RequestedParameters.Filter = deadband }), ua.StatusOK},

@@ -313,7 +313,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return err
 	}
 	srv.Connections = conns.Status
-	if ua := d.startOPCUA(devices, fanout, gateCounter); ua != nil {
+	if ua := d.startOPCUA(devices, fanout, gateCounter, alarmSvc); ua != nil {
 		srv.OPCUA = ua.status
 	}
 	d.run("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })

@@ -49,6 +49,10 @@ type opcuaService struct {
 	fwd       *control.Forwarder
 	gate      *activegate.Counter
 	access    *opcuaAccess
+	// alarms takes the condition methods; feed hands each server the
+	// replicated alarm state.
+	alarms opcua.AlarmActions
+	feed   *alarmFeed
 
 	mu     sync.Mutex
 	srv    *opcua.Server
@@ -59,7 +63,7 @@ func applicationURI(nodeID string) string { return "urn:scadad:node:" + nodeID }
 
 // startOPCUA starts the OPC UA parts on a node whose member entry names an
 // OPC UA endpoint; it returns nil on a node that serves none.
-func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *activegate.Counter) *opcuaService {
+func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *activegate.Counter, alarmActions opcua.AlarmActions) *opcuaService {
 	cfg, log, fwd := d.cfg, d.log, d.fwd
 	self, _ := cfg.Self()
 	if self.OPCUA == "" {
@@ -72,6 +76,9 @@ func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *active
 		s.log.Error().Err(err).Msg("OPC UA rejection reports are not exported as metrics")
 	}
 	d.run("opcua-rejections", s.access.run)
+	s.alarms = alarmActions
+	s.feed = newAlarmFeed(d.state, s.log, s.server)
+	d.run("opcua-alarms", s.feed.run)
 	var endpoints []string
 	for _, m := range cfg.Cluster.Members {
 		if m.ID != cfg.NodeID && m.OPCUA != "" {
@@ -169,7 +176,7 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	for _, m := range s.peers {
 		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})
 	}
-	srv, err := opcua.New(c, opcua.Deps{Logger: s.log, Registerer: s.reg, Roles: s.roles, Writer: s.writer, Gate: s.gate})
+	srv, err := opcua.New(c, opcua.Deps{Logger: s.log, Registerer: s.reg, Roles: s.roles, Writer: s.writer, Gate: s.gate, Alarms: s.alarms})
 	if err != nil {
 		return nil, fmt.Errorf("opcua server: %w", err)
 	}
@@ -184,8 +191,23 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	s.srv = srv
 	s.mu.Unlock()
 	s.fan.SetServer(srv.TagUpdate)
+	s.feed.serverStarted()
 	s.log.Info().Str("endpoint", srv.Endpoint()).Uint8("service_level", srv.ServiceLevel()).Msg("OPC UA server started")
 	return srv, nil
+}
+
+// server is the OPC UA server now serving (nil: none).
+func (s *opcuaService) server() *opcua.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv
+}
+
+// opcuaState is the replicated state the OPC UA parts read: the trust
+// store and users, and the alarms.
+type opcuaState interface {
+	accessReader
+	alarmLog
 }
 
 func (s *opcuaService) close() {
