@@ -152,16 +152,18 @@ func envInt(t *testing.T, name string, def int) int {
 }
 
 type suiteResult struct {
-	Fatal             string   `json:"fatal"`
-	Endpoints         []string `json:"endpoints"`
-	Levels            []int    `json:"levels"`
-	ServerArray       []string `json:"serverArray"`
-	RedundancySupport int      `json:"redundancySupport"`
-	ServerURIArray    []string `json:"serverUriArray"`
-	ServiceLevelType  string   `json:"serviceLevelType"`
-	ServerChildren    []string `json:"serverChildren"`
-	Namespaces        []string `json:"namespaces"`
-	BrowsePath        struct {
+	Fatal              string   `json:"fatal"`
+	Endpoints          []string `json:"endpoints"`
+	Levels             []int    `json:"levels"`
+	ServerArray        []string `json:"serverArray"`
+	RedundancySupport  int      `json:"redundancySupport"`
+	ServerURIArray     []string `json:"serverUriArray"`
+	ServiceLevelType   string   `json:"serviceLevelType"`
+	ServerChildren     []string `json:"serverChildren"`
+	RedundancyType     []string `json:"redundancyType"`
+	RedundancyChildren []string `json:"redundancyChildren"`
+	Namespaces         []string `json:"namespaces"`
+	BrowsePath         struct {
 		Status, Target string
 	} `json:"browsePath"`
 	PropertyPaths map[string]struct {
@@ -237,6 +239,8 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 			check(got.RedundancySupport == 2, "RedundancySupport %d, want 2 (Warm)", got.RedundancySupport)
 		}
 		check(got.ServiceLevelType == "ns=0;i=3", "ServiceLevel DataType %q, want Byte (ns=0;i=3)", got.ServiceLevelType)
+		check(slices.Equal(got.RedundancyType, []string{"ns=0;i=2039"}), "ServerRedundancy's TypeDefinition %v, want NonTransparentRedundancyType (ns=0;i=2039) alone", got.RedundancyType)
+		check(slices.Contains(got.RedundancyChildren, "RedundancySupport") && slices.Contains(got.RedundancyChildren, "ServerUriArray"), "ServerRedundancy's properties %v lack RedundancySupport or ServerUriArray", got.RedundancyChildren)
 		check(slices.Contains(got.ServerChildren, "ServiceLevel") && slices.Contains(got.ServerChildren, "ServerRedundancy"), "Server's children %v lack ServiceLevel or ServerRedundancy", got.ServerChildren)
 		dup := map[string]bool{}
 		for _, name := range got.ServerChildren {

@@ -149,6 +149,10 @@ async function main() {
   out.serviceLevelType = slType.value.value.toString();
   const br = await a.s.browse({ nodeId: "i=2253", browseDirection: BrowseDirection.Forward, resultMask: 63 });
   out.serverChildren = br.references.map((r) => r.browseName.name);
+  // ServerRedundancy: its type, and the properties browsable under it.
+  const red = await a.s.browse({ nodeId: "i=2296", browseDirection: BrowseDirection.Forward, referenceTypeId: null, includeSubtypes: true, nodeClassMask: 0, resultMask: 63 });
+  out.redundancyType = red.references.filter((r) => r.referenceTypeId.toString() === "ns=0;i=40").map((r) => r.nodeId.toString());
+  out.redundancyChildren = red.references.filter((r) => r.referenceTypeId.toString() === "ns=0;i=46").map((r) => r.browseName.name);
   const ns = await a.s.read({ nodeId: "i=2255", attributeId: AttributeIds.Value });
   out.namespaces = ns.value.value;
   const idx = out.namespaces.indexOf(env.NS_URI);
