@@ -235,7 +235,8 @@ func nativeCondition(connection string, a gateway.Alarm) *fsmpb.AlarmCondition {
 // ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); s.expireShelves(ctx) }()
 	go func() { defer wg.Done(); s.proposeLoop(ctx) }()
 	go func() { defer wg.Done(); s.followState(ctx) }()
 	go func() { defer wg.Done(); s.limits.run(ctx) }()
@@ -398,7 +399,9 @@ func (s *Service) ack(ctx context.Context, id, operator, comment string, confirm
 // unshelved). Any node may: the command is committed through the leader.
 func (s *Service) Shelve(ctx context.Context, id, operator string, shelve bool, until time.Time, comment string) error {
 	var u int64
-	if !until.IsZero() {
+	if shelve && !until.IsZero() {
+		// An unshelve carries an end only when it ends a timed shelve
+		// (expireShelves): the FSM then unshelves only that shelve.
 		u = until.UnixNano()
 	}
 	_, err := s.commit(ctx, &fsmpb.Command{Actor: operator, Body: &fsmpb.Command_AlarmShelve{AlarmShelve: &fsmpb.AlarmShelve{

@@ -102,7 +102,7 @@ type svcRig struct {
 	stop  func()
 }
 
-func startService(t *testing.T, f *fsm.FSM, r *localRaft, roles *role.Broadcaster, q *memQueue) *svcRig {
+func startService(t *testing.T, f *fsm.FSM, r *localRaft, roles *role.Broadcaster, q *memQueue, opts ...func(*Options)) *svcRig {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	gate, err := activegate.NewCounter(reg)
@@ -114,8 +114,12 @@ func startService(t *testing.T, f *fsm.FSM, r *localRaft, roles *role.Broadcaste
 		t.Fatal(err)
 	}
 	rig := &svcRig{f: f, raft: r, roles: roles, acker: &fakeAcker{}, queue: q, reg: reg}
-	rig.svc, err = New(Options{Proposer: r, State: f, Roles: roles, Acknowledger: rig.acker, Enqueuer: q, Gate: gate, Metrics: m,
-		NodeID: "node-a", Logger: zerolog.Nop()})
+	o := Options{Proposer: r, State: f, Roles: roles, Acknowledger: rig.acker, Enqueuer: q, Gate: gate, Metrics: m,
+		NodeID: "node-a", Logger: zerolog.Nop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rig.svc, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

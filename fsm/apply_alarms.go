@@ -337,6 +337,12 @@ func (a *applier) alarmShelve(c *fsmpb.AlarmShelve, res *Result) error {
 	if err != nil || rec == nil {
 		return err
 	}
+	if !c.Shelve && c.UntilUnixNano != 0 && rec.ShelvedUntilUnixNano != c.UntilUnixNano {
+		// The end of a timed shelve, proposed by the Active when it saw
+		// that end pass: the alarm was shelved again (or unshelved)
+		// meanwhile, and that shelve is not the one that ended.
+		return x.finish(res)
+	}
 	if rec.Shelved != c.Shelve || (c.Shelve && rec.ShelvedUntilUnixNano != c.UntilUnixNano) {
 		kind := AlarmShelved
 		rec.Shelved, rec.ShelvedBy, rec.ShelvedUntilUnixNano = c.Shelve, c.Operator, c.UntilUnixNano
