@@ -283,6 +283,13 @@ func TestServerSubtreeConformance(t *testing.T) {
 			t.Errorf("i=%d, mandatory under Server (or served), not found browsing", must)
 		}
 	}
+	for node, typ := range map[uint32]uint32{id.Server_ServerDiagnostics: id.ServerDiagnosticsType, id.Server_VendorServerInfo: id.VendorServerInfoType,
+		id.Server_Namespaces: id.NamespacesType, id.OPCUANamespaceMetadata: id.NamespaceMetadataType,
+		id.Server_ServerDiagnostics_SessionsDiagnosticsSummary: id.SessionsDiagnosticsSummaryType} {
+		if defs := forward(ua.NewNumericNodeID(0, node), id.HasTypeDefinition); len(defs) != 1 || defs[0].NodeID.NodeID.IntID() != typ {
+			t.Errorf("i=%d is typed %s, want i=%d", node, describe(defs), typ)
+		}
+	}
 	if v := readValue(t, c, ua.NewNumericNodeID(0, id.Server_ServerDiagnostics_EnabledFlag), ua.AttributeIDValue); v.Value == nil || v.Value.Value() != false {
 		t.Errorf("ServerDiagnostics.EnabledFlag = %v, want false: no diagnostics are collected", v.Value)
 	}
