@@ -25,14 +25,16 @@ const statusClientGone = 499
 // Record is one line of the record file.
 type Record struct {
 	// Seq numbers requests in arrival order, from 1.
-	Seq    uint64 `json:"seq"`
-	Time   string `json:"time"` // arrival, RFC 3339 with nanoseconds, UTC
-	ID     string `json:"id"`   // Idempotency-Key header
-	Epoch  string `json:"epoch"`
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	Size   int    `json:"size"`
-	SHA256 string `json:"sha256"`
+	Seq  uint64 `json:"seq"`
+	Time string `json:"time"` // arrival, RFC 3339 with nanoseconds, UTC
+	ID   string `json:"id"`   // Idempotency-Key header
+	// MessageIDs is a batch's X-Scadad-Message-Ids header as received.
+	MessageIDs string `json:"message_ids,omitempty"`
+	Epoch      string `json:"epoch"`
+	Method     string `json:"method"`
+	Path       string `json:"path"`
+	Size       int    `json:"size"`
+	SHA256     string `json:"sha256"`
 	// Status is what the sink answered; only 2xx is an acknowledgement.
 	Status int `json:"status"`
 	// Body is the request body, recorded only with -bodies.
@@ -103,7 +105,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Seq: seq, Time: arrival.Format(time.RFC3339Nano),
 		ID: r.Header.Get("Idempotency-Key"), Epoch: r.Header.Get("X-Scadad-Epoch"),
 		Method: r.Method, Path: r.URL.Path, Size: len(body), SHA256: hex.EncodeToString(sum[:]),
-		Status: status,
+		Status: status, MessageIDs: r.Header.Get("X-Scadad-Message-Ids"),
 	}
 	if s.bodies && len(body) <= maxBody {
 		rec.Body = body

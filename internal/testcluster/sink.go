@@ -35,6 +35,8 @@ type Delivery struct {
 	SHA256 string    `json:"sha256"`
 	Status int       `json:"status"`
 	Body   []byte    `json:"body"` // recorded only when the sink runs with -bodies
+	// MessageIDs is a batch's X-Scadad-Message-Ids header.
+	MessageIDs string `json:"message_ids"`
 }
 
 // StartSink runs sfsink on a free loopback port, recording into dir.
