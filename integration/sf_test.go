@@ -120,12 +120,19 @@ var enqueueClient = &http.Client{Timeout: 5 * time.Second}
 // enqueue posts one message to n's local enqueue endpoint; it reports
 // whether the node acknowledged it.
 func enqueue(n *testcluster.Node, target, id string, payload []byte) bool {
+	return enqueueWith(enqueueClient, n, target, id, payload)
+}
+
+// enqueueWith is enqueue through cl. The body is read to its end, so the
+// connection can be kept alive for the next request.
+func enqueueWith(cl *http.Client, n *testcluster.Node, target, id string, payload []byte) bool {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr+"/v1/sf/"+target, bytes.NewReader(payload))
 	req.Header.Set("Idempotency-Key", id)
-	resp, err := enqueueClient.Do(req)
+	resp, err := cl.Do(req)
 	if err != nil {
 		return false
 	}
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
 }
