@@ -132,7 +132,7 @@ func TestServerObjectConformance(t *testing.T) {
 				t.Errorf("i=%d names its reference to %v %q; the target's BrowseName is %v", obj, target, r.BrowseName.Name, bn)
 			}
 			if r.NodeClass == ua.NodeClassMethod {
-				t.Errorf("i=%d offers method %s; Call is not served", obj, r.BrowseName.Name)
+				t.Errorf("i=%d offers method %s; Call serves none of the Server object's", obj, r.BrowseName.Name)
 			}
 			if r.NodeClass == ua.NodeClassVariable {
 				if dv := readValue(t, c, target, ua.AttributeIDValue); dv.Status != ua.StatusOK || dv.Value == nil || dv.Value.Value() == nil {
@@ -179,11 +179,12 @@ func describe(refs []*ua.ReferenceDescription) string {
 // browsing it does, and checks each node the way Part 3 and Part 5 have
 // it: each reference once, named and classed as its target is, with the
 // target's TypeDefinition; every Object and Variable typed; every
-// Variable with a DataType and a Good value of it; no Method (Call is not
-// served). The library imports ServerDiagnostics, Namespaces and the 1.05
-// objects (ServerConfiguration, PublishSubscribe, Resources…) without
-// values or DataTypes, lists their references twice and names the
-// namespace-0 metadata object "0:http://opcfoundation.org/UA/".
+// Variable with a DataType and a Good value of it; no Method (Call serves
+// the condition methods alone, none under Server). The library imports
+// ServerDiagnostics, Namespaces and the 1.05 objects (ServerConfiguration,
+// PublishSubscribe, Resources…) without values or DataTypes, lists their
+// references twice and names the namespace-0 metadata object
+// "0:http://opcfoundation.org/UA/".
 func TestServerSubtreeConformance(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
 	c := connect(t, ts.Endpoint())
@@ -245,7 +246,7 @@ func TestServerSubtreeConformance(t *testing.T) {
 			}
 			switch r.NodeClass {
 			case ua.NodeClassMethod:
-				t.Errorf("%s: a Method; Call is not served", where)
+				t.Errorf("%s: a Method; Call serves none of the Server object's", where)
 				continue
 			case ua.NodeClassObject, ua.NodeClassVariable:
 				defs := forward(target, id.HasTypeDefinition)
