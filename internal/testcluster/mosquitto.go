@@ -17,6 +17,8 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/scadad/scadad/pki"
 )
 
 // Mosquitto is an MQTT broker of a test's own: Debian's mosquitto on a
@@ -35,10 +37,32 @@ type Mosquitto struct {
 	cmd          *exec.Cmd
 	exited       chan struct{}
 	logPath      string
+
+	// With MosquittoOptions.TLS: a second listener, TLS only with a
+	// client certificate, and the files a client needs for it.
+	TLSURL                    string // tls://127.0.0.1:port
+	CAFile, CertFile, KeyFile string
+}
+
+// MosquittoOptions change StartMosquittoWith's broker.
+type MosquittoOptions struct {
+	// TLS adds a listener requiring TLS and a client certificate of a CA
+	// made for the broker (server certificate for 127.0.0.1).
+	TLS bool
+	// DenyTopics are topic filters user scadad may not publish to (an ACL
+	// file; everything else is allowed).
+	DenyTopics []string
+	// LogAll logs every packet (log_type all) to the broker's log.
+	LogAll bool
 }
 
 // StartMosquitto writes the broker's configuration under dir and starts it.
 func StartMosquitto(dir string) (*Mosquitto, error) {
+	return StartMosquittoWith(dir, MosquittoOptions{})
+}
+
+// StartMosquittoWith is StartMosquitto with options.
+func StartMosquittoWith(dir string, o MosquittoOptions) (*Mosquitto, error) {
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		return nil, fmt.Errorf("mosquitto not found (apt-get install mosquitto; .ci/run does): %w", err)
@@ -47,7 +71,7 @@ func StartMosquitto(dir string) (*Mosquitto, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mosquitto_passwd not found: %w", err)
 	}
-	ports, err := FreePorts(1)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +100,31 @@ autosave_interval 1
 max_queued_messages 0
 log_dest stderr
 `, m.Port, users, root)
+	if o.LogAll {
+		conf += "log_type all\n"
+	}
+	owned := []string{root, users}
+	if o.TLS {
+		files, err := mosquittoTLS(root)
+		if err != nil {
+			return nil, err
+		}
+		m.TLSURL = fmt.Sprintf("tls://127.0.0.1:%d", ports[1])
+		m.CAFile, m.CertFile, m.KeyFile = files[0], files[3], files[4]
+		conf += fmt.Sprintf("listener %d 127.0.0.1\ncafile %s\ncertfile %s\nkeyfile %s\nrequire_certificate true\n", ports[1], files[0], files[1], files[2])
+		owned = append(owned, files[0], files[1], files[2])
+	}
+	if len(o.DenyTopics) > 0 {
+		acl := filepath.Join(root, "acl")
+		text := "user " + m.Username + "\ntopic readwrite #\n"
+		for _, d := range o.DenyTopics {
+			text += "topic deny " + d + "\n"
+		}
+		if err := os.WriteFile(acl, []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+		conf += "acl_file " + acl + "\n"
+	}
 	if err := os.WriteFile(m.conf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -86,7 +135,7 @@ log_dest stderr
 				return nil, err
 			}
 		}
-		for _, f := range []string{root, users} {
+		for _, f := range owned {
 			if err := os.Chown(f, 65534, 65534); err != nil {
 				return nil, err
 			}
@@ -97,6 +146,35 @@ log_dest stderr
 		return nil, err
 	}
 	return m, nil
+}
+
+// mosquittoTLS writes a CA, the broker's certificate and key, and a
+// client certificate and key under root: ca, server cert, server key,
+// client cert, client key.
+func mosquittoTLS(root string) ([5]string, error) {
+	var files [5]string
+	ca, err := pki.GenerateCA("mqtt-test", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	if err != nil {
+		return files, err
+	}
+	server, err := ca.IssueNode("broker", 24*time.Hour)
+	if err != nil {
+		return files, err
+	}
+	client, err := ca.IssueClient("scadad", 24*time.Hour)
+	if err != nil {
+		return files, err
+	}
+	for i, f := range []struct {
+		name string
+		pem  []byte
+	}{{"ca.pem", ca.CertPEM}, {"server.pem", server.CertPEM}, {"server.key", server.KeyPEM}, {"client.pem", client.CertPEM}, {"client.key", client.KeyPEM}} {
+		files[i] = filepath.Join(root, f.name)
+		if err := os.WriteFile(files[i], f.pem, 0o600); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
 }
 
 // Start runs the broker again after Stop.
