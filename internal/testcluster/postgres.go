@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/scadad/scadad/pki"
 )
 
 // Postgres is a PostgreSQL server of a test's own: initdb into a fresh
@@ -34,6 +36,17 @@ type Postgres struct {
 	cmd          *exec.Cmd
 	exited       chan struct{}
 	logPath      string
+	// CAFile is, with PostgresOptions.TLS, the CA of the server's
+	// certificate (the DSN then says sslmode=verify-full with it).
+	CAFile  string
+	tlsArgs []string
+}
+
+// PostgresOptions change StartPostgresWith's server.
+type PostgresOptions struct {
+	// TLS serves TLS with a certificate for 127.0.0.1 of a CA made for the
+	// server and accepts no connection without it (pg_hba hostssl only).
+	TLS bool
 }
 
 // postgresBin finds the server's binaries: Debian's newest
@@ -57,7 +70,10 @@ func postgresBin() (string, error) {
 }
 
 // StartPostgres makes a database cluster under dir and starts it.
-func StartPostgres(dir string) (*Postgres, error) {
+func StartPostgres(dir string) (*Postgres, error) { return StartPostgresWith(dir, PostgresOptions{}) }
+
+// StartPostgresWith is StartPostgres with options.
+func StartPostgresWith(dir string, o PostgresOptions) (*Postgres, error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
@@ -105,6 +121,11 @@ func StartPostgres(dir string) (*Postgres, error) {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	p.DSN = fmt.Sprintf("postgres://scadad@127.0.0.1:%d/postgres?sslmode=disable", p.Port)
+	if o.TLS {
+		if err := p.serveTLS(root); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.Start(); err != nil {
 		return nil, err
 	}
@@ -117,10 +138,11 @@ func (p *Postgres) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.data, "-k", "", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port),
+	args := []string{"-D", p.data, "-k", "", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port),
 		// A test's database: durability across a crash of the machine is
 		// not what is tested, the statements' atomicity is.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=50")
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=50"}
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), append(args, p.tlsArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -153,6 +175,42 @@ func (p *Postgres) Start() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// serveTLS writes the server's certificate and key (of a new CA, in
+// CAFile) into the data directory, turns ssl on, and lets only TLS
+// connections in.
+func (p *Postgres) serveTLS(root string) error {
+	ca, err := pki.GenerateCA("pg-test", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	if err != nil {
+		return err
+	}
+	server, err := ca.IssueNode("db", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	p.CAFile = filepath.Join(root, "ca.pem")
+	if err := os.WriteFile(p.CAFile, ca.CertPEM, 0o644); err != nil {
+		return err
+	}
+	cert, key := filepath.Join(p.data, "server.crt"), filepath.Join(p.data, "server.key")
+	hba := filepath.Join(p.data, "pg_hba.conf")
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{cert, server.CertPEM}, {key, server.KeyPEM}, {hba, []byte("hostssl all all 127.0.0.1/32 scram-sha-256\n")}} {
+		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
+			return err
+		}
+		if p.cred != nil {
+			if err := os.Chown(f.path, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	p.tlsArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + cert, "-c", "ssl_key_file=" + key}
+	p.DSN = fmt.Sprintf("postgres://scadad@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s", p.Port, p.CAFile)
+	return nil
 }
 
 // Connect opens a connection as scadad.

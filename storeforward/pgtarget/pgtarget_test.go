@@ -4,6 +4,7 @@ package pgtarget_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -152,5 +153,53 @@ func TestValidateRefusesBadSettings(t *testing.T) {
 	}
 	if err := (pgtarget.Kind{}).Validate(storeforward.Target{Name: "db", Kind: pgtarget.Name, Settings: pgtarget.Settings{DSN: "host=h dbname=d", Table: "plant.history"}}); err != nil {
 		t.Errorf("schema-qualified table refused: %v", err)
+	}
+}
+
+// A server that takes TLS connections only, with a certificate of a CA
+// the DSN names (sslmode=verify-full&sslrootcert=…): rows are inserted
+// over TLS; the same target with sslmode=disable is refused by the server
+// (transient: the operator fixes the DSN, nothing is lost).
+func TestTLSToTheServer(t *testing.T) {
+	pg, err := testcluster.StartPostgresWith(t.TempDir(), testcluster.PostgresOptions{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Stop)
+	tg := target(pg, "history")
+	if err := (pgtarget.Kind{}).Validate(tg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgtarget.Kind{}.NewSender(tg, storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Send(context.Background(), msgs("tls", 3, func(i int) string { return "{}" })); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM history WHERE id LIKE 'tls-%'"); n != 3 {
+		t.Fatalf("%d rows, want 3", n)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM pg_stat_ssl WHERE ssl"); n < 1 {
+		t.Fatal("no connection uses TLS")
+	}
+
+	plain := target(pg, "history")
+	plain.Settings = pgtarget.Settings{DSN: strings.Split(pg.DSN, "?")[0] + "?sslmode=disable", PasswordFile: pg.PasswordFile, Table: "history"}
+	ps, err := pgtarget.Kind{}.NewSender(plain, storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = ps.Send(ctx, msgs("plain", 1, func(int) string { return "{}" }))
+	if err == nil || !strings.Contains(err.Error(), "no encryption") && !strings.Contains(err.Error(), "pg_hba") {
+		t.Fatalf("without TLS: %v, want the server's refusal", err)
+	}
+	var r storeforward.Refusal
+	if errors.As(err, &r) && r.Verdict().Permanent {
+		t.Fatalf("without TLS: %v is permanent, want transient", err)
 	}
 }
