@@ -203,13 +203,6 @@ func (s *opcuaService) server() *opcua.Server {
 	return s.srv
 }
 
-// opcuaState is the replicated state the OPC UA parts read: the trust
-// store and users, and the alarms.
-type opcuaState interface {
-	accessReader
-	alarmLog
-}
-
 func (s *opcuaService) close() {
 	s.mu.Lock()
 	srv := s.srv
