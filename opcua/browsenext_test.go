@@ -2,6 +2,7 @@ package opcua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -132,4 +133,42 @@ func nodeIDs(refs []*ua.ReferenceDescription) []string {
 		out[i] = r.NodeID.NodeID.String()
 	}
 	return out
+}
+
+// TestBrowseInvalidArguments: a Browse names what is wrong with it (Part 4,
+// 5.8.2.2): a view the server does not have (BadViewIdUnknown, for the
+// whole request), a BrowseDirection that is none of the three
+// (BadBrowseDirectionInvalid) and a ReferenceTypeId that is no reference
+// type (BadReferenceTypeIdInvalid); both used to answer Good with nothing
+// or everything.
+func TestBrowseInvalidArguments(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc := func(node *ua.NodeID, dir ua.BrowseDirection, refType uint32) *ua.BrowseDescription {
+		return &ua.BrowseDescription{NodeID: node, BrowseDirection: dir, ReferenceTypeID: ua.NewNumericNodeID(0, refType), IncludeSubtypes: true, ResultMask: uint32(ua.BrowseResultMaskAll)}
+	}
+	server, folder := ua.NewNumericNodeID(0, id.Server), ts.ns.folderID("Pump1")
+	resp, err := c.Browse(ctx, &ua.BrowseRequest{NodesToBrowse: []*ua.BrowseDescription{
+		desc(server, ua.BrowseDirectionForward, id.HierarchicalReferences),
+		desc(server, ua.BrowseDirection(7), id.HierarchicalReferences),
+		desc(folder, ua.BrowseDirection(7), id.HierarchicalReferences),
+		desc(server, ua.BrowseDirectionForward, id.ObjectsFolder),
+		desc(folder, ua.BrowseDirectionForward, id.ServerType),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ua.StatusCode{ua.StatusOK, ua.StatusBadBrowseDirectionInvalid, ua.StatusBadBrowseDirectionInvalid, ua.StatusBadReferenceTypeIDInvalid, ua.StatusBadReferenceTypeIDInvalid}
+	for i, w := range want {
+		if got := resp.Results[i].StatusCode; got != w {
+			t.Errorf("description %d: %v, want %v", i, got, w)
+		}
+	}
+	_, err = c.Browse(ctx, &ua.BrowseRequest{View: &ua.ViewDescription{ViewID: ua.NewNumericNodeID(0, id.Server)},
+		NodesToBrowse: []*ua.BrowseDescription{desc(server, ua.BrowseDirectionForward, id.HierarchicalReferences)}})
+	if !errors.Is(err, ua.StatusBadViewIDUnknown) {
+		t.Errorf("a Browse in view i=%d: %v, want BadViewIdUnknown", id.Server, err)
+	}
 }

@@ -545,10 +545,17 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 	if err := s.checkCount(len(req.NodesToBrowse)); err != nil {
 		return nil, err
 	}
+	// The server has no views (Part 4, 5.8.2.2).
+	if req.View != nil && req.View.ViewID != nil && !isNullNodeID(req.View.ViewID) {
+		return nil, ua.StatusBadViewIDUnknown
+	}
 	session := tokenKey(req.RequestHeader.AuthenticationToken)
 	results := make([]*ua.BrowseResult, len(req.NodesToBrowse))
 	for i, bd := range req.NodesToBrowse {
 		res := s.browseWithConditions(bd)
+		if code := s.checkBrowseDescription(bd); code != ua.StatusOK && res.StatusCode == ua.StatusOK {
+			res = &ua.BrowseResult{StatusCode: code, References: []*ua.ReferenceDescription{}}
+		}
 		if res.StatusCode == ua.StatusOK {
 			var ok bool
 			if res.References, res.ContinuationPoint, ok = s.continuations.page(session, res.References, req.RequestedMaxReferencesPerNode); !ok {
@@ -558,6 +565,21 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 		results[i] = res
 	}
 	return &ua.BrowseResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+// checkBrowseDescription names what is wrong with a description (Part 4,
+// 5.8.2.2) beyond its node: a direction that is none of the three, a
+// ReferenceTypeId that is no reference type.
+func (s *Server) checkBrowseDescription(bd *ua.BrowseDescription) ua.StatusCode {
+	switch {
+	case bd == nil:
+		return ua.StatusOK // browseOne answers BadNodeIdInvalid
+	case bd.BrowseDirection > ua.BrowseDirectionBoth:
+		return ua.StatusBadBrowseDirectionInvalid
+	case bd.ReferenceTypeID != nil && !s.refTypes.isReferenceType(bd.ReferenceTypeID):
+		return ua.StatusBadReferenceTypeIDInvalid
+	}
+	return ua.StatusOK
 }
 
 func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {

@@ -69,6 +69,19 @@ func (h refHierarchy) matches(want *ua.NodeID, subtypes bool, have uint32) bool 
 	return false
 }
 
+// isReferenceType says whether n is null (any reference) or names a
+// reference type of namespace 0.
+func (h refHierarchy) isReferenceType(n *ua.NodeID) bool {
+	if isNullNodeID(n) {
+		return true
+	}
+	if n.Namespace() != 0 || !numericNodeID(n) {
+		return false
+	}
+	_, ok := h[n.IntID()]
+	return ok || n.IntID() == id.References
+}
+
 func numericNodeID(n *ua.NodeID) bool {
 	switch n.Type() {
 	case ua.NodeIDTypeTwoByte, ua.NodeIDTypeFourByte, ua.NodeIDTypeNumeric:
