@@ -163,6 +163,10 @@ type sender struct {
 	mu     sync.Mutex
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc
+	// down is closed when the current connection drops (a new one is
+	// made for the next): without a broker session to resume, a publish
+	// awaiting its PUBACK then fails at once.
+	down chan struct{}
 }
 
 // ClientID is the client id a node's worker uses for a target: the node
@@ -190,6 +194,13 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 		SessionExpiryInterval:         uint32(s.set.SessionExpiry / time.Second),
 		ConnectTimeout:                min(max(s.timeout, time.Second), 10*time.Second),
 		ReconnectBackoff:              func(int) time.Duration { return time.Second },
+		OnConnectionDown: func() bool {
+			s.mu.Lock()
+			close(s.down)
+			s.down = make(chan struct{})
+			s.mu.Unlock()
+			return true
+		},
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			if s.set.Username != "" {
 				c.Username, c.UsernameFlag = s.set.Username, true
@@ -203,6 +214,7 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 		},
 		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target)},
 	}
+	s.down = make(chan struct{})
 	cm, err := autopaho.NewConnection(ctx, cfg)
 	if err != nil {
 		cancel()
@@ -254,7 +266,35 @@ func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m 
 		}
 	}
 	topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
+	if s.set.SessionExpiry == 0 {
+		// The broker keeps no session across a reconnect, so nothing
+		// resends this publish: its PUBACK will never come once the
+		// connection drops (the client would wait for ctx's deadline).
+		s.mu.Lock()
+		down := s.down
+		s.mu.Unlock()
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			select {
+			case <-down:
+			case <-ctx.Done():
+				return
+			}
+			// An answer read before the connection dropped (a refusing
+			// PUBACK, after which some brokers close) is taken first.
+			select {
+			case <-time.After(connectionLostGrace):
+				cancel(errConnectionLost)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	resp, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: m.Payload, Properties: props})
+	if err != nil && errors.Is(context.Cause(ctx), errConnectionLost) {
+		return fmt.Errorf("publish %s: %w", m.ID, errConnectionLost)
+	}
 	if resp != nil && resp.ReasonCode >= 0x80 {
 		reason := ""
 		if resp.Properties != nil {
@@ -270,6 +310,14 @@ func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m 
 	}
 	return nil
 }
+
+// connectionLostGrace is how long a publish still waits for its answer
+// once its connection dropped.
+const connectionLostGrace = 200 * time.Millisecond
+
+// errConnectionLost fails a publish whose connection dropped before its
+// PUBACK (and with it the broker's session).
+var errConnectionLost = errors.New("connection lost before the PUBACK (no session to resume: session_expiry 0)")
 
 // Close implements storeforward.Sender.
 func (s *sender) Close() {
