@@ -76,16 +76,18 @@ func (w *deadLeaderWatch) check(state raft.RaftState, lastContact, now time.Time
 // nextCheck is how long the loop may wait before its next check: the
 // check interval, or less when the threshold for the contact last checked
 // passes sooner, so the nudge comes at the threshold rather than up to an
-// interval after it.
+// interval after it. A threshold already past was acted on, or the node is
+// no follower (a leader, a candidate): the interval then, never zero, or
+// the loop would spin.
 func (w *deadLeaderWatch) nextCheck(interval time.Duration, now time.Time) time.Duration {
 	if w.nudged || w.lastSeen.IsZero() || w.threshold == 0 {
 		return interval
 	}
 	due := w.lastSeen.Add(w.threshold).Sub(now)
-	if due >= interval {
+	if due <= 0 || due >= interval {
 		return interval
 	}
-	return max(due, 0)
+	return due
 }
 
 // deadLeaderLoop runs the watch against the current raft instance.

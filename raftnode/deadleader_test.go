@@ -128,6 +128,21 @@ func TestDeadLeaderWatchWakesAtTheThreshold(t *testing.T) {
 	if got := w.nextCheck(interval, t0.Add(400*time.Millisecond)); got != interval {
 		t.Fatalf("after the nudge: wait %v, want the interval %v", got, interval)
 	}
+	// Once the node has stood and left the follower state (a candidate,
+	// then the leader), the threshold of its last follower contact lies
+	// in the past: the loop waits the interval, it must not spin.
+	if got := w.check(raft.Candidate, t0, t0.Add(420*time.Millisecond)); got != watchRestore {
+		t.Fatalf("a candidate after the nudge: %v, want the timeout given back", got)
+	}
+	for _, st := range []raft.RaftState{raft.Candidate, raft.Leader} {
+		now := t0.Add(time.Second)
+		if got := w.check(st, t0, now); got != watchIdle {
+			t.Fatalf("%v: %v, want idle", st, got)
+		}
+		if got := w.nextCheck(interval, now); got != interval {
+			t.Fatalf("%v, its follower threshold past: wait %v, want the interval %v", st, got, interval)
+		}
+	}
 	// A newer contact moves the threshold.
 	w = &deadLeaderWatch{timeout: 400 * time.Millisecond}
 	w.check(raft.Follower, t0, t0.Add(390*time.Millisecond))
