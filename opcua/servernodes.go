@@ -76,13 +76,15 @@ var unservedServerChildren = map[uint32]bool{
 	id.Resources:                                                 true,
 }
 
-// Namespace 0 as the library's nodeset (Opc.Ua.NodeSet2.xml) has it.
+// Namespace 0 as the library's nodeset (Opc.Ua.NodeSet2.xml) has it:
+// its URI, version and publication date.
 const (
 	ua0URI     = "http://opcfoundation.org/UA/"
 	ns0Version = "1.05.02"
+	ns0Year    = 2022
+	ns0Month   = time.November
+	ns0Day     = 1
 )
-
-var ns0Published = time.Date(2022, 11, 1, 0, 0, 0, 0, time.UTC)
 
 // diagnosticsSummary is ServerDiagnosticsSummary: the current sessions
 // and subscriptions; the counts diagnostics would collect are 0
@@ -192,7 +194,7 @@ func (s *Server) installServerObject(srv *server.Server) error {
 		{id.OPCUANamespaceMetadata_NamespaceVersion, "NamespaceVersion", id.String, -1, pt, id.OPCUANamespaceMetadata, prop,
 			func() *ua.DataValue { return now(ns0Version) }},
 		{id.OPCUANamespaceMetadata_NamespacePublicationDate, "NamespacePublicationDate", id.DateTime, -1, pt, id.OPCUANamespaceMetadata, prop,
-			func() *ua.DataValue { return now(ns0Published) }},
+			func() *ua.DataValue { return now(time.Date(ns0Year, ns0Month, ns0Day, 0, 0, 0, 0, time.UTC)) }},
 		{id.OPCUANamespaceMetadata_IsNamespaceSubset, "IsNamespaceSubset", id.Boolean, -1, pt, id.OPCUANamespaceMetadata, prop,
 			func() *ua.DataValue { return now(true) }},
 		{id.OPCUANamespaceMetadata_StaticNodeIDTypes, "StaticNodeIdTypes", id.IDType, 1, pt, id.OPCUANamespaceMetadata, prop,
