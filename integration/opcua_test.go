@@ -20,10 +20,10 @@ import (
 )
 
 // uaClient connects an anonymous, unsecured gopcua client to endpoint.
-func uaClient(t *testing.T, endpoint string) *gopcua.Client {
+func uaClient(t *testing.T, endpoint string, opts ...gopcua.Option) *gopcua.Client {
 	t.Helper()
-	c, err := gopcua.NewClient(endpoint, gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
-		gopcua.AutoReconnect(false), gopcua.RequestTimeout(3*time.Second), gopcua.DialTimeout(2*time.Second))
+	c, err := gopcua.NewClient(endpoint, append([]gopcua.Option{gopcua.SecurityMode(ua.MessageSecurityModeNone), gopcua.AuthAnonymous(),
+		gopcua.AutoReconnect(false), gopcua.RequestTimeout(3 * time.Second), gopcua.DialTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

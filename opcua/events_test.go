@@ -11,6 +11,8 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/uaevents"
 )
 
 // fakeAlarms records the alarm methods that reach the alarm service.
@@ -51,25 +53,13 @@ func (notActive) Error() string {
 }
 func (notActive) GateReason() string { return "secondary" }
 
-func evField(names ...string) *ua.SimpleAttributeOperand {
-	return typedField(id.BaseEventType, names...)
-}
-
-func typedField(typ uint32, names ...string) *ua.SimpleAttributeOperand {
-	path := make([]*ua.QualifiedName, len(names))
-	for i, n := range names {
-		path[i] = &ua.QualifiedName{Name: n}
-	}
-	return &ua.SimpleAttributeOperand{TypeDefinitionID: ua.NewNumericNodeID(0, typ), BrowsePath: path, AttributeID: ua.AttributeIDValue}
-}
-
 // alarmSelect is the select clause the tests use; eventField indexes it.
 var alarmSelect = []*ua.SimpleAttributeOperand{
-	evField("EventId"), evField("EventType"), evField("SourceName"), evField("Message"), evField("Severity"),
-	typedField(id.ConditionType, "ConditionName"), typedField(id.ConditionType, "Retain"),
-	typedField(id.AlarmConditionType, "ActiveState", "Id"), typedField(id.AcknowledgeableConditionType, "AckedState", "Id"),
-	{TypeDefinitionID: ua.NewNumericNodeID(0, id.ConditionType), AttributeID: ua.AttributeIDNodeID},
-	typedField(id.ConditionType, "Comment"), evField("Time"),
+	uaevents.Field(id.BaseEventType, "EventId"), uaevents.Field(id.BaseEventType, "EventType"), uaevents.Field(id.BaseEventType, "SourceName"), uaevents.Field(id.BaseEventType, "Message"), uaevents.Field(id.BaseEventType, "Severity"),
+	uaevents.Field(id.ConditionType, "ConditionName"), uaevents.Field(id.ConditionType, "Retain"),
+	uaevents.Field(id.AlarmConditionType, "ActiveState", "Id"), uaevents.Field(id.AcknowledgeableConditionType, "AckedState", "Id"),
+	uaevents.ConditionID(),
+	uaevents.Field(id.ConditionType, "Comment"), uaevents.Field(id.BaseEventType, "Time"),
 }
 
 const (
@@ -87,100 +77,10 @@ const (
 	fTime
 )
 
-// eventSub is a subscription with one event item; its data item on
-// ServiceLevel shows the client's publish loop runs (gopcua's client can
-// leave it paused, WORKAROUNDS.md).
-type eventSub struct {
-	sub    *gopcua.Subscription
-	itemID uint32
-	events chan []*ua.Variant
-	result *ua.MonitoredItemCreateResult
-}
-
-func subscribeEvents(t *testing.T, c *gopcua.Client, notifier *ua.NodeID, filter *ua.EventFilter) *eventSub {
+// next is the next event of es (any), its fields.
+func next(t testing.TB, es *uaevents.Sub) []*ua.Variant {
 	t.Helper()
-	for try := 1; ; try++ {
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		raw := make(chan *gopcua.PublishNotificationData, 256)
-		sub, err := c.Subscribe(ctx, &gopcua.SubscriptionParameters{Interval: 50 * time.Millisecond}, raw)
-		if err != nil {
-			t.Fatalf("subscribe: %v", err)
-		}
-		ev := gopcua.NewMonitoredItemCreateRequestWithDefaults(notifier, ua.AttributeIDEventNotifier, 2)
-		ev.RequestedParameters.Filter = ua.NewExtensionObject(withWhere(filter))
-		ev.RequestedParameters.QueueSize = 0
-		res, err := sub.Monitor(ctx, ua.TimestampsToReturnBoth, gopcua.NewMonitoredItemCreateRequestWithDefaults(serviceLevelID, ua.AttributeIDValue, 1), ev)
-		if err != nil {
-			t.Fatalf("monitor events on %s: %v", notifier, err)
-		}
-		es := &eventSub{sub: sub, itemID: res.Results[1].MonitoredItemID, events: make(chan []*ua.Variant, 20000), result: res.Results[1]}
-		alive := make(chan struct{}, 1)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case n := <-raw:
-					switch v := n.Value.(type) {
-					case *ua.DataChangeNotification:
-						select {
-						case alive <- struct{}{}:
-						default:
-						}
-					case *ua.EventNotificationList:
-						for _, e := range v.Events {
-							if e.ClientHandle == 2 {
-								es.events <- e.EventFields
-							}
-						}
-					}
-				}
-			}
-		}()
-		select {
-		case <-alive:
-			return es
-		case <-time.After(5 * time.Second):
-			cancel()
-			if try == 3 {
-				t.Fatalf("subscription on %s never published", notifier)
-			}
-		}
-	}
-}
-
-// withWhere gives f an empty where clause if it has none: gopcua's
-// encoder writes nothing for a nil one, and no decoder (gopcua's own
-// server's included) can read the request then.
-func withWhere(f *ua.EventFilter) *ua.EventFilter {
-	if f.WhereClause == nil {
-		g := *f
-		g.WhereClause = &ua.ContentFilter{}
-		return &g
-	}
-	return f
-}
-
-func (es *eventSub) next(t *testing.T) []*ua.Variant {
-	t.Helper()
-	select {
-	case e := <-es.events:
-		return e
-	case <-time.After(notifyDeadline):
-		t.Fatalf("no event within %v", notifyDeadline)
-		return nil
-	}
-}
-
-// none checks no event arrives within d.
-func (es *eventSub) none(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case e := <-es.events:
-		t.Fatalf("unexpected event %v", e[fMessage].Value())
-	case <-time.After(d):
-	}
+	return es.Next(t, notifyDeadline, "an event", nil).Fields
 }
 
 func pumpAlarm(seq uint64, active, acked bool) Condition {
@@ -191,14 +91,14 @@ func pumpAlarm(seq uint64, active, acked bool) Condition {
 func TestEventsOnServerAndInstanceNotifiers(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
 	c := connect(t, ts.Endpoint())
-	all := subscribeEvents(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect})
-	if all.result.StatusCode != ua.StatusOK || all.result.RevisedQueueSize != defaultEventQueue {
-		t.Fatalf("event item on Server: %+v", all.result)
+	all := uaevents.Subscribe(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect})
+	if all.Result.StatusCode != ua.StatusOK || all.Result.RevisedQueueSize != defaultEventQueue {
+		t.Fatalf("event item on Server: %+v", all.Result)
 	}
-	tank := subscribeEvents(t, c, ts.ns.folderID("Tank1"), &ua.EventFilter{SelectClauses: alarmSelect})
+	tank := uaevents.Subscribe(t, c, ts.ns.folderID("Tank1"), &ua.EventFilter{SelectClauses: alarmSelect})
 
 	ts.ConditionChanged(pumpAlarm(1, true, false))
-	e := all.next(t)
+	e := next(t, all)
 	if got := string(e[fEventID].Value().([]byte)); got != "P1-HI\x001" {
 		t.Fatalf("EventId %q", got)
 	}
@@ -217,12 +117,12 @@ func TestEventsOnServerAndInstanceNotifiers(t *testing.T) {
 		t.Fatalf("Time %v", got)
 	}
 	// Tank1's notifier reports Tank1's conditions only.
-	tank.none(t, 300*time.Millisecond)
+	tank.None(t, 300*time.Millisecond)
 	ts.ConditionChanged(Condition{ID: "T1-LO", Source: "Tank1", Name: "LevelLow", Message: "low", Severity: 300, Active: true, Seq: 1})
-	if got := tank.next(t); got[fSourceName].Value() != "Tank1" {
+	if got := next(t, tank); got[fSourceName].Value() != "Tank1" {
 		t.Fatalf("Tank1 event from %v", got[fSourceName].Value())
 	}
-	if got := all.next(t); got[fSourceName].Value() != "Tank1" {
+	if got := next(t, all); got[fSourceName].Value() != "Tank1" {
 		t.Fatalf("Server event from %v", got[fSourceName].Value())
 	}
 }
@@ -239,19 +139,19 @@ func TestEventWhereClause(t *testing.T) {
 			ua.NewExtensionObject(&ua.ElementOperand{Index: 1}), ua.NewExtensionObject(&ua.ElementOperand{Index: 2})}},
 		{FilterOperator: ua.FilterOperatorOfType, FilterOperands: []*ua.ExtensionObject{literal(ua.NewNumericNodeID(0, id.OffNormalAlarmType))}},
 		{FilterOperator: ua.FilterOperatorGreaterThanOrEqual, FilterOperands: []*ua.ExtensionObject{
-			ua.NewExtensionObject(evField("Severity")), literal(int32(500))}},
+			ua.NewExtensionObject(uaevents.Field(id.BaseEventType, "Severity")), literal(int32(500))}},
 	}}
-	es := subscribeEvents(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect, WhereClause: where})
-	if es.result.StatusCode != ua.StatusOK {
-		t.Fatalf("item: %+v", es.result)
+	es := uaevents.Subscribe(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect, WhereClause: where})
+	if es.Result.StatusCode != ua.StatusOK {
+		t.Fatalf("item: %+v", es.Result)
 	}
 	ts.ConditionChanged(Condition{ID: "low-native", Source: "Pump1", Severity: 200, Message: "low native", Active: true, Seq: 1})
 	ts.ConditionChanged(pumpAlarm(1, true, false)) // a limit alarm, severe
 	ts.ConditionChanged(Condition{ID: "high-native", Source: "Pump1", Severity: 900, Message: "high native", Active: true, Seq: 1})
-	if got := es.next(t); got[fMessage].Value().(*ua.LocalizedText).Text != "high native" {
+	if got := next(t, es); got[fMessage].Value().(*ua.LocalizedText).Text != "high native" {
 		t.Fatalf("first event through the where clause: %v", got[fMessage].Value())
 	}
-	es.none(t, 300*time.Millisecond)
+	es.None(t, 300*time.Millisecond)
 }
 
 // Filters a server must answer with Bad statuses and go on serving.
@@ -268,7 +168,7 @@ func TestHostileEventFilters(t *testing.T) {
 	item := func(nid *ua.NodeID, f any) *ua.MonitoredItemCreateRequest {
 		r := gopcua.NewMonitoredItemCreateRequestWithDefaults(nid, ua.AttributeIDEventNotifier, 9)
 		if ef, ok := f.(*ua.EventFilter); ok {
-			f = withWhere(ef)
+			f = uaevents.WithWhere(ef)
 		}
 		if f != nil {
 			r.RequestedParameters.Filter = ua.NewExtensionObject(f)
@@ -276,7 +176,7 @@ func TestHostileEventFilters(t *testing.T) {
 		return r
 	}
 	like := &ua.ContentFilter{Elements: []*ua.ContentFilterElement{{FilterOperator: ua.FilterOperatorLike,
-		FilterOperands: []*ua.ExtensionObject{ua.NewExtensionObject(evField("Message")), ua.NewExtensionObject(&ua.LiteralOperand{Value: ua.MustVariant("x%")})}}}}
+		FilterOperands: []*ua.ExtensionObject{ua.NewExtensionObject(uaevents.Field(id.BaseEventType, "Message")), ua.NewExtensionObject(&ua.LiteralOperand{Value: ua.MustVariant("x%")})}}}}
 	unknownOp := &ua.ContentFilter{Elements: []*ua.ContentFilterElement{{FilterOperator: 200}}}
 	loop := &ua.ContentFilter{Elements: []*ua.ContentFilterElement{{FilterOperator: ua.FilterOperatorNot,
 		FilterOperands: []*ua.ExtensionObject{ua.NewExtensionObject(&ua.ElementOperand{Index: 0})}}}}
@@ -287,13 +187,13 @@ func TestHostileEventFilters(t *testing.T) {
 		selects  []ua.StatusCode
 		elements []ua.StatusCode
 	}{
-		{"unknown field among good ones", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{evField("Severity"), evField("NoSuchField"), typedField(id.BaseEventType, "ActiveState", "Id")}}),
+		{"unknown field among good ones", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{uaevents.Field(id.BaseEventType, "Severity"), uaevents.Field(id.BaseEventType, "NoSuchField"), uaevents.Field(id.BaseEventType, "ActiveState", "Id")}}),
 			ua.StatusOK, []ua.StatusCode{ua.StatusOK, ua.StatusBadNodeIDUnknown, ua.StatusOK}, nil},
-		{"field of a type that lacks it", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{evField("Severity"), typedField(id.ConditionType, "ActiveState", "Id")}}),
+		{"field of a type that lacks it", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{uaevents.Field(id.BaseEventType, "Severity"), uaevents.Field(id.ConditionType, "ActiveState", "Id")}}),
 			ua.StatusOK, []ua.StatusCode{ua.StatusOK, ua.StatusBadNodeIDUnknown}, nil},
-		{"unknown type", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{evField("Severity"), typedField(99999, "Severity")}}),
+		{"unknown type", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{uaevents.Field(id.BaseEventType, "Severity"), uaevents.Field(99999, "Severity")}}),
 			ua.StatusOK, []ua.StatusCode{ua.StatusOK, ua.StatusBadTypeDefinitionInvalid}, nil},
-		{"no usable select clause", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{evField("Nope")}}), ua.StatusBadEventFilterInvalid, []ua.StatusCode{ua.StatusBadNodeIDUnknown}, nil},
+		{"no usable select clause", item(server, &ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{uaevents.Field(id.BaseEventType, "Nope")}}), ua.StatusBadEventFilterInvalid, []ua.StatusCode{ua.StatusBadNodeIDUnknown}, nil},
 		{"no select clause", item(server, &ua.EventFilter{}), ua.StatusBadEventFilterInvalid, nil, nil},
 		{"no filter", item(server, nil), ua.StatusBadEventFilterInvalid, nil, nil},
 		{"a data change filter", item(server, &ua.DataChangeFilter{Trigger: ua.DataChangeTriggerStatusValue}), ua.StatusBadEventFilterInvalid, nil, nil},
@@ -336,7 +236,7 @@ func TestHostileEventFilters(t *testing.T) {
 	}
 }
 
-func call(t *testing.T, c *gopcua.Client, obj, method *ua.NodeID, args ...any) *ua.CallMethodResult {
+func call(t testing.TB, c *gopcua.Client, obj, method *ua.NodeID, args ...any) *ua.CallMethodResult {
 	t.Helper()
 	in := make([]*ua.Variant, len(args))
 	for i, a := range args {
@@ -367,15 +267,15 @@ func TestConditionRefreshReplaysRetainedConditions(t *testing.T) {
 		{ID: "c", Source: "Tank1", Severity: 100, Message: "c over", Acked: true, Seq: 4},
 	})
 	c := connect(t, ts.Endpoint())
-	es := subscribeEvents(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect})
-	es.none(t, 200*time.Millisecond) // SetConditions reports nothing
-	if res := call(t, c, conditionTypeID, refreshID, es.sub.SubscriptionID); res.StatusCode != ua.StatusOK {
+	es := uaevents.Subscribe(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect})
+	es.None(t, 200*time.Millisecond) // SetConditions reports nothing
+	if res := call(t, c, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusOK {
 		t.Fatalf("ConditionRefresh: %v", res.StatusCode)
 	}
 	var types []uint32
 	var msgs []string
 	for len(types) < 4 {
-		e := es.next(t)
+		e := next(t, es)
 		types = append(types, e[fEventType].Value().(*ua.NodeID).IntID())
 		msgs = append(msgs, e[fMessage].Value().(*ua.LocalizedText).Text)
 	}
@@ -383,11 +283,11 @@ func TestConditionRefreshReplaysRetainedConditions(t *testing.T) {
 	if fmt.Sprint(types) != fmt.Sprint(want) || msgs[1] != "a active" || msgs[2] != "b cleared, unacknowledged" {
 		t.Fatalf("refresh events %v %q", types, msgs)
 	}
-	es.none(t, 200*time.Millisecond)
+	es.None(t, 200*time.Millisecond)
 
 	// Another session's subscription is unknown to this one.
 	other := connect(t, ts.Endpoint())
-	if res := call(t, other, conditionTypeID, refreshID, es.sub.SubscriptionID); res.StatusCode != ua.StatusBadSubscriptionIDInvalid {
+	if res := call(t, other, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusBadSubscriptionIDInvalid {
 		t.Fatalf("refresh of a foreign subscription: %v", res.StatusCode)
 	}
 	if res := call(t, c, conditionTypeID, refreshID); res.StatusCode != ua.StatusBadArgumentsMissing {

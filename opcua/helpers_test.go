@@ -29,7 +29,7 @@ var testKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return k
 })
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,7 +91,7 @@ func testModel() Model {
 // startServer starts a server on a free 127.0.0.1 port. mutate may adjust
 // the config before New. A port taken between freePort and Start (other
 // test binaries run in parallel) is retried with a new one.
-func startServer(t *testing.T, initial role.State, mutate func(*Config)) *testServer {
+func startServer(t testing.TB, initial role.State, mutate func(*Config)) *testServer {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ts, err := tryStartServer(t, initial, mutate)
@@ -104,7 +104,7 @@ func startServer(t *testing.T, initial role.State, mutate func(*Config)) *testSe
 	}
 }
 
-func tryStartServer(t *testing.T, initial role.State, mutate func(*Config)) (*testServer, error) {
+func tryStartServer(t testing.TB, initial role.State, mutate func(*Config)) (*testServer, error) {
 	t.Helper()
 	port := freePort(t)
 	cfg := Config{
@@ -143,7 +143,7 @@ func tryStartServer(t *testing.T, initial role.State, mutate func(*Config)) (*te
 	return ts, nil
 }
 
-func connect(t *testing.T, endpoint string, opts ...gopcua.Option) *gopcua.Client {
+func connect(t testing.TB, endpoint string, opts ...gopcua.Option) *gopcua.Client {
 	t.Helper()
 	base := []gopcua.Option{
 		gopcua.SecurityMode(ua.MessageSecurityModeNone),
