@@ -57,7 +57,7 @@ type subscriptions struct {
 	// euRange, when set, gives a node's EURange, for percent deadbands.
 	euRange func(nid *ua.NodeID) (low, high float64, ok bool)
 	// notifierOf says whether nid is an event notifier and whose events
-	// it reports (events.go); nil: no node is.
+	// it reports (events.go); by default no node is.
 	notifierOf func(nid *ua.NodeID) (source string, all, ok bool)
 	// send writes one response on a secure channel.
 	send func(sc *uasc.SecureChannel, reqID uint32, resp ua.Response) error
