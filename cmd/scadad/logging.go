@@ -80,6 +80,10 @@ func formatted(w io.Writer, format string) io.Writer {
 	return w
 }
 
+// logTimeFormat is the "time" field of every log line: RFC 3339 with
+// milliseconds.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // newLogger is the process logger on w at level.
 func newLogger(w io.Writer, level, nodeID string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/rs/zerolog"
+
 	"github.com/scadad/scadad/internal/devsite"
 	"github.com/scadad/scadad/internal/version"
 	"github.com/scadad/scadad/nodeconfig"
@@ -17,6 +19,9 @@ import (
 )
 
 func main() {
+	// Milliseconds: a failover is told apart from a slow one, and a node's
+	// log lined up against its peers', only below the second.
+	zerolog.TimeFieldFormat = logTimeFormat
 	os.Exit(run(os.Args[1:]))
 }
 
