@@ -299,9 +299,14 @@ func (c *Config) raftConfig(logger *hclogAdapter) *raft.Config {
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	if c.isWitness() {
 		// Below the witness's heartbeat timeout, so its dead-leader watch
-		// can lower that timeout to the lease (deadLeaderLoop); a witness
-		// leads only while it hands off.
-		rc.LeaderLeaseTimeout = min(c.LeaderLeaseTimeout, max(rc.HeartbeatTimeout/2, 5*time.Millisecond))
+		// can lower that timeout to the lease (deadLeaderLoop). The lease
+		// is also the lowest election timeout raft takes, so it bounds how
+		// soon the witness can stand after refusing a voter's pre-vote
+		// (witnessvote.go): a fifth of its heartbeat timeout. A witness
+		// leads only while it hands off, and then with its heartbeat
+		// timeout lowered to the lease (settleStand), so its heartbeats (a
+		// tenth of that) stay well inside the lease.
+		rc.LeaderLeaseTimeout = min(c.LeaderLeaseTimeout, max(rc.HeartbeatTimeout/5, 5*time.Millisecond))
 	}
 	rc.CommitTimeout = c.CommitTimeout
 	rc.SnapshotThreshold = c.SnapshotThreshold

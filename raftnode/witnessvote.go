@@ -19,9 +19,13 @@ import (
 //
 // It makes raft stand through its public API: a ReloadConfig that lowers
 // the heartbeat timeout makes a candidate re-arm its election timer with
-// the (also lowered) election timeout. Both go back to the configured ones
-// once the witness is no longer a candidate, or after a few lowered
-// rounds whatever happens.
+// the (also lowered) election timeout. The lowest raft takes is the lease
+// (raft wants election >= heartbeat >= lease), which is why the witness's
+// lease is short (Config.raftConfig): the witness stands one to two leases
+// after the refusal. The timeouts stay lowered while it leads, so its
+// heartbeats (a tenth of the heartbeat timeout) stay well inside that short
+// lease while it hands off, and go back to the configured ones once it is
+// a follower again, or after a few lowered rounds as a candidate.
 
 // behind reports whether a log ending at (index, term) is behind one ending
 // at (ourIndex, ourTerm): raft refuses such a candidate its vote.
@@ -29,9 +33,10 @@ func behind(index, term, ourIndex, ourTerm uint64) bool {
 	return term < ourTerm || (term == ourTerm && index < ourIndex)
 }
 
-// witnessStand is the role loop's record of a lowered election timeout.
+// witnessStand is the role loop's record of the timeouts it lowered.
 type witnessStand struct {
-	since time.Time // zero: the configured timeouts are in force
+	since   time.Time // when it stood after a refused pre-vote; zero: not standing
+	lowered bool      // the lowered timeouts it set are in force
 }
 
 // standRounds is how many lowered election timeouts the witness may use
@@ -68,33 +73,48 @@ func (n *Node) onPreVote(s *witnessStand, req raft.RequestPreVoteRequest) {
 		n.log.Error().Err(err).Dur("election_timeout", lowered).Msg("witness: cannot lower raft's election timeout to stand now")
 		return
 	}
-	s.since = n.cfg.Clock.Now()
+	s.since, s.lowered = n.cfg.Clock.Now(), true
 	n.log.Info().Str("candidate", string(req.ID)).Uint64("candidate_last_index", req.LastLogIndex).
 		Uint64("last_index", ourIndex).Dur("within", 2*lowered).
 		Msg("a voter standing for election lacks entries this witness holds and cannot win; standing now to bring it up to date and hand leadership over")
 }
 
-// settleStand gives raft the configured timeouts back once the witness is
-// no longer a candidate, or after standRounds lowered election timeouts.
+// settleStand keeps raft's timeouts lowered while the witness stands (a
+// candidate, for at most standRounds lowered election timeouts since the
+// refused pre-vote) or leads, and gives the configured ones back
+// otherwise. It touches only timeouts it set itself: the dead-leader
+// watch lowers and restores the heartbeat timeout of a follower on its
+// own.
 func (n *Node) settleStand(s *witnessStand) {
-	if s.since.IsZero() {
+	if !n.cfg.isWitness() {
 		return
 	}
 	r, recovering := n.current()
-	rc := n.cfg.raftConfig(n.hlog)
-	if r != nil && !recovering && r.State() == raft.Candidate &&
-		n.cfg.Clock.Now().Sub(s.since) < standRounds*rc.LeaderLeaseTimeout {
+	if r == nil || recovering {
+		*s = witnessStand{} // a new instance starts with the configured timeouts
 		return
 	}
-	s.since = time.Time{}
-	if r == nil || recovering {
-		return // a new instance starts with the configured timeouts
+	rc := n.cfg.raftConfig(n.hlog)
+	lowered := rc.LeaderLeaseTimeout
+	state := r.State()
+	standing := !s.since.IsZero() && state == raft.Candidate && n.cfg.Clock.Now().Sub(s.since) < standRounds*lowered
+	if !standing {
+		s.since = time.Time{}
+	}
+	want := standing || state == raft.Leader
+	if want == s.lowered || lowered >= rc.HeartbeatTimeout {
+		return
 	}
 	cur := r.ReloadableConfig()
 	cur.HeartbeatTimeout, cur.ElectionTimeout = rc.HeartbeatTimeout, rc.ElectionTimeout
-	if err := r.ReloadConfig(cur); err != nil {
-		n.log.Error().Err(err).Dur("election_timeout", rc.ElectionTimeout).Msg("witness: cannot restore raft's election timeout")
+	if want {
+		cur.HeartbeatTimeout, cur.ElectionTimeout = lowered, lowered
 	}
+	if err := r.ReloadConfig(cur); err != nil {
+		n.log.Error().Err(err).Dur("heartbeat_timeout", cur.HeartbeatTimeout).Msg("witness: cannot set raft's timeouts")
+		return
+	}
+	s.lowered = want
 }
 
 // lastEntry is the index and term of the last entry in this node's log

@@ -4,9 +4,11 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,7 +20,13 @@ import (
 // the witness must stand and hand over. Before the fix it stood only when
 // its own election timer fired (3 x election_timeout), so the failover
 // took at least that long; the witness now stands as soon as it refuses
-// such a pre-vote.
+// such a pre-vote. Raft takes no election timeout below the lease, so the
+// witness stands one to two of its leases after the refusal; with the
+// lease at half the witness's heartbeat timeout that still cost 0.25–0.5 of
+// the voters' heartbeat timeout over a SIGKILL's failover; the witness's
+// lease is now a fifth of it, and the failover must come within the
+// Standby's detection (its heartbeat timeout and one dead-leader check)
+// plus two such leases and a margin for the hand-off.
 //
 // The timeouts are four times the defaults so the order of events does
 // not depend on how fast tc filters go in on a loaded machine: the
@@ -33,7 +41,8 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 		t.Skip("network namespaces unavailable: " + why)
 	}
 	const heartbeat, election = 2 * time.Second, 2 * time.Second
-	witnessElection := 3 * election // raftnode's WitnessElectionTimeout default
+	witnessElection := 3 * election   // raftnode's WitnessElectionTimeout default
+	witnessLease := heartbeat / 2 / 5 // raftnode: a fifth of the witness's heartbeat timeout (half the voters')
 	nn, err := newNetns([]string{"node-a", "node-b", "witness"})
 	if err != nil {
 		t.Fatalf("make namespaces: %v", err)
@@ -105,9 +114,27 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 			t.Errorf("trial %d: failover took %s, at least the witness's election timeout (%s): the witness waited for its own timer instead of standing when it refused the Standby's pre-vote",
 				trial, failover.Round(time.Millisecond), witnessElection)
 		}
+		// From the witness's refusal to its election: at most two of its
+		// leases (raft's lowest election timeout, randomised up to twice
+		// that) and a margin for the election's round trips.
+		if stood, won, ok := standToWin(witness.LogTail(400)); !ok {
+			t.Errorf("trial %d: the witness's log has no refused pre-vote followed by an election it won", trial)
+		} else if gap := won.Sub(stood); gap > 2*witnessLease+100*time.Millisecond {
+			t.Errorf("trial %d: the witness won its election %s after refusing the Standby's pre-vote, over two of its leases (%s) and 100ms",
+				trial, gap, 2*witnessLease)
+		} else {
+			t.Logf("trial %d: the witness won %s after refusing the Standby's pre-vote", trial, gap)
+		}
 		if err := nn.Apply(nil, 0); err != nil {
 			t.Fatalf("heal: %v", err)
 		}
+		// The next trial starts from a steady cluster: the old Active back
+		// as a Standby, and every node's last word from the new Active not
+		// older than a heartbeat (raft's own timers re-armed on it).
+		if _, err := r.waitOneActive(ctx, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sleepCtx(ctx, heartbeat)
 		// The message acknowledged before the partition is on the new Active.
 		pending, _, err := r.buffered(ctx)
 		if err != nil {
@@ -147,4 +174,25 @@ func addCuts(n *netnsNet, handles map[string]int, cut ...link) error {
 		n.applied[l.From] = true
 	}
 	return nil
+}
+
+// standToWin finds, in a witness's log, the last "standing now" after a
+// refused pre-vote and the first election it won after it.
+func standToWin(log string) (stood, won time.Time, ok bool) {
+	for _, line := range strings.Split(log, "\n") {
+		var l struct {
+			Time    time.Time `json:"time"`
+			Message string    `json:"message"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(l.Message, "standing now to bring it up to date"):
+			stood, won = l.Time, time.Time{}
+		case l.Message == "election won" && !stood.IsZero() && won.IsZero():
+			won = l.Time
+		}
+	}
+	return stood, won, !stood.IsZero() && !won.IsZero()
 }
