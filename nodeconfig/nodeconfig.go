@@ -329,7 +329,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	def(&c.Cluster.HeartbeatTimeout, 500*time.Millisecond)
 	def(&c.Cluster.ElectionTimeout, 500*time.Millisecond)
-	def(&c.Cluster.LeaderLease, 250*time.Millisecond)
+	// A tenth below the heartbeat timeout, as raftnode.DefaultLeaderLease
+	// (nodeconfig imports no raft package).
+	def(&c.Cluster.LeaderLease, max(c.Cluster.HeartbeatTimeout.D()-c.Cluster.HeartbeatTimeout.D()/10, 5*time.Millisecond))
 	def(&c.Cluster.SnapshotInterval, 30*time.Second)
 	if c.Cluster.SnapshotThreshold == 0 {
 		c.Cluster.SnapshotThreshold = 8192

@@ -150,18 +150,30 @@ func (c Config) applyBlocked() bool { return c.ApplyBlocked != nil && c.ApplyBlo
 // Defaults tuned for a LAN pair: about one second from a leader's death to a
 // new leader.
 const (
-	DefaultOverrideAfter      = 10 * time.Second
-	DefaultProbeInterval      = 300 * time.Millisecond
-	DefaultProbeTimeout       = time.Second
-	DefaultRoleInterval       = 100 * time.Millisecond
-	DefaultHeartbeatTimeout   = 500 * time.Millisecond
-	DefaultElectionTimeout    = 500 * time.Millisecond
-	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
-	DefaultCommitTimeout      = 10 * time.Millisecond
-	DefaultSnapshotThreshold  = 8192
-	DefaultSnapshotInterval   = 2 * time.Minute
-	DefaultTrailingLogs       = 10240
+	DefaultOverrideAfter     = 10 * time.Second
+	DefaultProbeInterval     = 300 * time.Millisecond
+	DefaultProbeTimeout      = time.Second
+	DefaultRoleInterval      = 100 * time.Millisecond
+	DefaultHeartbeatTimeout  = 500 * time.Millisecond
+	DefaultElectionTimeout   = 500 * time.Millisecond
+	DefaultCommitTimeout     = 10 * time.Millisecond
+	DefaultSnapshotThreshold = 8192
+	DefaultSnapshotInterval  = 2 * time.Minute
+	DefaultTrailingLogs      = 10240
 )
+
+// DefaultLeaderLease is the leader lease for a heartbeat timeout: a tenth
+// below it. On resuming from a freeze (a stalled VM, SIGSTOP) raft checks
+// the lease before the first heartbeat answer arrives, so the lease, less
+// the heartbeat spacing (a tenth to a fifth of the timeout), is the
+// longest freeze the leader rides out: about 350 ms at the 500 ms default,
+// close to what the followers ride out before they stand (the heartbeat
+// timeout less that spacing). At half the timeout a 300 ms freeze stepped
+// the leader down in 5 of 6 trials though nobody stood against it. It
+// stays below the timeout: the dead-leader watch lowers the timeout to it.
+func DefaultLeaderLease(heartbeat time.Duration) time.Duration {
+	return max(heartbeat-heartbeat/10, 5*time.Millisecond)
+}
 
 func (c *Config) applyDefaults() {
 	setDur := func(d *time.Duration, def time.Duration) {
@@ -175,9 +187,9 @@ func (c *Config) applyDefaults() {
 	setDur(&c.RoleInterval, DefaultRoleInterval)
 	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
-	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLease(c.HeartbeatTimeout))
 	setDur(&c.CommitTimeout, DefaultCommitTimeout)
-	setDur(&c.WitnessHeartbeatTimeout, max(c.HeartbeatTimeout/2, c.LeaderLeaseTimeout))
+	setDur(&c.WitnessHeartbeatTimeout, max(c.HeartbeatTimeout/2, 5*time.Millisecond))
 	setDur(&c.WitnessElectionTimeout, 3*c.ElectionTimeout)
 	setDur(&c.SnapshotInterval, DefaultSnapshotInterval)
 	if c.SnapshotThreshold == 0 {

@@ -194,7 +194,7 @@ func TestDefaultsAreLANTuned(t *testing.T) {
 	if rc.PreVoteDisabled {
 		t.Error("pre-vote is off")
 	}
-	if c.HeartbeatTimeout != 500*time.Millisecond || c.LeaderLeaseTimeout != 250*time.Millisecond {
+	if c.HeartbeatTimeout != 500*time.Millisecond || c.LeaderLeaseTimeout != 450*time.Millisecond {
 		t.Errorf("timeouts = %s/%s", c.HeartbeatTimeout, c.LeaderLeaseTimeout)
 	}
 	if rc.ElectionTimeout != 3*DefaultElectionTimeout {
