@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 )
 
 // loopbackNet is the degraded fallback when namespaces cannot be made: all
@@ -36,5 +37,7 @@ func (loopbackNet) Apply(cut []link, loss float64) error {
 }
 
 func (loopbackNet) CanCut() bool { return false }
+
+func (loopbackNet) CutAt() time.Time { return time.Time{} }
 
 func (loopbackNet) Close() error { return nil }

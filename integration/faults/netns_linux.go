@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +37,10 @@ type network interface {
 	// drops its packets; loss, if > 0, drops that fraction of the packets
 	// between every pair of nodes.
 	Apply(cut []link, loss float64) error
+	// CutAt is when the last Apply's first host had its filters in (zero
+	// when it cut nothing): the instant a partition starts, as a SIGKILL
+	// starts at the signal.
+	CutAt() time.Time
 	// CanCut is false when links cannot be cut (partitions become pauses).
 	CanCut() bool
 	Close() error
@@ -69,6 +74,7 @@ type netnsNet struct {
 
 	mu      sync.Mutex
 	applied map[string]bool // host ids that have filters installed
+	cutAt   time.Time       // see CutAt
 }
 
 // netnsAvailable reports whether this process can make namespaces.
@@ -210,6 +216,12 @@ func (n *netnsNet) Wrap(id string, argv []string) []string {
 
 func (n *netnsNet) CanCut() bool { return true }
 
+func (n *netnsNet) CutAt() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cutAt
+}
+
 // Dial creates the socket inside the client namespace: a socket keeps the
 // namespace it was created in, so only the creating thread has to switch.
 func (n *netnsNet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -312,7 +324,16 @@ func (n *netnsNet) Apply(cut []link, loss float64) error {
 	for h := range byHost {
 		hosts = append(hosts, h)
 	}
-	sort.Strings(hosts)
+	// The host with the most links cut first (the lone side of a
+	// partition, an isolated Active): its links go at the first command,
+	// and that is when the fault starts.
+	sort.Slice(hosts, func(i, j int) bool {
+		if a, b := len(byHost[hosts[i]]), len(byHost[hosts[j]]); a != b {
+			return a > b
+		}
+		return hosts[i] < hosts[j]
+	})
+	n.cutAt = time.Time{}
 	// A host's filters go in with one tc: a cable pulled or a switch port
 	// dying cuts all of a node's links at once. One command per filter
 	// (a process each, tens of milliseconds apart on a loaded machine)
@@ -328,6 +349,9 @@ func (n *netnsNet) Apply(cut []link, loss float64) error {
 		if err := runInput(batch.String(), "ip", "netns", "exec", n.ns(h), "tc", "-batch", "-"); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if n.cutAt.IsZero() {
+			n.cutAt = time.Now()
 		}
 		n.applied[h] = true
 	}

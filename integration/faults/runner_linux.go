@@ -629,7 +629,14 @@ func (r *runner) inject(f fault, ev *faultEvent) (func(), error) {
 		r.cut = append(r.cut, links...)
 		cuts, loss := append([]link(nil), r.cut...), r.loss
 		r.mu.Unlock()
-		return func() {}, r.net.Apply(cuts, loss)
+		err := r.net.Apply(cuts, loss)
+		if at := r.net.CutAt(); !at.IsZero() {
+			// The clock starts when the first links are cut (tens of ms
+			// of tc processes after the round began on a loaded machine),
+			// as a SIGKILL's starts at the signal.
+			ev.Start = at
+		}
+		return func() {}, err
 	}
 	switch f.Kind {
 	case faultKillActive:
