@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,16 +25,33 @@ import (
 // its state at that index and reports; the majority's digest names the
 // changed node as diverged, and it fences itself and is rebuilt from the
 // leader's snapshot. The Active keeps its role, the change never reaches
-// another node, and the next checkpoint finds all three alike.
+// another node, and the next checkpoint finds all three alike. The
+// stopped Active's case: the Standby takes over at the stop and keeps the
+// role.
 func TestCheckpointFencesADivergedNode(t *testing.T) {
-	for _, victim := range []string{"standby", "witness"} {
-		t.Run(victim, func(t *testing.T) { testCheckpointFencesADivergedNode(t, victim) })
+	for _, victim := range []string{"standby", "witness", "active"} {
+		t.Run(victim, func(t *testing.T) { testCheckpointFencesADivergedNode(t, victim, false) })
 	}
 }
 
-func testCheckpointFencesADivergedNode(t *testing.T, victim string) {
+// TestCheckpointFindsARunningNodeDiverged: the same byte changes in the
+// live fsm.db of a running node (written under bbolt, which reads it
+// through its memory map). The next periodic checkpoint (the interval is
+// short here) finds it; a diverged Active fences itself, so the Standby
+// takes over; the node is rebuilt and nothing acknowledged is lost.
+func TestCheckpointFindsARunningNodeDiverged(t *testing.T) {
+	for _, victim := range []string{"active", "standby", "witness"} {
+		t.Run(victim, func(t *testing.T) { testCheckpointFencesADivergedNode(t, victim, true) })
+	}
+}
+
+func testCheckpointFencesADivergedNode(t *testing.T, victim string, running bool) {
+	interval := "1h"
+	if running {
+		interval = "3s"
+	}
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info",
-		Extra: "state:\n  checkpoint_interval: 1h\n"})
+		Extra: "state:\n  checkpoint_interval: " + interval + "\n"})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	sink := startSink(t)
@@ -47,24 +66,45 @@ func testCheckpointFencesADivergedNode(t *testing.T, victim string) {
 		acked[id] = true
 	}
 	damaged := otherVoter(t, c, active)
-	if victim == "witness" {
+	switch victim {
+	case "witness":
 		damaged = c.Node("witness")
+	case "active":
+		damaged = active
 	}
 	// Every node's own start checkpoint agreed before the change.
 	testwait.For(t, 30*time.Second, "a checkpoint all three agree on", func() bool {
 		cp := newestCheckpoint(t, c, active)
 		return cp != nil && cp.Verdict == "agree"
 	})
-	c.Stop(damaged)
-	testwait.For(t, 20*time.Second, damaged.ID+" to stop", func() bool { return !damaged.Running() })
-	flipPayloadByte(t, filepath.Join(damaged.Dir, "data", "fsm.db"))
-	changedAt := time.Now()
-	start(t, c, damaged)
+	path := filepath.Join(damaged.Dir, "data", "fsm.db")
+	var changedAt time.Time
+	if running {
+		flipLivePayloadByte(t, path)
+		changedAt = time.Now()
+	} else {
+		c.Stop(damaged)
+		testwait.For(t, 20*time.Second, damaged.ID+" to stop", func() bool { return !damaged.Running() })
+		flipPayloadByte(t, path)
+		changedAt = time.Now()
+		if damaged == active {
+			active = waitOneActive(t, c, 20*time.Second)
+		}
+		start(t, c, damaged)
+	}
 
 	testwait.For(t, 60*time.Second, damaged.ID+" to find its state diverged", func() bool {
 		return strings.Contains(damaged.LogTail(600), "STATE DIVERGED")
 	})
-	t.Logf("%s found diverged %s after it started with the changed byte", damaged.ID, time.Since(changedAt).Round(100*time.Millisecond))
+	t.Logf("%s found diverged %s after the byte changed", damaged.ID, time.Since(changedAt).Round(100*time.Millisecond))
+	if damaged == active {
+		// It fenced itself: the Standby takes over.
+		active = otherVoter(t, c, damaged)
+		testwait.For(t, 30*time.Second, active.ID+" to take over from the diverged Active", func() bool {
+			a := c.Actives()
+			return len(a) == 1 && a[0] == active
+		})
+	}
 	var found *controlpb.Checkpoint
 	testwait.For(t, 10*time.Second, "scadactl check to name "+damaged.ID, func() bool {
 		var cps []*controlpb.Checkpoint
@@ -158,4 +198,81 @@ func flipPayloadByte(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// flipLivePayloadByte changes the same byte as flipPayloadByte in the
+// state file of a running node, which holds bbolt's lock: it finds the
+// first buffered message's stored record in a copy of the file, then
+// changes that record's last byte wherever it occurs in the live file (a
+// freed page holding an older copy of the leaf changes too, harmlessly).
+func flipLivePayloadByte(t *testing.T, path string) {
+	t.Helper()
+	live, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "fsm-copy.db")
+	if err := os.WriteFile(cp, live, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(cp, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var record []byte
+	err = db.View(func(tx *bolt.Tx) error {
+		sf := tx.Bucket([]byte("sf"))
+		if sf == nil {
+			return fmt.Errorf("no sf bucket")
+		}
+		pending := sf.Bucket([]byte("pending"))
+		if pending == nil {
+			return fmt.Errorf("no sf/pending bucket")
+		}
+		var first func(b *bolt.Bucket) []byte
+		first = func(b *bolt.Bucket) []byte {
+			cur := b.Cursor()
+			for k, v := cur.First(); k != nil; k, v = cur.Next() {
+				if v == nil {
+					if r := first(b.Bucket(k)); r != nil {
+						return r
+					}
+					continue
+				}
+				return slices.Clone(v)
+			}
+			return nil
+		}
+		record = first(pending)
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(record) < 16 {
+		t.Fatalf("no buffered message record long enough to find in %s (%d bytes)", path, len(record))
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	changed := 0
+	for off := 0; ; {
+		i := bytes.Index(live[off:], record)
+		if i < 0 {
+			break
+		}
+		at := int64(off + i + len(record) - 1)
+		if _, err := f.WriteAt([]byte{record[len(record)-1] ^ 0x01}, at); err != nil {
+			t.Fatal(err)
+		}
+		changed++
+		off += i + len(record)
+	}
+	if changed == 0 {
+		t.Fatalf("the first buffered message's record is not in the live %s", path)
+	}
+	t.Logf("changed the last byte of a buffered message's record at %d place(s) in the live %s", changed, path)
 }
