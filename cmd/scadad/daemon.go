@@ -337,13 +337,12 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
 		return nil
 	})
-	reset := emptyFSM(state, cfg.DataDir)
 	scrub := &integrity.Scrubber{
 		Interval: cfg.State.ScrubInterval.D(), BytesPerSecond: cfg.State.ScrubBytesPerSecond,
 		Pair: cfg.Cluster.Mode == nodeconfig.ModePair, State: state, Node: node,
 		// A damaged file can still panic bbolt while it is emptied.
 		Reset: func(ctx context.Context) error {
-			return boltsafe.Guard(state.Path(), func() error { return reset(ctx) })
+			return boltsafe.Guard(state.Path(), func() error { return state.Empty(ctx, cfg.DataDir) })
 		},
 		Metrics: integrity.NewScrubMetrics(reg), Log: log.With().Str("part", "scrub").Logger(), Now: time.Now,
 	}

@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
-	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/heal"
 	"github.com/scadad/scadad/nodeconfig"
 )
@@ -65,7 +61,7 @@ func (d *daemon) newHealWiring(members []control.Member) *healWiring {
 		Auditor:      fwd,
 		Dial:         func(_ context.Context, id string) (controlpb.HealClient, error) { return fwd.HealClient(id) },
 		Redial:       fwd.Reset,
-		ResetFSM:     emptyFSM(state, cfg.DataDir),
+		ResetFSM:     func(ctx context.Context) error { return state.Empty(ctx, cfg.DataDir) },
 		Metrics:      heal.NewMetrics(d.reg),
 		Log:          hlog,
 		AbandonAfter: max(3*cfg.Cluster.OverrideAfter.D(), 10*time.Second),
@@ -128,28 +124,4 @@ func (c *healAwareControl) Override(ctx context.Context, req *controlpb.Override
 			c.Server.NodeID, c.heal.Status())
 	}
 	return c.Server.Override(ctx, req)
-}
-
-// emptyFSM empties the FSM for the rejoin by restoring the snapshot of an
-// empty state: the swap is atomic and readers never see a half-reset file.
-func emptyFSM(state *fsm.FSM, dir string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		path := filepath.Join(dir, "heal-empty.db")
-		_ = os.Remove(path)
-		defer os.Remove(path)
-		empty, err := fsm.Open(path, fsm.Options{Logger: zerolog.Nop(), NoSync: true, InitialMmapSize: 1 << 20})
-		if err != nil {
-			return fmt.Errorf("create an empty state: %w", err)
-		}
-		defer empty.Close()
-		pr, pw := io.Pipe()
-		go func() {
-			_, err := empty.Backup(pw)
-			pw.CloseWithError(err)
-		}()
-		if err := state.Restore(pr); err != nil {
-			return fmt.Errorf("empty the state: %w", err)
-		}
-		return ctx.Err()
-	}
 }
