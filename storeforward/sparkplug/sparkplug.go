@@ -320,7 +320,7 @@ func (e *HostOffline) Verdict() storeforward.Verdict {
 }
 
 // BadPayload is a message that is not a Sparkplug tag history payload: it
-// parks.
+// parks at once, whatever park_on says (no broker answered it).
 type BadPayload struct {
 	ID  string
 	Err error
@@ -332,7 +332,7 @@ func (e *BadPayload) Error() string {
 
 // Verdict implements storeforward.Refusal.
 func (e *BadPayload) Verdict() storeforward.Verdict {
-	return storeforward.Verdict{Code: "payload", Permanent: true}
+	return storeforward.Verdict{Code: "payload", Permanent: true, Unsendable: true}
 }
 
 func (s *sender) connect(ctx context.Context) (*session, error) {

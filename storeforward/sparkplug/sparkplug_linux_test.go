@@ -214,7 +214,7 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 	// Not a Sparkplug history payload: parked.
 	bad := &storeforward.Message{ID: "bad", Payload: []byte(`{"x":1}`), Headers: []storeforward.Header{{Key: "Content-Type", Value: "application/json"}}}
 	var r storeforward.Refusal
-	if err := send(time.Second, bad); !errors.As(err, &r) || !r.Verdict().Permanent {
+	if err := send(time.Second, bad); !errors.As(err, &r) || !r.Verdict().Permanent || !r.Verdict().Unsendable {
 		t.Fatalf("a JSON message: %v, want a permanent refusal", err)
 	}
 
