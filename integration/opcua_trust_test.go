@@ -3,8 +3,10 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,80 @@ func opcuaClientCert(t *testing.T, c *testcluster.Cluster, uri, name string) (ce
 		t.Fatal(err)
 	}
 	return certFile, cert, uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key, Timeout: 3 * time.Second}
+}
+
+// deploySecureOPCUASite deploys a site whose OPC UA server takes
+// Basic256Sha256 SignAndEncrypt only, with no anonymous users.
+func deploySecureOPCUASite(t *testing.T, c *testcluster.Cluster, sim *testcluster.Sim) {
+	t.Helper()
+	site := testcluster.SiteConfigGateway("secure", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
+	secure := "  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities: {anonymous: false}\n"
+	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
+	if bytes.Equal(changed, site) {
+		t.Fatal("site config template changed: no security and identities lines to replace")
+	}
+	deploySite(t, c, changed)
+}
+
+// TestOPCUAManyRefusedClientsCostBoundedReports: a node refusing many
+// distinct client certificates proposes a bounded number of them to the
+// replicated rejected list (16 at once, then one per 5 s) and warns about
+// the rest at most once a minute. Before, every refusal was a proposal
+// (the list filled to its 100) and, once the list was full, a warning.
+func TestOPCUAManyRefusedClientsCostBoundedReports(t *testing.T) {
+	sim, c, active, standby := opcuaPair(t)
+	deploySecureOPCUASite(t, c, sim)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const strangers = 80
+	dir := t.TempDir()
+	began := time.Now()
+	for i := range strangers {
+		certFile, keyFile := filepath.Join(dir, fmt.Sprint(i, ".der")), filepath.Join(dir, fmt.Sprint(i, ".key.pem"))
+		if err := opcua.WriteSelfSigned(certFile, keyFile, fmt.Sprintf("urn:test:stranger-%d", i), ""); err != nil {
+			t.Fatal(err)
+		}
+		cert, key, err := uasec.LoadClientIdentity(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := uasec.ClientOptions{SecurityPolicy: "Basic256Sha256", SecurityMode: "SignAndEncrypt", Certificate: cert, PrivateKey: key, Timeout: 3 * time.Second}
+		if _, err := opcua.ReadServiceLevel(ctx, active.OPCUA, o); err == nil {
+			t.Fatalf("stranger %d read the ServiceLevel: an untrusted certificate was accepted", i)
+		}
+	}
+	elapsed := time.Since(began)
+	bound := 16 + int(elapsed/(5*time.Second)) + 1
+	proposed := func() int {
+		n := 0
+		for _, r := range []string{"recorded", "propose_failed"} {
+			v, _ := strconv.ParseFloat(metricLine(active, `scadad_opcua_trust_rejections_total{result="`+r+`"}`), 64)
+			n += int(v)
+		}
+		return n
+	}
+	testwait.ForDetail(t, 20*time.Second, "the Active's reports proposed and listed", func() (bool, string) {
+		listed := len(rejectedList(c, standby))
+		return proposed() >= 16 && listed >= 16, fmt.Sprintf("%d proposed, %d listed", proposed(), listed)
+	})
+	limited, _ := strconv.ParseFloat(metricLine(active, `scadad_opcua_trust_rejections_total{result="rate_limited"}`), 64)
+	// Most of the rest are rate-limited (a connection that failed before
+	// its certificate was checked, under load, is no refusal).
+	if got := proposed(); got > bound || int(limited) < strangers/2 {
+		t.Errorf("%d certificates refused in %s: %d proposed, %v rate-limited; want at most %d proposed and most of the rest rate-limited", strangers, elapsed.Round(time.Second), got, limited, bound)
+	}
+	if listed := rejectedList(c, standby); len(listed) > bound {
+		t.Errorf("the rejected list holds %d certificates after %s; want at most %d", len(listed), elapsed.Round(time.Second), bound)
+	}
+	log, err := os.ReadFile(active.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := strings.Count(string(log), "are not on the replicated rejected list")
+	if maxWarned := int(elapsed/time.Minute) + 1; warned < 1 || warned > maxWarned {
+		t.Errorf("%d warnings about refusals left off the list in %s; want 1 to %d", warned, elapsed.Round(time.Second), maxWarned)
+	}
+	t.Logf("%d strangers refused in %s: %d proposed, %v rate-limited, %d warnings", strangers, elapsed.Round(time.Millisecond), proposed(), limited, warned)
 }
 
 // ctlOK runs scadactl through nodes and fails the test unless it exits 0.
@@ -94,13 +170,7 @@ func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
 	ctlOK(t, c, []*testcluster.Node{standby}, "opcua", "users", "set", "operator", "--password-file", filepath.Join(secrets, "operator.pass"), "--can-write")
 	ctlOK(t, c, []*testcluster.Node{active}, "opcua", "users", "set", "viewer", "--password-file", filepath.Join(secrets, "viewer.pass"))
 
-	site := testcluster.SiteConfigGateway("secure", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
-	secure := "  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities: {anonymous: false}\n"
-	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
-	if bytes.Equal(changed, site) {
-		t.Fatal("site config template changed: no security and identities lines to replace")
-	}
-	deploySite(t, c, changed)
+	deploySecureOPCUASite(t, c, sim)
 
 	operator := hmi
 	operator.Username, operator.Password = "operator", opSecret
@@ -154,8 +224,14 @@ func TestOPCUATrustStoreAndUsersAreReplicated(t *testing.T) {
 	if _, err := level(active, strangerOp); err == nil {
 		t.Fatal("the Active accepted a stranger's certificate")
 	}
+	// The stranger tries again, as an HMI does: a report a node left off
+	// the list (rate-limited, a failed proposal) is made at a later refusal.
 	testwait.For(t, 20*time.Second, "the stranger on the rejected list", func() bool {
-		return rejectedBy(rejectedList(c, standby), strangerThumb, active.ID)
+		if rejectedBy(rejectedList(c, standby), strangerThumb, active.ID) {
+			return true
+		}
+		_, _ = level(active, strangerOp)
+		return false
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
