@@ -3,9 +3,8 @@
 // (constructEventFilter, the ConditionId included), calls ConditionRefresh
 // and collects the retained conditions between RefreshStartEvent and
 // RefreshEndEvent, then acknowledges one alarm with the EventId and
-// ConditionId its event carried (Call with the method id of
-// AcknowledgeableConditionType.Acknowledge) and waits for the event that
-// shows it acknowledged. Driven by integration/opcua_alarms_interop_test.go;
+// ConditionId its event carried (its session's acknowledgeCondition) and
+// waits for the event that shows it acknowledged. Driven by integration/opcua_alarms_interop_test.go;
 // prints one JSON line of findings, which the Go test judges.
 //
 // Environment: ENDPOINT (the Active's), PKI, ACK (the alarm id to
@@ -62,11 +61,8 @@ async function main() {
     const mine = events.slice(start + 1, end).find((e) => e.EventId && e.EventId.toString("latin1").startsWith(env.ACK + "\u0000"));
     if (!mine) throw new Error(`no refreshed event of ${env.ACK}`);
     out.conditionId = mine.ConditionId ? mine.ConditionId.toString() : "";
-    const ack = await s.call({ objectId: mine.ConditionId, methodId: "i=9111", inputArguments: [
-      { dataType: DataType.ByteString, value: mine.EventId },
-      { dataType: DataType.LocalizedText, value: { text: "from node-opcua" } },
-    ] });
-    out.ackStatus = ack.statusCode.name;
+    const ack = await s.acknowledgeCondition(mine.ConditionId, mine.EventId, "from node-opcua");
+    out.ackStatus = ack.name;
     await until(timeout, "the acknowledged event", () => events.some((e) => e.EventId && e.EventId.toString("latin1").startsWith(env.ACK + "\u0000") && e["AckedState.Id"] === true));
     out.ackedEvent = true;
     await sub.terminate();
