@@ -266,6 +266,8 @@ type MQTTTarget struct {
 	SessionExpiry time.Duration `yaml:"session_expiry,omitempty"`
 	// InFlight is how many publishes of a batch await PUBACK at once.
 	InFlight int `yaml:"in_flight,omitempty"`
+	// Protocol is the MQTT version: "5" (empty is the same) or "3.1.1".
+	Protocol string `yaml:"protocol,omitempty"`
 	// Sparkplug makes the target a Sparkplug B Edge Node for tag history
 	// rules of format sparkplug; Topic is then unused.
 	Sparkplug *SparkplugNode `yaml:"sparkplug,omitempty"`

@@ -687,6 +687,15 @@ func (v *validator) mqttTarget(p string, t *Target) {
 	if mq.SessionExpiry < 0 || mq.SessionExpiry > 0xffffffff*time.Second {
 		v.add(field(mp, "session_expiry"), "%v is outside 0..136 years", mq.SessionExpiry)
 	}
+	switch mq.Protocol {
+	case "", "5":
+	case "3.1.1":
+		if mq.Sparkplug != nil {
+			v.add(field(mp, "protocol"), "3.1.1 with sparkplug: the Sparkplug edge node speaks MQTT 5")
+		}
+	default:
+		v.add(field(mp, "protocol"), "%q: want 5 or 3.1.1", mq.Protocol)
+	}
 	if mq.InFlight < 0 || mq.InFlight > 65535 {
 		v.add(field(mp, "in_flight"), "%d is outside 0..65535 (0: 64)", mq.InFlight)
 	}

@@ -186,6 +186,11 @@ func TestValidateReportsPath(t *testing.T) {
 			[]string{"targets[0].mqtt.topic", "targets[0].mqtt.sparkplug.group_id", "history[0].format"}, "Sparkplug"},
 		{"sparkplug format needs a sparkplug target", func(s *Site) { s.History[0].Format = HistorySparkplug },
 			[]string{"history[0].format"}, "not a Sparkplug edge node"},
+		{"mqtt protocol", func(s *Site) {
+			s.Targets[0] = Target{Name: "hist", Kind: TargetMQTT, Timeout: time.Second, BackoffFloor: time.Second, BackoffMax: time.Second, MaxPayloadBytes: 100, MaxInFlight: 1,
+				MQTT: &MQTTTarget{Broker: "mqtt://b:1883", Topic: "t", Protocol: "3"}}
+		},
+			[]string{"targets[0].mqtt.protocol"}, `"3": want 5 or 3.1.1`},
 		{"history format", func(s *Site) { s.History[0].Format = "xml" },
 			[]string{"history[0].format"}, `unknown "xml"`},
 		{"target kind", func(s *Site) { s.Targets[0].Kind = "kafka" },

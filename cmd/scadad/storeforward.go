@@ -103,7 +103,7 @@ func sfTargets(s *siteconfig.Site) []storeforward.Target {
 		if m := t.MQTT; t.Kind == siteconfig.TargetMQTT && m != nil {
 			st.Kind = mqtttarget.Name
 			conn := mqtttarget.Settings{Broker: m.Broker, Topic: m.Topic, Username: m.Username, PasswordFile: m.PasswordFile,
-				CAFile: m.CAFile, CertFile: m.CertFile, KeyFile: m.KeyFile, SessionExpiry: m.SessionExpiry, InFlight: m.InFlight}
+				CAFile: m.CAFile, CertFile: m.CertFile, KeyFile: m.KeyFile, SessionExpiry: m.SessionExpiry, InFlight: m.InFlight, Protocol: m.Protocol}
 			st.Settings = conn
 			if sp := m.Sparkplug; sp != nil {
 				st.Kind = sparkplug.Name

@@ -1,11 +1,13 @@
-// Package mqtttarget is the MQTT 5 kind of store-and-forward target: each
+// Package mqtttarget is the MQTT kind of store-and-forward target: each
 // message is published at QoS 1 to a topic made from the target's
 // template, with the message id as the user property "message-id", and
 // counts as delivered when the broker's PUBACK says success.
 //
-// It owns the broker connection of one delivery worker (eclipse/paho.golang
-// autopaho; the client id carries the node, so the two sides of a split
-// never take each other's session), reading the password file at every
+// It owns the broker connection of one delivery worker (MQTT 5 with
+// eclipse/paho.golang autopaho; MQTT 3.1.1, protocol "3.1.1", with
+// eclipse/paho.mqtt.golang, without properties or reason codes; the
+// client id carries the node, so the two sides of a split never take
+// each other's session), reading the password file at every
 // connection, and classifying PUBACK reason codes: "not authorized",
 // "topic name invalid", "packet too large", "payload format invalid"
 // park the message; anything else, and no answer, is retried.

@@ -43,6 +43,8 @@ type Settings struct {
 	// once (default 64) for a target with max_in_flight above 1; with 1,
 	// strict order, one.
 	InFlight int
+	// Protocol is the MQTT version: "5" (or empty) or Protocol311.
+	Protocol string
 }
 
 // Kind implements storeforward.Kind.
@@ -125,6 +127,9 @@ func (Kind) Validate(t storeforward.Target) error {
 	if s.Topic == "" || strings.ContainsAny(s.Topic, "#+\x00") {
 		return fmt.Errorf("target %s: topic %q: want a topic name (no wildcards)", t.Name, s.Topic)
 	}
+	if s.Protocol != "" && s.Protocol != "5" && s.Protocol != Protocol311 {
+		return fmt.Errorf("target %s: protocol %q: want 5 or %s", t.Name, s.Protocol, Protocol311)
+	}
 	return nil
 }
 
@@ -149,6 +154,9 @@ func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storef
 		// Strict order: the client writes concurrent publishes in any
 		// order, so a batch goes one PUBACK after another.
 		s.InFlight = 1
+	}
+	if s.Protocol == Protocol311 {
+		return &sender311{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 	}
 	return &sender{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 }

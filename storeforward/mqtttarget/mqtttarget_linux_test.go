@@ -98,3 +98,53 @@ func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
 		t.Fatalf("publish without a client certificate: %v, want a connection failure", err)
 	}
 }
+
+// An MQTT 3.1.1 target (protocol: 3.1.1) against the real broker, over
+// TLS with the client certificate and the password: each message
+// arrives, in order, on its {id} topic and without MQTT 5 properties (the
+// recorder is an MQTT 5 client: a 5 publish would carry message-id).
+func TestMQTT311OnARealBroker(t *testing.T) {
+	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	rec, err := broker.Subscribe("test-recorder", "plant/#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	target := storeforward.Target{Name: "broker", Timeout: 5 * time.Second, MaxInFlight: 1, Settings: Settings{
+		Broker: broker.TLSURL, Topic: "plant/{target}/{id}", Protocol: Protocol311, Username: broker.Username, PasswordFile: broker.PasswordFile,
+		CAFile: broker.CAFile, CertFile: broker.CertFile, KeyFile: broker.KeyFile}}
+	if err := (Kind{}).Validate(target); err != nil {
+		t.Fatal(err)
+	}
+	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var batch []*storeforward.Message
+	for _, id := range []string{"m1", "m2", "m3"} {
+		batch = append(batch, &storeforward.Message{ID: id, Payload: []byte("payload of " + id)})
+	}
+	if err := snd.Send(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "3 messages received", func() bool { return len(rec.Messages()) >= 3 })
+	msgs := rec.Messages()
+	ids, _ := rec.IDs()
+	for i, id := range []string{"m1", "m2", "m3"} {
+		if msgs[i].Topic != "plant/broker/"+id || string(msgs[i].Payload) != "payload of "+id || ids[i] != "" {
+			t.Fatalf("message %d: topic %s payload %q message-id %q, want %s's, without properties", i, msgs[i].Topic, msgs[i].Payload, ids[i], id)
+		}
+	}
+	bad := target
+	bad.Settings = Settings{Broker: broker.TLSURL, Topic: "t", Protocol: "3"}
+	if err := (Kind{}).Validate(bad); err == nil {
+		t.Fatal("protocol 3 accepted")
+	}
+}
