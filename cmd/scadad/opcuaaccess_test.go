@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,7 +11,6 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/clock/clocktest"
+	"github.com/scadad/scadad/internal/lockedbuf"
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -43,22 +42,8 @@ func (l *refusingLeader) Propose(context.Context, *fsmpb.Command) (*fsm.Result, 
 	return &fsm.Result{Err: l.err}, nil
 }
 
-type logLines struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logLines) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *logLines) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), "\n")
-}
+// logLines counts the lines of a log written while the code runs.
+func logLines(b *lockedbuf.Buffer) int { return strings.Count(b.String(), "\n") }
 
 // reports is the node's count of refusals whose report ended as result.
 func reports(t *testing.T, reg prometheus.Gatherer, result string) float64 {
@@ -117,7 +102,7 @@ func TestOPCUARefusalReportsAreBoundedAndRateLimited(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leader := &refusingLeader{err: tc.leader}
-			logs := &logLines{}
+			logs := &lockedbuf.Buffer{}
 			clk := clocktest.New(time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC))
 			reg := prometheus.NewRegistry()
 			a, err := newOPCUAAccess("node-a", fixedAccess{tc.state}, leader, zerolog.New(logs), reg, clk)
@@ -157,14 +142,14 @@ func TestOPCUARefusalReportsAreBoundedAndRateLimited(t *testing.T) {
 				t.Errorf("%d proposals for 1,100 refusals over 200 s, want at most %d", got, maxProposals)
 			}
 			// One warning per minute: 200 s is four at most.
-			if got := logs.count(); got > 4 || got < 1 {
-				t.Errorf("%d log lines over 200 s, want 1 to 4:\n%s", got, logs.b.String())
+			if got := logLines(logs); got > 4 || got < 1 {
+				t.Errorf("%d log lines over 200 s, want 1 to 4:\n%s", got, logs.String())
 			}
 			if n := reports(t, reg, tc.wantLeftOffAs); n < 900 {
 				t.Errorf("%s counted %v refusals, want most of the 1,100", tc.wantLeftOffAs, n)
 			}
-			if !strings.Contains(logs.b.String(), "scadactl opcua trust remove") {
-				t.Errorf("the warning does not say how to make room:\n%s", logs.b.String())
+			if !strings.Contains(logs.String(), "scadactl opcua trust remove") {
+				t.Errorf("the warning does not say how to make room:\n%s", logs.String())
 			}
 		})
 	}
@@ -175,7 +160,7 @@ func TestOPCUARefusalReportedOnceWhileTheListHasRoom(t *testing.T) {
 	certs := refusedClientCerts(t, 3)
 	leader := &refusingLeader{}
 	clk := clocktest.New(time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC))
-	logs := &logLines{}
+	logs := &lockedbuf.Buffer{}
 	reg := prometheus.NewRegistry()
 	a, err := newOPCUAAccess("node-a", fixedAccess{&fsm.Access{}}, leader, zerolog.New(logs), reg, clk)
 	if err != nil {
@@ -192,7 +177,7 @@ func TestOPCUARefusalReportedOnceWhileTheListHasRoom(t *testing.T) {
 	testwait.For(t, 5*time.Second, "three reports recorded", func() bool {
 		return reports(t, reg, rejectionRecorded) == 3
 	})
-	if got := leader.calls.Load(); got != 3 || logs.count() != 0 {
-		t.Errorf("%d proposals and %d log lines for three certificates refused three times each, want 3 and 0", got, logs.count())
+	if got := leader.calls.Load(); got != 3 || logLines(logs) != 0 {
+		t.Errorf("%d proposals and %d log lines for three certificates refused three times each, want 3 and 0", got, logLines(logs))
 	}
 }
