@@ -4,11 +4,13 @@ package integration
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -89,4 +91,46 @@ func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
 		}
 	}
 	t.Logf("%d received for %d distinct ids", len(ids), len(counts))
+}
+
+// Real processes and a real Mosquitto over TLS (client certificate, the
+// broker's CA, user and password file) with an ACL: a message whose topic
+// the broker does not authorize is answered 0x87 and parked with that
+// answer; the messages around it are delivered in order.
+func TestSFMQTTNotAuthorizedParksOverTLS(t *testing.T) {
+	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{TLS: true, DenyTopics: []string{"plant/secret/#"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	rec, err := broker.Subscribe("test-recorder", "plant/#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	c, active, _ := sfTargetCluster(t, "sf-mqtt-acl", fmt.Sprintf(
+		"{name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{id}\", username: scadad, password_file: %q, ca_file: %q, cert_file: %q, key_file: %q}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_in_flight: 1}",
+		broker.TLSURL, broker.PasswordFile, broker.CAFile, broker.CertFile, broker.KeyFile))
+	for _, id := range []string{"ok-1", "secret/1", "ok-2"} {
+		if !enqueue(active, "broker", id, []byte(id)) {
+			t.Fatalf("enqueue %s refused", id)
+		}
+	}
+	var parked []*controlpb.SFMessage
+	testwait.For(t, 30*time.Second, "secret/1 parked", func() bool {
+		parked = nil
+		ctlJSON(t, c, nil, &parked, "sf", "list", "--parked", "--target", "broker")
+		return len(parked) == 1
+	})
+	if p := parked[0]; p.Id != "secret/1" || !strings.Contains(p.ParkReason, "0x87") {
+		t.Fatalf("parked %+v; want secret/1 with the broker's 0x87", p)
+	}
+	testwait.For(t, 30*time.Second, "ok-1 and ok-2 received", func() bool {
+		ids, _ := rec.IDs()
+		return slices.Contains(ids, "ok-2")
+	})
+	ids, _ := rec.IDs()
+	if ids[0] != "ok-1" || slices.Contains(ids, "secret/1") {
+		t.Fatalf("received %v, want ok-1 then ok-2, never secret/1", ids)
+	}
 }
