@@ -45,7 +45,7 @@ func (s *Server) translateOne(p *ua.BrowsePath) *ua.BrowsePathResult {
 	if p.RelativePath == nil || len(p.RelativePath.Elements) == 0 {
 		return fail(ua.StatusBadNothingToDo)
 	}
-	if res := s.browseOne(&ua.BrowseDescription{NodeID: p.StartingNode, ReferenceTypeID: ua.NewTwoByteNodeID(0)}); res.StatusCode != ua.StatusOK {
+	if res := s.browseWithConditions(&ua.BrowseDescription{NodeID: p.StartingNode, ReferenceTypeID: ua.NewTwoByteNodeID(0)}); res.StatusCode != ua.StatusOK {
 		return fail(ua.StatusBadNodeIDUnknown)
 	}
 	current := []*ua.NodeID{p.StartingNode}
@@ -65,7 +65,7 @@ func (s *Server) translateOne(p *ua.BrowsePath) *ua.BrowsePathResult {
 		var next []*ua.NodeID
 		seen := map[string]bool{} // a node reached twice (duplicate references) is one target
 		for _, n := range current {
-			res := s.browseOne(&ua.BrowseDescription{NodeID: n, BrowseDirection: dir, ReferenceTypeID: refType,
+			res := s.browseWithConditions(&ua.BrowseDescription{NodeID: n, BrowseDirection: dir, ReferenceTypeID: refType,
 				IncludeSubtypes: el.IncludeSubtypes, ResultMask: uint32(ua.BrowseResultMaskAll)})
 			for _, rd := range res.References {
 				if rd.BrowseName == nil || rd.NodeID == nil || rd.NodeID.NodeID == nil {

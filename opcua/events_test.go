@@ -419,4 +419,82 @@ func TestConditionNodesBrowseAndRead(t *testing.T) {
 	if dv := readValue(t, c, ts.ns.conditionID("P1-HI"), ua.AttributeIDNodeClass); dv.Value.Value() != int32(ua.NodeClassObject) {
 		t.Fatalf("condition's NodeClass = %v", dv.Value)
 	}
+	// Browse paths reach into conditions too: Pump1/P1-HI/ActiveState/Id.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	elem := func(ns uint16, name string) *ua.RelativePathElement {
+		return &ua.RelativePathElement{ReferenceTypeID: ua.NewNumericNodeID(0, id.HierarchicalReferences), IncludeSubtypes: true, TargetName: &ua.QualifiedName{NamespaceIndex: ns, Name: name}}
+	}
+	resp, err := send[*ua.TranslateBrowsePathsToNodeIDsResponse](ctx, c, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: []*ua.BrowsePath{{
+		StartingNode: ts.ns.folderID("Pump1"),
+		RelativePath: &ua.RelativePath{Elements: []*ua.RelativePathElement{elem(ts.ns.idx, "P1-HI"), elem(0, "ActiveState"), elem(0, "Id")}},
+	}}})
+	if err != nil || len(resp.Results) != 1 || resp.Results[0].StatusCode != ua.StatusOK || len(resp.Results[0].Targets) != 1 ||
+		resp.Results[0].Targets[0].TargetID.NodeID.String() != ts.fieldID("P1-HI", "ActiveState/Id").String() {
+		t.Fatalf("translate Pump1/P1-HI/ActiveState/Id: %v %+v", err, resp)
+	}
+}
+
+// An event item keeps at most its queue size of ordinary events (the
+// oldest dropped and counted); a ConditionRefresh's events come on top of
+// it, and a second refresh while one waits is BadRefreshInProgress.
+func TestEventQueueBoundAndRefreshInProgress(t *testing.T) {
+	f := newSubFixture(t)
+	server := ua.NewNumericNodeID(0, id.Server)
+	f.nodes.set(server, byte(0), ua.StatusOK, f.clock.Now())
+	f.m.notifierOf = func(nid *ua.NodeID) (string, bool, bool) { return "", true, nid.String() == server.String() }
+	sub := f.createSub(1, 100, 1000, 3000)
+	item := gopcua.NewMonitoredItemCreateRequestWithDefaults(server, ua.AttributeIDEventNotifier, 5)
+	item.RequestedParameters.QueueSize = 3
+	item.RequestedParameters.Filter = ua.NewExtensionObject(&ua.EventFilter{SelectClauses: []*ua.SimpleAttributeOperand{uaevents.Field(id.BaseEventType, "Message")}})
+	resp, err := f.m.createMonitoredItems(nil, &ua.CreateMonitoredItemsRequest{RequestHeader: header(1), SubscriptionID: sub,
+		TimestampsToReturn: ua.TimestampsToReturnBoth, ItemsToCreate: []*ua.MonitoredItemCreateRequest{item}}, 0)
+	if err != nil || resp.(*ua.CreateMonitoredItemsResponse).Results[0].RevisedQueueSize != 3 {
+		t.Fatalf("event item: %v %+v", err, resp)
+	}
+	ev := func(msg string) *event {
+		return &event{typeID: id.OffNormalAlarmType, source: "Pump1", fields: map[string]any{"Message": localized(msg)}}
+	}
+	for i := range 5 {
+		f.m.event(ev(fmt.Sprintf("e%d", i)))
+	}
+	if got := metricValue(t, f.metrics.eventsDropped); got != 2 {
+		t.Fatalf("events dropped %v, want 2", got)
+	}
+	var conds []*event
+	for i := range 10 {
+		conds = append(conds, ev(fmt.Sprintf("c%d", i)))
+	}
+	key := tokenKey(header(1).AuthenticationToken)
+	start, end := refreshEvent(id.RefreshStartEventType, []byte("s"), f.clock.Now()), refreshEvent(id.RefreshEndEventType, []byte("e"), f.clock.Now())
+	if code := f.m.conditionRefresh(key, sub, 0, start, end, conds); code != ua.StatusOK {
+		t.Fatalf("refresh: %v", code)
+	}
+	if code := f.m.conditionRefresh(key, sub, 0, start, end, conds); code != ua.StatusBadRefreshInProgress {
+		t.Fatalf("second refresh while the first waits: %v", code)
+	}
+	if code := f.m.conditionRefresh(tokenKey(header(2).AuthenticationToken), sub, 0, start, end, conds); code != ua.StatusBadSubscriptionIDInvalid {
+		t.Fatalf("refresh of another session's subscription: %v", code)
+	}
+	id1, _ := f.publish(1)
+	f.step(100 * time.Millisecond)
+	pr, ok := f.answer(id1).(*ua.PublishResponse)
+	if !ok || len(pr.NotificationMessage.NotificationData) != 1 {
+		t.Fatalf("publish answer %+v", pr)
+	}
+	list, ok := pr.NotificationMessage.NotificationData[0].Value.(*ua.EventNotificationList)
+	if !ok {
+		t.Fatalf("notification %T", pr.NotificationMessage.NotificationData[0].Value)
+	}
+	var msgs []string
+	for _, e := range list.Events {
+		msgs = append(msgs, e.EventFields[0].Value().(*ua.LocalizedText).Text)
+	}
+	want := "[e2 e3 e4 ConditionRefresh start c0 c1 c2 c3 c4 c5 c6 c7 c8 c9 ConditionRefresh end]"
+	if fmt.Sprint(msgs) != want {
+		t.Fatalf("events %v, want %s", msgs, want)
+	}
+	if code := f.m.conditionRefresh(key, sub, 0, start, end, conds); code != ua.StatusOK {
+		t.Fatalf("refresh after the first was delivered: %v", code)
+	}
 }
