@@ -18,6 +18,7 @@ import (
 
 	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/lockedbuf"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/uasec"
 )
@@ -152,7 +153,7 @@ func TestProberRunsOnItsClock(t *testing.T) {
 		t.Fatalf("probed before the interval: %+v", v)
 	case <-time.After(50 * time.Millisecond):
 	}
-	eventually(t, 5*time.Second, "second probe after the interval", func() bool {
+	testwait.For(t, 5*time.Second, "second probe after the interval", func() bool {
 		clock.Advance(2 * time.Second)
 		select {
 		case v := <-verdicts:
@@ -230,22 +231,22 @@ func TestWatchFollowsFailover(t *testing.T) {
 		}
 	}()
 	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
-	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
-	eventually(t, 10*time.Second, "values from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = "))
+	testwait.For(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
+	testwait.For(t, 10*time.Second, "values from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = "))
 
 	// Planned failover: A steps down, B takes over.
 	a.roles.Publish(standbyState())
 	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
-	eventually(t, 15*time.Second, "failover to B", has("failover "+a.Endpoint()+" -> "+b.Endpoint()))
-	eventually(t, 10*time.Second, "the notification gap", has("notification gap"))
-	eventually(t, 10*time.Second, "values from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = "))
+	testwait.For(t, 15*time.Second, "failover to B", has("failover "+a.Endpoint()+" -> "+b.Endpoint()))
+	testwait.For(t, 10*time.Second, "the notification gap", has("notification gap"))
+	testwait.For(t, 10*time.Second, "values from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = "))
 
 	// Crash: B disappears, A is promoted.
 	gaps := strings.Count(out.String(), "notification gap")
 	a.roles.Publish(activeState())
 	b.Close()
-	eventually(t, 20*time.Second, "failover back to A", has("failover "+b.Endpoint()+" -> "+a.Endpoint()))
-	eventually(t, 10*time.Second, "a second gap", func() bool { return strings.Count(out.String(), "notification gap") > gaps })
+	testwait.For(t, 20*time.Second, "failover back to A", has("failover "+b.Endpoint()+" -> "+a.Endpoint()))
+	testwait.For(t, 10*time.Second, "a second gap", func() bool { return strings.Count(out.String(), "notification gap") > gaps })
 	t.Logf("watch events:\n%s", events(out.String()))
 }
 
@@ -264,22 +265,22 @@ func TestWatchGapEndsAtTheFirstNewGoodValue(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	has := func(s string) func() bool { return func() bool { return strings.Contains(out.String(), s) } }
-	eventually(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
+	testwait.For(t, 10*time.Second, "watch to start on A", has("on "+a.Endpoint()))
 	last := time.Now()
 	a.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
 	// B holds the same value A last had, and nothing newer.
 	b.TagUpdate("Pump1", "Speed", 1.0, ua.StatusOK, last)
-	eventually(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
+	testwait.For(t, 10*time.Second, "the value from A", has(a.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
 
 	a.roles.Publish(standbyState())
 	b.roles.Publish(role.State{Role: role.Active, Epoch: role.Epoch{Cluster: 1, Term: 8}, NodeID: "b", Leader: "b", Voters: 2})
-	eventually(t, 15*time.Second, "the old value from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
+	testwait.For(t, 15*time.Second, "the old value from B", has(b.Endpoint()+" ns=2;s=Pump1.Speed = 1"))
 	if strings.Contains(out.String(), "notification gap") {
 		t.Fatalf("a gap ended by the old value again:\n%s", out.String())
 	}
 	time.Sleep(300 * time.Millisecond) // the gap to be measured, not a wait for a condition
 	b.TagUpdate("Pump1", "Speed", 2.0, ua.StatusOK, time.Now())
-	eventually(t, 10*time.Second, "the gap", has("notification gap"))
+	testwait.For(t, 10*time.Second, "the gap", has("notification gap"))
 	m := regexp.MustCompile(`notification gap (\S+)`).FindStringSubmatch(out.String())
 	d, err := time.ParseDuration(m[1])
 	if err != nil || d < 300*time.Millisecond {
@@ -380,7 +381,7 @@ func TestWatchLeavesASilentSubscription(t *testing.T) {
 			t.Error("Watch did not return after cancel")
 		}
 	}()
-	eventually(t, 3*initialValuesWait, "watch to leave the silent subscription", func() bool {
+	testwait.For(t, 3*initialValuesWait, "watch to leave the silent subscription", func() bool {
 		return strings.Contains(out.String(), "leaving "+a.Endpoint()+": no initial values")
 	})
 }

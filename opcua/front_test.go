@@ -16,6 +16,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/internal/promtest"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // resetBeforeHello connects to addr and resets the connection without a
@@ -112,7 +113,7 @@ func TestFrontKeepsServingThroughScansAndSilence(t *testing.T) {
 	other.Close()
 	stillServing(t, ts)
 
-	eventually(t, 5*time.Second, "the refusals counted", func() bool {
+	testwait.For(t, 5*time.Second, "the refusals counted", func() bool {
 		noHello, _, _ := promtest.Value(ts.reg, "scadad_opcua_connections_refused_total", refusedNoHello)
 		notHello, _, _ := promtest.Value(ts.reg, "scadad_opcua_connections_refused_total", refusedNotHello)
 		return noHello == 4 && notHello == 1
@@ -261,7 +262,7 @@ func TestServerReplacesALibraryThatStopsTakingConnections(t *testing.T) {
 		return nil
 	}
 	start := time.Now()
-	eventually(t, 20*time.Second, "a client served after the library stopped taking connections", func() bool {
+	testwait.For(t, 20*time.Second, "a client served after the library stopped taking connections", func() bool {
 		return tryRead() == nil
 	})
 	t.Logf("served again %v after the reset", time.Since(start).Round(time.Millisecond))

@@ -194,18 +194,6 @@ func writeValue(t *testing.T, c *gopcua.Client, nid *ua.NodeID, attr ua.Attribut
 	return resp.Results[0]
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 var serviceLevelID = ua.NewNumericNodeID(0, 2267)
 
 // metricValue reads a counter or gauge without prometheus/testutil, whose

@@ -11,6 +11,8 @@ import (
 
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // stillServing fails the test unless a fresh client can connect and read.
@@ -73,7 +75,7 @@ func TestRequestsWithoutSessionRefused(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s with token %s succeeded", r.name, tok)
 			}
-			eventually(t, 3*time.Second, "the server to count the refusal", func() bool { return rejected() == before+1 })
+			testwait.For(t, 3*time.Second, "the server to count the refusal", func() bool { return rejected() == before+1 })
 		})
 	}
 	if len(ts.writer.Calls()) != 0 {

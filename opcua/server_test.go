@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/clock/clocktest"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
 
@@ -87,9 +88,9 @@ func TestServiceLevelFollowsRole(t *testing.T) {
 func TestServiceLevelFollowsHealthInputs(t *testing.T) {
 	ts := startServer(t, activeState(), nil)
 	ts.SetDataFresh(false)
-	eventually(t, 5*time.Second, "stale data demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
+	testwait.For(t, 5*time.Second, "stale data demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
 	ts.SetDataFresh(true)
-	eventually(t, 5*time.Second, "fresh data restores", func() bool { return ts.ServiceLevel() == LevelActive })
+	testwait.For(t, 5*time.Second, "fresh data restores", func() bool { return ts.ServiceLevel() == LevelActive })
 }
 
 func TestPeerVerdictExpires(t *testing.T) {
@@ -104,7 +105,7 @@ func TestPeerVerdictExpires(t *testing.T) {
 	}
 	clock.Advance(5 * time.Second)
 	ts.SetPeerVerdict(false, clock.Now())
-	eventually(t, 5*time.Second, "peer verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
+	testwait.For(t, 5*time.Second, "peer verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
 	clock.Advance(10 * time.Second)
 	// Still inside the TTL: the recheck runs, the level stays.
 	clock.Advance(time.Second)
@@ -112,16 +113,16 @@ func TestPeerVerdictExpires(t *testing.T) {
 		t.Fatalf("level %d inside the verdict TTL, want %d", got, LevelDegraded)
 	}
 	clock.Advance(25 * time.Second)
-	eventually(t, 5*time.Second, "expired verdict stops counting", func() bool {
+	testwait.For(t, 5*time.Second, "expired verdict stops counting", func() bool {
 		clock.Advance(time.Second)
 		return ts.ServiceLevel() == LevelActive
 	})
 	ts.SetPeerVerdict(true, clock.Now())
-	eventually(t, 5*time.Second, "ok verdict keeps active", func() bool { return ts.ServiceLevel() == LevelActive })
+	testwait.For(t, 5*time.Second, "ok verdict keeps active", func() bool { return ts.ServiceLevel() == LevelActive })
 	ts.SetPeerVerdict(false, clock.Now())
-	eventually(t, 5*time.Second, "a fresh failed verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
+	testwait.For(t, 5*time.Second, "a fresh failed verdict demotes", func() bool { return ts.ServiceLevel() == LevelDegraded })
 	ts.ForgetPeerVerdict()
-	eventually(t, 5*time.Second, "a forgotten verdict stops counting at once", func() bool { return ts.ServiceLevel() == LevelActive })
+	testwait.For(t, 5*time.Second, "a forgotten verdict stops counting at once", func() bool { return ts.ServiceLevel() == LevelActive })
 }
 
 func TestRedundancyNodes(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/internal/clock/clocktest"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 func TestSessionTable(t *testing.T) {
@@ -95,7 +96,7 @@ func TestSessionsCappedAndExpired(t *testing.T) {
 	for range 12 {
 		clock.Advance(time.Second)
 	}
-	eventually(t, 5*time.Second, "the quiet sessions to expire", func() bool {
+	testwait.For(t, 5*time.Second, "the quiet sessions to expire", func() bool {
 		return metricValue(t, ts.metrics.sessions) == 0 && metricValue(t, ts.metrics.sessionsExpired) == 2
 	})
 	if _, err := first.Read(cctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: serviceLevelID, AttributeID: ua.AttributeIDValue}}}); err == nil ||

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/clock/clocktest"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // The subscription engine on its own: a fake clock, fake node values and
@@ -187,7 +188,7 @@ func (f *subFixture) step(d time.Duration) {
 // settled waits until no answer is waiting to be sent and returns all sent.
 func (f *subFixture) settled() []sent {
 	f.t.Helper()
-	eventually(f.t, 5*time.Second, "the senders to finish", func() bool {
+	testwait.For(f.t, 5*time.Second, "the senders to finish", func() bool {
 		f.m.mu.Lock()
 		defer f.m.mu.Unlock()
 		for _, s := range f.m.sessions {
@@ -807,7 +808,7 @@ func TestSessionCloseDeletesSubscriptions(t *testing.T) {
 	if err := c.CloseSession(ctx); err != nil {
 		t.Fatalf("close session: %v", err)
 	}
-	eventually(t, 5*time.Second, "the closed session's subscriptions to go", func() bool {
+	testwait.For(t, 5*time.Second, "the closed session's subscriptions to go", func() bool {
 		subs, items := ts.held()
 		return subs == 0 && items == 0
 	})
@@ -839,7 +840,7 @@ func TestVanishedClientsLeaveNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the vanished clients' subscriptions to expire", func() bool {
+	testwait.For(t, 10*time.Second, "the vanished clients' subscriptions to expire", func() bool {
 		subs, items := ts.held()
 		return subs == 0 && items == 0 && metricValue(t, ts.metrics.subsExpired) == clients
 	})

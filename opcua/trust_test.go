@@ -22,6 +22,7 @@ import (
 	gopcua "github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/uasec"
 )
 
@@ -207,7 +208,7 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	}
 	// Counted once the front has closed both sides, just after the
 	// client saw its connection end.
-	eventually(t, 5*time.Second, "the certificate refusal at the door counted", func() bool {
+	testwait.For(t, 5*time.Second, "the certificate refusal at the door counted", func() bool {
 		return metricValue(t, ts.metrics.refused.WithLabelValues(refusedCertificate)) == 1
 	})
 	entries, err := os.ReadDir(rejected)
@@ -242,7 +243,7 @@ func TestSecureSessionsNeedATrustedCertificate(t *testing.T) {
 	// The front lets discovery through on a None channel and nothing
 	// else: CreateSession ends the connection with an Error message
 	// BadSecurityModeRejected (EOF to gopcua's client).
-	eventually(t, 5*time.Second, "the refusal counted", func() bool {
+	testwait.For(t, 5*time.Second, "the refusal counted", func() bool {
 		return metricValue(t, ts.metrics.refused.WithLabelValues(refusedMode)) == 1
 	})
 }
@@ -439,7 +440,7 @@ func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
 			t.Fatalf("a channel with %s was served", policy)
 		}
 	}
-	eventually(t, 5*time.Second, "the policy refusal counted", func() bool {
+	testwait.For(t, 5*time.Second, "the policy refusal counted", func() bool {
 		return metricValue(t, ts.metrics.refused.WithLabelValues(refusedPolicy)) == 1
 	})
 
@@ -460,7 +461,7 @@ func TestChannelWithAPolicyNotOfferedRefused(t *testing.T) {
 	}
 	// Counted once the front has closed both sides, just after the
 	// client saw its connection end.
-	eventually(t, 5*time.Second, "the mode refusal counted", func() bool {
+	testwait.For(t, 5*time.Second, "the mode refusal counted", func() bool {
 		return metricValue(t, ts.metrics.refused.WithLabelValues(refusedMode)) == 1
 	})
 }
