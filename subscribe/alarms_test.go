@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/scadad/scadad/gateway"
 	"github.com/scadad/scadad/gateway/sim"
-	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
 )
@@ -105,7 +105,8 @@ func (s *alarmSinkRec) snaps(source string) [][]gateway.Alarm {
 }
 
 // alarmRig runs one alarm worker (the Worker the tag path uses, over the
-// real alarmSubscription) against a fake connection and a fake clock.
+// real alarmSubscription) against a fake connection, on the wall clock of
+// the synctest bubble its test runs in (see workerRig).
 type alarmRig struct {
 	workerRig
 	conn *fakeAlarmConn
@@ -120,17 +121,17 @@ func startAlarmWorker(t *testing.T, p RetryPolicy) *alarmRig {
 		t.Fatal(err)
 	}
 	r := &alarmRig{conn: &fakeAlarmConn{inFlight: map[string]int{}, peak: map[string]int{}}, sink: newAlarmSinkRec()}
-	r.reg, r.clock = reg, clocktest.New(t0)
+	r.reg = reg
 	c := &connection{cfg: ConnectionConfig{Name: "conn-1"}, conn: r.conn, alarms: r.sink, alarmSources: map[string]int{"Z28061": 1}}
 	sub := &alarmSubscription{conn: c, source: "Z28061"}
 	r.w = NewWorker(sub, WorkerOptions{Connection: "conn-1", Instance: alarmWorkerLabel("Z28061"), Policy: p,
-		Clock: r.clock, Rand: noJitter, Logger: zerolog.Nop(), Metrics: m})
+		Rand: noJitter, Logger: zerolog.Nop(), Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.w.Run(ctx) }()
 	r.stop = func() { cancel(); <-done }
 	t.Cleanup(r.stop)
-	testwait.For(t, 10*time.Second, "first alarm subscribe", func() bool { return r.conn.n() == 1 })
+	settled(t, "one alarm subscribe at the start", func() bool { return r.conn.n() == 1 })
 	return r
 }
 
@@ -138,129 +139,130 @@ func (r *alarmRig) answer(t *testing.T, i int, alarms []gateway.Alarm, err error
 	t.Helper()
 	steps := r.w.Status().Steps
 	r.conn.call(i).reply <- alarmReply{alarms, err}
-	testwait.For(t, 10*time.Second, "reply handled", func() bool { return r.w.Status().Steps > steps })
-	r.idle(t)
+	settled(t, "the reply handled", func() bool { return r.w.Status().Steps > steps })
 }
 
 func TestAlarmWorkerOneInFlightUntilCeilingThenOneReissue(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	r.idle(t)
-	for range 9 { // 1.8 s of ticks, below the 2 s ceiling
-		r.step(t, 200*time.Millisecond)
-		r.idle(t)
-	}
-	if n := r.conn.n(); n != 1 {
-		t.Fatalf("%d alarm subscribes while the first was in flight, want 1", n)
-	}
-	r.conn.mu.Lock()
-	peak := r.conn.peak["Z28061"]
-	r.conn.mu.Unlock()
-	if peak != 1 {
-		t.Fatalf("peak in flight for the source before the ceiling = %d, want 1", peak)
-	}
-	r.step(t, 200*time.Millisecond) // the ceiling
-	testwait.For(t, 10*time.Second, "re-issue after the ceiling", func() bool { return r.conn.n() == 2 })
-	testwait.For(t, 10*time.Second, "superseded attempt cancelled", func() bool { return r.conn.call(0).ctx.Err() != nil })
-	if st := r.w.Status(); st.Attempts != 2 || st.Interval != 400*time.Millisecond {
-		t.Fatalf("after presumed loss %+v, want attempt 2 and the backoff advanced to 400ms", st)
-	}
-	r.idle(t)
-	for range 4 {
-		r.step(t, 400*time.Millisecond)
-		r.idle(t)
-	}
-	if n := r.conn.n(); n != 2 {
-		t.Fatalf("%d alarm subscribes, want exactly one re-issue", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		for range 9 { // 1.8 s of ticks, below the 2 s ceiling
+			r.step(t, 200*time.Millisecond)
+		}
+		if n := r.conn.n(); n != 1 {
+			t.Fatalf("%d alarm subscribes while the first was in flight, want 1", n)
+		}
+		r.conn.mu.Lock()
+		peak := r.conn.peak["Z28061"]
+		r.conn.mu.Unlock()
+		if peak != 1 {
+			t.Fatalf("peak in flight for the source before the ceiling = %d, want 1", peak)
+		}
+		r.step(t, 200*time.Millisecond) // the ceiling
+		settled(t, "re-issue after the ceiling", func() bool { return r.conn.n() == 2 })
+		settled(t, "superseded attempt cancelled", func() bool { return r.conn.call(0).ctx.Err() != nil })
+		if st := r.w.Status(); st.Attempts != 2 || st.Interval != 400*time.Millisecond {
+			t.Fatalf("after presumed loss %+v, want attempt 2 and the backoff advanced to 400ms", st)
+		}
+		for range 4 {
+			r.step(t, 400*time.Millisecond)
+		}
+		if n := r.conn.n(); n != 2 {
+			t.Fatalf("%d alarm subscribes, want exactly one re-issue", n)
+		}
+	})
 }
 
 func TestAlarmWorkerBackoffDoublesToMaxAndSuccessResets(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	want := []time.Duration{400 * time.Millisecond, 800 * time.Millisecond, 800 * time.Millisecond}
-	for i, iv := range want {
-		r.answer(t, i, nil, errors.New("gateway busy"))
-		if got := r.w.Status().Interval; got != iv {
-			t.Fatalf("interval after failure %d = %v, want %v", i+1, got, iv)
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		want := []time.Duration{400 * time.Millisecond, 800 * time.Millisecond, 800 * time.Millisecond}
+		for i, iv := range want {
+			r.answer(t, i, nil, errors.New("gateway busy"))
+			if got := r.w.Status().Interval; got != iv {
+				t.Fatalf("interval after failure %d = %v, want %v", i+1, got, iv)
+			}
+			r.step(t, iv)
+			settled(t, "retry after the backoff", func() bool { return r.conn.n() == i+2 })
 		}
-		r.step(t, iv)
-		testwait.For(t, 10*time.Second, "retry after the backoff", func() bool { return r.conn.n() == i+2 })
-	}
-	r.answer(t, 3, []gateway.Alarm{{ID: "A1", Source: "Z28061", Active: true, Seq: 1}}, nil)
-	st := r.w.Status()
-	if !st.Confirmed || st.Interval != fast.Floor {
-		t.Fatalf("after success %+v, want confirmed at the floor", st)
-	}
-	if s := r.sink.snaps("Z28061"); len(s) != 1 || len(s[0]) != 1 || s[0][0].ID != "A1" {
-		t.Fatalf("snapshots %+v, want the one of the successful attempt", s)
-	}
-	// Nothing more is sent after a success, whatever the clock does.
-	for range 5 {
-		r.clock.Advance(time.Second)
-	}
-	r.idle(t)
-	if n := r.conn.n(); n != 4 {
-		t.Fatalf("%d subscribes after the success, want none more", n-4)
-	}
+		r.answer(t, 3, []gateway.Alarm{{ID: "A1", Source: "Z28061", Active: true, Seq: 1}}, nil)
+		st := r.w.Status()
+		if !st.Confirmed || st.Interval != fast.Floor {
+			t.Fatalf("after success %+v, want confirmed at the floor", st)
+		}
+		if s := r.sink.snaps("Z28061"); len(s) != 1 || len(s[0]) != 1 || s[0][0].ID != "A1" {
+			t.Fatalf("snapshots %+v, want the one of the successful attempt", s)
+		}
+		// Nothing more is sent after a success, whatever the clock does.
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := r.conn.n(); n != 4 {
+			t.Fatalf("%d subscribes after the success, want none more", n-4)
+		}
+	})
 }
 
 func TestAlarmWorkerConnectionGoodResetsBackoff(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	r.answer(t, 0, nil, errors.New("busy"))
-	r.step(t, 400*time.Millisecond)
-	testwait.For(t, 10*time.Second, "second attempt", func() bool { return r.conn.n() == 2 })
-	r.answer(t, 1, nil, errors.New("busy"))
-	if iv := r.w.Status().Interval; iv != 800*time.Millisecond {
-		t.Fatalf("interval = %v, want 800ms", iv)
-	}
-	steps := r.w.Status().Steps
-	r.w.ConnectionGood()
-	testwait.For(t, 10*time.Second, "reset handled", func() bool { return r.w.Status().Steps > steps })
-	if iv := r.w.Status().Interval; iv != fast.Floor {
-		t.Fatalf("interval after connection Good = %v, want the floor", iv)
-	}
-	// Unconfirmed and idle: Good subscribes at once.
-	testwait.For(t, 10*time.Second, "subscribe on Good", func() bool { return r.conn.n() == 3 })
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		r.answer(t, 0, nil, errors.New("busy"))
+		r.step(t, 400*time.Millisecond)
+		settled(t, "second attempt", func() bool { return r.conn.n() == 2 })
+		r.answer(t, 1, nil, errors.New("busy"))
+		if iv := r.w.Status().Interval; iv != 800*time.Millisecond {
+			t.Fatalf("interval = %v, want 800ms", iv)
+		}
+		steps := r.w.Status().Steps
+		r.w.ConnectionGood()
+		settled(t, "reset handled", func() bool { return r.w.Status().Steps > steps })
+		if iv := r.w.Status().Interval; iv != fast.Floor {
+			t.Fatalf("interval after connection Good = %v, want the floor", iv)
+		}
+		// Unconfirmed and idle: Good subscribes at once.
+		settled(t, "subscribe on Good", func() bool { return r.conn.n() == 3 })
+	})
 }
 
 func TestAlarmWorkerSupersededReplyIgnored(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	r.idle(t)
-	for range 10 { // to the ceiling: attempt 1 presumed lost, attempt 2 sent
-		r.step(t, 200*time.Millisecond)
-		r.idle(t)
-	}
-	testwait.For(t, 10*time.Second, "re-issue", func() bool { return r.conn.n() == 2 })
-	// The late reply of attempt 1 arrives: a success that must neither
-	// confirm attempt 2's guard nor reach the sink as the current state.
-	r.conn.call(0).reply <- alarmReply{alarms: []gateway.Alarm{{ID: "OLD", Source: "Z28061", Active: true}}}
-	testwait.For(t, 10*time.Second, "stale reply handled", func() bool { return r.w.Status().LastEvent == EventSuperseded })
-	if st := r.w.Status(); st.Confirmed || !st.InFlight {
-		t.Fatalf("after a superseded reply %+v, want attempt 2 still in flight, unconfirmed", st)
-	}
-	if s := r.sink.snaps("Z28061"); len(s) != 0 {
-		t.Fatalf("the superseded attempt's snapshot reached the sink: %+v", s)
-	}
-	r.answer(t, 1, nil, nil)
-	if st := r.w.Status(); !st.Confirmed {
-		t.Fatalf("the live attempt's success did not confirm: %+v", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		for range 10 { // to the ceiling: attempt 1 presumed lost, attempt 2 sent
+			r.step(t, 200*time.Millisecond)
+		}
+		settled(t, "re-issue", func() bool { return r.conn.n() == 2 })
+		// The late reply of attempt 1 arrives: a success that must neither
+		// confirm attempt 2's guard nor reach the sink as the current state.
+		r.conn.call(0).reply <- alarmReply{alarms: []gateway.Alarm{{ID: "OLD", Source: "Z28061", Active: true}}}
+		settled(t, "stale reply handled", func() bool { return r.w.Status().LastEvent == EventSuperseded })
+		if st := r.w.Status(); st.Confirmed || !st.InFlight {
+			t.Fatalf("after a superseded reply %+v, want attempt 2 still in flight, unconfirmed", st)
+		}
+		if s := r.sink.snaps("Z28061"); len(s) != 0 {
+			t.Fatalf("the superseded attempt's snapshot reached the sink: %+v", s)
+		}
+		r.answer(t, 1, nil, nil)
+		if st := r.w.Status(); !st.Confirmed {
+			t.Fatalf("the live attempt's success did not confirm: %+v", st)
+		}
+	})
 }
 
 func TestAlarmWorkerTickRacingSuccessSendsNothing(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	r.idle(t)
-	// The reply and the watchdog tick come together: whichever the worker
-	// takes first, no second subscribe may follow a success.
-	r.conn.call(0).reply <- alarmReply{}
-	r.clock.Advance(200 * time.Millisecond)
-	testwait.For(t, 10*time.Second, "confirmed", func() bool { return r.w.Status().Confirmed })
-	for range 3 {
-		r.clock.Advance(time.Second)
-	}
-	r.idle(t)
-	if n := r.conn.n(); n != 1 {
-		t.Fatalf("%d subscribes, want 1: a tick racing the success re-sent", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		// The reply and the watchdog tick come together: whichever the worker
+		// takes first, no second subscribe may follow a success.
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			r.conn.call(0).reply <- alarmReply{}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		settled(t, "confirmed", func() bool { return r.w.Status().Confirmed })
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if n := r.conn.n(); n != 1 {
+			t.Fatalf("%d subscribes, want 1: a tick racing the success re-sent", n)
+		}
+	})
 }
 
 // TestAlarmStormOneInFlightPerSource is the storm on the alarm path: the
@@ -340,21 +342,23 @@ func TestAlarmStormOneInFlightPerSource(t *testing.T) {
 // the attempt: the worker retries instead of counting a refresh nobody
 // recorded as confirmed.
 func TestAlarmWorkerSnapshotRefusedBySinkRetries(t *testing.T) {
-	r := startAlarmWorker(t, fast)
-	r.sink.mu.Lock()
-	r.sink.refuse = errors.New("not the Active")
-	r.sink.mu.Unlock()
-	r.answer(t, 0, []gateway.Alarm{{ID: "A1", Source: "Z28061", Active: true}}, nil)
-	if st := r.w.Status(); st.Confirmed || st.LastEvent != EventFailed {
-		t.Fatalf("after a refused snapshot %+v, want a failed, unconfirmed attempt", st)
-	}
-	r.sink.mu.Lock()
-	r.sink.refuse = nil
-	r.sink.mu.Unlock()
-	r.step(t, 400*time.Millisecond)
-	testwait.For(t, 10*time.Second, "retry", func() bool { return r.conn.n() == 2 })
-	r.answer(t, 1, nil, nil)
-	if !r.w.Status().Confirmed {
-		t.Fatal("the retry's recorded snapshot did not confirm")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := startAlarmWorker(t, fast)
+		r.sink.mu.Lock()
+		r.sink.refuse = errors.New("not the Active")
+		r.sink.mu.Unlock()
+		r.answer(t, 0, []gateway.Alarm{{ID: "A1", Source: "Z28061", Active: true}}, nil)
+		if st := r.w.Status(); st.Confirmed || st.LastEvent != EventFailed {
+			t.Fatalf("after a refused snapshot %+v, want a failed, unconfirmed attempt", st)
+		}
+		r.sink.mu.Lock()
+		r.sink.refuse = nil
+		r.sink.mu.Unlock()
+		r.step(t, 400*time.Millisecond)
+		settled(t, "retry", func() bool { return r.conn.n() == 2 })
+		r.answer(t, 1, nil, nil)
+		if !r.w.Status().Confirmed {
+			t.Fatal("the retry's recorded snapshot did not confirm")
+		}
+	})
 }
