@@ -165,39 +165,49 @@ func flipPayloadByte(t *testing.T, path string) {
 	}
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
-		sf := tx.Bucket([]byte("sf"))
-		if sf == nil {
-			return fmt.Errorf("no sf bucket")
+		b, k, v, err := firstPending(tx)
+		if err != nil {
+			return err
 		}
-		pending := sf.Bucket([]byte("pending"))
-		if pending == nil {
-			return fmt.Errorf("no sf/pending bucket")
-		}
-		var flip func(b *bolt.Bucket) (bool, error)
-		flip = func(b *bolt.Bucket) (bool, error) {
-			cur := b.Cursor()
-			for k, v := cur.First(); k != nil; k, v = cur.Next() {
-				if v == nil {
-					if ok, err := flip(b.Bucket(k)); ok || err != nil {
-						return ok, err
-					}
-					continue
-				}
-				nv := slices.Clone(v)
-				nv[len(nv)-1] ^= 0x01
-				return true, b.Put(slices.Clone(k), nv)
-			}
-			return false, nil
-		}
-		ok, err := flip(pending)
-		if err == nil && !ok {
-			err = fmt.Errorf("no buffered message to change")
-		}
-		return err
+		nv := slices.Clone(v)
+		nv[len(nv)-1] ^= 0x01
+		return b.Put(slices.Clone(k), nv)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// firstPending is the first buffered message in tx: the bucket holding it
+// (the sf/pending bucket nests one per target), its key and its record.
+func firstPending(tx *bolt.Tx) (*bolt.Bucket, []byte, []byte, error) {
+	sf := tx.Bucket([]byte("sf"))
+	if sf == nil {
+		return nil, nil, nil, fmt.Errorf("no sf bucket")
+	}
+	pending := sf.Bucket([]byte("pending"))
+	if pending == nil {
+		return nil, nil, nil, fmt.Errorf("no sf/pending bucket")
+	}
+	var first func(b *bolt.Bucket) (*bolt.Bucket, []byte, []byte)
+	first = func(b *bolt.Bucket) (*bolt.Bucket, []byte, []byte) {
+		cur := b.Cursor()
+		for k, v := cur.First(); k != nil; k, v = cur.Next() {
+			if v == nil {
+				if in, k, v := first(b.Bucket(k)); in != nil {
+					return in, k, v
+				}
+				continue
+			}
+			return b, k, v
+		}
+		return nil, nil, nil
+	}
+	b, k, v := first(pending)
+	if b == nil {
+		return nil, nil, nil, fmt.Errorf("no buffered message")
+	}
+	return b, k, v, nil
 }
 
 // flipLivePayloadByte changes the same byte as flipPayloadByte in the
@@ -211,40 +221,15 @@ func flipLivePayloadByte(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := filepath.Join(t.TempDir(), "fsm-copy.db")
-	if err := os.WriteFile(cp, live, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(cp, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	db, err := openCopy(t, live)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var record []byte
 	err = db.View(func(tx *bolt.Tx) error {
-		sf := tx.Bucket([]byte("sf"))
-		if sf == nil {
-			return fmt.Errorf("no sf bucket")
-		}
-		pending := sf.Bucket([]byte("pending"))
-		if pending == nil {
-			return fmt.Errorf("no sf/pending bucket")
-		}
-		var first func(b *bolt.Bucket) []byte
-		first = func(b *bolt.Bucket) []byte {
-			cur := b.Cursor()
-			for k, v := cur.First(); k != nil; k, v = cur.Next() {
-				if v == nil {
-					if r := first(b.Bucket(k)); r != nil {
-						return r
-					}
-					continue
-				}
-				return slices.Clone(v)
-			}
-			return nil
-		}
-		record = first(pending)
-		return nil
+		_, _, v, err := firstPending(tx)
+		record = slices.Clone(v)
+		return err
 	})
 	db.Close()
 	if err != nil {
@@ -275,4 +260,16 @@ func flipLivePayloadByte(t *testing.T, path string) {
 		t.Fatalf("the first buffered message's record is not in the live %s", path)
 	}
 	t.Logf("changed the last byte of a buffered message's record at %d place(s) in the live %s", changed, path)
+}
+
+// openCopy opens a copy of a state file's bytes read-only (the live file
+// is locked by the node that runs on it), freelist loaded so pages can be
+// told apart.
+func openCopy(t *testing.T, file []byte) (*bolt.DB, error) {
+	t.Helper()
+	cp := filepath.Join(t.TempDir(), "fsm-copy.db")
+	if err := os.WriteFile(cp, file, 0o600); err != nil {
+		return nil, err
+	}
+	return bolt.Open(cp, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true, PreLoadFreelist: true})
 }

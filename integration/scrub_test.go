@@ -119,10 +119,11 @@ func testDamagedStateRebuilt(t *testing.T, victim string) {
 	})
 }
 
-// TestScrubFindsDamageNothingElseReads: the header of a page in the middle
-// of a Standby's buffered messages is overwritten while it runs. Nothing
-// the node does reads that page (deliveries read the head of the queue
-// and only on the Active, enqueues write the tail, no checkpoint is due),
+// TestScrubFindsDamageNothingElseReads: the header of a page far behind
+// the head of a Standby's buffered messages is overwritten while it runs.
+// Nothing the node does reads that page (deliveries and their recorded
+// attempts touch the head of the queue, enqueues the tail, no checkpoint
+// or raft snapshot is due),
 // so only the periodic scrub can find it: it must, within the interval
 // and one scrub, and the node is fenced and rebuilt. The interval is 3 s
 // here; SCRUB_TEST_INTERVAL sets another (1m for the figure in
@@ -136,8 +137,10 @@ func TestScrubFindsDamageNothingElseReads(t *testing.T) {
 		}
 		interval = d
 	}
+	// No raft snapshot while it runs: taking one reads the whole state
+	// too, and would find the damage before the scrub.
 	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info",
-		Extra: fmt.Sprintf("state:\n  scrub_interval: %s\n", interval)})
+		Extra: fmt.Sprintf("state:\n  scrub_interval: %s\ncluster:\n  snapshot_threshold: 1000000\n  snapshot_interval: 1h\n", interval)})
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	sink := startSink(t)
@@ -153,9 +156,11 @@ func TestScrubFindsDamageNothingElseReads(t *testing.T) {
 	}
 	standby := otherVoter(t, c, active)
 	path := filepath.Join(standby.Dir, "data", "fsm.db")
-	// The page holding a message from the middle of the queue, found in
-	// the live file and checked to be a leaf in a copy of it.
-	mid := []byte(ids[len(ids)/2])
+	// The page holding a message far behind the head of the queue (the
+	// failing deliveries record attempts of the head's first batch, up to
+	// 1000 messages), found in the live file and checked to be a leaf in a
+	// copy of it.
+	mid := []byte(ids[len(ids)*4/5])
 	var page int64
 	testwait.For(t, 30*time.Second, standby.ID+"'s state file to hold "+string(mid)+" on a leaf page", func() bool {
 		live, err := os.ReadFile(path)
@@ -189,8 +194,9 @@ func TestScrubFindsDamageNothingElseReads(t *testing.T) {
 	})
 	took := time.Since(damagedAt)
 	t.Logf("%s fenced %s after the header of page %d was overwritten (scrub interval %s)", standby.ID, took.Round(100*time.Millisecond), page, interval)
-	if line := lastLineWith(standby.LogTail(400), "STATE DAMAGED"); !strings.Contains(line, "scrub") {
-		t.Errorf("the damage was found by something other than the scrub: %s", line)
+	if failures := metricLine(standby, "scadad_state_scrub_failures_total"); failures == "" || failures == "0" {
+		t.Errorf("the damage was found by something other than the scrub (scadad_state_scrub_failures_total %q): %s",
+			failures, lastLineWith(standby.LogTail(400), "STATE DAMAGED"))
 	}
 	testwait.For(t, 60*time.Second, standby.ID+" to rebuild its state", func() bool {
 		return strings.Contains(standby.LogTail(400), "damaged state discarded; this node rejoined")
@@ -209,11 +215,7 @@ func TestScrubFindsDamageNothingElseReads(t *testing.T) {
 // pageType is bbolt's type of page id in a copy of a state file's bytes.
 func pageType(t *testing.T, file []byte, id int64) string {
 	t.Helper()
-	cp := filepath.Join(t.TempDir(), "fsm-copy.db")
-	if err := os.WriteFile(cp, file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(cp, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true, PreLoadFreelist: true})
+	db, err := openCopy(t, file)
 	if err != nil {
 		return ""
 	}
