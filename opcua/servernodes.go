@@ -239,7 +239,7 @@ func (s *Server) installServerObject(srv *server.Server) error {
 		{id.Server_ServerCapabilities_MaxSubscriptions, "MaxSubscriptions", id.UInt32, -1, pt, id.Server_ServerCapabilities, prop, u32(maxSubscriptions)},
 		{id.Server_ServerCapabilities_MaxSubscriptionsPerSession, "MaxSubscriptionsPerSession", id.UInt32, -1, pt, id.Server_ServerCapabilities, prop, u32(maxSubscriptionsPerSession)},
 		{id.Server_ServerCapabilities_MaxMonitoredItemsPerSubscription, "MaxMonitoredItemsPerSubscription", id.UInt32, -1, pt, id.Server_ServerCapabilities, prop, u32(maxItemsPerSubscription)},
-		{id.Server_ServerCapabilities_MaxMonitoredItemsQueueSize, "MaxMonitoredItemsQueueSize", id.UInt32, -1, pt, id.Server_ServerCapabilities, prop, u32(1)},
+		{id.Server_ServerCapabilities_MaxMonitoredItemsQueueSize, "MaxMonitoredItemsQueueSize", id.UInt32, -1, pt, id.Server_ServerCapabilities, prop, u32(maxEventQueue)},
 	}
 	owned := make(map[uint32]bool, len(vars))
 	children := make(map[uint32][]serverVar)

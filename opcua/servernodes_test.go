@@ -75,7 +75,7 @@ func TestServerObjectConformance(t *testing.T) {
 		{id.Server_ServerCapabilities_MaxStringLength, "MaxStringLength", id.UInt32, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint32(64 << 10)},
 		{id.Server_ServerCapabilities_MaxSessions, "MaxSessions", id.UInt32, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint32(7)},
 		{id.Server_ServerCapabilities_MaxSubscriptionsPerSession, "MaxSubscriptionsPerSession", id.UInt32, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint32(maxSubscriptionsPerSession)},
-		{id.Server_ServerCapabilities_MaxMonitoredItemsQueueSize, "MaxMonitoredItemsQueueSize", id.UInt32, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint32(1)},
+		{id.Server_ServerCapabilities_MaxMonitoredItemsQueueSize, "MaxMonitoredItemsQueueSize", id.UInt32, id.PropertyType, id.Server_ServerCapabilities, id.HasProperty, uint32(maxEventQueue)},
 		{id.Server_ServerCapabilities_OperationLimits_MaxNodesPerRead, "MaxNodesPerRead", id.UInt32, id.PropertyType, id.Server_ServerCapabilities_OperationLimits, id.HasProperty, uint32(500)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
