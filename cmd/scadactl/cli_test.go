@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scadad/scadad/api/controlpb"
+	"github.com/scadad/scadad/internal/version"
 )
 
 // scadactl runs scadactl in-process against an address nothing listens on,
@@ -158,5 +159,17 @@ func TestWatchJSONValueCarriesNonFinite(t *testing.T) {
 	}
 	if b, _ := json.Marshal(jsonValue(float32(math.Inf(1)))); string(b) != `"+Inf"` {
 		t.Errorf("float32 +Inf: %s", b)
+	}
+}
+
+// `scadactl version` says scadactl's own version even when no node can be
+// asked (no certificates, or none reachable), and still fails for that.
+func TestVersionPrintsTheClientWithoutACluster(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"version", "-o", "json"}} {
+		code, out, errs := scadactl(t, "", args...)
+		if code == 0 || !strings.Contains(out, version.Get().Version) || errs == "" {
+			t.Errorf("scadactl %s: exit %d, stdout %q, stderr %q; want scadactl's version on stdout, the error on stderr and a failure",
+				strings.Join(args, " "), code, out, errs)
+		}
 	}
 }

@@ -41,9 +41,14 @@ func runVersion(ctx context.Context, g *globals, args []string) error {
 	if len(pos) != 0 {
 		return usagef("version takes no arguments")
 	}
-	rep := versionReport{Client: version.Get()}
+	rep := versionReport{Client: version.Get(), Nodes: []nodeVersion{}}
 	c, done, err := g.connect(ctx)
 	if err != nil {
+		// scadactl's own version needs no cluster: say it, then why the
+		// nodes' are missing.
+		if perr := g.printOut(rep, func(w *tabwriter.Writer) { fmt.Fprintf(w, "client\t%s\n", rep.Client) }); perr != nil {
+			return perr
+		}
 		return err
 	}
 	st, err := c.Status(ctx, &controlpb.StatusRequest{})
