@@ -88,6 +88,7 @@ func commands() []command {
 		{"tokens", tokensUsage + " (bearer tokens for producers over HTTPS)", runTokens},
 		{"alarms", alarmsUsage + " (the replicated alarm state)", runAlarms},
 		{"opcua", "opcua pick URL,URL | watch URL,URL NODEID (a client that follows the highest ServiceLevel) | client-cert (an application certificate for secure endpoints) | trust add|list|remove|rejected|import (the replicated trust store) | users set|list|remove (replicated user names)", runOPCUA},
+		{"completion", "completion bash|zsh: a shell completion script (source <(scadactl completion bash))", runCompletion},
 	}
 }
 
