@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"sort"
@@ -61,17 +60,7 @@ const eventWait = 30 * time.Second
 
 func uaCall(t *testing.T, c *gopcua.Client, obj, method *ua.NodeID, args ...any) ua.StatusCode {
 	t.Helper()
-	in := make([]*ua.Variant, len(args))
-	for i, a := range args {
-		in[i] = ua.MustVariant(a)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := c.Call(ctx, &ua.CallMethodRequest{ObjectID: obj, MethodID: method, InputArguments: in})
-	if err != nil {
-		t.Fatalf("call %v on %v: %v", method, obj, err)
-	}
-	return res.StatusCode
+	return uaevents.Call(t, c, obj, method, args...).StatusCode
 }
 
 // TestOPCUAAlarmsAndConditions: gopcua clients subscribed to the Server

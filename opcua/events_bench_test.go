@@ -32,7 +32,7 @@ func BenchmarkConditionRefresh10000(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		if res := call(b, c, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusOK {
+		if res := uaevents.Call(b, c, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusOK {
 			b.Fatalf("ConditionRefresh: %v", res.StatusCode)
 		}
 		got := 0

@@ -236,21 +236,6 @@ func TestHostileEventFilters(t *testing.T) {
 	}
 }
 
-func call(t testing.TB, c *gopcua.Client, obj, method *ua.NodeID, args ...any) *ua.CallMethodResult {
-	t.Helper()
-	in := make([]*ua.Variant, len(args))
-	for i, a := range args {
-		in[i] = ua.MustVariant(a)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res, err := c.Call(ctx, &ua.CallMethodRequest{ObjectID: obj, MethodID: method, InputArguments: in})
-	if err != nil {
-		t.Fatalf("call %v on %v: %v", method, obj, err)
-	}
-	return res
-}
-
 var (
 	conditionTypeID = ua.NewNumericNodeID(0, id.ConditionType)
 	refreshID       = ua.NewNumericNodeID(0, id.ConditionType_ConditionRefresh)
@@ -269,7 +254,7 @@ func TestConditionRefreshReplaysRetainedConditions(t *testing.T) {
 	c := connect(t, ts.Endpoint())
 	es := uaevents.Subscribe(t, c, ua.NewNumericNodeID(0, id.Server), &ua.EventFilter{SelectClauses: alarmSelect})
 	es.None(t, 200*time.Millisecond) // SetConditions reports nothing
-	if res := call(t, c, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusOK {
+	if res := uaevents.Call(t, c, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusOK {
 		t.Fatalf("ConditionRefresh: %v", res.StatusCode)
 	}
 	var types []uint32
@@ -287,13 +272,13 @@ func TestConditionRefreshReplaysRetainedConditions(t *testing.T) {
 
 	// Another session's subscription is unknown to this one.
 	other := connect(t, ts.Endpoint())
-	if res := call(t, other, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusBadSubscriptionIDInvalid {
+	if res := uaevents.Call(t, other, conditionTypeID, refreshID, es.SubscriptionID); res.StatusCode != ua.StatusBadSubscriptionIDInvalid {
 		t.Fatalf("refresh of a foreign subscription: %v", res.StatusCode)
 	}
-	if res := call(t, c, conditionTypeID, refreshID); res.StatusCode != ua.StatusBadArgumentsMissing {
+	if res := uaevents.Call(t, c, conditionTypeID, refreshID); res.StatusCode != ua.StatusBadArgumentsMissing {
 		t.Fatalf("refresh without arguments: %v", res.StatusCode)
 	}
-	if res := call(t, c, conditionTypeID, refreshID, "x"); res.StatusCode != ua.StatusBadInvalidArgument || res.InputArgumentResults[0] != ua.StatusBadTypeMismatch {
+	if res := uaevents.Call(t, c, conditionTypeID, refreshID, "x"); res.StatusCode != ua.StatusBadInvalidArgument || res.InputArgumentResults[0] != ua.StatusBadTypeMismatch {
 		t.Fatalf("refresh with a string: %+v", res)
 	}
 }
@@ -325,7 +310,7 @@ func TestAlarmMethods(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if res := call(t, c, tt.obj, tt.method, tt.args...); res.StatusCode != tt.want {
+			if res := uaevents.Call(t, c, tt.obj, tt.method, tt.args...); res.StatusCode != tt.want {
 				t.Fatalf("%v, want %v", res.StatusCode, tt.want)
 			}
 		})
@@ -334,10 +319,10 @@ func TestAlarmMethods(t *testing.T) {
 		t.Fatalf("refused calls reached the alarm service: %v", got)
 	}
 
-	if res := call(t, c, cond, acknowledgeID, current, comment); res.StatusCode != ua.StatusOK {
+	if res := uaevents.Call(t, c, cond, acknowledgeID, current, comment); res.StatusCode != ua.StatusOK {
 		t.Fatalf("Acknowledge: %v", res.StatusCode)
 	}
-	if res := call(t, c, cond, addCommentID, current, comment); res.StatusCode != ua.StatusOK {
+	if res := uaevents.Call(t, c, cond, addCommentID, current, comment); res.StatusCode != ua.StatusOK {
 		t.Fatalf("AddComment: %v", res.StatusCode)
 	}
 	if got, want := fmt.Sprint(alarms.Calls()), "[ack P1-HI by anonymous: seen comment P1-HI by anonymous: seen]"; got != want {
@@ -346,16 +331,16 @@ func TestAlarmMethods(t *testing.T) {
 	// The replicated state follows: the condition is acknowledged.
 	acked := pumpAlarm(6, true, true)
 	ts.ConditionChanged(acked)
-	if res := call(t, c, cond, acknowledgeID, eventID(acked), comment); res.StatusCode != ua.StatusBadConditionBranchAlreadyAcked {
+	if res := uaevents.Call(t, c, cond, acknowledgeID, eventID(acked), comment); res.StatusCode != ua.StatusBadConditionBranchAlreadyAcked {
 		t.Fatalf("second Acknowledge: %v", res.StatusCode)
 	}
 	// A Standby's alarm service refuses: BadInvalidState.
 	alarms.err = fmt.Errorf("confirm alarm: %w", notActive{})
-	if res := call(t, c, cond, confirmID, eventID(acked), comment); res.StatusCode != ua.StatusBadInvalidState {
+	if res := uaevents.Call(t, c, cond, confirmID, eventID(acked), comment); res.StatusCode != ua.StatusBadInvalidState {
 		t.Fatalf("Confirm refused by the gate: %v", res.StatusCode)
 	}
 	alarms.err = errors.New("gateway unreachable")
-	if res := call(t, c, cond, confirmID, eventID(acked), comment); res.StatusCode != ua.StatusBadCommunicationError {
+	if res := uaevents.Call(t, c, cond, confirmID, eventID(acked), comment); res.StatusCode != ua.StatusBadCommunicationError {
 		t.Fatalf("Confirm failing at the gateway: %v", res.StatusCode)
 	}
 }

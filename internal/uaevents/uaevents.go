@@ -1,6 +1,7 @@
-// Package uaevents is the tests' OPC UA event client: it subscribes a
+// Package uaevents is the tests' OPC UA alarm client: it subscribes a
 // gopcua client to an event notifier with an EventFilter and hands each
-// event's fields, with when it arrived, to the test. Tests of package
+// event's fields, with when it arrived, to the test, and calls methods
+// (ConditionRefresh, Acknowledge…). Tests of package
 // opcua and the integration tests use it. It must not be imported by
 // production code.
 package uaevents
@@ -151,4 +152,21 @@ func (s *Sub) None(t testing.TB, d time.Duration) {
 		t.Fatalf("unexpected event %v", e.Fields)
 	case <-time.After(d):
 	}
+}
+
+// Call calls method on obj with args (each made a Variant) and returns
+// its result; a failed request fails the test.
+func Call(t testing.TB, c *gopcua.Client, obj, method *ua.NodeID, args ...any) *ua.CallMethodResult {
+	t.Helper()
+	in := make([]*ua.Variant, len(args))
+	for i, a := range args {
+		in[i] = ua.MustVariant(a)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.Call(ctx, &ua.CallMethodRequest{ObjectID: obj, MethodID: method, InputArguments: in})
+	if err != nil {
+		t.Fatalf("call %v on %v: %v", method, obj, err)
+	}
+	return res
 }
