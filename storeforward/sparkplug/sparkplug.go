@@ -336,11 +336,10 @@ func (e *BadPayload) Verdict() storeforward.Verdict {
 }
 
 func (s *sender) connect(ctx context.Context) (*session, error) {
-	bdSeq, err := s.births.NextBirth(ctx, s.target)
-	if err != nil {
-		return nil, fmt.Errorf("next bdSeq: %w", err)
-	}
-	var conn net.Conn
+	var (
+		conn net.Conn
+		err  error
+	)
 	if s.tls != nil {
 		d := tls.Dialer{Config: s.tls}
 		conn, err = d.DialContext(ctx, "tcp", s.url.Host)
@@ -352,6 +351,13 @@ func (s *sender) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
 	conn = packets.NewThreadSafeConn(conn)
+	// A bdSeq per CONNECT sent, as Sparkplug counts: a broker that cannot
+	// be reached uses none.
+	bdSeq, err := s.births.NextBirth(ctx, s.target)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("next bdSeq: %w", err)
+	}
 	ss := &session{conn: conn, bdSeq: bdSeq, born: map[string]bool{}, declared: map[*metric]bool{}, changed: make(chan struct{}),
 		rebirthFrom: s.topic("NCMD", ""), hostOnline: s.set.PrimaryHost == ""}
 	if s.set.PrimaryHost != "" {
