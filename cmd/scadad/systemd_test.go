@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/scadad/scadad/internal/testwait"
 )
 
 type recordingNotifier struct {
@@ -30,33 +30,37 @@ func (r *recordingNotifier) count() int {
 }
 
 // TestKeepWatchdogPingsOnlyWhileHealthy: pings at half the interval, none
-// while unhealthy, none without a watchdog.
+// while unhealthy, none without a watchdog. It runs in a synctest bubble:
+// the ticker is the only clock, so the counts are exact.
 func TestKeepWatchdogPingsOnlyWhileHealthy(t *testing.T) {
-	n := &recordingNotifier{}
-	var mu sync.Mutex
-	healthy := true
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		keepWatchdog(ctx, n, 20*time.Millisecond, func() bool { mu.Lock(); defer mu.Unlock(); return healthy }, zerolog.Nop())
-		close(done)
-	}()
-	testwait.For(t, 5*time.Second, "three watchdog pings", func() bool { return n.count() >= 3 })
-	mu.Lock()
-	healthy = false
-	mu.Unlock()
-	time.Sleep(30 * time.Millisecond) // a ping already under way
-	before := n.count()
-	time.Sleep(100 * time.Millisecond)
-	if got := n.count(); got != before {
-		t.Fatalf("%d pings while unhealthy", got-before)
-	}
-	cancel()
-	<-done
-	for _, s := range n.states {
-		if s != "WATCHDOG=1" {
-			t.Fatalf("notified %q", s)
+	synctest.Test(t, func(t *testing.T) {
+		n := &recordingNotifier{}
+		var healthy atomic.Bool
+		healthy.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			keepWatchdog(ctx, n, 20*time.Millisecond, healthy.Load, zerolog.Nop())
+			close(done)
+		}()
+		time.Sleep(35 * time.Millisecond)
+		synctest.Wait()
+		if got := n.count(); got != 3 {
+			t.Fatalf("%d pings in 35 ms with a 20 ms watchdog, want 3 (at 10, 20 and 30 ms)", got)
 		}
-	}
-	keepWatchdog(context.Background(), n, 0, func() bool { return true }, zerolog.Nop()) // returns at once
+		healthy.Store(false)
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if got := n.count(); got != 3 {
+			t.Fatalf("%d pings while unhealthy", got-3)
+		}
+		cancel()
+		<-done
+		for _, s := range n.states {
+			if s != "WATCHDOG=1" {
+				t.Fatalf("notified %q", s)
+			}
+		}
+		keepWatchdog(context.Background(), n, 0, func() bool { return true }, zerolog.Nop()) // returns at once
+	})
 }
