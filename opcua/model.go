@@ -106,15 +106,24 @@ type Attribute struct {
 type Range struct{ Low, High float64 }
 
 // validate rejects models whose node ids would be ambiguous. Instance folders
-// are "ns=<site>;s=<instance>" and variables "ns=<site>;s=<instance>.<attribute>",
-// so attribute names may not contain a dot and no folder id may equal a
-// variable id.
+// are "ns=<site>;s=<instance>", variables "ns=<site>;s=<instance>.<attribute>",
+// their properties "…/<property>" and conditions "alarm:<alarm>", so
+// attribute names may not contain a dot, no name a slash, no instance name
+// may begin as a condition's id does, and no folder id may equal a
+// variable id. (siteconfig allows none of these characters; the model is
+// checked again because the node ids depend on it.)
 func (m Model) validate() error {
 	folders := make(map[string]bool)
 	vars := make(map[string]bool)
 	for _, in := range m.Instances {
 		if in.Name == "" {
 			return fmt.Errorf("instance with empty name")
+		}
+		if strings.Contains(in.Name, "/") {
+			return fmt.Errorf("instance %q: name must contain no '/' (it separates a variable from its properties in node ids)", in.Name)
+		}
+		if strings.HasPrefix(in.Name, conditionPrefix) {
+			return fmt.Errorf("instance %q: name must not begin with %q (the node ids of conditions do)", in.Name, conditionPrefix)
 		}
 		if folders[in.Name] {
 			return fmt.Errorf("instance %q declared twice", in.Name)
@@ -123,6 +132,9 @@ func (m Model) validate() error {
 		for _, a := range in.Attributes {
 			if a.Name == "" || strings.Contains(a.Name, ".") {
 				return fmt.Errorf("instance %q: attribute name %q must be non-empty and contain no dot", in.Name, a.Name)
+			}
+			if strings.Contains(a.Name, "/") {
+				return fmt.Errorf("instance %q: attribute name %q must contain no '/' (it separates a variable from its properties in node ids)", in.Name, a.Name)
 			}
 			if _, ok := dataTypeNames[a.Type]; !ok {
 				return fmt.Errorf("attribute %s.%s: unknown data type %d", in.Name, a.Name, int(a.Type))

@@ -23,6 +23,12 @@ func TestModelValidate(t *testing.T) {
 		{"dotted attribute", Model{Instances: []Instance{{Name: "A", Attributes: []Attribute{{Name: "b.c"}}}}}, "no dot"},
 		{"duplicate attribute", Model{Instances: []Instance{{Name: "A", Attributes: []Attribute{{Name: "x"}, {Name: "x"}}}}}, "twice"},
 		{"unknown type", Model{Instances: []Instance{{Name: "A", Attributes: []Attribute{{Name: "x", Type: DataType(99)}}}}}, "unknown data type"},
+		// Property node ids are "<instance>.<attribute>/<property>": a
+		// slash in a name would make one id name two nodes.
+		{"slash in instance", Model{Instances: []Instance{{Name: "Area/Pump1", Attributes: []Attribute{{Name: "Speed"}}}}}, `instance "Area/Pump1": name must contain no '/'`},
+		{"slash in attribute", Model{Instances: []Instance{{Name: "A", Attributes: []Attribute{{Name: "b/EURange"}}}}}, "no '/'"},
+		// Condition node ids are "alarm:<alarm>".
+		{"instance named like a condition", Model{Instances: []Instance{{Name: "alarm:HighLevel"}}}, `must not begin with "alarm:"`},
 		{"folder id equals variable id", Model{Instances: []Instance{
 			{Name: "A", Attributes: []Attribute{{Name: "B"}}},
 			{Name: "A.B"},

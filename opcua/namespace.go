@@ -70,7 +70,7 @@ func metaOf(a Attribute) attrMeta {
 }
 
 // The properties of an analog variable (Part 8, 5.3.2): node ids
-// "<instance>.<attribute>/<property>" (a '/' is in no configured name, so
+// "<instance>.<attribute>/<property>" (Model.validate refuses a '/' in any name, so
 // no attribute can take one), BrowseNames in namespace 0.
 const (
 	propEngineeringUnits = "EngineeringUnits"
