@@ -172,3 +172,82 @@ func TestBrowseInvalidArguments(t *testing.T) {
 		t.Errorf("a Browse in view i=%d: %v, want BadViewIdUnknown", id.Server, err)
 	}
 }
+
+// TestBrowseResultMask: a Browse returns only the fields of each
+// ReferenceDescription its ResultMask asks for, the others null (Part 4,
+// 5.8.2.2 and 7.5, BrowseResultMask), on namespace 0, the site namespace
+// and its analog properties, and on the pages BrowseNext hands out too.
+func TestBrowseResultMask(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	c := connect(t, ts.Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	browse := func(nid *ua.NodeID, mask uint32) []*ua.ReferenceDescription {
+		t.Helper()
+		resp, err := c.Browse(ctx, &ua.BrowseRequest{RequestedMaxReferencesPerNode: 2, NodesToBrowse: []*ua.BrowseDescription{{
+			NodeID: nid, BrowseDirection: ua.BrowseDirectionBoth, ReferenceTypeID: ua.NewNumericNodeID(0, 0), IncludeSubtypes: true, ResultMask: mask}}})
+		if err != nil || len(resp.Results) != 1 || resp.Results[0].StatusCode != ua.StatusOK {
+			t.Fatalf("browse %v mask %d: %v %+v", nid, mask, err, resp)
+		}
+		refs, cp := resp.Results[0].References, resp.Results[0].ContinuationPoint
+		for len(cp) > 0 {
+			var next *ua.BrowseNextResponse
+			if err := c.Send(ctx, &ua.BrowseNextRequest{ContinuationPoints: [][]byte{cp}}, func(r ua.Response) error {
+				next, _ = r.(*ua.BrowseNextResponse)
+				return nil
+			}); err != nil || next == nil || len(next.Results) != 1 || next.Results[0].StatusCode != ua.StatusOK {
+				t.Fatalf("BrowseNext %v mask %d: %v %+v", nid, mask, err, next)
+			}
+			refs, cp = append(refs, next.Results[0].References...), next.Results[0].ContinuationPoint
+		}
+		return refs
+	}
+	nullNode := func(n *ua.NodeID) bool { return n == nil || isNullNodeID(n) }
+	nullExpanded := func(n *ua.ExpandedNodeID) bool { return n == nil || nullNode(n.NodeID) }
+	nodes := []*ua.NodeID{
+		ua.NewNumericNodeID(0, id.Server), ua.NewNumericNodeID(0, id.Server_ServiceLevel),
+		ts.ns.rootID(), ts.ns.folderID("Pump1"), ts.NodeID("Pump1", "Speed"),
+	}
+	for _, nid := range nodes {
+		full := browse(nid, uint32(ua.BrowseResultMaskAll))
+		if len(full) < 2 {
+			t.Fatalf("%v: %d references", nid, len(full))
+		}
+		for bit := uint32(0); bit <= 6; bit++ {
+			mask := uint32(0)
+			if bit > 0 {
+				mask = 1 << (bit - 1)
+			}
+			got := browse(nid, mask)
+			if len(got) != len(full) {
+				t.Fatalf("%v mask %#x: %d references, %d with every field", nid, mask, len(got), len(full))
+			}
+			for i, r := range got {
+				want := full[i]
+				if r.NodeID == nil || r.NodeID.NodeID.String() != want.NodeID.NodeID.String() {
+					t.Fatalf("%v mask %#x reference %d: NodeId %v, want %v (always returned)", nid, mask, i, r.NodeID, want.NodeID)
+				}
+				check := func(field string, bit ua.BrowseResultMask, asked bool, null bool) {
+					t.Helper()
+					has := mask&uint32(bit) != 0
+					if has && !asked {
+						t.Errorf("%v mask %#x reference %d (%v): %s not as a full browse gives it", nid, mask, i, want.NodeID, field)
+					}
+					if !has && !null {
+						t.Errorf("%v mask %#x reference %d (%v): %s returned though the mask does not ask for it", nid, mask, i, want.NodeID, field)
+					}
+				}
+				check("ReferenceTypeId", ua.BrowseResultMaskReferenceTypeID,
+					r.ReferenceTypeID != nil && r.ReferenceTypeID.String() == want.ReferenceTypeID.String(), nullNode(r.ReferenceTypeID))
+				check("IsForward", ua.BrowseResultMaskIsForward, r.IsForward == want.IsForward, !r.IsForward)
+				check("NodeClass", ua.BrowseResultMaskNodeClass, r.NodeClass == want.NodeClass, r.NodeClass == 0)
+				check("BrowseName", ua.BrowseResultMaskBrowseName,
+					r.BrowseName != nil && *r.BrowseName == *want.BrowseName, r.BrowseName == nil || *r.BrowseName == ua.QualifiedName{})
+				check("DisplayName", ua.BrowseResultMaskDisplayName,
+					r.DisplayName != nil && r.DisplayName.Text == want.DisplayName.Text, r.DisplayName == nil || r.DisplayName.Text == "")
+				check("TypeDefinition", ua.BrowseResultMaskTypeDefinition,
+					r.TypeDefinition != nil && r.TypeDefinition.NodeID.String() == want.TypeDefinition.NodeID.String(), nullExpanded(r.TypeDefinition))
+			}
+		}
+	}
+}

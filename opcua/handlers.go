@@ -557,6 +557,7 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 			res = &ua.BrowseResult{StatusCode: code, References: []*ua.ReferenceDescription{}}
 		}
 		if res.StatusCode == ua.StatusOK {
+			res.References = maskReferences(res.References, bd.ResultMask)
 			var ok bool
 			if res.References, res.ContinuationPoint, ok = s.continuations.page(session, res.References, req.RequestedMaxReferencesPerNode); !ok {
 				res = &ua.BrowseResult{StatusCode: ua.StatusBadNoContinuationPoints, References: []*ua.ReferenceDescription{}}
@@ -565,6 +566,43 @@ func (s *Server) browse(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Respo
 		results[i] = res
 	}
 	return &ua.BrowseResponse{ResponseHeader: responseHeader(req.RequestHeader, s.clock.Now()), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}, nil
+}
+
+// maskReferences keeps of each reference only the fields mask asks for
+// (Part 4, 7.5 BrowseResultMask; the NodeId always), the others null, so
+// a client that asks for little gets little. Continuation points hold the
+// masked references, so BrowseNext answers as the Browse did.
+func maskReferences(refs []*ua.ReferenceDescription, mask uint32) []*ua.ReferenceDescription {
+	all := uint32(ua.BrowseResultMaskAll)
+	if mask&all == all {
+		return refs
+	}
+	has := func(bit ua.BrowseResultMask) bool { return mask&uint32(bit) != 0 }
+	out := make([]*ua.ReferenceDescription, len(refs))
+	for i, r := range refs {
+		m := &ua.ReferenceDescription{NodeID: r.NodeID, ReferenceTypeID: ua.NewTwoByteNodeID(0),
+			BrowseName: &ua.QualifiedName{}, DisplayName: &ua.LocalizedText{}, TypeDefinition: ua.NewTwoByteExpandedNodeID(0)}
+		if has(ua.BrowseResultMaskReferenceTypeID) {
+			m.ReferenceTypeID = r.ReferenceTypeID
+		}
+		if has(ua.BrowseResultMaskIsForward) {
+			m.IsForward = r.IsForward
+		}
+		if has(ua.BrowseResultMaskNodeClass) {
+			m.NodeClass = r.NodeClass
+		}
+		if has(ua.BrowseResultMaskBrowseName) {
+			m.BrowseName = r.BrowseName
+		}
+		if has(ua.BrowseResultMaskDisplayName) {
+			m.DisplayName = r.DisplayName
+		}
+		if has(ua.BrowseResultMaskTypeDefinition) {
+			m.TypeDefinition = r.TypeDefinition
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // checkBrowseDescription names what is wrong with a description (Part 4,
