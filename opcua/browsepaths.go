@@ -10,8 +10,9 @@ import (
 // translateBrowsePaths serves TranslateBrowsePathsToNodeIds (Part 4,
 // 5.8.4), mandatory for the Core Server Facet and how HMIs resolve tags by
 // path; the library answers BadServiceUnsupported. Each element of a
-// relative path is followed with the same Browse the Browse service uses,
-// both namespaces alike.
+// relative path is followed with the same Browse the Browse service uses
+// (browseWithConditions), both namespaces alike, so a path reaches every
+// node a Browse shows: conditions and their fields too.
 func (s *Server) translateBrowsePaths(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
 	req, ok := r.(*ua.TranslateBrowsePathsToNodeIDsRequest)
 	if !ok {

@@ -94,6 +94,50 @@ func TestTranslateBrowsePaths(t *testing.T) {
 	}
 }
 
+// TestTranslateBrowsePathsIntoConditions: a browse path reaches every node
+// Browse shows, the alarm conditions under an instance (HasCondition,
+// HasComponent) and the site folder, their fields and the fields'
+// properties, and leads from the Server object to an instance folder by
+// HasNotifier and from a condition's field back up to its condition.
+func TestTranslateBrowsePathsIntoConditions(t *testing.T) {
+	ts := startServer(t, activeState(), nil)
+	ts.SetConditions([]Condition{pumpAlarm(2, true, false), {ID: "gw-1", Source: "Boiler", Name: "Trip", Severity: 800, Active: true, Seq: 1}})
+	c := connect(t, ts.Endpoint())
+	site := ts.ns.idx
+	step := func(ns uint16, name string, ref uint32, subtypes bool) *ua.RelativePathElement {
+		return &ua.RelativePathElement{ReferenceTypeID: ua.NewNumericNodeID(0, ref), IncludeSubtypes: subtypes, TargetName: &ua.QualifiedName{NamespaceIndex: ns, Name: name}}
+	}
+	path := func(start *ua.NodeID, steps ...*ua.RelativePathElement) *ua.BrowsePath {
+		return &ua.BrowsePath{StartingNode: start, RelativePath: &ua.RelativePath{Elements: steps}}
+	}
+	objects := ua.NewNumericNodeID(0, id.ObjectsFolder)
+	for _, tt := range []struct {
+		name string
+		path *ua.BrowsePath
+		want *ua.NodeID
+	}{
+		{"instance's condition by HasCondition", path(ts.ns.folderID("Pump1"), step(site, "P1-HI", id.HasCondition, false)), ts.ns.conditionID("P1-HI")},
+		{"from Objects to a condition's ActiveState/Id", path(objects, step(site, ts.ns.siteName, id.HierarchicalReferences, true),
+			step(site, "Pump1", id.HierarchicalReferences, true), step(site, "P1-HI", id.HierarchicalReferences, true),
+			step(0, "ActiveState", id.HasComponent, false), step(0, "Id", id.HasProperty, false)), ts.fieldID("P1-HI", "ActiveState/Id")},
+		{"site folder's condition", path(ts.ns.rootID(), step(site, "gw-1", id.HasComponent, false), step(0, "Severity", id.HasProperty, false)), ts.fieldID("gw-1", "Severity")},
+		{"Server's notifier", path(ua.NewNumericNodeID(0, id.Server), step(site, "Pump1", id.HasNotifier, false)), ts.ns.folderID("Pump1")},
+		{"up from a field", path(ts.fieldID("P1-HI", "Severity"), &ua.RelativePathElement{ReferenceTypeID: ua.NewNumericNodeID(0, id.HasProperty),
+			IsInverse: true, TargetName: &ua.QualifiedName{NamespaceIndex: site, Name: "P1-HI"}}), ts.ns.conditionID("P1-HI")},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		resp, err := send[*ua.TranslateBrowsePathsToNodeIDsResponse](ctx, c, &ua.TranslateBrowsePathsToNodeIDsRequest{BrowsePaths: []*ua.BrowsePath{tt.path}})
+		cancel()
+		if err != nil || len(resp.Results) != 1 {
+			t.Fatalf("%s: %v %+v", tt.name, err, resp)
+		}
+		r := resp.Results[0]
+		if r.StatusCode != ua.StatusOK || len(r.Targets) != 1 || r.Targets[0].TargetID.NodeID.String() != tt.want.String() {
+			t.Errorf("%s: %v %v, want %v", tt.name, r.StatusCode, r.Targets, tt.want)
+		}
+	}
+}
+
 // A Read gives the timestamps the client asked for, and refuses a
 // TimestampsToReturn that is none of the four.
 func TestReadTimestampsToReturn(t *testing.T) {
