@@ -22,9 +22,7 @@ type BuildInfo struct {
 // structure's fields are installServerObject's.
 func (s *Server) installBuildInfo(srv *server.Server) error {
 	b := s.cfg.Build
-	if b.SoftwareVersion == "" {
-		b.SoftwareVersion = "unknown"
-	}
+	b.SoftwareVersion = s.softwareVersion()
 	// Status returns a copy whose BuildInfo points at the library's own:
 	// the one seam to the structure ServerStatus (i=2256) serves.
 	if bi := srv.Status().BuildInfo; bi != nil {
@@ -34,4 +32,12 @@ func (s *Server) installBuildInfo(srv *server.Server) error {
 		bi.BuildDate = b.BuildDate
 	}
 	return nil
+}
+
+// softwareVersion is the release the server says it runs.
+func (s *Server) softwareVersion() string {
+	if v := s.cfg.Build.SoftwareVersion; v != "" {
+		return v
+	}
+	return "unknown"
 }

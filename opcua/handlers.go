@@ -384,6 +384,9 @@ func (s *Server) readOne(rv *ua.ReadValueID, now time.Time) (dv *ua.DataValue) {
 	if dv, ok := s.readCondition(rv, now); ok {
 		return dv
 	}
+	if dv, ok := s.readMetadata(rv, now); ok {
+		return dv
+	}
 	switch rv.NodeID.Namespace() {
 	case s.ns.idx:
 		return s.ns.Attribute(rv.NodeID, rv.AttributeID)
@@ -624,6 +627,9 @@ func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {
 	if bd == nil || bd.NodeID == nil || bd.ReferenceTypeID == nil {
 		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDInvalid}
 	}
+	if res, ok := s.browseMetadata(bd); ok {
+		return res
+	}
 	switch bd.NodeID.Namespace() {
 	case s.ns.idx:
 		return s.ns.Browse(bd)
@@ -638,7 +644,11 @@ func (s *Server) browseOne(bd *ua.BrowseDescription) (res *ua.BrowseResult) {
 		if err != nil {
 			return &ua.BrowseResult{StatusCode: ua.StatusBadInternalError}
 		}
-		return s.browseNS0(n0, bd)
+		res = s.browseNS0(n0, bd)
+		if res.StatusCode == ua.StatusOK && bd.NodeID.Equal(ua.NewNumericNodeID(0, id.Server_Namespaces)) {
+			res.References = append(res.References, describeRefs(bd, s.metadataObjectRefs(), s.refTypes)...)
+		}
+		return res
 	default:
 		return &ua.BrowseResult{StatusCode: ua.StatusBadNodeIDUnknown}
 	}
@@ -658,6 +668,9 @@ func clampFloat(v, lo, hi float64) float64 {
 
 // nodeExists reports whether a monitored item may watch nid.
 func (s *Server) nodeExists(nid *ua.NodeID) bool {
+	if _, _, ok := s.describedNamespace(nid); ok {
+		return true
+	}
 	switch nid.Namespace() {
 	case 0:
 		n0, err := ns0(s.srv())

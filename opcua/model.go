@@ -77,6 +77,10 @@ func (t DataType) typeID() ua.TypeID {
 // deployed site configuration to one.
 type Model struct {
 	Instances []Instance
+	// Version names this model (the daemon: the site config's revision);
+	// it is served as the site namespace's NamespaceVersion, and the time
+	// this server first applied it as its NamespacePublicationDate.
+	Version string
 }
 
 // Instance becomes a folder.

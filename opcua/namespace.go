@@ -31,6 +31,10 @@ type siteNamespace struct {
 	mu        sync.RWMutex
 	instances map[string]*instanceNode // by instance name
 	vars      map[string]*varNode      // by "<instance>.<attribute>"
+	// version is the model's Version, published when this server first
+	// applied it (the namespace's metadata, nsmetadata.go).
+	version   string
+	published time.Time
 }
 
 type instanceNode struct {
@@ -166,6 +170,13 @@ func newSiteNamespace(uri, siteName string, clock Clock) *siteNamespace {
 	}
 }
 
+// metadata is what the namespace's NamespaceMetadata object says of it.
+func (ns *siteNamespace) metadata() namespaceMeta {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	return namespaceMeta{idx: ns.idx, uri: ns.uri, version: ns.version, published: ns.published}
+}
+
 func (ns *siteNamespace) rootID() *ua.NodeID { return ua.NewNumericNodeID(ns.idx, id.ObjectsFolder) }
 
 func (ns *siteNamespace) folderID(instance string) *ua.NodeID {
@@ -187,6 +198,9 @@ func (ns *siteNamespace) apply(m Model) (ModelDiff, []*ua.NodeID) {
 
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
+	if m.Version != ns.version || ns.published.IsZero() {
+		ns.version, ns.published = m.Version, now
+	}
 
 	wantInst := make(map[string]bool, len(m.Instances))
 	wantVar := make(map[string]bool)

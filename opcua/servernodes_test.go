@@ -3,6 +3,7 @@ package opcua
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,7 +187,7 @@ func describe(refs []*ua.ReferenceDescription) string {
 // references twice and names the namespace-0 metadata object
 // "0:http://opcfoundation.org/UA/".
 func TestServerSubtreeConformance(t *testing.T) {
-	ts := startServer(t, activeState(), nil)
+	ts := startServer(t, activeState(), func(c *Config) { c.Build = BuildInfo{SoftwareVersion: "v9.8.7"} })
 	c := connect(t, ts.Endpoint())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -214,7 +215,7 @@ func TestServerSubtreeConformance(t *testing.T) {
 	// The Go type each built-in DataType's value decodes to.
 	builtin := map[uint32]string{id.Boolean: "bool", id.Byte: "uint8", id.UInt16: "uint16", id.UInt32: "uint32", id.Int32: "int32",
 		id.Double: "float64", id.Duration: "float64", id.String: "string", id.UtcTime: "time.Time", id.LocalizedText: "*ua.LocalizedText",
-		id.LocaleID: "string", id.DateTime: "time.Time"}
+		id.LocaleID: "string", id.DateTime: "time.Time", id.IDType: "int32", id.NumericRange: "string"}
 	seen := map[string]bool{}
 	nodes := 0
 	var walk func(nid *ua.NodeID, path string)
@@ -234,7 +235,9 @@ func TestServerSubtreeConformance(t *testing.T) {
 				t.Errorf("%s: listed twice", where)
 			}
 			dup[k] = true
-			if target.Namespace() != 0 {
+			// Of the other namespaces, only their metadata is the Server
+			// object's (HasNotifier leads to the site's instances).
+			if target.Namespace() != 0 && !strings.HasPrefix(where, "Server/Namespaces/") {
 				continue
 			}
 			got := read(target, ua.AttributeIDBrowseName, ua.AttributeIDNodeClass, ua.AttributeIDDataType, ua.AttributeIDValueRank, ua.AttributeIDValue)
@@ -293,5 +296,78 @@ func TestServerSubtreeConformance(t *testing.T) {
 	}
 	if v := readValue(t, c, ua.NewNumericNodeID(0, id.Server_ServerDiagnostics_EnabledFlag), ua.AttributeIDValue); v.Value == nil || v.Value.Value() != false {
 		t.Errorf("ServerDiagnostics.EnabledFlag = %v, want false: no diagnostics are collected", v.Value)
+	}
+
+	// Namespaces holds a NamespaceMetadataType object for every entry of
+	// NamespaceArray, named by its URI, with the seven mandatory
+	// properties of Part 5, 6.3.14, their DataTypes and its URI.
+	uris, _ := readValue(t, c, ua.NewNumericNodeID(0, id.Server_NamespaceArray), ua.AttributeIDValue).Value.Value().([]string)
+	if len(uris) != 3 || uris[1] != ts.ApplicationURI() || uris[2] != ts.ns.uri {
+		t.Fatalf("NamespaceArray %v", uris)
+	}
+	metas := map[string]*ua.NodeID{}
+	for _, r := range forward(ua.NewNumericNodeID(0, id.Server_Namespaces), id.HasComponent) {
+		if r.TypeDefinition == nil || r.TypeDefinition.NodeID.IntID() != id.NamespaceMetadataType {
+			t.Errorf("Namespaces/%v: typed %v", r.BrowseName, r.TypeDefinition)
+		}
+		metas[r.BrowseName.Name] = r.NodeID.NodeID
+	}
+	props := map[string]struct {
+		dataType uint32
+		rank     int32
+	}{"NamespaceUri": {id.String, -1}, "NamespaceVersion": {id.String, -1}, "NamespacePublicationDate": {id.DateTime, -1},
+		"IsNamespaceSubset": {id.Boolean, -1}, "StaticNodeIdTypes": {id.IDType, 1}, "StaticNumericNodeIdRange": {id.NumericRange, 1},
+		"StaticStringNodeIdPattern": {id.String, -1}}
+	for i, uri := range uris {
+		meta := metas[uri]
+		if meta == nil {
+			t.Errorf("Namespaces has no metadata object for namespace %d (%s): %v", i, uri, metas)
+			continue
+		}
+		found := map[string]*ua.NodeID{}
+		for _, r := range forward(meta, id.HasProperty) {
+			if r.BrowseName.NamespaceIndex != 0 {
+				t.Errorf("%s/%v: BrowseName not of namespace 0", uri, r.BrowseName)
+			}
+			found[r.BrowseName.Name] = r.NodeID.NodeID
+		}
+		for name, want := range props {
+			nid := found[name]
+			if nid == nil {
+				t.Errorf("%s: no %s property", uri, name)
+				continue
+			}
+			got := read(nid, ua.AttributeIDDataType, ua.AttributeIDValueRank, ua.AttributeIDValue)
+			if dt, _ := got[0].Value.Value().(*ua.NodeID); dt == nil || dt.IntID() != want.dataType || got[1].Value.Value() != want.rank {
+				t.Errorf("%s/%s: DataType %v rank %v, want i=%d rank %d", uri, name, got[0].Value.Value(), got[1].Value.Value(), want.dataType, want.rank)
+			}
+			if name == "NamespaceUri" && got[2].Value.Value() != uri {
+				t.Errorf("%s/NamespaceUri = %v", uri, got[2].Value.Value())
+			}
+		}
+	}
+	// The site's version is its model's, published when this server
+	// applied it; namespace 1's is the build's; both served whole.
+	before := time.Now().Add(-time.Second)
+	if _, err := ts.ApplyModel(Model{Instances: testModel().Instances, Version: "42"}); err != nil {
+		t.Fatal(err)
+	}
+	site := metas[uris[2]]
+	prop := func(meta *ua.NodeID, node uint32) any {
+		return readValue(t, c, ua.NewNumericNodeID(meta.Namespace(), node), ua.AttributeIDValue).Value.Value()
+	}
+	if v := prop(site, metaNamespaceVersionID); v != "42" {
+		t.Errorf("site NamespaceVersion %v, want the model's 42", v)
+	}
+	if d, _ := prop(site, metaPublicationDateID).(time.Time); d.Before(before) {
+		t.Errorf("site NamespacePublicationDate %v, before the model was applied (%v)", d, before)
+	}
+	if v := prop(metas[uris[1]], metaNamespaceVersionID); v != "v9.8.7" {
+		t.Errorf("namespace 1's NamespaceVersion %v, want the build's v9.8.7", v)
+	}
+	for _, meta := range []*ua.NodeID{site, metas[uris[1]]} {
+		if v := prop(meta, metaIsSubsetID); v != false {
+			t.Errorf("%v IsNamespaceSubset %v, want false: the whole namespace is served", meta, v)
+		}
 	}
 }

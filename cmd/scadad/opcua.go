@@ -121,7 +121,11 @@ func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
 			return
 		}
 	}
-	diff, err := srv.ApplyModel(model(u.Site))
+	m := model(u.Site)
+	// The site namespace's NamespaceVersion: the revision, the same on
+	// every node of the cluster.
+	m.Version = strconv.FormatUint(uint64(u.Revision), 10)
+	diff, err := srv.ApplyModel(m)
 	if err != nil {
 		s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("OPC UA address space not updated; keeping the previous one")
 		return
