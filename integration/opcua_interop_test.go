@@ -177,6 +177,14 @@ type suiteResult struct {
 		Problems     []string `json:"problems"`
 		ProblemCount int      `json:"problemCount"`
 	} `json:"serverObject"`
+	NamespaceMetadata map[string]struct {
+		Type, URI string
+	} `json:"namespaceMetadata"`
+	Masked []struct {
+		Name, RefType, TypeDef string
+		NodeClass              int
+		Forward                bool
+	} `json:"masked"`
 	Paged struct {
 		Whole, Paged, Pages, Largest int
 		Same                         bool
@@ -258,6 +266,15 @@ func TestOPCUANodeOPCUAInterop(t *testing.T) {
 		check(got.EURange != nil && got.EURange.Low == 0 && got.EURange.High == 1000, "Pump1.Speed's EURange %+v, want 0..1000", got.EURange)
 		check(got.ServerObject.Nodes >= 60 && got.ServerObject.ProblemCount == 0,
 			"the Server object walked by node-opcua: %d nodes, %d findings: %v", got.ServerObject.Nodes, got.ServerObject.ProblemCount, got.ServerObject.Problems)
+		for _, uri := range got.Namespaces {
+			m, ok := got.NamespaceMetadata[uri]
+			check(ok && m.Type == "ns=0;i=11616" && m.URI == uri, "Server.Namespaces' metadata of %s: %+v (all: %v), want a NamespaceMetadataType object named and with a NamespaceUri of it", uri, m, got.NamespaceMetadata)
+		}
+		check(len(got.Masked) > 5, "a Browse with ResultMask 8: %d references", len(got.Masked))
+		for _, r := range got.Masked {
+			check(r.Name != "" && r.RefType == "ns=0;i=0" && r.NodeClass == 0 && r.TypeDef == "ns=0;i=0" && !r.Forward,
+				"a Browse with ResultMask 8 (BrowseName only): %+v, want the other fields null", r)
+		}
 		check(got.Paged.Same && got.Paged.Pages > 1 && got.Paged.Largest <= 2 && got.Paged.Released == "Good" && got.Paged.Reused == "BadContinuationPointInvalid",
 			"Browse two references at a time with BrowseNext: %+v, want the %d references of one Browse, pages of 2 at most, a point released and then invalid", got.Paged, got.Paged.Whole)
 		for which, want := range map[string][2]bool{"Source": {true, false}, "Server": {false, true}, "Both": {true, true}, "Neither": {false, false}} {

@@ -66,7 +66,9 @@ async function walkServer(s) {
       const key = `${ref.referenceTypeId.toString()} ${id}`;
       if (listed.has(key)) problems.push(`${where}: listed twice`);
       listed.add(key);
-      if (ref.nodeId.namespace !== 0) continue;
+      // Of the other namespaces, only their metadata under Namespaces is
+      // the Server object's (HasNotifier leads to the site's instances).
+      if (ref.nodeId.namespace !== 0 && !where.startsWith("Server/Namespaces/")) continue;
       if (ref.nodeClass === NodeClass.Method) {
         problems.push(`${where}: a Method`);
         continue;
@@ -174,6 +176,22 @@ async function main() {
   // The Server object, walked and read whole; a browse in pages.
   out.serverObject = await walkServer(a.s);
   out.paged = await pagedBrowse(a.s, "i=2253");
+
+  // The metadata of each namespace under Server.Namespaces (i=11715):
+  // its BrowseName and its NamespaceUri property's value.
+  out.namespaceMetadata = {};
+  const metas = await a.s.browse({ nodeId: "i=11715", browseDirection: BrowseDirection.Forward, referenceTypeId: "HasComponent", includeSubtypes: false, nodeClassMask: 0, resultMask: 63 });
+  for (const m of metas.references) {
+    const uri = await a.s.translateBrowsePath(makeBrowsePath(m.nodeId, "/NamespaceUri"));
+    const target = uri.targets && uri.targets[0] && uri.targets[0].targetId;
+    const v = target ? await a.s.read({ nodeId: target, attributeId: AttributeIds.Value }) : null;
+    out.namespaceMetadata[m.browseName.name] = { type: m.typeDefinition.toString(), uri: v && v.value.value };
+  }
+
+  // A Browse asking for BrowseNames only (ResultMask 8): the other fields
+  // null (Part 4, 7.5).
+  const masked = await a.s.browse({ nodeId: "i=2253", browseDirection: BrowseDirection.Forward, referenceTypeId: "HierarchicalReferences", includeSubtypes: true, nodeClassMask: 0, resultMask: 8 });
+  out.masked = masked.references.map((r) => ({ name: r.browseName.name, refType: r.referenceTypeId.toString(), nodeClass: r.nodeClass, typeDef: r.typeDefinition.toString(), forward: r.isForward }));
 
   // Reads with every TimestampsToReturn.
   out.timestamps = {};
