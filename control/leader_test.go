@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -99,67 +100,72 @@ func TestLeaderAuditNamesPreviousLeaderAndCause(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tr := &trail{entries: append([]fsm.AuditEntry(nil), c.before...)}
-			want := len(tr.elected()) + 1
-			roles := role.NewBroadcaster(role.State{Role: role.Standby, NodeID: "node-b"})
-			l := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: time.Now, Retry: 10 * time.Millisecond}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() { _ = l.Run(ctx) }()
-			roles.Publish(role.State{Role: role.Active, NodeID: "node-b", Leader: "node-b", Epoch: role.Epoch{Cluster: 1, Term: 5}})
-			got := waitElected(t, tr, want)
-			e := got[len(got)-1]
-			le, ok := ParseLeaderElected(e.Detail)
-			if !ok || e.Actor != "node-b" || le != c.want {
-				t.Fatalf("entry %+v (parsed %+v), want actor node-b and %+v", e, le, c.want)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				tr := &trail{entries: append([]fsm.AuditEntry(nil), c.before...)}
+				want := len(tr.elected()) + 1
+				roles := role.NewBroadcaster(role.State{Role: role.Standby, NodeID: "node-b"})
+				l := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: func() time.Time { return now }, Retry: 10 * time.Millisecond}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go func() { _ = l.Run(ctx) }()
+				roles.Publish(role.State{Role: role.Active, NodeID: "node-b", Leader: "node-b", Epoch: role.Epoch{Cluster: 1, Term: 5}})
+				got := electedAfter(t, tr, want)
+				e := got[len(got)-1]
+				le, ok := ParseLeaderElected(e.Detail)
+				if !ok || e.Actor != "node-b" || le != c.want {
+					t.Fatalf("entry %+v (parsed %+v), want actor node-b and %+v", e, le, c.want)
+				}
+			})
 		})
 	}
 }
 
 func TestLeaderAuditOncePerTermAndRetries(t *testing.T) {
-	tr := &trail{fail: 2}
-	roles := role.NewBroadcaster(role.State{Role: role.Standby, NodeID: "node-b"})
-	l := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: time.Now, Retry: 10 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = l.Run(ctx) }()
-	active := role.State{Role: role.Active, NodeID: "node-b", Leader: "node-b", Epoch: role.Epoch{Cluster: 1, Term: 3}}
-	roles.Publish(active)
-	waitElected(t, tr, 1) // after two refusals
-	// The same term published again (a voter count change) adds nothing.
-	active.Voters = 2
-	roles.Publish(active)
-	time.Sleep(50 * time.Millisecond) // give a wrong second entry the chance to appear
-	if n := len(tr.elected()); n != 1 {
-		t.Fatalf("%d leader.elected entries for one term", n)
-	}
-	// A restarted LeaderAudit (a new process) finds the entry already there.
-	l2 := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: time.Now}
-	if recorded, err := l2.record(ctx, 3); err != nil || !recorded {
-		t.Fatalf("record of an already recorded term: %v, %v", recorded, err)
-	}
-	if n := len(tr.elected()); n != 1 {
-		t.Fatalf("%d leader.elected entries after a restart in the same term", n)
-	}
-	// A new term is recorded with this node as the previous leader.
-	active.Epoch.Term = 4
-	roles.Publish(active)
-	got := waitElected(t, tr, 2)
-	if le, _ := ParseLeaderElected(got[1].Detail); le.Term != 4 || le.Previous != "node-b" || le.Cause != CauseLostContact {
-		t.Fatalf("second entry %q", got[1].Detail)
-	}
+	// In a synctest bubble: the retries wait on the bubble's clock.
+	synctest.Test(t, func(t *testing.T) {
+		tr := &trail{fail: 2}
+		roles := role.NewBroadcaster(role.State{Role: role.Standby, NodeID: "node-b"})
+		l := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: time.Now, Retry: 10 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _ = l.Run(ctx) }()
+		active := role.State{Role: role.Active, NodeID: "node-b", Leader: "node-b", Epoch: role.Epoch{Cluster: 1, Term: 3}}
+		roles.Publish(active)
+		electedAfter(t, tr, 1) // after two refusals
+		// The same term published again (a voter count change) adds nothing.
+		active.Voters = 2
+		roles.Publish(active)
+		if n := len(electedAfter(t, tr, 1)); n != 1 {
+			t.Fatalf("%d leader.elected entries for one term", n)
+		}
+		// A restarted LeaderAudit (a new process) finds the entry already there.
+		l2 := &LeaderAudit{NodeID: "node-b", Roles: roles, State: tr, Audit: tr, Log: zerolog.Nop(), Now: time.Now}
+		if recorded, err := l2.record(ctx, 3); err != nil || !recorded {
+			t.Fatalf("record of an already recorded term: %v, %v", recorded, err)
+		}
+		if n := len(tr.elected()); n != 1 {
+			t.Fatalf("%d leader.elected entries after a restart in the same term", n)
+		}
+		// A new term is recorded with this node as the previous leader.
+		active.Epoch.Term = 4
+		roles.Publish(active)
+		got := electedAfter(t, tr, 2)
+		if le, _ := ParseLeaderElected(got[1].Detail); le.Term != 4 || le.Previous != "node-b" || le.Cause != CauseLostContact {
+			t.Fatalf("second entry %q", got[1].Detail)
+		}
+	})
 }
 
-func waitElected(t *testing.T, tr *trail, n int) []fsm.AuditEntry {
+// electedAfter lets a second pass in the test's synctest bubble (every
+// retry falls due within it) and returns the leader.elected entries once
+// every goroutine of the bubble waits; fewer than n fail the test.
+func electedAfter(t *testing.T, tr *trail, n int) []fsm.AuditEntry {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if got := tr.elected(); len(got) >= n {
-			return got
-		}
-		time.Sleep(5 * time.Millisecond)
+	time.Sleep(time.Second)
+	synctest.Wait()
+	got := tr.elected()
+	if len(got) < n {
+		t.Fatalf("%d leader.elected entries, want %d: %+v", len(got), n, tr.entries)
 	}
-	t.Fatalf("no %d leader.elected entries within 5 s: %+v", n, tr.entries)
-	return nil
+	return got
 }
