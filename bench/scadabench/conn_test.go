@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestConnEnqueuer checks the lean load-generator client against net/http's
@@ -93,19 +96,12 @@ func TestConnEnqueuer(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- e.enqueue(ctx, id, []byte("wait")) }()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.ForDetail(t, 5*time.Second, "3 connections in all while two enqueues wait (one more than before)", func() (bool, string) {
 		mu.Lock()
 		n := len(conns)
 		mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections while two enqueues wait, want 3 in all (one more than before)", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n == 3, fmt.Sprintf("%d connections", n)
+	})
 	release()
 	wg.Wait()
 	close(errs)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // startSink runs the real entry point with args and returns its base URL
@@ -199,17 +201,10 @@ func TestSinkDelayedAnswerAbandonedIsRecorded(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a 1h delay answered: %d", resp.StatusCode)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.For(t, 5*time.Second, "the abandoned request recorded", func() bool {
 		b, _ := os.ReadFile(path)
-		if len(b) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("abandoned request never recorded")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(b) > 0
+	})
 	recs := readRecords(t, path)
 	if len(recs) != 1 || recs[0].Status != statusClientGone || recs[0].ID != "slow" {
 		t.Fatalf("records %+v", recs)
