@@ -128,7 +128,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	defer state.Close()
 	// Every listener and every dial refuses a revoked certificate at the
 	// handshake, from the replicated deny list; tracked connections of one
-	// are closed when its revocation is applied (watchRevocations).
+	// are closed when its revocation is applied (control.CloseRevokedConnections).
 	revoked := func(serial string) bool { return state.Access().IsRevoked(serial) }
 	pki.RefuseRevoked(serverTLS, revoked)
 	pki.RefuseRevoked(clientTLS, revoked)
@@ -318,7 +318,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	}
 	d.run("control-api", func(context.Context) error { return grpcServer.Serve(apiLis) })
 	d.run("revocations", func(ctx context.Context) error {
-		watchRevocations(ctx, state, peerConns, log.With().Str("part", "tls").Logger())
+		control.CloseRevokedConnections(ctx, state, peerConns, log.With().Str("part", "tls").Logger())
 		return nil
 	})
 	d.run("heal", healing.run)
