@@ -506,19 +506,25 @@ func (ns *siteNamespace) Attribute(nid *ua.NodeID, attr ua.AttributeID) *ua.Data
 }
 
 // propertyAttribute answers a read of one attribute of v's property
-// prop: a read-only PropertyType variable whose BrowseName is in
-// namespace 0.
+// prop.
 func propertyAttribute(v *varNode, prop string, nid *ua.NodeID, attr ua.AttributeID, now time.Time) *ua.DataValue {
 	value, dataType := v.propertyValue(prop)
+	return readOnlyProperty(nid, attr, prop, value, dataType, -1, now)
+}
+
+// readOnlyProperty answers a read of one attribute of a read-only
+// PropertyType variable whose BrowseName is name in namespace 0, whose
+// value is value, of dataType and rank (-1 scalar, 1 an array).
+func readOnlyProperty(nid *ua.NodeID, attr ua.AttributeID, name string, value any, dataType uint32, rank int32, now time.Time) *ua.DataValue {
 	switch attr {
 	case ua.AttributeIDNodeID:
 		return plainValue(nid, now)
 	case ua.AttributeIDNodeClass:
 		return plainValue(int32(ua.NodeClassVariable), now)
 	case ua.AttributeIDBrowseName:
-		return plainValue(&ua.QualifiedName{Name: prop}, now)
+		return plainValue(&ua.QualifiedName{Name: name}, now)
 	case ua.AttributeIDDisplayName:
-		return plainValue(localized(prop), now)
+		return plainValue(localized(name), now)
 	case ua.AttributeIDDescription:
 		return plainValue(localized(""), now)
 	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
@@ -528,8 +534,11 @@ func propertyAttribute(v *varNode, prop string, nid *ua.NodeID, attr ua.Attribut
 	case ua.AttributeIDDataType:
 		return plainValue(ua.NewNumericNodeID(0, dataType), now)
 	case ua.AttributeIDValueRank:
-		return plainValue(int32(-1), now)
+		return plainValue(rank, now)
 	case ua.AttributeIDArrayDimensions:
+		if rank == 1 {
+			return plainValue([]uint32{0}, now) // one dimension of any length
+		}
 		return plainValue([]uint32{}, now)
 	case ua.AttributeIDAccessLevel, ua.AttributeIDUserAccessLevel:
 		return plainValue(accessRead, now)

@@ -54,23 +54,28 @@ type namespaceMeta struct {
 // describedNamespace is the namespace whose metadata nid belongs to, and
 // the property (nil: the object itself); ok is false for any other node.
 func (s *Server) describedNamespace(nid *ua.NodeID) (meta namespaceMeta, prop *metaProperty, ok bool) {
-	if nid == nil || !numericNodeID(nid) || (nid.Namespace() != 1 && nid.Namespace() != s.ns.idx) || nid.Namespace() == 0 {
+	if nid == nil || !numericNodeID(nid) {
 		return namespaceMeta{}, nil, false
 	}
-	if nid.Namespace() == 1 {
+	if n := nid.IntID(); n != metaObjectID {
+		for i := range metaProperties {
+			if metaProperties[i].node == n {
+				prop = &metaProperties[i]
+			}
+		}
+		if prop == nil {
+			return namespaceMeta{}, nil, false
+		}
+	}
+	switch nid.Namespace() {
+	case 0:
+		return namespaceMeta{}, nil, false
+	case 1:
 		// Namespace 1 holds nothing but this metadata: its content is the
 		// build's.
-		meta = namespaceMeta{idx: 1, uri: s.appURI, version: s.softwareVersion(), published: s.cfg.Build.BuildDate}
-	} else {
-		meta = s.ns.metadata()
-	}
-	if nid.IntID() == metaObjectID {
-		return meta, nil, true
-	}
-	for i := range metaProperties {
-		if metaProperties[i].node == nid.IntID() {
-			return meta, &metaProperties[i], true
-		}
+		return namespaceMeta{idx: 1, uri: s.appURI, version: s.softwareVersion(), published: s.cfg.Build.BuildDate}, prop, true
+	case s.ns.idx:
+		return s.ns.metadata(), prop, true
 	}
 	return namespaceMeta{}, nil, false
 }
@@ -141,48 +146,24 @@ func (s *Server) readMetadata(rv *ua.ReadValueID, now time.Time) (*ua.DataValue,
 	if !ok {
 		return nil, false
 	}
-	name, nsIdx, class := meta.uri, meta.idx, ua.NodeClassObject
 	if prop != nil {
-		name, nsIdx, class = prop.name, 0, ua.NodeClassVariable
+		return readOnlyProperty(rv.NodeID, rv.AttributeID, prop.name, meta.value(prop), prop.dataType, prop.rank, now), true
 	}
 	switch rv.AttributeID {
 	case ua.AttributeIDNodeID:
 		return plainValue(rv.NodeID, now), true
 	case ua.AttributeIDNodeClass:
-		return plainValue(int32(class), now), true
+		return plainValue(int32(ua.NodeClassObject), now), true
 	case ua.AttributeIDBrowseName:
-		return plainValue(&ua.QualifiedName{NamespaceIndex: nsIdx, Name: name}, now), true
+		return plainValue(&ua.QualifiedName{NamespaceIndex: meta.idx, Name: meta.uri}, now), true
 	case ua.AttributeIDDisplayName:
-		return plainValue(localized(name), now), true
+		return plainValue(localized(meta.uri), now), true
 	case ua.AttributeIDDescription:
 		return plainValue(localized(""), now), true
 	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
 		return plainValue(uint32(0), now), true
-	}
-	if prop == nil {
-		if rv.AttributeID == ua.AttributeIDEventNotifier {
-			return plainValue(byte(0), now), true
-		}
-		return statusValue(ua.StatusBadAttributeIDInvalid, now), true
-	}
-	switch rv.AttributeID {
-	case ua.AttributeIDValue:
-		return plainValue(meta.value(prop), now), true
-	case ua.AttributeIDDataType:
-		return plainValue(ua.NewNumericNodeID(0, prop.dataType), now), true
-	case ua.AttributeIDValueRank:
-		return plainValue(prop.rank, now), true
-	case ua.AttributeIDArrayDimensions:
-		if prop.rank == 1 {
-			return plainValue([]uint32{0}, now), true
-		}
-		return plainValue([]uint32{}, now), true
-	case ua.AttributeIDAccessLevel, ua.AttributeIDUserAccessLevel:
-		return plainValue(accessRead, now), true
-	case ua.AttributeIDMinimumSamplingInterval:
-		return plainValue(float64(0), now), true
-	case ua.AttributeIDHistorizing:
-		return plainValue(false, now), true
+	case ua.AttributeIDEventNotifier:
+		return plainValue(byte(0), now), true
 	}
 	return statusValue(ua.StatusBadAttributeIDInvalid, now), true
 }
