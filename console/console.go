@@ -90,21 +90,20 @@ func (r Role) String() string {
 
 // CertificateRoles is the Authorize of a TLS listener: what the request's
 // verified client certificate's role allows, as on the control API
-// (viewer reads; operator and admin act; a certificate issued before
-// roles counts as admin for this release; producer and no certificate
-// read nothing).
+// (viewer reads; operator and admin act; producer, a certificate without
+// a role and no certificate read nothing).
 func CertificateRoles(r *http.Request) Role {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
 		return Nobody
 	}
-	role, err := pki.CertRole(r.TLS.PeerCertificates[0])
+	role, err := pki.ClientRole(r.TLS.PeerCertificates[0])
 	if err != nil {
 		return Nobody
 	}
 	switch role {
 	case pki.RoleViewer:
 		return Viewer
-	case pki.RoleOperator, pki.RoleAdmin, pki.RoleNone:
+	case pki.RoleOperator, pki.RoleAdmin:
 		return Operator
 	}
 	return Nobody

@@ -3,10 +3,8 @@ package control
 import (
 	"context"
 	"crypto/x509"
-	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -127,14 +125,11 @@ func allows(r pki.Role, n need) bool {
 type Caller struct {
 	// Name is the certificate's common name.
 	Name string
-	// Role is what the certificate lets its holder do; a legacy
-	// certificate without one counts as admin (see Legacy).
+	// Role is what the certificate lets its holder do.
 	Role pki.Role
 	// Node is set for a configured member's node certificate calling on
 	// its own account.
 	Node bool
-	// Legacy is set for a client certificate issued before roles.
-	Legacy bool
 	// Via is the member that forwarded the call, if one did.
 	Via string
 	// Serial is the certificate's serial number (pki.SerialHex).
@@ -180,15 +175,7 @@ type Authorizer struct {
 	// before the revocation and a forwarded caller's certificate.
 	Revoked pki.Revoked
 	Now     func() time.Time
-	Log     zerolog.Logger
-
-	warnMu sync.Mutex
-	warned map[string]bool // serials of legacy certificates already warned about
 }
-
-// maxLegacyWarned bounds the memory of which legacy certificates were
-// warned about; past it, every further call warns again.
-const maxLegacyWarned = 256
 
 // Unary is the unary server interceptor.
 func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -232,9 +219,6 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 	case !allows(c.Role, n):
 		return nil, status.Errorf(codes.PermissionDenied, "%s: certificate %q (serial %s) has role %s and this needs %s; issue one with scadactl certs issue --client --role %s",
 			short, c.Name, c.Serial, c.Role, n, n)
-	}
-	if c.Legacy {
-		a.warnLegacy(c)
 	}
 	return context.WithValue(ctx, callerKey{}, c), nil
 }
@@ -300,32 +284,16 @@ func (a *Authorizer) identify(cert *x509.Certificate) (Caller, error) {
 		c.Node = true
 		return c, nil
 	}
-	r, err := pki.CertRole(cert)
-	if err != nil {
-		return Caller{}, status.Errorf(codes.PermissionDenied, "client certificate: %v", err)
+	if pki.IsNodeCert(cert) {
+		return Caller{}, status.Errorf(codes.PermissionDenied, "certificate %q (serial %s) is a node's certificate, and no member of this node's cluster.members is named %q: a node calls only as a configured member; an operator calls with a client certificate (scadactl certs issue --client --role viewer|operator|admin)",
+			c.Name, c.Serial, c.Name)
 	}
-	if r == pki.RoleNone {
-		r, c.Legacy = pki.RoleAdmin, true
+	r, err := pki.ClientRole(cert)
+	if err != nil {
+		return Caller{}, status.Errorf(codes.PermissionDenied, "%v", err)
 	}
 	c.Role = r
 	return c, nil
-}
-
-func (a *Authorizer) warnLegacy(c Caller) {
-	a.warnMu.Lock()
-	if a.warned == nil {
-		a.warned = make(map[string]bool)
-	}
-	seen := a.warned[c.Serial]
-	if !seen && len(a.warned) < maxLegacyWarned {
-		a.warned[c.Serial] = true
-	}
-	a.warnMu.Unlock()
-	if seen {
-		return
-	}
-	a.Log.Warn().Str("certificate", c.Name).Str("serial", c.Serial).
-		Msg("a client certificate without a role is treated as admin in this release only; issue a replacement with scadactl certs issue --client --role viewer|operator|admin and revoke this one")
 }
 
 // peerCert returns the verified leaf certificate of ctx's TLS peer.

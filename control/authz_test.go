@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,11 @@ func TestAuthorizerChecksTheOriginalCaller(t *testing.T) {
 	viewer, operator, admin := leaf("watcher", pki.RoleViewer), leaf("shiftlead", pki.RoleOperator), leaf("boss", pki.RoleAdmin)
 	producer, legacy, fakeNode := leaf("feed", pki.RoleProducer), leaf("old", pki.RoleNone), leaf("node-a", pki.RoleViewer)
 	node := site.Nodes["node-b"].Cert
+	strangerLeaf, err := site.CA.IssueNode("node-z", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := strangerLeaf.Cert
 	foreign, err := pki.GenerateSite("other", nil, []string{"boss"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +79,10 @@ func TestAuthorizerChecksTheOriginalCaller(t *testing.T) {
 		{"admin sends raw commands", peerContext(admin), controlpb.Control_Apply_FullMethodName, codes.PermissionDenied, ""},
 		{"producer enqueues", peerContext(producer), controlpb.Control_SFEnqueue_FullMethodName, codes.OK, "feed"},
 		{"producer reads", peerContext(producer), controlpb.Control_SFList_FullMethodName, codes.PermissionDenied, ""},
-		{"legacy is admin", peerContext(legacy), controlpb.Control_AddMember_FullMethodName, codes.OK, "old"},
+		{"a certificate without a role reads nothing", peerContext(legacy), controlpb.Control_Status_FullMethodName, codes.PermissionDenied, ""},
+		{"a certificate without a role is no admin", peerContext(legacy), controlpb.Control_AddMember_FullMethodName, codes.PermissionDenied, ""},
+		{"forwarded certificate without a role", forwarded(node, legacy), controlpb.Control_Status_FullMethodName, codes.PermissionDenied, ""},
+		{"node certificate of no configured member", peerContext(stranger), controlpb.Control_Status_FullMethodName, codes.PermissionDenied, ""},
 		{"node on its own account", peerContext(node), controlpb.Control_Apply_FullMethodName, codes.OK, "node-b"},
 		{"client named like a node", peerContext(fakeNode), controlpb.Control_Apply_FullMethodName, codes.PermissionDenied, ""},
 		{"forwarded viewer", forwarded(node, viewer), failover, codes.PermissionDenied, ""},
@@ -108,6 +117,43 @@ func TestAuthorizerChecksTheOriginalCaller(t *testing.T) {
 			if _, ok := methodNeed("/" + sd.ServiceName + "/" + n); !ok {
 				t.Errorf("%s/%s has no access rule", sd.ServiceName, n)
 			}
+		}
+	}
+}
+
+// TestAuthorizerRefusesACertificateWithoutARole: v0.1.0 let a client
+// certificate issued before roles act as admin, for that release only.
+// Now it is refused, directly and forwarded, with what is wrong and the
+// fix; a member's node certificate still calls on its own account.
+func TestAuthorizerRefusesACertificateWithoutARole(t *testing.T) {
+	site, err := pki.GenerateSite("s", []string{"node-a", "node-b"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := site.CA.IssueClientRole("old-operator", pki.RoleNone, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Authorizer{Configured: []Member{{ID: "node-a"}, {ID: "node-b"}}, Roots: site.CA.Pool()}
+	node := site.Nodes["node-b"].Cert
+	call := func(ctx context.Context, method string) error {
+		_, err := a.Unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { return nil, nil })
+		return err
+	}
+	for name, ctx := range map[string]context.Context{"direct": peerContext(old.Cert), "forwarded": forwarded(node, old.Cert)} {
+		err := call(ctx, controlpb.Control_Status_FullMethodName)
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s: %v; want PermissionDenied", name, err)
+		}
+		for _, want := range []string{`"old-operator"`, pki.SerialHex(old.Cert), "carries no role", "scadactl certs issue --client --role viewer|operator|admin", "scadactl certs revoke"} {
+			if !strings.Contains(status.Convert(err).Message(), want) {
+				t.Errorf("%s: %q does not say %q", name, status.Convert(err).Message(), want)
+			}
+		}
+	}
+	for _, m := range []string{controlpb.Control_Apply_FullMethodName, controlpb.Heal_HealInfo_FullMethodName, controlpb.Control_Status_FullMethodName} {
+		if err := call(peerContext(node), m); err != nil {
+			t.Errorf("node-b's own certificate calling %s: %v; want it let through", m, err)
 		}
 	}
 }

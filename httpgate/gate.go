@@ -112,20 +112,19 @@ func (g *Gate) Enqueue(ctx *fasthttp.RequestCtx, target string) bool {
 		return false
 	}
 	if pki.IsNodeCert(cert) {
-		// A node's certificate carries no role (RoleNone, which a client
-		// certificate from before roles shares): it is for Raft and the
+		// A node's certificate carries no role: it is for Raft and the
 		// control API, and nothing of scadad enqueues with it.
 		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Target: target,
 			Error: fmt.Sprintf("certificate %q is a node's certificate (serverAuth), not a producer's: enqueue needs a client certificate with role producer (scadactl certs issue --client --role producer) or a bearer token (scadactl tokens create)", cert.Subject.CommonName)})
 		return false
 	}
-	role, err := pki.CertRole(cert)
+	role, err := pki.ClientRole(cert)
 	if err != nil {
-		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: err.Error()})
+		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Target: target, Error: err.Error()})
 		return false
 	}
 	switch role {
-	case pki.RoleProducer, pki.RoleOperator, pki.RoleAdmin, pki.RoleNone:
+	case pki.RoleProducer, pki.RoleOperator, pki.RoleAdmin:
 	default:
 		refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Target: target,
 			Error: fmt.Sprintf("certificate %q has role %s; enqueue needs producer, operator or admin", cert.Subject.CommonName, role)})
@@ -146,7 +145,18 @@ func (g *Gate) Metrics(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	if cert := peerCert(ctx); cert != nil {
-		return !g.revoked(ctx, cert)
+		if g.revoked(ctx, cert) {
+			return false
+		}
+		// A node's certificate may scrape; a client certificate needs a
+		// role, whichever.
+		if !pki.IsNodeCert(cert) {
+			if _, err := pki.ClientRole(cert); err != nil {
+				refuse(ctx, fasthttp.StatusForbidden, refusal{Code: "forbidden", Error: err.Error()})
+				return false
+			}
+		}
+		return true
 	}
 	if raw := bearer(ctx); raw != nil {
 		return g.token(ctx, raw, "")

@@ -156,7 +156,9 @@ func TestEnqueueGate(t *testing.T) {
 		{name: "producer certificate", cert: producer, target: "historian"},
 		{name: "operator certificate", cert: operator, target: "historian"},
 		{name: "admin certificate", cert: admin, target: "historian"},
-		{name: "certificate without a role (admin this release)", cert: legacy, target: "historian"},
+		// v0.1.0 let one through as admin for that release only.
+		{name: "certificate without a role", cert: legacy, target: "historian", status: 403, code: "forbidden", inError: `"old-operator" (serial ` + pki.SerialHex(legacy) + `) carries no role`},
+		{name: "certificate without a role names the fix", cert: legacy, target: "historian", status: 403, code: "forbidden", inError: "scadactl certs issue --client --role"},
 		// A node's certificate (serverAuth and clientAuth, no role) is for
 		// Raft and the control API: no part of scadad enqueues over HTTP
 		// with it, and it is no producer.
@@ -257,6 +259,11 @@ func TestMetricsGate(t *testing.T) {
 	now := time.Now()
 	viewer := s.client(t, "watcher", pki.RoleViewer)
 	stolen := s.client(t, "stolen", pki.RoleViewer)
+	legacy := s.client(t, "old-operator", pki.RoleNone)
+	nodeLeaf, err := s.ca.Issue(pki.LeafSpec{Name: "node-b", Usage: pki.NodeUsage, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	revoked := map[string]bool{pki.SerialHex(stolen): true}
 	cases := []struct {
 		name          string
@@ -269,6 +276,8 @@ func TestMetricsGate(t *testing.T) {
 		{name: "no credentials, metrics open", open: true},
 		{name: "viewer certificate", cert: viewer},
 		{name: "revoked certificate", cert: stolen, status: 403},
+		{name: "certificate without a role", cert: legacy, status: 403},
+		{name: "node certificate", cert: nodeLeaf.Cert},
 		{name: "good token", authorization: "Bearer " + goodToken},
 		{name: "limited token (metrics is no target)", authorization: "Bearer " + limitedToken},
 		{name: "expired token", authorization: "Bearer " + expiredToken, status: 403},

@@ -125,6 +125,16 @@ func TestViewerCannotWriteThroughActiveOrStandby(t *testing.T) {
 // CA whose validity ended an hour ago.
 func issueExpired(t *testing.T, c *testcluster.Cluster, name string) {
 	t.Helper()
+	leaf, err := siteCA(t, c).Issue(pki.LeafSpec{Name: name, Usage: pki.ClientUsage, Role: pki.RoleProducer, NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLeaf(t, c, name, leaf)
+}
+
+// siteCA is the cluster's site CA, read from its files.
+func siteCA(t *testing.T, c *testcluster.Cluster) *pki.CA {
+	t.Helper()
 	read := func(file string) []byte {
 		data, err := os.ReadFile(filepath.Join(c.Certs, file))
 		if err != nil {
@@ -141,12 +151,7 @@ func issueExpired(t *testing.T, c *testcluster.Cluster, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := &pki.CA{Cert: caCert, Key: key.(*ecdsa.PrivateKey)}
-	leaf, err := ca.Issue(pki.LeafSpec{Name: name, Usage: pki.ClientUsage, Role: pki.RoleProducer, NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeLeaf(t, c, name, leaf)
+	return &pki.CA{Cert: caCert, Key: key.(*ecdsa.PrivateKey)}
 }
 
 func writeLeaf(t *testing.T, c *testcluster.Cluster, name string, leaf *pki.Leaf) {
@@ -156,6 +161,65 @@ func writeLeaf(t *testing.T, c *testcluster.Cluster, name string, leaf *pki.Leaf
 	}
 	if err := os.WriteFile(filepath.Join(c.Certs, name+".key"), leaf.KeyPEM, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClientCertificateWithoutARoleIsRefused: v0.1.0 took a client
+// certificate issued before roles for admin, for that release only. Now
+// the control API refuses it on the Active and on a Standby, which would
+// forward (exit 4, PermissionDenied, naming the certificate and the fix),
+// and the HTTP listener answers 403 with a JSON body that says so; the
+// nodes' own certificates still carry the cluster (an operator's call
+// forwarded by the Standby succeeds).
+func TestClientCertificateWithoutARoleIsRefused(t *testing.T) {
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info", HTTPTLS: true})
+	start(t, c)
+	active := waitOneActive(t, c, 20*time.Second)
+	deploySite(t, c, testcluster.SiteConfig("sec", map[string]string{"sink": "http://127.0.0.1:1/"}, 3))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var standby *testcluster.Node
+	for _, n := range c.Nodes {
+		if !n.Witness && n != active {
+			standby = n
+		}
+	}
+	old, err := siteCA(t, c).Issue(pki.LeafSpec{Name: "old-operator", Usage: pki.ClientUsage, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLeaf(t, c, "old-operator", old)
+	fix := "scadactl certs issue --client --role viewer|operator|admin"
+
+	for _, n := range []*testcluster.Node{active, standby} {
+		for _, args := range [][]string{{"status"}, {"failover"}, {"members", "list"}} {
+			_, errs, code := asRole(ctx, c, "old-operator", n, args...)
+			if code != 4 || !strings.Contains(errs, `"old-operator"`) || !strings.Contains(errs, "carries no role") || !strings.Contains(errs, fix) {
+				t.Errorf("%s on %s with a certificate without a role: exit %d, %q; want exit 4 naming the certificate, what is wrong and %q", strings.Join(args, " "), n.ID, code, errs, fix)
+			}
+		}
+		code, body, err := postEnqueue(ctx, client(t, c, "old-operator"), n.URL("/v1/sf/sink"), "old")
+		var refusal struct{ Error, Code string }
+		if err != nil || code != http.StatusForbidden || json.Unmarshal([]byte(body), &refusal) != nil || refusal.Code != "forbidden" || !strings.Contains(refusal.Error, "carries no role") || !strings.Contains(refusal.Error, "--role") {
+			t.Errorf("enqueue on %s with a certificate without a role: %d %q %v; want 403 with a JSON body saying it carries no role", n.ID, code, body, err)
+		}
+		if resp, err := client(t, c, "old-operator").Get(n.URL("/metrics")); err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Errorf("/metrics on %s with a certificate without a role: %v %v; want 403", n.ID, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	if out, errs, code, err := c.Ctl(ctx, []*testcluster.Node{standby}, "failover"); err != nil || code != 0 {
+		t.Fatalf("admin failover through the Standby %s: exit %d, %q %q %v", standby.ID, code, out, errs, err)
+	}
+	var stats []*controlpb.SFTargetStats
+	if err := c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range stats {
+		if ts.Pending != 0 || ts.DeliveredTotal != 0 || ts.Parked != 0 {
+			t.Errorf("target %s: %+v; a refused enqueue was stored", ts.Target, ts)
+		}
 	}
 }
 

@@ -192,7 +192,7 @@ func TestLoadRefusals(t *testing.T) {
 	expired := issue(ca, LeafSpec{Name: "node-old", NotBefore: now.Add(-time.Hour), NotAfter: expiredAt})
 	future := issue(ca, LeafSpec{Name: "node-new", NotBefore: now.Add(time.Hour), NotAfter: now.Add(2 * time.Hour)})
 	stranger := issue(foreign, LeafSpec{Name: "node-a", NotAfter: now.Add(time.Hour)})
-	client := issue(ca, LeafSpec{Name: "operator", Usage: ClientUsage, NotAfter: now.Add(time.Hour)})
+	client := issue(ca, LeafSpec{Name: "operator", Usage: ClientUsage, Role: RoleAdmin, NotAfter: now.Add(time.Hour)})
 	oldLeaf := issue(expiredCA, LeafSpec{Name: "node-a", NotAfter: now.Add(time.Hour)})
 
 	writeTestPair(t, dir, "ca", ca.CertPEM, ca.KeyPEM)

@@ -2,6 +2,7 @@ package pki
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -12,9 +13,10 @@ import (
 type Role string
 
 const (
-	// RoleNone is a client certificate issued before roles existed. The
-	// control API treats it as admin for one release, with a warning, so an
-	// upgrade does not lock the operators out; see docs/security.md.
+	// RoleNone is what a node certificate carries, and a client
+	// certificate issued before roles existed. v0.1.0 let such a client
+	// certificate act as admin for that release only; since v0.2.0 it is
+	// refused (ClientRole).
 	RoleNone Role = ""
 	// RoleViewer reads: status, members, store-and-forward stats and
 	// lists, deploy history and status, the audit log.
@@ -94,6 +96,25 @@ func CertRole(cert *x509.Certificate) (Role, error) {
 		found = r
 	}
 	return found, nil
+}
+
+// ErrNoRole is a client certificate that carries no role.
+var ErrNoRole = errors.New("carries no role")
+
+// ClientRole reads the role of a client certificate, refusing one without
+// a role: a client certificate issued before roles (v0.1.0 took it for
+// admin, for that release only) says nothing of what its holder may do.
+// The error names the certificate and the fix.
+func ClientRole(cert *x509.Certificate) (Role, error) {
+	r, err := CertRole(cert)
+	if err != nil {
+		return RoleNone, err
+	}
+	if r == RoleNone {
+		return RoleNone, fmt.Errorf("client certificate %q (serial %s) %w: certificates issued before roles are refused since v0.2.0; issue a replacement with scadactl certs issue --client --role viewer|operator|admin (producer for a feed) and revoke this one with scadactl certs revoke",
+			cert.Subject.CommonName, SerialHex(cert), ErrNoRole)
+	}
+	return r, nil
 }
 
 // IsNodeCert reports whether cert was issued for a node (it may serve),

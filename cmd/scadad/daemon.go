@@ -274,7 +274,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	}
 	// Every control and heal RPC passes the caller's role check first, on
 	// every node, forwarded calls included.
-	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Revoked: revoked, Now: time.Now, Log: log.With().Str("part", "control").Logger()}
+	authz := &control.Authorizer{Configured: ctlMembers, Roots: serverTLS.ClientCAs, Revoked: revoked, Now: time.Now}
 	grpcServer := grpc.NewServer(append(apiServerOptions(), grpc.Creds(control.RevocableCreds(credentials.NewTLS(serverTLS), peerConns)),
 		grpc.ChainUnaryInterceptor(authz.Unary), grpc.ChainStreamInterceptor(authz.Stream))...)
 	healing := d.newHealWiring(ctlMembers)
