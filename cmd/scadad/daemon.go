@@ -80,6 +80,10 @@ type daemon struct {
 	roles, acting role.Source
 	fwd           *control.Forwarder
 	holder        *siteconfig.Holder
+	// serverTLS is the node's listener TLS; peerConns tracks every
+	// accepted connection by its certificate, for revocations.
+	serverTLS *tls.Config
+	peerConns *pki.Tracker
 
 	// The parts run in runCtx until the shutdown cancels it. A part that
 	// stops with an error is logged and the others go on, as a node keeps
@@ -133,6 +137,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	pki.RefuseRevoked(serverTLS, revoked)
 	pki.RefuseRevoked(clientTLS, revoked)
 	peerConns := pki.NewTracker()
+	d.serverTLS, d.peerConns = serverTLS, peerConns
 
 	d.state = state
 	reg := prometheus.NewRegistry()
@@ -377,54 +382,9 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return nil
 	})
 
-	var httpServer *fasthttp.Server
-	// httpStopped reports the HTTP server ending on its own: the node can
-	// no longer answer its health checks or producers, so it steps down.
-	httpStopped := make(chan error, 1)
-	if cfg.HTTP.Listen != "" {
-		ready := func() (bool, string) {
-			st := roles.Current()
-			if st.Role == role.Detached {
-				return false, "no cluster contact"
-			}
-			return true, ""
-		}
-		gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen, Now: time.Now,
-			Tokens: func(hash [32]byte) (httpgate.Token, bool) {
-				t, ok := state.Access().Token(hash)
-				return httpgate.Token{Name: t.Name, Targets: t.Targets, Expires: t.Expires}, ok
-			},
-			Revoked: func(c *x509.Certificate) bool {
-				acc := state.Access()
-				return len(acc.Revoked) > 0 && acc.IsRevoked(pki.SerialHex(c))
-			}}
-		mux := healthMux(acting, ready, reg, cfg.HTTP.Pprof)
-		page := d.newConsole(srv)
-		d.run("console", page.Run)
-		mux.Handle("/", page.Handler())
-		httpServer = newHTTPServer(mux, sfHTTP, gate, bodies, log)
-		if err := registerHTTPInsecure(reg, cfg.HTTP.Insecure); err != nil {
-			return err
-		}
-		// The bounds count TCP connections, under the TLS listener: a
-		// handshake that never ends holds its descriptor too.
-		guarded, err := guardedListen(reg, log, "http", cfg.HTTP.Listen, budgets.http)
-		if err != nil {
-			return err
-		}
-		var httpLis net.Listener = guarded
-		if cfg.HTTP.Insecure {
-			log.Warn().Str("http", cfg.HTTP.Listen).Msg("http.insecure: the HTTP listener serves plain HTTP and anyone who reaches it may enqueue to every target; for labs only")
-		} else {
-			httpLis = peerConns.Listener(tls.NewListener(guarded, httpTLS(serverTLS)))
-		}
-		d.run("http", func(ctx context.Context) error {
-			err := httpServer.Serve(httpLis)
-			if ctx.Err() == nil {
-				httpStopped <- fmt.Errorf("http server on %s stopped: %v", cfg.HTTP.Listen, err)
-			}
-			return err
-		})
+	httpServer, httpStopped, err := d.startHTTP(srv, sfHTTP, bodies)
+	if err != nil {
+		return err
 	}
 	log.Info().Str("mode", cfg.Cluster.Mode).Str("raft", cfg.Cluster.RaftBind).Str("api", cfg.API.Listen).Str("http", cfg.HTTP.Listen).Str("version", build.Version).
 		Uint32("fsm_feature_level", uint32(fsm.FeatureLevel)).Msg("scadad started")
@@ -458,6 +418,62 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	d.parts.Wait()
 	log.Info().Msg("stopped")
 	return stopErr
+}
+
+// startHTTP serves health, metrics, the status page and the enqueue
+// endpoint on the HTTP listener, if the node config names one (nil server
+// otherwise). The channel reports the server ending on its own: the node
+// can no longer answer its health checks or producers, so it steps down.
+func (d *daemon) startHTTP(srv *control.Server, sfHTTP fasthttp.RequestHandler, bodies *netguard.BodyBudget) (*fasthttp.Server, <-chan error, error) {
+	cfg := d.cfg
+	httpStopped := make(chan error, 1)
+	if cfg.HTTP.Listen == "" {
+		return nil, httpStopped, nil
+	}
+	ready := func() (bool, string) {
+		st := d.roles.Current()
+		if st.Role == role.Detached {
+			return false, "no cluster contact"
+		}
+		return true, ""
+	}
+	gate := &httpgate.Gate{Insecure: cfg.HTTP.Insecure, MetricsOpen: cfg.HTTP.MetricsOpen, Now: time.Now,
+		Tokens: func(hash [32]byte) (httpgate.Token, bool) {
+			t, ok := d.state.Access().Token(hash)
+			return httpgate.Token{Name: t.Name, Targets: t.Targets, Expires: t.Expires}, ok
+		},
+		Revoked: func(c *x509.Certificate) bool {
+			acc := d.state.Access()
+			return len(acc.Revoked) > 0 && acc.IsRevoked(pki.SerialHex(c))
+		}}
+	mux := healthMux(d.acting, ready, d.reg, cfg.HTTP.Pprof)
+	page := d.newConsole(srv)
+	d.run("console", page.Run)
+	mux.Handle("/", page.Handler())
+	httpServer := newHTTPServer(mux, sfHTTP, gate, bodies, d.log)
+	if err := registerHTTPInsecure(d.reg, cfg.HTTP.Insecure); err != nil {
+		return nil, nil, err
+	}
+	// The bounds count TCP connections, under the TLS listener: a
+	// handshake that never ends holds its descriptor too.
+	guarded, err := guardedListen(d.reg, d.log, "http", cfg.HTTP.Listen, d.budgets.http)
+	if err != nil {
+		return nil, nil, err
+	}
+	var httpLis net.Listener = guarded
+	if cfg.HTTP.Insecure {
+		d.log.Warn().Str("http", cfg.HTTP.Listen).Msg("http.insecure: the HTTP listener serves plain HTTP and anyone who reaches it may enqueue to every target; for labs only")
+	} else {
+		httpLis = d.peerConns.Listener(tls.NewListener(guarded, httpTLS(d.serverTLS)))
+	}
+	d.run("http", func(ctx context.Context) error {
+		err := httpServer.Serve(httpLis)
+		if ctx.Err() == nil {
+			httpStopped <- fmt.Errorf("http server on %s stopped: %v", cfg.HTTP.Listen, err)
+		}
+		return err
+	})
+	return httpServer, httpStopped, nil
 }
 
 // waitForStop waits until ctx ends, the HTTP server stops on its own or
