@@ -48,6 +48,9 @@ func TestSFEnqueueStreamAnswersEachMessageInOrder(t *testing.T) {
 				r.Id, s.id, s.dup = reqs[149].Id, reqs[149].Id, true
 			case i == 200:
 				r.Target, s.code = "", codes.InvalidArgument
+			case i == 250:
+				// Delivery could never send it as Idempotency-Key.
+				r.Id, s.id, s.code = r.Id+"\n", r.Id+"\n", codes.InvalidArgument
 			}
 			reqs, want = append(reqs, r), append(want, s)
 		}

@@ -183,6 +183,11 @@ func validateFor(target string, t Target, payload []byte, id string, headers []H
 			return invalidf("header %s is set by delivery", h.Key)
 		}
 	}
+	// Whatever the target's kind: a deploy may make it an HTTP target,
+	// and the id is its Idempotency-Key there.
+	if reason := headerProblem(id, headers); reason != "" {
+		return invalidf("message %q: %s", id, reason)
+	}
 	return nil
 }
 

@@ -290,6 +290,19 @@ func TestEnqueueRefusals(t *testing.T) {
 		{"id too long", "beta", "x", strings.Repeat("i", 513), nil, func(err error) bool { return errors.Is(err, ErrInvalid) }},
 		{"reserved header", "beta", "x", "", []Header{{Key: "idempotency-key", Value: "v"}}, func(err error) bool { return errors.Is(err, ErrInvalid) }},
 		{"empty header name", "beta", "x", "", []Header{{Key: "", Value: "v"}}, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+		// What delivery could never send in an HTTP header is refused
+		// here, not stored to be parked later.
+		{"id with a line feed", "beta", "x", "a\nb", nil, func(err error) bool {
+			return errors.Is(err, ErrInvalid) && strings.Contains(err.Error(), "not a valid HTTP header value")
+		}},
+		{"id with DEL", "beta", "x", "a\x7fb", nil, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+		{"id with NUL", "beta", "x", "a\x00b", nil, func(err error) bool { return errors.Is(err, ErrInvalid) }},
+		{"header name with a space", "beta", "x", "", []Header{{Key: "Content Type", Value: "v"}}, func(err error) bool {
+			return errors.Is(err, ErrInvalid) && strings.Contains(err.Error(), "not a valid HTTP header name")
+		}},
+		{"header value with a carriage return", "beta", "x", "", []Header{{Key: "Content-Type", Value: "a\rb"}}, func(err error) bool {
+			return errors.Is(err, ErrInvalid) && strings.Contains(err.Error(), "Content-Type")
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -305,6 +318,10 @@ func TestEnqueueRefusals(t *testing.T) {
 	// At the limit is fine.
 	if _, err := e.Enqueue(context.Background(), "alpha", []byte("0123456789"), "", nil); err != nil {
 		t.Fatalf("payload at the limit: %v", err)
+	}
+	// A tab and bytes past ASCII are valid in a header value.
+	if _, err := e.Enqueue(context.Background(), "beta", []byte("x"), "tab\tand é", nil); err != nil {
+		t.Fatalf("id with a tab and UTF-8: %v", err)
 	}
 }
 

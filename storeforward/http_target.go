@@ -184,20 +184,31 @@ func (e *Unsendable) Verdict() Verdict {
 }
 
 // sendable checks what net/http would refuse to send of a message sent on
-// its own (in a batch the ids travel percent-encoded and in the body).
+// its own (in a batch the ids travel percent-encoded and in the body). The
+// enqueue refuses the same (headerProblem), so only messages stored before
+// it did are parked for it.
 func sendable(m *Message) error {
-	if !httpguts.ValidHeaderFieldValue(m.ID) {
-		return &Unsendable{ID: m.ID, Reason: "its id is not a valid HTTP header value (for Idempotency-Key)"}
-	}
-	for _, h := range m.Headers {
-		if !httpguts.ValidHeaderFieldName(h.Key) {
-			return &Unsendable{ID: m.ID, Reason: fmt.Sprintf("header name %q is not a valid HTTP header name", h.Key)}
-		}
-		if !httpguts.ValidHeaderFieldValue(h.Value) {
-			return &Unsendable{ID: m.ID, Reason: fmt.Sprintf("the value of header %s is not a valid HTTP header value", h.Key)}
-		}
+	if reason := headerProblem(m.ID, m.Headers); reason != "" {
+		return &Unsendable{ID: m.ID, Reason: reason}
 	}
 	return nil
+}
+
+// headerProblem says why a message's id (sent as Idempotency-Key) or one
+// of its headers cannot travel in an HTTP header, or "" when all can.
+func headerProblem(id string, headers []Header) string {
+	if !httpguts.ValidHeaderFieldValue(id) {
+		return "its id is not a valid HTTP header value (for Idempotency-Key): control characters other than tab are not allowed"
+	}
+	for _, h := range headers {
+		if !httpguts.ValidHeaderFieldName(h.Key) {
+			return fmt.Sprintf("header name %q is not a valid HTTP header name", h.Key)
+		}
+		if !httpguts.ValidHeaderFieldValue(h.Value) {
+			return fmt.Sprintf("the value of header %s is not a valid HTTP header value", h.Key)
+		}
+	}
+	return ""
 }
 
 // batchKey is a batch's Idempotency-Key: the same messages in the same
