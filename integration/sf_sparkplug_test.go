@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/storeforward/sparkplug/sparkplugpb"
@@ -85,7 +86,7 @@ func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
 	start(t, c)
 	active := waitOneActive(t, c, 20*time.Second)
 	site := string(testcluster.SiteConfigGateway("sparkplug", sim.Addr, nil, 0))
-	site += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
+	site += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, max_attempts: 1, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
 	site += "history:\n  - {name: pumps, target: uns, format: sparkplug, select: [{instance: Pump1}], max_batch: 50, max_batch_delay: 100ms}\n"
 	deploySite(t, c, []byte(site))
 
@@ -140,6 +141,12 @@ func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
 	})
 	if msgs[held].kind != "NBIRTH" || spBdSeq(msgs[held].p) != firstBd+1 {
 		t.Fatalf("after the host came back: %s with bdSeq %d, want NBIRTH with %d", msgs[held].kind, spBdSeq(msgs[held].p), firstBd+1)
+	}
+	// Held attempts are not failed ones: with max_attempts 1 nothing parked.
+	var stats []*controlpb.SFTargetStats
+	ctlJSON(t, c, []*testcluster.Node{active}, &stats, "sf", "stats")
+	if len(stats) != 1 || stats[0].Parked != 0 {
+		t.Fatalf("sf stats %v: a message held for the primary host was parked", stats)
 	}
 
 	// SIGKILL the Active: its will, then the survivor's births.

@@ -25,6 +25,11 @@ type Verdict struct {
 	// Unsendable: the message could not even be put in a request (no
 	// receiver answered). It parks at once whatever park_on says.
 	Unsendable bool
+	// Hold: not a failure at all. The kind holds delivery on a state the
+	// receiver's side announced (Sparkplug's primary host offline); the
+	// message waits RetryAfter (a second when 0) and is tried again, and
+	// the attempt neither counts toward max_attempts nor parks it.
+	Hold bool
 }
 
 // Refusal is an error carrying the receiver's answer. A failure without
@@ -68,6 +73,22 @@ func classify(err error, parkOn []string) (permanent bool, wait time.Duration) {
 		}
 	}
 	return false, wait
+}
+
+// holdRecheck is how soon a hold that names no wait is tried again.
+const holdRecheck = time.Second
+
+// heldFor says whether err is a hold (Verdict.Hold), not a failed
+// attempt, and how long to wait before trying again.
+func heldFor(err error) (wait time.Duration, held bool) {
+	var r Refusal
+	if !errors.As(err, &r) || !r.Verdict().Hold {
+		return 0, false
+	}
+	if wait = min(r.Verdict().RetryAfter, maxRetryAfter); wait <= 0 {
+		wait = holdRecheck
+	}
+	return wait, true
 }
 
 // codeMatches reports whether a park_on pattern matches an answer code:

@@ -276,3 +276,65 @@ func TestUnsendableMessageParksAtOnce(t *testing.T) {
 		t.Fatalf("delivered %v, want ok-1 and ok-2", got)
 	}
 }
+
+// holdingKind's sender holds its first holds sends (as Sparkplug does while
+// the primary host is offline), then delivers.
+type holdingKind struct {
+	holds int
+	sends chan struct{} // one per Send
+}
+
+func (k *holdingKind) Validate(Target) error { return nil }
+func (k *holdingKind) NewSender(Target, SenderEnv) (Sender, error) {
+	return &holdingSender{k: k}, nil
+}
+
+type holdingSender struct {
+	k *holdingKind
+	n int
+}
+
+type holdErr struct{}
+
+func (holdErr) Error() string { return "the receiver's side says wait" }
+func (holdErr) Verdict() Verdict {
+	return Verdict{Code: "held", Hold: true, RetryAfter: time.Millisecond}
+}
+
+func (s *holdingSender) Send(context.Context, []*Message) error {
+	s.k.sends <- struct{}{}
+	s.n++
+	if s.n <= s.k.holds {
+		return holdErr{}
+	}
+	return nil
+}
+func (s *holdingSender) Close() {}
+
+// A held send is not a failed attempt: it neither counts toward
+// max_attempts nor parks, however long the hold. A Sparkplug target's
+// messages were parked after max_attempts seconds of the primary host
+// being offline.
+func TestHeldSendIsNotAFailedAttempt(t *testing.T) {
+	k := &holdingKind{holds: 8, sends: make(chan struct{}, 100)}
+	h := newHarnessWith(t, activeState(1, 1), func(o *DelivererOptions) { o.Kinds = map[string]Kind{"holding": k} })
+	tg := fastTarget("up", "")
+	tg.Kind, tg.MaxAttempts = "holding", 2
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "m1", "x")
+	testwait.ForDetail(t, 10*time.Second, "the message delivered or parked", func() (bool, string) {
+		st := h.stats(t, "up")
+		return st.Pending == 0, fmt.Sprintf("%+v", st)
+	})
+	if st := h.stats(t, "up"); st.Parked != 0 || st.Delivered != 1 {
+		t.Fatalf("%+v: a held message was parked", st)
+	}
+	if n := len(k.sends); n != 9 {
+		t.Fatalf("%d sends, want 8 held and 1 delivered", n)
+	}
+	if got := h.p.commands(func(c *fsmpb.Command) bool { return c.GetSfAttempts() != nil }); len(got) != 0 {
+		t.Fatalf("%d SFAttempts commands for held sends: %v", len(got), got)
+	}
+}

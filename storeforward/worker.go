@@ -208,7 +208,8 @@ func (w *worker) sleep(d time.Duration) bool {
 // recorded (an earlier Active node's attempts included). A refusal the
 // target's classification calls permanent parks a message at once; any
 // other failure is retried after a backoff, or after the receiver's
-// Retry-After, until max_attempts. A batch of several messages that is
+// Retry-After, until max_attempts; a hold (Verdict.Hold) is no failed
+// attempt and is waited out however long it lasts. A batch of several messages that is
 // refused for good, or reaches max_attempts, is delivered again one
 // message at a time, so only a message that fails on its own parks.
 func (w *worker) deliver(batch []*Message) bool {
@@ -216,6 +217,7 @@ func (w *worker) deliver(batch []*Message) bool {
 	for _, m := range batch {
 		failures = max(failures, int(m.Attempts))
 	}
+	holding := false // logged once per hold
 	for {
 		// The gate can close for a moment without a role change (the
 		// leader's quorum confirmation is late); a real change of role or
@@ -246,6 +248,19 @@ func (w *worker) deliver(batch []*Message) bool {
 			// Cancelled by a role change, not the target's fault.
 			return false
 		}
+		if wait, held := heldFor(err); held {
+			// Not an attempt that failed: nothing counted, nothing parks.
+			if !holding {
+				w.log.Info().Err(err).Str("id", batch[0].ID).Msg("delivery held")
+			}
+			holding = true
+			w.live.failure(now, err, failures)
+			if !w.sleep(wait) {
+				return false
+			}
+			continue
+		}
+		holding = false
 		failures++
 		w.d.opts.Metrics.observeDelivery(w.cfg.Name, 0, now.Sub(start))
 		w.live.failure(now, err, failures)

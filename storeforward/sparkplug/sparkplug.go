@@ -307,7 +307,9 @@ func hostOnline(payload []byte) bool {
 }
 
 // HostOffline is the error of a Send held while the primary host
-// application is offline: transient, retried after a second.
+// application is offline: a hold, tried again after a second, that never
+// counts toward max_attempts (the messages wait in the buffer however
+// long the host stays away).
 type HostOffline struct{ Host string }
 
 func (e *HostOffline) Error() string {
@@ -316,7 +318,7 @@ func (e *HostOffline) Error() string {
 
 // Verdict implements storeforward.Refusal.
 func (e *HostOffline) Verdict() storeforward.Verdict {
-	return storeforward.Verdict{Code: "host_offline", RetryAfter: time.Second}
+	return storeforward.Verdict{Code: "host_offline", Hold: true, RetryAfter: time.Second}
 }
 
 // BadPayload is a message that is not a Sparkplug tag history payload: it
