@@ -27,6 +27,7 @@ type metrics struct {
 	stalled         prometheus.Counter
 	restarts        prometheus.Counter
 	eventsDropped   prometheus.Counter
+	unacksDropped   prometheus.Counter
 	calls           *prometheus.CounterVec
 	levelPublished  atomic.Bool
 
@@ -119,6 +120,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scadad_opcua_events_dropped_total",
 			Help: "Events dropped from a full event monitored item queue (the oldest goes) before a Publish response carried them.",
 		}),
+		unacksDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scadad_opcua_retransmission_dropped_total",
+			Help: "Sent NotificationMessages dropped unacknowledged from a full retransmission queue (the oldest goes); Republish of one answers BadMessageNotAvailable.",
+		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scadad_opcua_method_calls_total",
 			Help: "Method calls (Call service) by method (ConditionRefresh, Acknowledge, Confirm, AddComment, unknown) and result (ok, refused, failed).",
@@ -127,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.denied, m.writes, m.serviceLevel, m.levelChanges, m.panics, m.rejected,
 		m.sessions, m.sessionsExpired, m.subscriptions, m.monitoredItems, m.coalesced, m.subsExpired, m.publishFailed, m.refused,
-		m.connections, m.stalled, m.restarts, m.eventsDropped, m.calls} {
+		m.connections, m.stalled, m.restarts, m.eventsDropped, m.unacksDropped, m.calls} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err

@@ -245,7 +245,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.thumbprint = uasec.Thumbprint(cert)
 	s.ns = newSiteNamespace(c.NamespaceURI, c.SiteName, clock)
 	s.subs = newSubscriptions(clock, s.log, m,
-		subLimits{minInterval: c.MinPublishingInterval, maxInterval: c.MaxPublishingInterval, maxPerRequest: c.MaxNodesPerRequest},
+		subLimits{minInterval: c.MinPublishingInterval, maxInterval: c.MaxPublishingInterval, maxPerRequest: c.MaxNodesPerRequest,
+			retainPerSub: maxRetainedPerSubscription, retainSessionBytes: maxRetainedSessionBytes, retainTotalBytes: maxRetainedBytes},
 		func(nid *ua.NodeID) *ua.DataValue {
 			return s.readOne(&ua.ReadValueID{NodeID: nid, AttributeID: ua.AttributeIDValue}, s.clock.Now())
 		},

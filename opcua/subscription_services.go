@@ -165,14 +165,14 @@ func (m *subscriptions) publish(sc *uasc.SecureChannel, r ua.Request, reqID uint
 	if m.closed {
 		return nil, ua.StatusBadShutdown
 	}
-	// Acknowledgements: we keep no retransmission queue, so no sequence
-	// number is known once sent.
+	// Acknowledgements free their messages from the retransmission
+	// queues, whatever becomes of the request itself.
 	acks := make([]ua.StatusCode, len(req.SubscriptionAcknowledgements))
 	for i, a := range req.SubscriptionAcknowledgements {
 		acks[i] = ua.StatusBadSubscriptionIDInvalid
 		if a != nil {
-			if _, ok := m.ownedLocked(key, a.SubscriptionID); ok {
-				acks[i] = ua.StatusBadSequenceNumberUnknown
+			if sub, ok := m.ownedLocked(key, a.SubscriptionID); ok {
+				acks[i] = m.acknowledgeLocked(sub, a.SequenceNumber)
 			}
 		}
 	}
@@ -219,17 +219,24 @@ func (m *subscriptions) publish(sc *uasc.SecureChannel, r ua.Request, reqID uint
 	return nil, nil
 }
 
-// republish: no retransmission queue is kept (a message is forgotten once
-// sent), so there is never a message to republish.
+// republish gives back a message of the subscription's retransmission
+// queue, the very one sent (Part 4, 5.13.6); one acknowledged or dropped
+// from a full queue, or never sent, is BadMessageNotAvailable.
 func (m *subscriptions) republish(_ *uasc.SecureChannel, r ua.Request, _ uint32) (ua.Response, error) {
 	req, ok := r.(*ua.RepublishRequest)
 	if !ok {
 		return nil, ua.StatusBadRequestTypeInvalid
 	}
-	if !m.owns(tokenKey(req.RequestHeader.AuthenticationToken), req.SubscriptionID) {
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	sub, now, err := m.ownedLocking(req.RequestHeader, req.SubscriptionID, -1)
+	if err != nil {
+		return nil, err
 	}
-	return nil, ua.StatusBadMessageNotAvailable
+	defer m.mu.Unlock()
+	i := sub.retainedIndex(req.RetransmitSequenceNumber)
+	if i < 0 {
+		return nil, ua.StatusBadMessageNotAvailable
+	}
+	return &ua.RepublishResponse{ResponseHeader: responseHeader(req.RequestHeader, now), NotificationMessage: sub.retained[i].msg}, nil
 }
 
 func unsupported(ua.Request) (ua.Response, error) { return nil, ua.StatusBadServiceUnsupported }

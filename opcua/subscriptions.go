@@ -34,9 +34,12 @@ import (
 //     not yet sent, so the revised queue size is always 1 and a value
 //     replaced before a Publish response carried it is counted
 //     (scadad_opcua_notifications_coalesced_total);
-//   - no retransmission queue: a message is forgotten once sent, so
-//     Republish answers BadMessageNotAvailable and acknowledgements
-//     BadSequenceNumberUnknown.
+//   - a retransmission queue per subscription (Part 4, 5.13.1.1): a sent
+//     NotificationMessage is kept until a later Publish request
+//     acknowledges it, listed in AvailableSequenceNumbers and given back
+//     by Republish; bounded in messages per subscription and in bytes per
+//     session and in all (retainLocked), the oldest dropped and counted
+//     (scadad_opcua_retransmission_dropped_total).
 //
 // Locking: mu guards all the state below it. It is never held across a
 // network send or a channel send that can block: Publish responses are
@@ -75,12 +78,20 @@ type subscriptions struct {
 	sessions map[string]*subSession               // tokenKey -> session state
 	// eventItems are the items on EventNotifier attributes (events.go).
 	eventItems map[uint32]*monitoredItem
+	// retainedBytes is what all retransmission queues keep (estimated).
+	retainedBytes int
 }
 
 // subLimits are the engine's bounds; New fills them from Config.
 type subLimits struct {
 	minInterval, maxInterval time.Duration
 	maxPerRequest            int // MaxNodesPerRequest
+	// retainPerSub bounds a subscription's retransmission queue in
+	// messages; retainSessionBytes and retainTotalBytes bound, by the
+	// estimated encoded size, what a session's subscriptions and all of
+	// them keep. Past a bound the oldest message goes, counted.
+	retainPerSub                         int
+	retainSessionBytes, retainTotalBytes int
 }
 
 const (
@@ -111,6 +122,17 @@ const (
 	publishSendTimeout = 5 * time.Second
 	// closeWait bounds how long close waits for senders still writing.
 	closeWait = 2 * time.Second
+	// maxRetainedPerSubscription is the retransmission queue of a
+	// subscription: twice the Publish requests a session may have
+	// outstanding (Part 4, 5.13.1.1 asks for at least that multiple),
+	// so a client pipelining the most it may still gets back every
+	// message it has not acknowledged.
+	maxRetainedPerSubscription = 2 * maxPublishRequests
+	// maxRetainedSessionBytes and maxRetainedBytes bound the messages kept
+	// for Republish per session and in all: a session of many
+	// subscriptions that never acknowledges cannot hold more.
+	maxRetainedSessionBytes = 4 << 20
+	maxRetainedBytes        = 64 << 20
 )
 
 // subSession is what the engine keeps per OPC UA session.
@@ -126,6 +148,16 @@ type subSession struct {
 	// notes are StatusChangeNotifications (BadTimeout) of subscriptions
 	// whose lifetime expired, for the session's next Publish requests.
 	notes []statusNote
+	// retainedBytes is what its subscriptions' retransmission queues
+	// keep (estimated).
+	retainedBytes int
+}
+
+// retainedMessage is a sent NotificationMessage kept for Republish until
+// acknowledged, with its estimated encoded size.
+type retainedMessage struct {
+	msg  *ua.NotificationMessage
+	size int
 }
 
 type pendingPublish struct {
@@ -164,6 +196,9 @@ type subscription struct {
 	lifetimeTick  uint32           // intervals without a queued Publish request
 	late          bool             // wants to send and waits for a Publish request
 	lateSince     time.Time
+	// retained is the retransmission queue: messages sent and not yet
+	// acknowledged, oldest first.
+	retained []retainedMessage
 }
 
 type monitoredItem struct {
@@ -375,16 +410,16 @@ func nextSeq(seq uint32) uint32 {
 // follow), or a keep-alive carrying the next sequence number.
 func (m *subscriptions) messageLocked(sub *subscription, p pendingPublish, now time.Time) *ua.PublishResponse {
 	resp := &ua.PublishResponse{
-		ResponseHeader:           responseHeader(p.header, now),
-		SubscriptionID:           sub.id,
-		AvailableSequenceNumbers: []uint32{}, // no retransmission queue
-		Results:                  p.acks,
-		DiagnosticInfos:          []*ua.DiagnosticInfo{},
+		ResponseHeader:  responseHeader(p.header, now),
+		SubscriptionID:  sub.id,
+		Results:         p.acks,
+		DiagnosticInfos: []*ua.DiagnosticInfo{},
 	}
 	sub.keepAliveTick = 0
 	sub.late = false
 	if !sub.publishing || len(sub.ready) == 0 {
 		resp.NotificationMessage = &ua.NotificationMessage{SequenceNumber: nextSeq(sub.seq), PublishTime: now, NotificationData: []*ua.ExtensionObject{}}
+		resp.AvailableSequenceNumbers = sub.available()
 		return resp
 	}
 	limit := maxNotificationsPerMessage
@@ -419,6 +454,7 @@ func (m *subscriptions) messageLocked(sub *subscription, p pendingPublish, now t
 	if len(notes) == 0 && len(events) == 0 {
 		// Only items whose queues emptied meanwhile: a keep-alive.
 		resp.NotificationMessage = &ua.NotificationMessage{SequenceNumber: nextSeq(sub.seq), PublishTime: now, NotificationData: []*ua.ExtensionObject{}}
+		resp.AvailableSequenceNumbers = sub.available()
 		return resp
 	}
 	sub.seq = nextSeq(sub.seq)
@@ -436,7 +472,88 @@ func (m *subscriptions) messageLocked(sub *subscription, p pendingPublish, now t
 		data = append(data, ua.NewExtensionObject(&ua.EventNotificationList{Events: events}))
 	}
 	resp.NotificationMessage = &ua.NotificationMessage{SequenceNumber: sub.seq, PublishTime: now, NotificationData: data}
+	m.retainLocked(sub, resp.NotificationMessage, size)
+	resp.AvailableSequenceNumbers = sub.available()
 	return resp
+}
+
+// --- retransmission queue ---
+
+// retainLocked keeps a message about to be sent for Republish until the
+// client acknowledges it. Past the subscription's bound its oldest
+// message goes; past the session's or the engine's byte bound, the
+// session's oldest (the one just added stays, so all of them together
+// exceed the engine's bound by at most one message per subscription).
+// Every message dropped unacknowledged is counted.
+func (m *subscriptions) retainLocked(sub *subscription, msg *ua.NotificationMessage, size int) {
+	sub.retained = append(sub.retained, retainedMessage{msg: msg, size: size})
+	sess := sub.sess
+	sess.retainedBytes += size
+	m.retainedBytes += size
+	for len(sub.retained) > m.limits.retainPerSub {
+		m.forgetLocked(sub, 0)
+		m.metrics.unacksDropped.Inc()
+	}
+	for sess.retainedBytes > m.limits.retainSessionBytes || m.retainedBytes > m.limits.retainTotalBytes {
+		var oldest *subscription
+		for _, s := range sess.subs {
+			if len(s.retained) == 0 || (s == sub && len(s.retained) == 1) {
+				continue
+			}
+			if oldest == nil || olderMessage(s, oldest) {
+				oldest = s
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		m.forgetLocked(oldest, 0)
+		m.metrics.unacksDropped.Inc()
+	}
+}
+
+// olderMessage reports whether a's oldest kept message was sent before
+// b's (ties by subscription id, so the choice is the same every time).
+func olderMessage(a, b *subscription) bool {
+	ta, tb := a.retained[0].msg.PublishTime, b.retained[0].msg.PublishTime
+	return ta.Before(tb) || (ta.Equal(tb) && a.id < b.id)
+}
+
+// forgetLocked drops message i of sub's retransmission queue.
+func (m *subscriptions) forgetLocked(sub *subscription, i int) {
+	size := sub.retained[i].size
+	sub.sess.retainedBytes -= size
+	m.retainedBytes -= size
+	sub.retained = slices.Delete(sub.retained, i, i+1)
+	if len(sub.retained) == 0 {
+		sub.retained = nil
+	}
+}
+
+// acknowledgeLocked drops message seq of sub (Part 4, 5.13.5): Good, or
+// BadSequenceNumberUnknown when it is not kept (never sent, acknowledged
+// already, or dropped from a full queue).
+func (m *subscriptions) acknowledgeLocked(sub *subscription, seq uint32) ua.StatusCode {
+	i := sub.retainedIndex(seq)
+	if i < 0 {
+		return ua.StatusBadSequenceNumberUnknown
+	}
+	m.forgetLocked(sub, i)
+	return ua.StatusOK
+}
+
+func (sub *subscription) retainedIndex(seq uint32) int {
+	return slices.IndexFunc(sub.retained, func(r retainedMessage) bool { return r.msg.SequenceNumber == seq })
+}
+
+// available is the sequence numbers a Publish response lists as
+// available for Republish (never nil: the field is an array).
+func (sub *subscription) available() []uint32 {
+	out := make([]uint32, len(sub.retained))
+	for i, r := range sub.retained {
+		out[i] = r.msg.SequenceNumber
+	}
+	return out
 }
 
 // approxSize estimates a notification's encoded size: the fixed part
@@ -747,6 +864,9 @@ func (m *subscriptions) deleteSubLocked(sub *subscription) {
 	for _, it := range sub.items {
 		m.deleteItemLocked(it)
 	}
+	for len(sub.retained) > 0 {
+		m.forgetLocked(sub, len(sub.retained)-1)
+	}
 	sub.ready = nil
 	delete(m.subs, sub.id)
 	delete(sub.sess.subs, sub.id)
@@ -797,6 +917,7 @@ func (m *subscriptions) close() {
 	m.byNode = make(map[string]map[uint32]*monitoredItem)
 	m.sessions = make(map[string]*subSession)
 	m.eventItems = make(map[uint32]*monitoredItem)
+	m.retainedBytes = 0
 	m.countLocked()
 	m.mu.Unlock()
 	if !waitWithin(&m.senders, closeWait) {

@@ -114,7 +114,8 @@ func newSubFixture(t *testing.T) *subFixture {
 	f.nodes.set(nodeB, float32(2), ua.StatusOK, f.clock.Now())
 	f.nodes.set(serviceLevelID, byte(250), ua.StatusOK, f.clock.Now())
 	f.m = newSubscriptions(f.clock, zerolog.Nop(), met,
-		subLimits{minInterval: 50 * time.Millisecond, maxInterval: time.Minute, maxPerRequest: 1000},
+		subLimits{minInterval: 50 * time.Millisecond, maxInterval: time.Minute, maxPerRequest: 1000,
+			retainPerSub: maxRetainedPerSubscription, retainSessionBytes: maxRetainedSessionBytes, retainTotalBytes: maxRetainedBytes},
 		f.nodes.read, f.nodes.exists, func(sc *uasc.SecureChannel, id uint32, r ua.Response) error { return f.sent.send(sc, id, r) })
 	t.Cleanup(f.m.close)
 	return f
