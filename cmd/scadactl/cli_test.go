@@ -173,3 +173,27 @@ func TestVersionPrintsTheClientWithoutACluster(t *testing.T) {
 		}
 	}
 }
+
+// `scadactl help` and `scadactl help CMD [SUB]` print what -h prints
+// (stdout, exit 0); help for a command that does not exist names it and
+// is a usage error.
+func TestHelpCommandPrintsTheHelpOfDashH(t *testing.T) {
+	for _, tc := range []struct{ help, dashH []string }{
+		{[]string{"help"}, []string{"-h"}},
+		{[]string{"help", "deploy"}, []string{"deploy", "-h"}},
+		{[]string{"help", "status"}, []string{"status", "-h"}},
+		{[]string{"help", "deploy", "push"}, []string{"deploy", "push", "-h"}},
+		{[]string{"-o", "json", "help", "sf"}, []string{"sf", "-h"}},
+	} {
+		code, out, errs := scadactl(t, "", tc.help...)
+		_, want, _ := scadactl(t, "", tc.dashH...)
+		if code != 0 || out != want || errs != "" {
+			t.Errorf("scadactl %s: exit %d, stdout %q, stderr %q; want exit 0 and what scadactl %s prints: %q",
+				strings.Join(tc.help, " "), code, out, errs, strings.Join(tc.dashH, " "), want)
+		}
+	}
+	code, out, errs := scadactl(t, "", "help", "frobnicate")
+	if code != 2 || out != "" || !strings.Contains(errs, `"frobnicate"`) {
+		t.Errorf("scadactl help frobnicate: exit %d, stdout %q, stderr %q; want exit 2 and an error naming frobnicate", code, out, errs)
+	}
+}

@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// Help asked for is the answer (stdout, exit 0); help after a mistake
 	// goes with the error (stderr, exit 2).
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "usage: scadactl [global flags] COMMAND [args]\n\ncommands:\n")
+		fmt.Fprintf(w, "usage: scadactl [global flags] COMMAND [args]\n       scadactl help [COMMAND [SUBCOMMAND]]\n\ncommands:\n")
 		for _, c := range commands() {
 			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 		}
@@ -131,6 +131,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		// help [COMMAND [SUBCOMMAND]] is the -h of what it names.
+		if len(rest) == 0 {
+			usage(stdout)
+			return exitOK
+		}
+		name, rest = rest[0], append(rest[1:], "-h")
+	}
 	for _, c := range commands() {
 		if c.name == name {
 			if isHelp(rest) {
