@@ -22,6 +22,7 @@ import (
 
 	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/alarms"
+	"github.com/scadad/scadad/certexpiry"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/deploy"
 	"github.com/scadad/scadad/featuregate"
@@ -224,7 +225,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	if err != nil {
 		return fmt.Errorf("node certificate: %w", err)
 	}
-	if err := registerCertExpiry(reg, validity); err != nil {
+	if err := certexpiry.Register(reg, validity); err != nil {
 		return err
 	}
 	if err := registerDiskSpace(reg, cfg.DataDir); err != nil {
@@ -338,10 +339,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		followSite(ctx, holder, func(u siteconfig.Update) { site.set(u.Site.Name) })
 		return nil
 	})
-	d.run("certificates", func(ctx context.Context) error {
-		certWatch{validity: validity, now: time.Now, log: log.With().Str("part", "tls").Logger()}.run(ctx)
-		return nil
-	})
+	certs := certexpiry.Watch{Validity: validity, Now: time.Now, Log: log.With().Str("part", "tls").Logger()}
+	d.run("certificates", certs.Run)
 	scrub := &integrity.Scrubber{
 		Interval: cfg.State.ScrubInterval.D(), BytesPerSecond: cfg.State.ScrubBytesPerSecond,
 		Pair: cfg.Cluster.Mode == nodeconfig.ModePair, State: state, Node: node,

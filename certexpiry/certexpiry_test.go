@@ -1,4 +1,4 @@
-package main
+package certexpiry
 
 import (
 	"strings"
@@ -11,7 +11,7 @@ import (
 	"github.com/scadad/scadad/pki"
 )
 
-func TestCertWatchSaysWhenACertificateLapses(t *testing.T) {
+func TestWatchSaysWhenACertificateLapses(t *testing.T) {
 	now := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
 	far := now.Add(400 * 24 * time.Hour)
 	cases := []struct {
@@ -29,7 +29,7 @@ func TestCertWatchSaysWhenACertificateLapses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf lockedbuf.Buffer
-			certWatch{validity: tc.validity, now: func() time.Time { return now }, log: zerolog.New(&buf)}.check()
+			Watch{Validity: tc.validity, Now: func() time.Time { return now }, Log: zerolog.New(&buf)}.Check()
 			out := buf.String()
 			if len(tc.want) == 0 {
 				if out != "" {
