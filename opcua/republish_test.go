@@ -199,11 +199,11 @@ func TestRetransmissionQueueBound(t *testing.T) {
 func TestRetransmissionQueueByteBounds(t *testing.T) {
 	big := strings.Repeat("x", 10<<10)
 	for _, tt := range []struct {
-		name                string
-		session, total, per int
+		name           string
+		session, total int
 	}{
-		{"session", 100 << 10, 1 << 30, 0},
-		{"engine", 1 << 30, 150 << 10, 0},
+		{"session", 100 << 10, 1 << 30},
+		{"engine", 1 << 30, 150 << 10},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newSubFixture(t)
