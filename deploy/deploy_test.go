@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -124,6 +125,26 @@ func TestPush(t *testing.T) {
 	}
 	if _, err := pusher.Rollback(ctx, "", 42, "op"); !errors.Is(err, fsm.ErrNotFound) {
 		t.Fatalf("rollback to a missing revision: err = %v, want not found", err)
+	}
+}
+
+// A site config that lists OPC UA users with per-node password files
+// (read in v0.1.0 only) is refused, naming each user and the command that
+// moves it, and nothing of it is stored.
+func TestPushRefusesPasswordFileUsers(t *testing.T) {
+	f, _, pusher := setup(t)
+	withUsers := bytes.Replace(example(t), []byte("  identities:\n    anonymous: false\n"),
+		[]byte("  identities:\n    anonymous: false\n    users:\n      - {username: operator, password_file: /etc/scadad/op.pass, can_write: true}\n"), 1)
+	if bytes.Equal(withUsers, example(t)) {
+		t.Fatal("configs/site-example.yaml changed: no identities lines to add users to")
+	}
+	_, err := pusher.Push(context.Background(), PushRequest{Artifact: withUsers, Actor: "op"})
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "no longer read") || !strings.Contains(err.Error(), "scadactl opcua users set operator --password-file /etc/scadad/op.pass --can-write") {
+		t.Fatalf("push with a password-file user: err = %v; want an InvalidError naming the user and scadactl opcua users set", err)
+	}
+	if _, err := f.Artifact(sha256hex(withUsers)); err == nil {
+		t.Fatal("a refused push stored its artifact")
 	}
 }
 

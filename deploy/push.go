@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/scadad/scadad/fsm"
@@ -74,6 +75,11 @@ func (p *Pusher) Push(ctx context.Context, req PushRequest) (PushResult, error) 
 	site, err := siteconfig.Parse(req.Artifact)
 	if err != nil {
 		return PushResult{}, &InvalidError{Err: err}
+	}
+	// A config deployed before the upgrade still runs; a new push must
+	// not rely on what this release no longer reads.
+	if retired := site.Retired(); len(retired) > 0 {
+		return PushResult{}, &InvalidError{Err: fmt.Errorf("site config names what this release no longer reads: %s", strings.Join(retired, "; "))}
 	}
 	if p.Check != nil {
 		if err := p.Check(site); err != nil {

@@ -74,8 +74,8 @@ func runNode(t *testing.T, ctx context.Context, node, dir, script string, env ma
 }
 
 // interopClient writes a client certificate made by scadactl, as PEM for
-// node-opcua, and trusts it on node n.
-func interopClient(t *testing.T, c *testcluster.Cluster, nodes ...*testcluster.Node) (certPEM, keyPEM string) {
+// node-opcua, and trusts it for the site.
+func interopClient(t *testing.T, c *testcluster.Cluster) (certPEM, keyPEM string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -91,31 +91,24 @@ func interopClient(t *testing.T, c *testcluster.Cluster, nodes ...*testcluster.N
 	if err := os.WriteFile(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range nodes {
-		trusted := filepath.Join(n.Dir, "data", "opcua", "pki", "trusted")
-		if err := os.MkdirAll(trusted, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(trusted, "node.der"), der, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Trusted once for the site, in the replicated trust store.
+	ctlOK(t, c, nil, "opcua", "trust", "add", filepath.Join(dir, "node.der"), "--name", "nodeopcua")
 	return certPEM, filepath.Join(dir, "node.key.pem")
 }
 
 // interopSite is the site config of the interop suite: None with anonymous
 // users (discovery, the plain cases) and Basic256Sha256 SignAndEncrypt with
 // a user name.
-func interopSite(t *testing.T, sim *testcluster.Sim) []byte {
+func interopSite(t *testing.T, c *testcluster.Cluster, sim *testcluster.Sim) []byte {
 	t.Helper()
 	pw := filepath.Join(t.TempDir(), "operator.pass")
 	if err := os.WriteFile(pw, []byte("op-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ctlOK(t, c, nil, "opcua", "users", "set", "operator", "--password-file", pw, "--can-write")
 	site := testcluster.SiteConfigGateway("interop", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
 	secure := "  security: [{policy: None, mode: None}, {policy: Basic256Sha256, mode: SignAndEncrypt}]\n" +
-		"  identities:\n    anonymous: true\n    anonymous_can_write: false\n    users:\n" +
-		"      - {username: operator, password_file: " + pw + ", can_write: true}\n"
+		"  identities: {anonymous: true, anonymous_can_write: false}\n"
 	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
 	if bytes.Equal(changed, site) {
 		t.Fatal("site config template changed: no security and identities lines to replace")
@@ -216,8 +209,8 @@ type renewResult struct {
 func TestOPCUANodeOPCUAInterop(t *testing.T) {
 	node, dir := needNode(t)
 	sim, c, active, standby := opcuaPair(t, "-change", "100ms")
-	certPEM, keyPEM := interopClient(t, c, active, standby)
-	deploySite(t, c, interopSite(t, sim))
+	certPEM, keyPEM := interopClient(t, c)
+	deploySite(t, c, interopSite(t, c, sim))
 	waitRedundancyLevels(t, active, standby, " after the deploy")
 
 	// Discovery and redundancy nodes, a browse path, reads with every

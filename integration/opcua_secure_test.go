@@ -49,10 +49,9 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	}
 
 	site := testcluster.SiteConfigGateway("secure", sim.Addr, map[string]string{"sink": "http://127.0.0.1:9/x"}, 5)
-	secure := "  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n" +
-		"  identities:\n    anonymous: false\n    users:\n" +
-		"      - {username: operator, password_file: " + filepath.Join(secrets, "operator.pass") + ", can_write: true}\n" +
-		"      - {username: viewer, password_file: " + filepath.Join(secrets, "viewer.pass") + "}\n"
+	secure := "  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities: {anonymous: false}\n"
+	ctlOK(t, c, nil, "opcua", "users", "set", "operator", "--password-file", filepath.Join(secrets, "operator.pass"), "--can-write")
+	ctlOK(t, c, nil, "opcua", "users", "set", "viewer", "--password-file", filepath.Join(secrets, "viewer.pass"))
 	changed := bytes.Replace(site, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"), []byte(secure), 1)
 	if bytes.Equal(changed, site) {
 		t.Fatal("site config template changed: no security and identities lines to replace")
@@ -69,7 +68,8 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 	}
 
 	// Untrusted first, on every node; each keeps the certificate for the
-	// operator, who moves it to trusted.
+	// operator, who trusts it once for the site.
+	var rejectedCopy string
 	for _, n := range []*testcluster.Node{active, standby} {
 		pki := filepath.Join(n.Dir, "data", "opcua", "pki")
 		// Refused at the door (an Error message BadCertificateUntrusted,
@@ -85,13 +85,13 @@ func TestOPCUASecureEndpointsEndToEnd(t *testing.T) {
 		if err != nil || len(rejected) != 1 {
 			t.Fatalf("%s's rejected folder: %v %v", n.ID, rejected, err)
 		}
-		if err := os.Rename(rejected[0], filepath.Join(pki, "trusted", filepath.Base(rejected[0]))); err != nil {
-			t.Fatal(err)
-		}
+		rejectedCopy = rejected[0]
 		if _, err := os.Stat(filepath.Join(pki, "own", "cert.der")); err != nil {
 			t.Fatalf("%s keeps no own certificate: %v", n.ID, err)
 		}
 	}
+
+	ctlOK(t, c, nil, "opcua", "trust", "add", rejectedCopy, "--name", "hmi")
 
 	// 240 on the Standby needs its peer's verdict that it is reachable:
 	// the probe must get through to a secure-only endpoint.

@@ -139,20 +139,11 @@ func TestOPCUAClientConnectionOverSignAndEncrypt(t *testing.T) {
 	up := newCluster(t, testcluster.Options{Mode: "strict", Voters: 1, Witness: false, OPCUA: true, LogLevel: "info"})
 	start(t, up)
 	upNode := waitOneActive(t, up, 20*time.Second)
-	trusted := filepath.Join(upNode.Dir, "data", "opcua", "pki", "trusted")
-	if err := os.MkdirAll(trusted, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := os.ReadFile(certFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(trusted, "site.der"), cert, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ctlOK(t, up, nil, "opcua", "trust", "add", certFile, "--name", "site-client")
+	ctlOK(t, up, nil, "opcua", "users", "set", "site", "--password-file", passFile, "--can-write")
 	upSite := testcluster.SiteConfigGateway("upstream", upSim.Addr, nil, 5)
 	secured := bytes.Replace(upSite, []byte("  security: [{policy: None, mode: None}]\n  identities: {anonymous: true, anonymous_can_write: true}\n"),
-		[]byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities:\n    users:\n      - {username: site, password_file: "+passFile+", can_write: true}\n"), 1)
+		[]byte("  security: [{policy: Basic256Sha256, mode: SignAndEncrypt}]\n  identities: {anonymous: false}\n"), 1)
 	if bytes.Equal(secured, upSite) {
 		t.Fatal("site config template changed: no security and identities lines to replace")
 	}

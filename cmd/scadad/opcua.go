@@ -26,7 +26,6 @@ import (
 	"github.com/scadad/scadad/opcua"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/siteconfig"
-	"github.com/scadad/scadad/uasec"
 )
 
 // opcuaService runs this node's OPC UA server from the deployed site
@@ -149,7 +148,9 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 		HotStandby: site.HotStandby, MaxSessions: site.OPCUA.MaxSessions,
 		MaxConnections: s.limits.MaxConns, MaxConnectionsPerAddress: s.limits.MaxConnsPerAddr,
 		CertFile: s.cert, KeyFile: s.key,
-		TrustedClientsDir:  filepath.Join(s.pkiDir, "trusted"),
+		// Trust and users come from the replicated state only: the
+		// per-node trusted folder and password files were read in v0.1.0
+		// only (warnRetiredTrustFolder, warnRetiredSiteFields).
 		RejectedClientsDir: filepath.Join(s.pkiDir, "rejected"),
 		Trust:              s.access, UserStore: s.access,
 	}
@@ -161,22 +162,15 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 			return nil, err
 		}
 	}
-	// Made up front so an operator finds where client certificates go.
-	for _, dir := range []string{c.TrustedClientsDir, c.RejectedClientsDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("opcua client certificate folder: %w", err)
-		}
+	// Made up front so an operator finds where refused certificates go.
+	if err := os.MkdirAll(c.RejectedClientsDir, 0o750); err != nil {
+		return nil, fmt.Errorf("opcua rejected client certificate folder: %w", err)
 	}
 	for _, p := range site.OPCUA.Security {
 		c.Security = append(c.Security, opcua.SecurityProfile{Policy: p.Policy, Mode: p.Mode})
 	}
-	for _, u := range site.OPCUA.Identities.Users {
-		pw, err := uasec.ReadPasswordFile(u.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("opcua user %s: %w", u.Username, err)
-		}
-		c.Users = append(c.Users, opcua.User{Name: u.Username, Password: pw, CanWrite: u.CanWrite})
-	}
+	warnRetiredTrustFolder(s.log, filepath.Join(s.pkiDir, "trusted"))
+	warnRetiredSiteFields(s.log, site)
 	for _, m := range s.peers {
 		c.Peers = append(c.Peers, opcua.Peer{ApplicationURI: applicationURI(m.ID), EndpointURL: m.OPCUA})
 	}
