@@ -178,12 +178,7 @@ func TestClientCertificateWithoutARoleIsRefused(t *testing.T) {
 	deploySite(t, c, testcluster.SiteConfig("sec", map[string]string{"sink": "http://127.0.0.1:1/"}, 3))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var standby *testcluster.Node
-	for _, n := range c.Nodes {
-		if !n.Witness && n != active {
-			standby = n
-		}
-	}
+	standby := otherVoter(t, c, active)
 	old, err := siteCA(t, c).Issue(pki.LeafSpec{Name: "old-operator", Usage: pki.ClientUsage, NotAfter: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
