@@ -234,3 +234,86 @@ func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d Sparkplug messages; bdSeq %d, %d, then %v", len(msgs), firstBd, firstBd+1, births)
 }
+
+// A deploy removes an instance whose values are still in the buffer (held
+// there while the primary host is offline): the next session births the
+// remaining devices, publishes the removed device's last values after a
+// DBIRTH of it, then its DDEATH, so a host application does not keep it
+// online; the remaining device's data goes on.
+func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
+	broker, err := testcluster.StartMosquitto(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	host, err := broker.Subscribe("test-host", "spBv1.0/#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	ctx := context.Background()
+	state := func(online bool) {
+		t.Helper()
+		if err := host.Publish(ctx, "spBv1.0/STATE/host1", fmt.Appendf(nil, `{"online": %v, "timestamp": %d}`, online, time.Now().UnixMilli()), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state(true)
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	waitOneActive(t, c, 20*time.Second)
+	site := func(instances ...string) []byte {
+		s := string(testcluster.SiteConfigGateway("sparkplug", sim.Addr, nil, 0))
+		var extra, sel strings.Builder
+		for _, in := range instances {
+			if in != "Pump1" {
+				fmt.Fprintf(&extra, "  - name: %s\n    connection: gw\n    attributes:\n      - {name: Speed, type: double, tag: %s.Speed}\n", in, in)
+			}
+			fmt.Fprintf(&sel, "{instance: %s}, ", in)
+		}
+		s = strings.Replace(s, "opcua:\n", extra.String()+"opcua:\n", 1)
+		s += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
+		s += "history:\n  - {name: pumps, target: uns, format: sparkplug, select: [" + strings.TrimSuffix(sel.String(), ", ") + "], max_batch: 50, max_batch_delay: 100ms}\n"
+		return []byte(s)
+	}
+	deploySite(t, c, site("Pump1", "Pump2"))
+	var msgs []spMessage
+	testwait.For(t, 30*time.Second, "DDATA of Pump2", func() bool {
+		msgs = spDecode(t, host)
+		return slices.ContainsFunc(msgs, func(m spMessage) bool { return m.kind == "DDATA" && m.device == "Pump2" })
+	})
+
+	// Values of Pump2 wait in the buffer while the host is offline; then
+	// the deploy removes Pump2.
+	state(false)
+	testwait.For(t, 10*time.Second, "the node's NDEATH", func() bool {
+		msgs = spDecode(t, host)
+		return msgs[len(msgs)-1].kind == "NDEATH"
+	})
+	offline := time.Now()
+	testwait.For(t, 5*time.Second, "1 s of values held", func() bool { return time.Since(offline) > time.Second })
+	deploySite(t, c, site("Pump1"))
+	held := len(spDecode(t, host))
+	state(true)
+
+	var got []string
+	testwait.ForDetail(t, 30*time.Second, "Pump2's DDEATH after its last values, then Pump1's DDATA", func() (bool, string) {
+		msgs = spDecode(t, host)
+		got = got[:0]
+		for _, m := range msgs[held:] {
+			got = append(got, m.kind+"/"+m.device)
+		}
+		death := slices.Index(got, "DDEATH/Pump2")
+		return death > 0 && slices.Contains(got[death:], "DDATA/Pump1"), strings.Join(got, " ")
+	})
+	if got[0] != "NBIRTH/" || got[1] != "DBIRTH/Pump1" {
+		t.Fatalf("after the deploy: %v, want NBIRTH, then DBIRTH of Pump1", got)
+	}
+	death := slices.Index(got, "DDEATH/Pump2")
+	if !slices.Contains(got[:death], "DBIRTH/Pump2") || !slices.Contains(got[:death], "DDATA/Pump2") ||
+		slices.ContainsFunc(got[death+1:], func(k string) bool { return strings.HasSuffix(k, "/Pump2") }) {
+		t.Fatalf("after the deploy: %v, want Pump2 born, its held values, its DDEATH, nothing of it after", got)
+	}
+	t.Logf("after the deploy: %v", got)
+}

@@ -154,6 +154,7 @@ func (k Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (stor
 		devices: map[string]*device{}}
 	for _, d := range s.Devices {
 		dev := sd.device(d.Name)
+		dev.configured = true
 		for _, m := range d.Metrics {
 			dev.metric(m.Name, m.Type, &sd.lastAlias)
 		}
@@ -196,6 +197,10 @@ type device struct {
 	name    string
 	metrics []*metric
 	byName  map[string]*metric
+	// configured: the settings list it. Another device is one whose
+	// values outlived its place in the site config (its instance removed
+	// by a deploy): born only to publish those, then dead (DDEATH).
+	configured bool
 }
 
 type metric struct {
@@ -512,6 +517,9 @@ func (s *sender) birth(ctx context.Context, ss *session) error {
 	}
 	ss.born[""] = true
 	for _, d := range s.order {
+		if !d.configured {
+			continue // born again only by values of its own
+		}
 		if err := s.deviceBirth(ctx, ss, d); err != nil {
 			return err
 		}
@@ -614,6 +622,9 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 			return err
 		}
 	}
+	if err := s.buryUnconfigured(ctx, ss, parts); err != nil {
+		return err
+	}
 	for _, msg := range parts {
 		for _, dd := range msg {
 			if err := s.ready(ctx, ss); err != nil {
@@ -637,6 +648,27 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 				dd.known[i].last = pm
 			}
 		}
+	}
+	return nil
+}
+
+// buryUnconfigured publishes the DDEATH of every born device the settings
+// do not list and the batch about to be published holds no values of:
+// its values still in the buffer are published (one message of them
+// after another, without a death and birth between each), and Sparkplug
+// has the Edge Node announce a device that is gone (a host keeps a device
+// online until its DDEATH or the node's NDEATH).
+func (s *sender) buryUnconfigured(ctx context.Context, ss *session, parts [][]*deviceData) error {
+	for _, d := range s.order {
+		if d.configured || !ss.born[d.name] || slices.ContainsFunc(parts, func(msg []*deviceData) bool {
+			return slices.ContainsFunc(msg, func(dd *deviceData) bool { return dd.dev == d })
+		}) {
+			continue
+		}
+		if err := s.publish(ctx, ss, "DDEATH", d.name, &sparkplugpb.Payload{}); err != nil {
+			return err
+		}
+		delete(ss.born, d.name)
 	}
 	return nil
 }

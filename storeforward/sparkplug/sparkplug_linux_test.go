@@ -285,3 +285,92 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 		}
 	}
 }
+
+// A device the settings no longer list (its instance removed by a deploy,
+// which starts a new session without it) whose values are still in the
+// buffer: its DBIRTH, its DDATA, then, before the first batch without
+// values of it, its DDEATH (seq continuing, with a
+// timestamp), so a host application sees it go offline instead of staying
+// online for the rest of the session; a rebirth of the node does not
+// birth it again, and later values of it birth it again first.
+func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
+	broker, err := testcluster.StartMosquitto(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	rec, err := broker.Subscribe("test-host", Namespace+"/#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	target := storeforward.Target{Name: "edge", Settings: Settings{
+		Connection: mqtttarget.Settings{Broker: broker.URL, Username: broker.Username, PasswordFile: broker.PasswordFile},
+		GroupID:    "plant", EdgeNode: "scadad",
+		Devices: []Device{{Name: "Pump1", Metrics: []Metric{{Name: "Speed", Type: sparkplugpb.DataType_Double}}}},
+	}}
+	kind := Kind{Births: &countingBirths{}}
+	snd, err := kind.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now().Truncate(time.Millisecond)
+	val := func(inst string, v float64) storeforward.HistoryValue {
+		return storeforward.HistoryValue{Instance: inst, Attribute: "Speed", Value: v, Timestamp: t0}
+	}
+	send := func(m *storeforward.Message) {
+		t.Helper()
+		if err := snd.Send(ctx, []*storeforward.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(historyMessage(t, "m1", val("Pump1", 1), val("Pump9", 9)))
+	send(historyMessage(t, "m2", val("Pump9", 8)))
+	send(historyMessage(t, "m3", val("Pump1", 2)))
+	// The host asks for a rebirth: Pump9 is not born again.
+	rebirth, err := proto.Marshal(&sparkplugpb.Payload{Metrics: []*sparkplugpb.Payload_Metric{{Name: proto.String(MetricRebirth),
+		Datatype: proto.Uint32(uint32(sparkplugpb.DataType_Boolean)), Value: &sparkplugpb.Payload_Metric_BooleanValue{BooleanValue: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Publish(ctx, Namespace+"/plant/NCMD/scadad", rebirth, false); err != nil {
+		t.Fatal(err)
+	}
+	s := snd.(*sender)
+	testwait.For(t, 5*time.Second, "the rebirth request received", func() bool {
+		s.sess.mu.Lock()
+		defer s.sess.mu.Unlock()
+		return s.sess.rebirth
+	})
+	send(historyMessage(t, "m4", val("Pump9", 10)))
+	send(historyMessage(t, "m5", val("Pump1", 3)))
+	want := "NBIRTH DBIRTH/Pump1 DDATA/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1 " +
+		"NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1"
+	var msgs []seen
+	var got string
+	testwait.ForDetail(t, 5*time.Second, want, func() (bool, string) {
+		msgs = decodeNode(t, rec, "plant", "scadad")
+		var kinds []string
+		for _, m := range msgs {
+			if m.kind == "NCMD" {
+				continue
+			}
+			k := m.kind
+			if m.device != "" {
+				k += "/" + m.device
+			}
+			kinds = append(kinds, k)
+		}
+		got = strings.Join(kinds, " ")
+		return got == want, got
+	})
+	checkSeq(t, msgs)
+	for _, m := range msgs {
+		if m.kind == "DDEATH" && (m.p.Timestamp == nil || m.p.Seq == nil || len(m.p.Metrics) != 0) {
+			t.Fatalf("DDEATH %v: want a timestamp, a seq and no metrics", m.p)
+		}
+	}
+}
