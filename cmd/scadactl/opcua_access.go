@@ -179,7 +179,7 @@ func opcuaTrustImport(ctx context.Context, g *globals, dir string) error {
 		}
 		fmt.Fprintf(g.stdout, "trusted %s (%s)\n", resp.Thumbprint, resp.Subject)
 	}
-	fmt.Fprintf(g.stdout, "imported %d certificates; the folder is read for this release only: once every node's folder is imported, it can be emptied\n", len(certs))
+	fmt.Fprintf(g.stdout, "imported %d certificates; nodes no longer read the folder (since v0.2.0): once every node's folder is imported, empty it\n", len(certs))
 	return nil
 }
 
