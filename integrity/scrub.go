@@ -3,6 +3,7 @@ package integrity
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,17 @@ type Scrubber struct {
 	Metrics *ScrubMetrics
 	Log     zerolog.Logger
 	Now     func() time.Time
+
+	// rebuilding is the rebuild under way, which a concurrent Rebuild
+	// waits for instead of starting another.
+	mu         sync.Mutex
+	rebuilding *rebuildRun
+}
+
+// rebuildRun is one rebuild; ok is set before done is closed.
+type rebuildRun struct {
+	done chan struct{}
+	ok   bool
 }
 
 // Run scrubs every interval until ctx ends.
@@ -103,7 +115,35 @@ func (s *Scrubber) once(ctx context.Context) {
 // discards its raft state and state file and rejoins, so the leader sends
 // it a healthy snapshot. It reports whether the node was rebuilt; in pair
 // mode it is not (the peer cannot lead alone) and the node only alerts.
+//
+// The same damage reaches it from several places at once (the daemon's
+// storage watch after a failed apply or read, the scrub, a checkpoint): a
+// call while a rebuild is under way waits for that one and answers as it
+// ended, since a second rejoin would discard the state the first was sent.
 func (s *Scrubber) Rebuild(ctx context.Context, cause error) bool {
+	s.mu.Lock()
+	if run := s.rebuilding; run != nil {
+		s.mu.Unlock()
+		s.Log.Warn().Err(cause).Msg("state damaged while a rebuild is under way; waiting for it")
+		select {
+		case <-run.done:
+			return run.ok
+		case <-ctx.Done():
+			return false
+		}
+	}
+	run := &rebuildRun{done: make(chan struct{})}
+	s.rebuilding = run
+	s.mu.Unlock()
+	run.ok = s.rebuild(ctx, cause)
+	s.mu.Lock()
+	s.rebuilding = nil
+	s.mu.Unlock()
+	close(run.done)
+	return run.ok
+}
+
+func (s *Scrubber) rebuild(ctx context.Context, cause error) bool {
 	s.Metrics.damaged.Set(1)
 	if s.Pair {
 		s.Log.Error().Err(cause).Msg("STATE DAMAGED: this node's state file cannot be read whole; in pair mode the peer cannot lead alone, so this node keeps its role: compare the nodes (scadactl snapshot save --local on each) and rebuild the damaged one (move its data folder aside and start it again)")

@@ -2,10 +2,13 @@ package integrity
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -92,4 +95,50 @@ func TestScrubberRebuildsOutsidePairModeOnly(t *testing.T) {
 			t.Errorf("witness mode: %d rejoins, %v rebuilds; want 1 and 1", node.calls, value("scadad_state_rebuilds_total"))
 		}
 	}
+}
+
+// blockingRejoiner counts rejoins and holds each until released.
+type blockingRejoiner struct {
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (b *blockingRejoiner) Rejoin(ctx context.Context, reset func(context.Context) error) error {
+	b.calls.Add(1)
+	<-b.release
+	return reset(ctx)
+}
+
+// TestConcurrentRebuildsRejoinOnce: the same damage reaches Rebuild from
+// two places at once (the daemon's storage watch after a failed apply, the
+// scrub's own read, a checkpoint): the node rejoins once, and every caller
+// learns how that rebuild ended. Two rejoins discarded the state the first
+// had just been sent.
+func TestConcurrentRebuildsRejoinOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := &blockingRejoiner{release: make(chan struct{})}
+		s := &Scrubber{Interval: time.Hour, Node: node, Reset: func(context.Context) error { return nil },
+			Metrics: NewScrubMetrics(prometheus.NewRegistry()), Log: zerolog.Nop(), Now: time.Now}
+		cause := fmt.Errorf("apply: %w", fsm.ErrDamagedState)
+		results := make(chan bool, 2)
+		for range 2 {
+			go func() { results <- s.Rebuild(context.Background(), cause) }()
+		}
+		synctest.Wait()
+		close(node.release)
+		for range 2 {
+			if !<-results {
+				t.Error("a caller was told the rebuild failed")
+			}
+		}
+		if got := node.calls.Load(); got != 1 {
+			t.Fatalf("%d rejoins for one damage, want 1", got)
+		}
+		// A damage found after that rebuild is rebuilt again.
+		node.release = make(chan struct{})
+		close(node.release)
+		if !s.Rebuild(context.Background(), cause) || node.calls.Load() != 2 {
+			t.Fatalf("a later damage: %d rejoins in all, want 2", node.calls.Load())
+		}
+	})
 }
