@@ -113,6 +113,15 @@ func (a *applier) checkpointReport(c *fsmpb.CheckpointReport, res *Result) error
 		res.Err = cmdErr(CodeInvalid, "node %q is not a voter of checkpoint %d", c.NodeId, c.Index)
 		return nil
 	}
+	// The record keeps what the checkpoint found: a node's first report
+	// stands. A node rebuilt after this checkpoint's verdict replays the
+	// checkpoint and reports again, healthy now; replacing its report would
+	// erase the divergence from `scadactl check` the moment the rebuild
+	// finished. The newer checkpoints say it is whole again.
+	if slices.ContainsFunc(rec.Reports, func(r *fsmpb.CheckpointDigest) bool { return r.NodeId == c.NodeId }) {
+		res.Checkpoint = &CheckpointOutcome{Record: rec}
+		return nil
+	}
 	addReport(rec, &fsmpb.CheckpointDigest{NodeId: c.NodeId, Digest: c.Digest, StampUnixNano: a.cmd.StampUnixNano})
 	judge(rec)
 	if err := a.putRecord(b, u64(c.Index), rec); err != nil {
@@ -122,8 +131,7 @@ func (a *applier) checkpointReport(c *fsmpb.CheckpointReport, res *Result) error
 	return nil
 }
 
-// addReport puts d in rec's reports, replacing the node's earlier one,
-// in the voters' order.
+// addReport puts d in rec's reports, in the voters' order.
 func addReport(rec *fsmpb.CheckpointRecord, d *fsmpb.CheckpointDigest) {
 	var out []*fsmpb.CheckpointDigest
 	for _, v := range rec.Voters {

@@ -163,7 +163,10 @@ func TestCheckpointVerdicts(t *testing.T) {
 		{"the leader is the odd one", []string{"n1", "n2", "w"}, [][2]string{{"n1", b}, {"n2", a}, {"w", a}}, a, []string{"n1"}, false},
 		{"pair agrees", []string{"n1", "n2"}, [][2]string{{"n1", a}, {"n2", a}}, a, nil, false},
 		{"pair disagrees", []string{"n1", "n2"}, [][2]string{{"n1", a}, {"n2", b}}, "", nil, true},
-		{"a later report replaces", []string{"n1", "n2"}, [][2]string{{"n1", b}, {"n2", a}, {"n1", a}}, a, nil, false},
+		// A node rebuilt after the verdict reports again at the same
+		// checkpoint: what the checkpoint found stands.
+		{"a node's later report does not rewrite the split", []string{"n1", "n2"}, [][2]string{{"n1", b}, {"n2", a}, {"n1", a}}, "", nil, true},
+		{"a node's later report does not rewrite the divergence", []string{"n1", "n2", "w"}, [][2]string{{"n1", a}, {"n2", b}, {"w", a}, {"n2", a}}, a, []string{"n2"}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
