@@ -22,16 +22,7 @@ import (
 // producer's messages in the order they were acknowledged (max_in_flight
 // 1).
 func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
-	broker, err := testcluster.StartMosquitto(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-recorder", "plant/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
 	c, active, targets := sfTargetCluster(t, "sf-mqtt", fmt.Sprintf(
 		"{name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{target}/{node}\", username: scadad, password_file: %q, session_expiry: 1h}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 200}",
 		broker.URL, broker.PasswordFile))
@@ -98,16 +89,7 @@ func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
 // the broker does not authorize is answered 0x87 and parked with that
 // answer; the messages around it are delivered in order.
 func TestSFMQTTNotAuthorizedParksOverTLS(t *testing.T) {
-	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{TLS: true, DenyTopics: []string{"plant/secret/#"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-recorder", "plant/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{TLS: true, DenyTopics: []string{"plant/secret/#"}}, "test-recorder", "plant/#")
 	c, active, _ := sfTargetCluster(t, "sf-mqtt-acl", fmt.Sprintf(
 		"{name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{id}\", username: scadad, password_file: %q, ca_file: %q, cert_file: %q, key_file: %q}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_in_flight: 1}",
 		broker.TLSURL, broker.PasswordFile, broker.CAFile, broker.CertFile, broker.KeyFile))

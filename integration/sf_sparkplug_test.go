@@ -44,6 +44,29 @@ func spDecode(t *testing.T, rec *testcluster.MQTTRecorder) []spMessage {
 	return out
 }
 
+// spCluster starts what a Sparkplug history test needs: a broker with a
+// recorder standing in for primary host host1 (its STATE online), the
+// gateway simulator changing values every 100 ms, and a witness cluster
+// with its Active node.
+func spCluster(t *testing.T) (*testcluster.Mosquitto, *testcluster.MQTTRecorder, *testcluster.Sim, *testcluster.Cluster, *testcluster.Node) {
+	t.Helper()
+	broker, host := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-host", "spBv1.0/#")
+	spHostState(t, host, true)
+	sim := startSim(t, "-change", "100ms")
+	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
+	start(t, c)
+	return broker, host, sim, c, waitOneActive(t, c, 20*time.Second)
+}
+
+// spHostState publishes primary host host1's STATE (Sparkplug 3.0's
+// JSON, retained) as rec.
+func spHostState(t *testing.T, rec *testcluster.MQTTRecorder, online bool) {
+	t.Helper()
+	if err := rec.Publish(context.Background(), "spBv1.0/STATE/host1", fmt.Appendf(nil, `{"online": %v, "timestamp": %d}`, online, time.Now().UnixMilli()), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func spBdSeq(p *sparkplugpb.Payload) int64 {
 	for _, m := range p.Metrics {
 		if m.GetName() == "bdSeq" {
@@ -62,29 +85,8 @@ func spBdSeq(p *sparkplugpb.Payload) int64 {
 // its bdSeq) and the survivor births with the next bdSeq, and again after
 // a restart of the broker.
 func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
-	broker, err := testcluster.StartMosquitto(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	host, err := broker.Subscribe("test-host", "spBv1.0/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Close)
-	ctx := context.Background()
-	state := func(online bool) {
-		t.Helper()
-		if err := host.Publish(ctx, "spBv1.0/STATE/host1", fmt.Appendf(nil, `{"online": %v, "timestamp": %d}`, online, time.Now().UnixMilli()), true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	state(true)
-
-	sim := startSim(t, "-change", "100ms")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
-	start(t, c)
-	active := waitOneActive(t, c, 20*time.Second)
+	broker, host, sim, c, active := spCluster(t)
+	state := func(online bool) { t.Helper(); spHostState(t, host, online) }
 	site := string(testcluster.SiteConfigGateway("sparkplug", sim.Addr, nil, 0))
 	site += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, max_attempts: 1, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
 	site += "history:\n  - {name: pumps, target: uns, format: sparkplug, select: [{instance: Pump1}], max_batch: 50, max_batch_delay: 100ms}\n"
@@ -241,28 +243,8 @@ func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
 // DBIRTH of it, then its DDEATH, so a host application does not keep it
 // online; the remaining device's data goes on.
 func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
-	broker, err := testcluster.StartMosquitto(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	host, err := broker.Subscribe("test-host", "spBv1.0/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Close)
-	ctx := context.Background()
-	state := func(online bool) {
-		t.Helper()
-		if err := host.Publish(ctx, "spBv1.0/STATE/host1", fmt.Appendf(nil, `{"online": %v, "timestamp": %d}`, online, time.Now().UnixMilli()), true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	state(true)
-	sim := startSim(t, "-change", "100ms")
-	c := newCluster(t, testcluster.Options{Mode: "witness", Voters: 2, Witness: true, LogLevel: "info"})
-	start(t, c)
-	waitOneActive(t, c, 20*time.Second)
+	broker, host, sim, c, _ := spCluster(t)
+	state := func(online bool) { t.Helper(); spHostState(t, host, online) }
 	site := func(instances ...string) []byte {
 		s := string(testcluster.SiteConfigGateway("sparkplug", sim.Addr, nil, 0))
 		var extra, sel strings.Builder

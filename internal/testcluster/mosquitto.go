@@ -61,6 +61,35 @@ func StartMosquitto(dir string) (*Mosquitto, error) {
 	return StartMosquittoWith(dir, MosquittoOptions{})
 }
 
+// TestingT is what StartRecordedMosquitto uses of a *testing.T (an
+// interface, so that the benchmark binaries linking this package do not
+// link package testing).
+type TestingT interface {
+	Helper()
+	TempDir() string
+	Cleanup(func())
+	Fatal(args ...any)
+}
+
+// StartRecordedMosquitto starts a broker of t's own (in t.TempDir) and a
+// recorder subscribed to filter as clientID, both stopped when t ends; it
+// fails t when either cannot start. It is the set-up of every test that
+// watches what reaches a broker.
+func StartRecordedMosquitto(t TestingT, o MosquittoOptions, clientID, filter string) (*Mosquitto, *MQTTRecorder) {
+	t.Helper()
+	broker, err := StartMosquittoWith(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+	rec, err := broker.Subscribe(clientID, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	return broker, rec
+}
+
 // StartMosquittoWith is StartMosquitto with options.
 func StartMosquittoWith(dir string, o MosquittoOptions) (*Mosquitto, error) {
 	bin, err := exec.LookPath("mosquitto")

@@ -22,16 +22,7 @@ import (
 // denies is answered "not authorized" (0x87), a permanent refusal; a
 // target without the client certificate cannot connect (transient).
 func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
-	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{TLS: true, DenyTopics: []string{"plant/secret/#"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-recorder", "plant/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{TLS: true, DenyTopics: []string{"plant/secret/#"}}, "test-recorder", "plant/#")
 
 	set := Settings{Broker: broker.TLSURL, Topic: "plant/{id}", Username: broker.Username, PasswordFile: broker.PasswordFile,
 		CAFile: broker.CAFile, CertFile: broker.CertFile, KeyFile: broker.KeyFile}
@@ -104,16 +95,7 @@ func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
 // arrives, in order, on its {id} topic and without MQTT 5 properties (the
 // recorder is an MQTT 5 client: a 5 publish would carry message-id).
 func TestMQTT311OnARealBroker(t *testing.T) {
-	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{TLS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-recorder", "plant/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{TLS: true}, "test-recorder", "plant/#")
 	target := storeforward.Target{Name: "broker", Timeout: 5 * time.Second, MaxInFlight: 1, Settings: Settings{
 		Broker: broker.TLSURL, Topic: "plant/{target}/{id}", Protocol: Protocol311, Username: broker.Username, PasswordFile: broker.PasswordFile,
 		CAFile: broker.CAFile, CertFile: broker.CertFile, KeyFile: broker.KeyFile}}

@@ -75,6 +75,20 @@ func historyMessage(t *testing.T, id string, values ...storeforward.HistoryValue
 	return &storeforward.Message{ID: id, Payload: b, Headers: []storeforward.Header{{Key: "Content-Type", Value: storeforward.SparkplugContentType}}}
 }
 
+// askRebirth publishes, as rec, a host's NCMD Node Control/Rebirth to
+// plant/scadad.
+func askRebirth(t *testing.T, rec *testcluster.MQTTRecorder) {
+	t.Helper()
+	cmd, err := proto.Marshal(&sparkplugpb.Payload{Metrics: []*sparkplugpb.Payload_Metric{{Name: proto.String(MetricRebirth),
+		Datatype: proto.Uint32(uint32(sparkplugpb.DataType_Boolean)), Value: &sparkplugpb.Payload_Metric_BooleanValue{BooleanValue: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Publish(context.Background(), Namespace+"/plant/NCMD/scadad", cmd, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type countingBirths struct{ n uint8 }
 
 func (c *countingBirths) NextBirth(context.Context, string) (uint8, error) {
@@ -130,16 +144,7 @@ func checkSeq(t *testing.T, msgs []seen) []uint64 {
 // session births with the next bdSeq; the host going offline ends the
 // session with the node's own NDEATH.
 func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
-	broker, err := testcluster.StartMosquitto(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-host", Namespace+"/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-host", Namespace+"/#")
 	ctx := context.Background()
 	state := func(online bool) {
 		t.Helper()
@@ -243,14 +248,7 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 	}
 
 	// A host asks for a rebirth (NCMD): the births again, same bdSeq.
-	cmd, err := proto.Marshal(&sparkplugpb.Payload{Metrics: []*sparkplugpb.Payload_Metric{{Name: proto.String(MetricRebirth),
-		Datatype: proto.Uint32(uint32(sparkplugpb.DataType_Boolean)), Value: &sparkplugpb.Payload_Metric_BooleanValue{BooleanValue: true}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Publish(ctx, Namespace+"/plant/NCMD/scadad", cmd, false); err != nil {
-		t.Fatal(err)
-	}
+	askRebirth(t, rec)
 	before := len(msgs)
 	testwait.For(t, 10*time.Second, "a rebirth", func() bool {
 		if err := send(5*time.Second, historyMessage(t, "m3b", storeforward.HistoryValue{Instance: "Pump1", Attribute: "Speed", Value: 3.75, Timestamp: t0})); err != nil {
@@ -294,16 +292,7 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 // online for the rest of the session; a rebirth of the node does not
 // birth it again, and later values of it birth it again first.
 func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
-	broker, err := testcluster.StartMosquitto(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-	rec, err := broker.Subscribe("test-host", Namespace+"/#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rec.Close)
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-host", Namespace+"/#")
 	target := storeforward.Target{Name: "edge", Settings: Settings{
 		Connection: mqtttarget.Settings{Broker: broker.URL, Username: broker.Username, PasswordFile: broker.PasswordFile},
 		GroupID:    "plant", EdgeNode: "scadad",
@@ -331,14 +320,7 @@ func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
 	send(historyMessage(t, "m2", val("Pump9", 8)))
 	send(historyMessage(t, "m3", val("Pump1", 2)))
 	// The host asks for a rebirth: Pump9 is not born again.
-	rebirth, err := proto.Marshal(&sparkplugpb.Payload{Metrics: []*sparkplugpb.Payload_Metric{{Name: proto.String(MetricRebirth),
-		Datatype: proto.Uint32(uint32(sparkplugpb.DataType_Boolean)), Value: &sparkplugpb.Payload_Metric_BooleanValue{BooleanValue: true}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Publish(ctx, Namespace+"/plant/NCMD/scadad", rebirth, false); err != nil {
-		t.Fatal(err)
-	}
+	askRebirth(t, rec)
 	s := snd.(*sender)
 	testwait.For(t, 5*time.Second, "the rebirth request received", func() bool {
 		s.sess.mu.Lock()
