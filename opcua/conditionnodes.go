@@ -109,57 +109,16 @@ func (s *Server) readCondition(rv *ua.ReadValueID, now time.Time) (*ua.DataValue
 		return nil, false
 	}
 	if !isField {
-		switch rv.AttributeID {
-		case ua.AttributeIDNodeID:
-			return plainValue(rv.NodeID, now), true
-		case ua.AttributeIDNodeClass:
-			return plainValue(int32(ua.NodeClassObject), now), true
-		case ua.AttributeIDBrowseName:
-			return plainValue(&ua.QualifiedName{NamespaceIndex: s.ns.idx, Name: e.c.ID}, now), true
-		case ua.AttributeIDDisplayName:
-			return plainValue(localized(e.c.Name), now), true
-		case ua.AttributeIDDescription:
-			return plainValue(localized(e.c.Message), now), true
-		case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
-			return plainValue(uint32(0), now), true
-		case ua.AttributeIDEventNotifier:
-			return plainValue(byte(0), now), true
-		}
-		return statusValue(ua.StatusBadAttributeIDInvalid, now), true
+		return readObject(rv.NodeID, rv.AttributeID, &ua.QualifiedName{NamespaceIndex: s.ns.idx, Name: e.c.ID}, e.c.Name, e.c.Message, now), true
 	}
 	name := f.path[strings.LastIndexByte(f.path, '/')+1:]
 	value := s.ns.conditionFields(e)[f.path]
-	switch rv.AttributeID {
-	case ua.AttributeIDNodeID:
-		return plainValue(rv.NodeID, now), true
-	case ua.AttributeIDNodeClass:
-		return plainValue(int32(ua.NodeClassVariable), now), true
-	case ua.AttributeIDBrowseName:
-		return plainValue(&ua.QualifiedName{Name: name}, now), true
-	case ua.AttributeIDDisplayName:
-		return plainValue(localized(name), now), true
-	case ua.AttributeIDDescription:
-		return plainValue(localized(""), now), true
-	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
-		return plainValue(uint32(0), now), true
-	case ua.AttributeIDValue:
-		v := variantOf(value)
+	if rv.AttributeID == ua.AttributeIDValue {
+		// A field's value is as of the transition this node received.
 		return &ua.DataValue{EncodingMask: ua.DataValueValue | ua.DataValueServerTimestamp | ua.DataValueSourceTimestamp,
-			Value: v, ServerTimestamp: now, SourceTimestamp: e.received}, true
-	case ua.AttributeIDDataType:
-		return plainValue(ua.NewNumericNodeID(0, fieldDataType(f.path, value)), now), true
-	case ua.AttributeIDValueRank:
-		return plainValue(int32(-1), now), true
-	case ua.AttributeIDArrayDimensions:
-		return plainValue([]uint32{}, now), true
-	case ua.AttributeIDAccessLevel, ua.AttributeIDUserAccessLevel:
-		return plainValue(accessRead, now), true
-	case ua.AttributeIDMinimumSamplingInterval:
-		return plainValue(float64(0), now), true
-	case ua.AttributeIDHistorizing:
-		return plainValue(false, now), true
+			Value: variantOf(value), ServerTimestamp: now, SourceTimestamp: e.received}, true
 	}
-	return statusValue(ua.StatusBadAttributeIDInvalid, now), true
+	return readOnlyProperty(rv.NodeID, rv.AttributeID, name, value, fieldDataType(f.path, value), -1, now), true
 }
 
 // fieldDataType is a field's DataType: its built-in type, UtcTime for the

@@ -512,6 +512,29 @@ func propertyAttribute(v *varNode, prop string, nid *ua.NodeID, attr ua.Attribut
 	return readOnlyProperty(nid, attr, prop, value, dataType, -1, now)
 }
 
+// readObject answers a Read of the attributes of an Object node this
+// package serves itself (a condition, a namespace's metadata): no events
+// of its own, nothing writable.
+func readObject(nid *ua.NodeID, attr ua.AttributeID, browseName *ua.QualifiedName, displayName, description string, now time.Time) *ua.DataValue {
+	switch attr {
+	case ua.AttributeIDNodeID:
+		return plainValue(nid, now)
+	case ua.AttributeIDNodeClass:
+		return plainValue(int32(ua.NodeClassObject), now)
+	case ua.AttributeIDBrowseName:
+		return plainValue(browseName, now)
+	case ua.AttributeIDDisplayName:
+		return plainValue(localized(displayName), now)
+	case ua.AttributeIDDescription:
+		return plainValue(localized(description), now)
+	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
+		return plainValue(uint32(0), now)
+	case ua.AttributeIDEventNotifier:
+		return plainValue(byte(0), now)
+	}
+	return statusValue(ua.StatusBadAttributeIDInvalid, now)
+}
+
 // readOnlyProperty answers a read of one attribute of a read-only
 // PropertyType variable whose BrowseName is name in namespace 0, whose
 // value is value, of dataType and rank (-1 scalar, 1 an array).

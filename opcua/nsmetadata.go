@@ -149,21 +149,5 @@ func (s *Server) readMetadata(rv *ua.ReadValueID, now time.Time) (*ua.DataValue,
 	if prop != nil {
 		return readOnlyProperty(rv.NodeID, rv.AttributeID, prop.name, meta.value(prop), prop.dataType, prop.rank, now), true
 	}
-	switch rv.AttributeID {
-	case ua.AttributeIDNodeID:
-		return plainValue(rv.NodeID, now), true
-	case ua.AttributeIDNodeClass:
-		return plainValue(int32(ua.NodeClassObject), now), true
-	case ua.AttributeIDBrowseName:
-		return plainValue(&ua.QualifiedName{NamespaceIndex: meta.idx, Name: meta.uri}, now), true
-	case ua.AttributeIDDisplayName:
-		return plainValue(localized(meta.uri), now), true
-	case ua.AttributeIDDescription:
-		return plainValue(localized(""), now), true
-	case ua.AttributeIDWriteMask, ua.AttributeIDUserWriteMask:
-		return plainValue(uint32(0), now), true
-	case ua.AttributeIDEventNotifier:
-		return plainValue(byte(0), now), true
-	}
-	return statusValue(ua.StatusBadAttributeIDInvalid, now), true
+	return readObject(rv.NodeID, rv.AttributeID, &ua.QualifiedName{NamespaceIndex: meta.idx, Name: meta.uri}, meta.uri, "", now), true
 }
