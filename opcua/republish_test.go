@@ -302,7 +302,7 @@ func TestRepublishRecoversLostPublishAnswer(t *testing.T) {
 	go func() {
 		lost <- c.Send(lostCtx, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{ack(sub, 1)}}, func(ua.Response) error { return nil })
 	}()
-	testwait.For(t, 5*time.Second, "the server to hold the Publish request", func() bool { return publishQueued(ts) })
+	testwait.For(t, 5*time.Second, "the server to hold the Publish request", func() bool { return publishHeld(ts) })
 	lose()
 	if err := <-lost; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the abandoned Publish ended with %v, want context.Canceled", err)
@@ -340,6 +340,21 @@ func TestRepublishRecoversLostPublishAnswer(t *testing.T) {
 	if !errors.Is(err, ua.StatusBadMessageNotAvailable) {
 		t.Fatalf("republish of an acknowledged message: %v", err)
 	}
+}
+
+// publishHeld says whether a Publish request waits in a session's queue:
+// the server has read it (and its acknowledgements). publishQueued is not
+// that: it is also true while the previous answer's send winds up, so a
+// request cancelled then may never have reached the server.
+func publishHeld(ts *testServer) bool {
+	ts.subs.mu.Lock()
+	defer ts.subs.mu.Unlock()
+	for _, s := range ts.subs.sessions {
+		if len(s.queue) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // publishQueued reports whether a session holds a Publish request, or
