@@ -1,23 +1,49 @@
 #!/usr/bin/env bash
-# sitting.sh: etcd and scadad enqueue rounds, alternating, in one sitting:
-# the figures the enqueue target (≥ 2× etcd's put/s, p99 no worse) is read
-# from. Each round is etcdbench then scadabench, 64 clients with a
-# connection each, 256 B values, 10 s.
+# sitting.sh: the enqueue comparison with etcd on equal terms, alternating
+# rounds of one sitting. Each round runs, 256 B values, 1 and 64 clients
+# with a connection each, DURATION per run:
 #
-#   bench/sitting.sh [ROUNDS]     (default 6)
+#   etcd   plain      etcdbench as shipped: clientv3 (gRPC), plaintext
+#                     between members and to the clients
+#   etcd   tls        the same with mutual TLS between members and from the
+#                     clients (bench/etcdbench-tls.patch applied to a copy:
+#                     one ECDSA P-256 CA for the run, etcd's
+#                     --client-cert-auth and --peer-client-cert-auth)
+#   scadad grpc       scadabench's unary SFEnqueue, grpc-go, mutual TLS (the
+#                     only way scadad's control API serves; its nodes always
+#                     talk mutual TLS to each other)
+#   scadad http       net/http Client and Transport, a keep-alive connection
+#                     each, `http.insecure` (plain HTTP to the node; its
+#                     nodes still mutual TLS between them)
+#   scadad https      the same over HTTPS with a bearer token
 #
-# Run from the repository root with no other load on the machine; it
-# prints each run's rate line.
+#   bench/sitting.sh [ROUNDS] [DURATION]     (default 3 rounds of 10s)
+#
+# Run from the repository root with no other load on the machine
+# (ETCDBENCH_DIR names etcdbench's folder when the repository is not beside
+# shared/). It prints each run's rate lines.
 set -euo pipefail
 
-rounds=${1:-6}
+rounds=${1:-3} duration=${2:-10s}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 go build -o "$out/scadabench" ./bench/scadabench
-(cd ../shared/tools/etcdbench && go build -o "$out/etcdbench" .)
+cp -r "${ETCDBENCH_DIR:-../shared/tools/etcdbench}" "$out/etcdsrc"
+chmod -R u+w "$out/etcdsrc"
+patch -s -d "$out/etcdsrc" -p1 <bench/etcdbench-tls.patch
+(cd "$out/etcdsrc" && go build -o "$out/etcdbench" .)
+etcd() {
+	echo "== round $1 etcd $2 $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
+	(cd "$out/etcdsrc" && "$out/etcdbench" -value-size 256 -clients 1,64 -duration "$duration" -phases write $3 | grep '^write')
+}
+scadad() {
+	echo "== round $1 scadad $2 $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
+	"$out/scadabench" -clients "$3" -duration "$duration" -phases write $4 | grep '^write'
+}
 for i in $(seq 1 "$rounds"); do
-	echo "== round $i etcd $(date +%T)"
-	(cd ../shared/tools/etcdbench && "$out/etcdbench" -value-size 256 -clients 64 -duration 10s -phases write | grep '^write')
-	echo "== round $i scadad $(date +%T)"
-	"$out/scadabench" -clients 64 -duration 10s -phases write -api http -http-client conn | grep '^write'
+	etcd "$i" plain ""
+	scadad "$i" grpc 1,64 "-api grpc"
+	etcd "$i" tls "-tls"
+	scadad "$i" http 64 "-api http -http-auth insecure -http-client transport"
+	scadad "$i" https 64 "-api http -http-auth token -http-client transport"
 done
