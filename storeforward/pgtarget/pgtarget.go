@@ -100,7 +100,7 @@ type sender struct {
 
 	mu     sync.Mutex
 	pool   *pgxpool.Pool
-	tabled bool // the table is known to exist
+	insert string // the insert, once the table and its key are known
 }
 
 // DDL is the table of a target, as created when it is missing; %s is the
@@ -118,41 +118,85 @@ const DDL = `CREATE TABLE IF NOT EXISTS %s (
   payload_json jsonb
 )`
 
+// insertSQL takes the quoted table and the key its conflicts are on.
 const insertSQL = `INSERT INTO %s (id, enqueued_at, content_type, payload, payload_json)
 SELECT id, enqueued_at, content_type, payload, payload_json::jsonb
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bytea[], $5::text[])
   WITH ORDINALITY AS m(id, enqueued_at, content_type, payload, payload_json, n)
 ORDER BY n
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT (%s) DO NOTHING`
 
-func (s *sender) getPool(ctx context.Context) (*pgxpool.Pool, error) {
+// keysSQL lists the columns of each unique, non-partial index of a table,
+// its primary key included: the keys an ON CONFLICT can name.
+const keysSQL = `SELECT array_agg(a.attname::text ORDER BY a.attname)
+FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indpred IS NULL
+GROUP BY i.indexrelid`
+
+// conflictKey is the key a message delivered again conflicts on: the id
+// alone (the DDL's primary key), or the id with the enqueue stamp, which
+// a table partitioned by time must have (a TimescaleDB hypertable, like a
+// partitioned PostgreSQL table, takes a unique key only with its
+// partitioning column in it). The stamp is the replicated one, the same
+// on every delivery of a message, so either key stores a message once.
+func (s *sender) conflictKey(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	rows, err := pool.Query(ctx, keysSQL, s.table)
+	if err != nil {
+		return "", classify(fmt.Errorf("read the keys of %s: %w", s.table, err))
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+	if err != nil {
+		return "", classify(fmt.Errorf("read the keys of %s: %w", s.table, err))
+	}
+	withStamp := false
+	for _, k := range keys {
+		switch strings.Join(k, ",") {
+		case "id":
+			return "id", nil
+		case "enqueued_at,id":
+			withStamp = true
+		}
+	}
+	if withStamp {
+		return "id, enqueued_at", nil
+	}
+	return "", fmt.Errorf("table %s has no unique key on (id) or (id, enqueued_at): want PRIMARY KEY (id), or PRIMARY KEY (id, enqueued_at) for a table partitioned by time (a TimescaleDB hypertable), so that a message delivered again is stored once", s.table)
+}
+
+// getPool returns the pool and the insert, connecting and reading the
+// table's key first when needed.
+func (s *sender) getPool(ctx context.Context) (*pgxpool.Pool, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pool == nil {
 		p, err := pgxpool.NewWithConfig(ctx, s.cfg)
 		if err != nil {
-			return nil, fmt.Errorf("connect: %w", err)
+			return nil, "", fmt.Errorf("connect: %w", err)
 		}
 		s.pool = p
 	}
-	if !s.tabled {
+	if s.insert == "" {
 		if _, err := s.pool.Exec(ctx, fmt.Sprintf(DDL, s.table)); err != nil {
 			var pgErr *pgconn.PgError
 			// Without the privilege to create it, the table may still
 			// exist (made by the DBA from the same DDL): try the insert.
 			if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
-				return nil, classify(fmt.Errorf("create table %s: %w", s.table, err))
+				return nil, "", classify(fmt.Errorf("create table %s: %w", s.table, err))
 			}
 		}
-		s.tabled = true
+		key, err := s.conflictKey(ctx, s.pool)
+		if err != nil {
+			return nil, "", err
+		}
+		s.insert = fmt.Sprintf(insertSQL, s.table, key)
 	}
-	return s.pool, nil
+	return s.pool, s.insert, nil
 }
 
 // Send implements storeforward.Sender: one INSERT of every message of the
 // batch, atomic as any statement.
 func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
-	pool, err := s.getPool(ctx)
+	pool, insert, err := s.getPool(ctx)
 	if err != nil {
 		return err
 	}
@@ -177,7 +221,15 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 			jsons[i] = &v
 		}
 	}
-	if _, err := pool.Exec(ctx, fmt.Sprintf(insertSQL, s.table), ids, stamps, types, payloads, jsons); err != nil {
+	if _, err := pool.Exec(ctx, insert, ids, stamps, types, payloads, jsons); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "42") {
+			// The table was dropped or its key changed: the next attempt
+			// creates it or reads its key again.
+			s.mu.Lock()
+			s.insert = ""
+			s.mu.Unlock()
+		}
 		return classify(fmt.Errorf("insert %d rows into %s: %w", len(batch), s.table, err))
 	}
 	return nil

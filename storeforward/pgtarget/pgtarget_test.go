@@ -203,3 +203,63 @@ func TestTLSToTheServer(t *testing.T) {
 		t.Fatalf("without TLS: %v is permanent, want transient", err)
 	}
 }
+
+// A TimescaleDB hypertable, like PostgreSQL's own partitioned table, takes
+// a unique key only with its partitioning column in it: the DBA's table
+// for a time-partitioned history has PRIMARY KEY (id, enqueued_at). The
+// enqueue stamp is the replicated one, the same on every delivery of a
+// message, so a delivery again around a failover still conflicts and is
+// stored once. Partitioned by PostgreSQL here (TimescaleDB is not packaged
+// for Debian); the rule on unique keys is the same.
+func TestTimePartitionedTableWithIdAndStampAsKey(t *testing.T) {
+	pg := startPG(t)
+	conn, err := pg.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE series (arrival bigint GENERATED ALWAYS AS IDENTITY, id text NOT NULL, enqueued_at timestamptz NOT NULL,
+		  delivered_at timestamptz NOT NULL DEFAULT now(), content_type text, payload bytea NOT NULL, payload_json jsonb,
+		  PRIMARY KEY (id, enqueued_at)) PARTITION BY RANGE (enqueued_at)`,
+		`CREATE TABLE series_2023 PARTITION OF series FOR VALUES FROM ('2023-01-01') TO ('2024-01-01')`,
+		`CREATE TABLE odd (id text, enqueued_at timestamptz NOT NULL, content_type text, payload bytea NOT NULL, payload_json jsonb, arrival bigint)`,
+	} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close(context.Background())
+
+	s, err := pgtarget.Kind{}.NewSender(target(pg, "series"), storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	batch := msgs("m", 100, func(i int) string { return "{}" })
+	if err := s.Send(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), append(batch[50:], msgs("n", 5, func(int) string { return "{}" })...)); err != nil {
+		t.Fatalf("delivered again: %v", err)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM series"); n != 105 {
+		t.Fatalf("%d rows, want 105", n)
+	}
+
+	// A table without a key on the id cannot store a message once: the
+	// target says so, naming the table and the key it needs, and retries
+	// (the DBA fixes the table; nothing is parked or lost).
+	s2, err := pgtarget.Kind{}.NewSender(target(pg, "odd"), storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	err = s2.Send(context.Background(), msgs("o", 1, func(int) string { return "{}" }))
+	var r storeforward.Refusal
+	if err == nil || !strings.Contains(err.Error(), `"odd"`) || !strings.Contains(err.Error(), "PRIMARY KEY (id)") || (asRefusal(err, &r) && r.Verdict().Permanent) {
+		t.Fatalf("table without a key on id: %v; want a transient error naming the table and the key", err)
+	}
+	if n := count(t, pg, "SELECT count(*) FROM odd"); n != 0 {
+		t.Fatalf("%d rows in a table that cannot deduplicate", n)
+	}
+}
