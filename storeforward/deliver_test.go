@@ -284,6 +284,35 @@ func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// A target without max_attempts never parks a message for failing: a
+// historian down for a week must find every message waiting (the site
+// config's 0, and the zero value here, mean the same).
+func TestDeliveryWithoutMaxAttemptsNeverParks(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	var healed atomic.Bool
+	s := newSink(t, h.roles, func(r received, n int) int {
+		if healed.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.MaxAttempts = 0
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "m-1", "m-1")
+	testwait.For(t, 10*time.Second, "30 failed attempts", func() bool { return len(s.requests()) >= 30 })
+	if st := h.stats(t, "up"); st.Parked != 0 || st.Pending != 1 {
+		t.Fatalf("after 30 failed attempts: %+v; want the message pending, none parked", st)
+	}
+	healed.Store(true)
+	testwait.For(t, 10*time.Second, "delivered once the target answers", func() bool {
+		st := h.stats(t, "up")
+		return st.Pending == 0 && st.Parked == 0
+	})
+}
+
 func TestOperatorRetryAndDiscard(t *testing.T) {
 	h := newHarness(t, activeState(1, 1))
 	var healed atomic.Bool

@@ -89,7 +89,6 @@ const (
 	DefaultTimeout         = 10 * time.Second
 	DefaultBackoffFloor    = 500 * time.Millisecond
 	DefaultBackoffMax      = 5 * time.Minute
-	DefaultMaxAttempts     = 10
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultBatchMaxBytes   = 4 << 20
 	// MaxBatchMessages bounds a target's BatchMaxMessages.
@@ -114,7 +113,9 @@ type Target struct {
 	// BackoffFloor and BackoffMax bound the wait after a failed attempt.
 	BackoffFloor time.Duration
 	BackoffMax   time.Duration
-	// MaxAttempts failed attempts park a message.
+	// MaxAttempts failed attempts park a message; 0 never parks one for
+	// failing (only a permanent refusal does): a target down for a week
+	// finds every message waiting.
 	MaxAttempts int
 	// MaxPayloadBytes rejects larger messages at enqueue (at most
 	// fsm.MaxPayloadBytes).
@@ -157,8 +158,8 @@ func (t Target) withDefaults() Target {
 	if t.BackoffMax < t.BackoffFloor {
 		t.BackoffMax = t.BackoffFloor
 	}
-	if t.MaxAttempts <= 0 {
-		t.MaxAttempts = DefaultMaxAttempts
+	if t.MaxAttempts < 0 {
+		t.MaxAttempts = 0
 	}
 	if t.MaxPayloadBytes <= 0 {
 		t.MaxPayloadBytes = DefaultMaxPayloadBytes

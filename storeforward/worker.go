@@ -266,7 +266,8 @@ func (w *worker) deliver(batch []*Message) bool {
 		w.live.failure(now, err, failures)
 		permanent, retryAfter := classify(err, w.cfg.ParkOn)
 		w.log.Warn().Err(err).Str("id", batch[0].ID).Int("messages", len(batch)).Int("attempt", failures).Int("max_attempts", w.cfg.MaxAttempts).Bool("permanent", permanent).Msg("delivery failed")
-		if len(batch) > 1 && (permanent || failures >= w.cfg.MaxAttempts) {
+		exhausted := w.cfg.MaxAttempts > 0 && failures >= w.cfg.MaxAttempts
+		if len(batch) > 1 && (permanent || exhausted) {
 			for _, m := range batch {
 				m.Attempts = uint32(failures)
 				if !w.deliver([]*Message{m}) {
@@ -279,7 +280,7 @@ func (w *worker) deliver(batch []*Message) bool {
 		case permanent:
 			w.att.forget(batch[0].ID)
 			return w.park(batch[0], failures, err, ParkRefused)
-		case failures >= w.cfg.MaxAttempts:
+		case exhausted:
 			w.att.forget(batch[0].ID)
 			return w.park(batch[0], failures, err, ParkMaxAttempts)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -84,11 +83,6 @@ func (d *daemon) startStoreForward(bodies *netguard.BodyBudget) (*sfService, fas
 func sfTargets(s *siteconfig.Site) []storeforward.Target {
 	var out []storeforward.Target
 	for _, t := range s.Targets {
-		if t.MaxAttempts == 0 {
-			// The site config's 0 means never park (a historian must
-			// survive a week-long outage); storeforward's 0 means default.
-			t.MaxAttempts = math.MaxInt32
-		}
 		st := storeforward.Target{
 			Name: t.Name, URL: t.URL, Headers: t.Headers, Timeout: t.Timeout,
 			BackoffFloor: t.BackoffFloor, BackoffMax: t.BackoffMax,
