@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,19 +18,59 @@ import (
 
 // 10,000 messages to an MQTT target (Mosquitto with a password file and
 // persistence) across a SIGKILL of the Active and a restart of the broker
-// mid-stream: a subscribing client with a persistent session receives
-// every acknowledged id, duplicates only with the same id, and each
-// producer's messages in the order they were acknowledged (max_in_flight
-// 1).
+// mid-stream, once with MQTT 5 and once with 3.1.1: a subscribing client
+// with a persistent session receives every acknowledged id, duplicates
+// only with the same id (and that id's payload), and each producer's
+// messages in the order they were acknowledged (max_in_flight 1).
+//
+// The recorder is an MQTT 5 client either way. With MQTT 5 the id is the
+// message-id user property and the topic does not hold it, so a publish
+// without the property fails the test; with 3.1.1 there are no
+// properties and the id travels only in the topic ({id}), so the test
+// reads it there and fails if a publish carries a property (it would not
+// be 3.1.1). The broker's log says which protocol each of scadad's
+// connections spoke (p5 or p2, Mosquitto's number for 3.1.1).
 func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
-	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
-	c, active, targets := sfTargetCluster(t, "sf-mqtt", fmt.Sprintf(
-		"{name: broker, kind: mqtt, mqtt: {broker: %q, topic: \"plant/{target}/{node}\", username: scadad, password_file: %q, session_expiry: 1h}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 200}",
-		broker.URL, broker.PasswordFile))
-	if len(targets) != 1 || targets[0].Kind != "mqtt" || !strings.Contains(targets[0].Endpoint, "topic plant/{target}/{node}") {
-		t.Fatalf("sf targets: %+v", targets)
+	for _, tc := range []struct {
+		name, protocol, topic, logProtocol string
+	}{
+		{name: "5", topic: "plant/{target}/{node}", logProtocol: "p5"},
+		{name: "3.1.1", protocol: "3.1.1", topic: "plant/{target}/{node}/{id}", logProtocol: "p2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
+			protocol := ""
+			if tc.protocol != "" {
+				protocol = fmt.Sprintf("protocol: %q, ", tc.protocol)
+			}
+			c, active, targets := sfTargetCluster(t, "sf-mqtt", fmt.Sprintf(
+				"{name: broker, kind: mqtt, mqtt: {broker: %q, %stopic: %q, username: scadad, password_file: %q, session_expiry: 1h}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 200}",
+				broker.URL, protocol, tc.topic, broker.PasswordFile))
+			if len(targets) != 1 || targets[0].Kind != "mqtt" || !strings.Contains(targets[0].Endpoint, "topic "+tc.topic) {
+				t.Fatalf("sf targets: %+v", targets)
+			}
+			testSFMQTTAcrossKillAndBrokerRestart(t, c, active, broker, rec, tc.protocol == "3.1.1")
+			log, err := broker.Log()
+			if err != nil {
+				t.Fatal(err)
+			}
+			connects := regexp.MustCompile(`as scadad-\S+ \((p\d+),`).FindAllStringSubmatch(log, -1)
+			if len(connects) < 2 {
+				t.Fatalf("%d connections of scadad in the broker's log, want one before and one after the failover and the restart", len(connects))
+			}
+			for _, m := range connects {
+				if m[1] != tc.logProtocol {
+					t.Fatalf("a scadad connection spoke %s, want %s (MQTT %s)", m[1], tc.logProtocol, tc.name)
+				}
+			}
+		})
 	}
+}
 
+// testSFMQTTAcrossKillAndBrokerRestart is TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart's
+// run for one protocol: v311 reads the id from the topic's last level
+// (and wants no user property), otherwise from the message-id property.
+func testSFMQTTAcrossKillAndBrokerRestart(t *testing.T, c *testcluster.Cluster, active *testcluster.Node, broker *testcluster.Mosquitto, rec *testcluster.MQTTRecorder, v311 bool) {
 	const producers, per = 10, 1000
 	var acked atomic.Int64
 	wait := produce(c, "broker", "mq", producers, per, &acked)
@@ -45,23 +86,40 @@ func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
 	}
 	wait()
 
-	var ids, topics []string
+	var msgs []testcluster.MQTTMessage
+	var ids []string
 	testwait.ForDetail(t, 180*time.Second, "every id received", func() (bool, string) {
-		ids, topics = rec.IDs()
+		ids, _ = rec.IDs()
+		msgs = rec.Messages()[:len(ids)]
 		seen := map[string]bool{}
-		for _, id := range ids {
+		for i, m := range msgs {
+			id := ids[i]
+			if v311 {
+				id = m.Topic[strings.LastIndex(m.Topic, "/")+1:]
+			}
 			seen[id] = true
 		}
-		return len(seen) >= producers*per, fmt.Sprintf("%d distinct of %d received", len(seen), len(ids))
+		return len(seen) >= producers*per, fmt.Sprintf("%d distinct of %d received", len(seen), len(msgs))
 	})
 	counts := map[string]int{}
 	last := map[string]string{}
-	for i, id := range ids {
-		if !strings.HasPrefix(id, "mq-") {
-			t.Fatalf("received %q", id)
+	for i, m := range msgs {
+		id := ids[i]
+		if v311 {
+			if id != "" {
+				t.Fatalf("%s: user property message-id %q over MQTT 3.1.1", m.Topic, id)
+			}
+			id = m.Topic[strings.LastIndex(m.Topic, "/")+1:]
 		}
-		if !strings.HasPrefix(topics[i], "plant/broker/node-") {
-			t.Fatalf("topic %q", topics[i])
+		if !strings.HasPrefix(id, "mq-") {
+			t.Fatalf("received %q on %s", id, m.Topic)
+		}
+		if !strings.HasPrefix(m.Topic, "plant/broker/node-") {
+			t.Fatalf("topic %q", m.Topic)
+		}
+		var w, n int
+		if _, err := fmt.Sscanf(id, "mq-%02d-%05d", &w, &n); err != nil || string(m.Payload) != fmt.Sprintf(`{"producer":%d,"i":%d}`, w, n) {
+			t.Fatalf("%s arrived with payload %q", id, m.Payload)
 		}
 		counts[id]++
 		producer := id[:strings.LastIndex(id, "-")]
@@ -81,7 +139,7 @@ func TestSFMQTTAtLeastOnceAcrossKillAndBrokerRestart(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d received for %d distinct ids", len(ids), len(counts))
+	t.Logf("%d received for %d distinct ids", len(msgs), len(counts))
 }
 
 // Real processes and a real Mosquitto over TLS (client certificate, the

@@ -59,15 +59,31 @@ func sfTargetCluster(t *testing.T, name, target string) (*testcluster.Cluster, *
 }
 
 // 10,000 messages to a PostgreSQL target across a SIGKILL of the Active
-// and a restart of the database mid-stream: every acknowledged message is
-// a row, exactly once (count(*) is 10,000; the id is the primary key), and
-// each producer's messages arrived in the order they were acknowledged.
+// and a restart of the database mid-stream, once without TLS and once to
+// a server that lets only TLS in (pg_hba hostssl; the DSN verifies the
+// server's certificate against the CA made for it): every acknowledged
+// message is a row, exactly once (count(*) is 10,000; the id is the
+// primary key), and each producer's messages arrived in the order they
+// were acknowledged.
 func TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
-	pg, err := testcluster.StartPostgres(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		tls  bool
+	}{{"plain", false}, {"tls", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg, err := testcluster.StartPostgresWith(t.TempDir(), testcluster.PostgresOptions{TLS: tc.tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pg.Stop)
+			testSFPostgresAcrossKillAndDatabaseRestart(t, pg, tc.tls)
+		})
 	}
-	t.Cleanup(pg.Stop)
+}
+
+// testSFPostgresAcrossKillAndDatabaseRestart is TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart
+// against pg; with tls it also checks that scadad's connections use TLS.
+func testSFPostgresAcrossKillAndDatabaseRestart(t *testing.T, pg *testcluster.Postgres, tls bool) {
 	c, active, targets := sfTargetCluster(t, "sf-pg", fmt.Sprintf(
 		"{name: db, kind: postgres, postgres: {dsn: %q, password_file: %q, table: history}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 500}",
 		pg.DSN, pg.PasswordFile))
@@ -102,6 +118,16 @@ func TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
 		}
 		return rows >= producers*per, fmt.Sprintf("%d rows", rows)
 	})
+	// The survivor's connections (the server allows only TLS when tls, so
+	// the rows could not have come otherwise; this names what it saw).
+	var scadad, encrypted int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE s.ssl)
+		FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.application_name LIKE 'scadad %'`).Scan(&scadad, &encrypted); err != nil {
+		t.Fatal(err)
+	}
+	if scadad == 0 || tls && encrypted != scadad || !tls && encrypted != 0 {
+		t.Fatalf("%d of scadad's %d connections use TLS, want all with TLS on, none without", encrypted, scadad)
+	}
 	// Nothing more arrives: no duplicate is on its way either.
 	time.Sleep(time.Second)
 	var distinct int

@@ -268,6 +268,17 @@ func (m *Mosquitto) Stop() {
 	m.cmd = nil
 }
 
+// Log returns what the broker has logged so far (each connection with
+// its client id and protocol: "as <id> (p5, ..." for MQTT 5, p2 for
+// 3.1.1), across its restarts.
+func (m *Mosquitto) Log() (string, error) {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return "", fmt.Errorf("read the broker's log: %w", err)
+	}
+	return string(b), nil
+}
+
 // MQTTRecorder is a subscriber with a persistent session (QoS 1, clean
 // start off, an hour's session expiry) that records the message id user
 // property of every message it receives, in arrival order.
