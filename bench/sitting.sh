@@ -8,7 +8,9 @@
 #   etcd   tls        the same with mutual TLS between members and from the
 #                     clients (bench/etcdbench-tls.patch applied to a copy:
 #                     one ECDSA P-256 CA for the run, etcd's
-#                     --client-cert-auth and --peer-client-cert-auth)
+#                     --client-cert-auth and --peer-client-cert-auth, and
+#                     HTTP on a port of its own so that gRPC is served
+#                     natively, as etcd advises with TLS)
 #   scadad grpc       scadabench's unary SFEnqueue, grpc-go, mutual TLS (the
 #                     only way scadad's control API serves; its nodes always
 #                     talk mutual TLS to each other)
