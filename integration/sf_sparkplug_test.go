@@ -239,8 +239,8 @@ func TestHistorySparkplugEdgeNodeAcrossSIGKILL(t *testing.T) {
 
 // A deploy removes an instance whose values are still in the buffer (held
 // there while the primary host is offline): the next session births the
-// remaining devices, publishes the removed device's last values after a
-// DBIRTH of it, then its DDEATH, so a host application does not keep it
+// remaining devices as their values come, publishes the removed device's
+// last values after a DBIRTH of it, then its DDEATH, so a host application does not keep it
 // online; the remaining device's data goes on.
 func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
 	broker, host, sim, c, _ := spCluster(t)
@@ -289,8 +289,8 @@ func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
 		death := slices.Index(got, "DDEATH/Pump2")
 		return death > 0 && slices.Contains(got[death:], "DDATA/Pump1"), strings.Join(got, " ")
 	})
-	if got[0] != "NBIRTH/" || got[1] != "DBIRTH/Pump1" {
-		t.Fatalf("after the deploy: %v, want NBIRTH, then DBIRTH of Pump1", got)
+	if got[0] != "NBIRTH/" || !slices.Contains(got, "DBIRTH/Pump1") || slices.Index(got, "DBIRTH/Pump1") > slices.Index(got, "DDATA/Pump1") {
+		t.Fatalf("after the deploy: %v, want NBIRTH, then DBIRTH of Pump1 before its DDATA", got)
 	}
 	death := slices.Index(got, "DDEATH/Pump2")
 	if !slices.Contains(got[:death], "DBIRTH/Pump2") || !slices.Contains(got[:death], "DDATA/Pump2") ||
@@ -298,4 +298,106 @@ func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
 		t.Fatalf("after the deploy: %v, want Pump2 born, its held values, its DDEATH, nothing of it after", got)
 	}
 	t.Logf("after the deploy: %v", got)
+}
+
+// spSeqContinuous fails unless seq runs 0, 1, 2, … from each NBIRTH and
+// every DDATA alias was declared by its device's DBIRTH of that session.
+func spSeqContinuous(t *testing.T, msgs []spMessage) {
+	t.Helper()
+	var next uint64
+	declared := map[string]map[uint64]bool{}
+	for i, m := range msgs {
+		if m.kind == "NDEATH" {
+			continue
+		}
+		if m.kind == "NBIRTH" {
+			next = 0
+			clear(declared)
+		}
+		if m.p.GetSeq() != next%256 {
+			t.Fatalf("message %d (%s %s): seq %d, want %d", i, m.kind, m.device, m.p.GetSeq(), next%256)
+		}
+		next++
+		switch m.kind {
+		case "DBIRTH":
+			declared[m.device] = map[uint64]bool{}
+			for _, pm := range m.p.Metrics {
+				declared[m.device][pm.GetAlias()] = true
+			}
+		case "DDATA":
+			for _, pm := range m.p.Metrics {
+				if !declared[m.device][pm.GetAlias()] {
+					t.Fatalf("message %d: DDATA of %s with alias %d its DBIRTH did not declare", i, m.device, pm.GetAlias())
+				}
+			}
+		}
+	}
+}
+
+// The gateway of one instance crashes (the simulator SIGKILLed): that
+// device's DDEATH, in the same session (seq continuous), while the other
+// device's DDATA goes on and nothing more of the dead one is published;
+// the gateway back, the device's DBIRTH with its current values, then its
+// DDATA.
+func TestHistorySparkplugDeviceDiesWithItsGatewayConnection(t *testing.T) {
+	broker, host, sim1, c, _ := spCluster(t)
+	sim2 := startSim(t, "-change", "100ms")
+	site := string(testcluster.SiteConfigGateway("sparkplug", sim1.Addr, nil, 0))
+	site = strings.Replace(site, "connections:\n", fmt.Sprintf("connections:\n  - {name: gw2, kind: mxaccess, mxaccess: {endpoint: %s}}\n", sim2.Addr), 1)
+	site = strings.Replace(site, "opcua:\n", "  - name: Pump2\n    connection: gw2\n    attributes:\n      - {name: Speed, type: double, tag: Pump2.Speed}\nopcua:\n", 1)
+	site += fmt.Sprintf("  - {name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms}\n", broker.URL, broker.PasswordFile)
+	site += "history:\n  - {name: pumps, target: uns, format: sparkplug, select: [{instance: Pump1}, {instance: Pump2}], max_batch: 50, max_batch_delay: 100ms}\n"
+	deploySite(t, c, []byte(site))
+
+	kinds := func(msgs []spMessage) string {
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.kind+"/"+m.device)
+		}
+		return strings.Join(out, " ")
+	}
+	var msgs []spMessage
+	testwait.For(t, 30*time.Second, "DDATA of Pump1 and Pump2", func() bool {
+		msgs = spDecode(t, host)
+		return slices.ContainsFunc(msgs, func(m spMessage) bool { return m.kind == "DDATA" && m.device == "Pump2" }) &&
+			slices.ContainsFunc(msgs, func(m spMessage) bool { return m.kind == "DDATA" && m.device == "Pump1" })
+	})
+
+	sim2.Kill()
+	killed := time.Now()
+	var death int
+	testwait.ForDetail(t, 30*time.Second, "Pump2's DDEATH, then 2 s of Pump1's DDATA", func() (bool, string) {
+		msgs = spDecode(t, host)
+		death = slices.IndexFunc(msgs, func(m spMessage) bool { return m.kind == "DDEATH" && m.device == "Pump2" })
+		return death >= 0 && time.Since(killed) > 2*time.Second, kinds(msgs[max(len(msgs)-12, 0):])
+	})
+	after := msgs[death+1:]
+	if n := len(slices.DeleteFunc(slices.Clone(after), func(m spMessage) bool { return m.kind != "DDATA" || m.device != "Pump1" })); n < 5 {
+		t.Fatalf("%d DDATA of Pump1 in the 2 s after Pump2's DDEATH, want its data going on: %s", n, kinds(after))
+	}
+	if i := slices.IndexFunc(after, func(m spMessage) bool { return m.device == "Pump2" || m.kind == "NBIRTH" || m.kind == "NDEATH" }); i >= 0 {
+		t.Fatalf("after Pump2's DDEATH, with its gateway down: %s (want nothing of it, and the same session)", kinds(after[:i+1]))
+	}
+
+	if err := sim2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var birth int
+	testwait.ForDetail(t, 30*time.Second, "Pump2's DBIRTH, then its DDATA", func() (bool, string) {
+		msgs = spDecode(t, host)
+		birth = slices.IndexFunc(msgs[death:], func(m spMessage) bool { return m.kind == "DBIRTH" && m.device == "Pump2" })
+		return birth >= 0 && slices.ContainsFunc(msgs[death+birth:], func(m spMessage) bool { return m.kind == "DDATA" && m.device == "Pump2" }),
+			kinds(msgs[death:])
+	})
+	dbirth := msgs[death+birth]
+	if len(dbirth.p.Metrics) != 1 || dbirth.p.Metrics[0].GetName() != "Speed" || dbirth.p.Metrics[0].GetIsNull() ||
+		dbirth.p.Metrics[0].GetProperties().GetValues()[0].GetIntValue() != 192 {
+		t.Fatalf("Pump2's DBIRTH after its gateway came back: %v, want Speed's current good value", dbirth.p.Metrics)
+	}
+	spSeqContinuous(t, msgs)
+	if slices.ContainsFunc(msgs, func(m spMessage) bool { return m.kind == "NDEATH" || m.kind == "NBIRTH" && m.p.GetSeq() != 0 }) ||
+		len(slices.DeleteFunc(slices.Clone(msgs), func(m spMessage) bool { return m.kind != "NBIRTH" })) != 1 {
+		t.Fatalf("the node's session did not go on through the device's death and birth: %s", kinds(msgs))
+	}
+	t.Logf("around the gateway's crash: %s", kinds(msgs[max(death-3, 0):min(death+birth+4, len(msgs))]))
 }

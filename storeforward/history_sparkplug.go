@@ -20,6 +20,30 @@ const SparkplugContentType = "application/vnd.sparkplug.b+protobuf"
 // edge nodes of other makers do.
 const SparkplugQualityProperty = "Quality"
 
+// SparkplugSourceLost reports whether m, a metric of a history message,
+// says that its attribute's data source is lost: no value, and the
+// quality a field source gives every attribute of a connection that went
+// bad (OPC DA bad, substatus not connected 0x08 or communication failure
+// 0x18: the gateway session lost, an OPC UA client session down, a
+// connection removed by a deploy). The Sparkplug kind takes a device
+// whose every value says so for dead (DDEATH).
+func SparkplugSourceLost(m *sparkplugpb.Payload_Metric) bool {
+	if !m.GetIsNull() {
+		return false
+	}
+	props := m.GetProperties()
+	for i, k := range props.GetKeys() {
+		if k != SparkplugQualityProperty || i >= len(props.GetValues()) {
+			continue
+		}
+		switch props.GetValues()[i].GetIntValue() & 0xFC {
+		case 0x08, 0x18:
+			return true
+		}
+	}
+	return false
+}
+
 // SparkplugMetricName is the name of an attribute's metric in a history
 // message: "<instance>/<attribute>" (an instance name holds no '/').
 func SparkplugMetricName(instance, attribute string) string { return instance + "/" + attribute }

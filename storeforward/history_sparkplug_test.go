@@ -77,3 +77,34 @@ func TestHistorySparkplugFormat(t *testing.T) {
 		t.Errorf("values %v", got)
 	}
 }
+
+// A value the field source marks lost (null, quality communication
+// failure or not connected, with or without limit bits) reads as a lost
+// source in its Sparkplug metric; a value, or another bad quality, not.
+func TestSparkplugSourceLost(t *testing.T) {
+	for _, c := range []struct {
+		value   any
+		quality string
+		lost    bool
+	}{
+		{nil, "bad(0x18)", true},
+		{nil, "bad(0x08)", true},
+		{nil, "bad(0x1b)", true},
+		{nil, "bad(0x04)", false},
+		{nil, "bad(0x1c)", false},
+		{nil, "good", false},
+		{1.5, "bad(0x18)", false},
+		{1.5, "good", false},
+	} {
+		m, err := sparkplugMetric(HistoryValue{Instance: "Pump1", Attribute: "Speed", Value: c.value, Quality: c.quality, Timestamp: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := SparkplugSourceLost(m); got != c.lost {
+			t.Errorf("value %v quality %s: source lost %v, want %v", c.value, c.quality, got, c.lost)
+		}
+	}
+	if SparkplugSourceLost(&sparkplugpb.Payload_Metric{IsNull: proto.Bool(true)}) {
+		t.Error("a null metric without a quality reads as a lost source")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -15,6 +16,9 @@ import (
 type Sim struct {
 	Addr   string // gRPC gateway address
 	Admin  string // HTTP admin address
+	bin    string
+	dir    string
+	args   []string
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -26,34 +30,50 @@ func StartSim(bin *Binaries, dir string, args ...string) (*Sim, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sim{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Admin: fmt.Sprintf("127.0.0.1:%d", ports[1]), exited: make(chan struct{})}
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("mxgw-sim-%d.log", time.Now().UnixNano())))
+	s := &Sim{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Admin: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		bin: bin.MxgwSim, dir: dir, args: args}
+	return s, s.Start()
+}
+
+// Start runs the simulator (again, after Kill) on its addresses with its
+// flags: a gateway that comes back after a crash, with fresh sessions.
+func (s *Sim) Start() error {
+	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("mxgw-sim-%d.log", time.Now().UnixNano())))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.cmd = exec.Command(bin.MxgwSim, append([]string{"-listen", s.Addr, "-admin", s.Admin}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	dieWithParent(s.cmd)
-	if err := s.cmd.Start(); err != nil {
+	cmd := exec.Command(s.bin, append([]string{"-listen", s.Addr, "-admin", s.Admin}, s.args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start mxgw-sim: %w", err)
+		return fmt.Errorf("start mxgw-sim: %w", err)
 	}
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
 	go func() {
-		s.cmd.Wait()
+		cmd.Wait()
 		logf.Close()
-		close(s.exited)
+		close(exited)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := s.Stats(); err == nil {
-			return s, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
 			s.Close()
-			return nil, fmt.Errorf("mxgw-sim did not answer on %s", s.Admin)
+			return fmt.Errorf("mxgw-sim did not answer on %s", s.Admin)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Kill SIGKILLs the simulator: every session's connection drops at once,
+// as when the gateway host crashes. Start runs it again.
+func (s *Sim) Kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
 }
 
 // SimStats is the part of the simulator's counters the tests read.

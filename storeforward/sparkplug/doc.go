@@ -10,7 +10,11 @@
 // will), the primary host application's STATE (no birth and no data while
 // it is offline: the messages wait in the buffer), the NBIRTH and DBIRTHs,
 // seq (0 at NBIRTH, then 1..255 and round again) and rebirth on an NCMD
-// "Node Control/Rebirth". A failed publish ends the session; the next Send
+// "Node Control/Rebirth"; each device's life in the session: born
+// (DBIRTH, with its current values) by its first value, dead (DDEATH)
+// once every value of it says its data source is lost
+// (storeforward.SparkplugSourceLost) or its instance left the site, born
+// again by a good value. A failed publish ends the session; the next Send
 // starts a new one with the next bdSeq from the BirthCounter.
 //
 // It must not: decide about retries, parking or order (package

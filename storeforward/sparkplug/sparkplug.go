@@ -517,22 +517,28 @@ func (s *sender) birth(ctx context.Context, ss *session) error {
 	}
 	ss.born[""] = true
 	for _, d := range s.order {
-		if !d.configured {
-			continue // born again only by values of its own
+		if !d.configured || !d.live() {
+			continue // born only by values of its own
 		}
-		if err := s.deviceBirth(ctx, ss, d); err != nil {
+		if err := s.deviceBirth(ctx, ss, d, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *sender) deviceBirth(ctx context.Context, ss *session, d *device) error {
+// deviceBirth publishes d's DBIRTH: every metric with its current value,
+// the one in current if it holds the metric, else the last published.
+func (s *sender) deviceBirth(ctx context.Context, ss *session, d *device, current map[*metric]*sparkplugpb.Payload_Metric) error {
 	p := &sparkplugpb.Payload{Metrics: make([]*sparkplugpb.Payload_Metric, 0, len(d.metrics))}
 	for _, m := range d.metrics {
 		bm := &sparkplugpb.Payload_Metric{}
-		if m.last != nil {
-			bm = proto.Clone(m.last).(*sparkplugpb.Payload_Metric)
+		value := m.last
+		if v := current[m]; v != nil {
+			value = v
+		}
+		if value != nil {
+			bm = proto.Clone(value).(*sparkplugpb.Payload_Metric)
 		} else {
 			bm.IsNull, bm.Timestamp = proto.Bool(true), s.now()
 		}
@@ -630,26 +636,137 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 			if err := s.ready(ctx, ss); err != nil {
 				return err
 			}
-			if !ss.born[dd.dev.name] || len(dd.known) > 0 && !s.declared(ss, dd) {
-				if err := s.deviceBirth(ctx, ss, dd.dev); err != nil {
-					return err
-				}
-			}
-			data := &sparkplugpb.Payload{Metrics: make([]*sparkplugpb.Payload_Metric, len(dd.metrics))}
-			for i, pm := range dd.metrics {
-				out := proto.Clone(pm).(*sparkplugpb.Payload_Metric)
-				out.Name, out.Alias = nil, proto.Uint64(dd.known[i].alias)
-				data.Metrics[i] = out
-			}
-			if err := s.publish(ctx, ss, "DDATA", dd.dev.name, data); err != nil {
+			if err := s.publishPart(ctx, ss, dd); err != nil {
 				return err
-			}
-			for i, pm := range dd.metrics {
-				dd.known[i].last = pm
 			}
 		}
 	}
 	return nil
+}
+
+// publishPart publishes one device's part of a message. A part after
+// which every value of the device says its data source is lost
+// (storeforward.SparkplugSourceLost: the instance's field connection went
+// bad) kills the device: its other values go out, then its DDEATH, and
+// the host takes its metrics for stale; nothing more of it is published
+// until a value of a live source births it again. The decision rests on
+// the values in the buffer alone, so a new Active node that delivers the
+// same messages decides the same; its new session births only devices
+// that a value of a live source has reached (never one whose source is
+// lost, which the old session's NDEATH left dead).
+func (s *sender) publishPart(ctx context.Context, ss *session, dd *deviceData) error {
+	lost := dd.leavesSourceLost()
+	values := dd
+	if lost {
+		values = dd.without(storeforward.SparkplugSourceLost)
+	}
+	if len(values.metrics) > 0 {
+		if err := s.publishValues(ctx, ss, values); err != nil {
+			return err
+		}
+	}
+	for i, pm := range dd.metrics {
+		dd.known[i].last = pm
+	}
+	if lost && ss.born[dd.dev.name] {
+		if err := s.publish(ctx, ss, "DDEATH", dd.dev.name, &sparkplugpb.Payload{}); err != nil {
+			return err
+		}
+		delete(ss.born, dd.dev.name)
+	}
+	return nil
+}
+
+// publishValues publishes dd's values as DDATA. A device not born in the
+// session is born by them: its DBIRTH carries each metric's first value
+// in dd (Sparkplug: a DBIRTH holds the current values), the DDATA the
+// later ones. A metric its DBIRTH did not declare births it again.
+func (s *sender) publishValues(ctx context.Context, ss *session, dd *deviceData) error {
+	switch {
+	case !ss.born[dd.dev.name]:
+		first, rest := dd.firstValues()
+		if err := s.deviceBirth(ctx, ss, dd.dev, first); err != nil {
+			return err
+		}
+		dd = rest
+	case !s.declared(ss, dd):
+		if err := s.deviceBirth(ctx, ss, dd.dev, nil); err != nil {
+			return err
+		}
+	}
+	if len(dd.metrics) == 0 {
+		return nil
+	}
+	data := &sparkplugpb.Payload{Metrics: make([]*sparkplugpb.Payload_Metric, len(dd.metrics))}
+	for i, pm := range dd.metrics {
+		out := proto.Clone(pm).(*sparkplugpb.Payload_Metric)
+		out.Name, out.Alias = nil, proto.Uint64(dd.known[i].alias)
+		data.Metrics[i] = out
+	}
+	return s.publish(ctx, ss, "DDATA", dd.dev.name, data)
+}
+
+// live reports whether the device's last values tell of a live data
+// source: one of them does not say it is lost.
+func (d *device) live() bool {
+	for _, m := range d.metrics {
+		if m.last != nil && !storeforward.SparkplugSourceLost(m.last) {
+			return true
+		}
+	}
+	return false
+}
+
+// leavesSourceLost reports whether, with dd's values taken, every metric
+// of its device that has a value holds one saying its source is lost.
+func (dd *deviceData) leavesSourceLost() bool {
+	final := make(map[*metric]*sparkplugpb.Payload_Metric, len(dd.known))
+	for i, m := range dd.known {
+		final[m] = dd.metrics[i]
+	}
+	lost := false
+	for _, m := range dd.dev.metrics {
+		v := m.last
+		if f := final[m]; f != nil {
+			v = f
+		}
+		if v == nil {
+			continue
+		}
+		if !storeforward.SparkplugSourceLost(v) {
+			return false
+		}
+		lost = true
+	}
+	return lost
+}
+
+// without is dd without the values drop reports.
+func (dd *deviceData) without(drop func(*sparkplugpb.Payload_Metric) bool) *deviceData {
+	out := &deviceData{dev: dd.dev}
+	for i, pm := range dd.metrics {
+		if !drop(pm) {
+			out.metrics = append(out.metrics, pm)
+			out.known = append(out.known, dd.known[i])
+		}
+	}
+	return out
+}
+
+// firstValues splits dd into each metric's first value and the values
+// after it, in order.
+func (dd *deviceData) firstValues() (map[*metric]*sparkplugpb.Payload_Metric, *deviceData) {
+	first := make(map[*metric]*sparkplugpb.Payload_Metric, len(dd.known))
+	rest := &deviceData{dev: dd.dev}
+	for i, pm := range dd.metrics {
+		if m := dd.known[i]; first[m] == nil {
+			first[m] = pm
+		} else {
+			rest.metrics = append(rest.metrics, pm)
+			rest.known = append(rest.known, m)
+		}
+	}
+	return first, rest
 }
 
 // buryUnconfigured publishes the DDEATH of every born device the settings

@@ -192,28 +192,30 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var msgs []seen
-	testwait.For(t, 5*time.Second, "NBIRTH, DBIRTH, DDATA, DBIRTH, DDATA", func() bool {
+	testwait.For(t, 5*time.Second, "NBIRTH, DBIRTH, DBIRTH, DDATA", func() bool {
 		msgs = decodeNode(t, rec, "plant", "scadad")
-		return len(msgs) >= 5
+		return len(msgs) >= 4
 	})
 	kinds := []string{}
 	for _, m := range msgs {
 		kinds = append(kinds, m.kind)
 	}
-	if strings.Join(kinds, " ") != "NBIRTH DBIRTH DDATA DBIRTH DDATA" {
+	if strings.Join(kinds, " ") != "NBIRTH DBIRTH DBIRTH DDATA" {
 		t.Fatalf("published %v", kinds)
 	}
 	if births := checkSeq(t, msgs); len(births) != 1 || births[0] != 0 {
 		t.Fatalf("NBIRTH bdSeqs %v, want [0]", births)
 	}
-	if m := msgs[1].metric("Speed"); m == nil || m.GetAlias() != 1 || m.GetDatatype() != uint32(sparkplugpb.DataType_Double) || !m.GetIsNull() {
-		t.Fatalf("DBIRTH Speed %v: want alias 1, Double, null before any value", m)
+	// The device is born by its first values, which its DBIRTH carries.
+	if m := msgs[1].metric("Speed"); m == nil || m.GetAlias() != 1 || m.GetDatatype() != uint32(sparkplugpb.DataType_Double) ||
+		m.GetDoubleValue() != 1.5 || m.GetTimestamp() != uint64(t0.UnixMilli()) || !msgs[1].metric("Running").GetIsNull() {
+		t.Fatalf("DBIRTH %v: want Speed alias 1, Double, 1.5, and Running null before any value", msgs[1].p.Metrics)
 	}
-	if d := msgs[2].p.Metrics; len(d) != 1 || d[0].GetAlias() != 1 || d[0].GetDoubleValue() != 1.5 || d[0].GetTimestamp() != uint64(t0.UnixMilli()) {
-		t.Fatalf("DDATA %v", d)
+	if m := msgs[2].metric("Torque"); m == nil || m.GetAlias() != 3 || msgs[2].metric("Speed").GetDoubleValue() != 1.5 {
+		t.Fatalf("second DBIRTH %v: want Torque as alias 3 and Speed's last value", msgs[2].p.Metrics)
 	}
-	if m := msgs[3].metric("Torque"); m == nil || m.GetAlias() != 3 || msgs[3].metric("Speed").GetDoubleValue() != 1.5 {
-		t.Fatalf("second DBIRTH %v: want Torque as alias 3 and Speed's last value", msgs[3].p.Metrics)
+	if d := msgs[3].p.Metrics; len(d) != 2 || d[0].GetAlias() != 3 || d[0].GetIntValue() != 7 || d[1].GetAlias() != 1 || d[1].GetDoubleValue() != 2.5 {
+		t.Fatalf("DDATA %v: want Torque 7 and Speed 2.5 by alias", d)
 	}
 
 	// Not a Sparkplug history payload: parked.
@@ -286,7 +288,7 @@ func TestEdgeNodeSessionOnARealBroker(t *testing.T) {
 
 // A device the settings no longer list (its instance removed by a deploy,
 // which starts a new session without it) whose values are still in the
-// buffer: its DBIRTH, its DDATA, then, before the first batch without
+// buffer: its DBIRTH (with its first values), its DDATA, then, before the first batch without
 // values of it, its DDEATH (seq continuing, with a
 // timestamp), so a host application sees it go offline instead of staying
 // online for the rest of the session; a rebirth of the node does not
@@ -329,8 +331,8 @@ func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
 	})
 	send(historyMessage(t, "m4", val("Pump9", 10)))
 	send(historyMessage(t, "m5", val("Pump1", 3)))
-	want := "NBIRTH DBIRTH/Pump1 DDATA/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1 " +
-		"NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1"
+	want := "NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1 " +
+		"NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDEATH/Pump9 DDATA/Pump1"
 	var msgs []seen
 	var got string
 	testwait.ForDetail(t, 5*time.Second, want, func() (bool, string) {
@@ -354,5 +356,117 @@ func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
 		if m.kind == "DDEATH" && (m.p.Timestamp == nil || m.p.Seq == nil || len(m.p.Metrics) != 0) {
 			t.Fatalf("DDEATH %v: want a timestamp, a seq and no metrics", m.p)
 		}
+	}
+}
+
+// withQuality sets the OPC DA quality property of every metric of m (a
+// historyMessage) whose value is null, as the history forwarder encodes a
+// value its field source marked bad.
+func withQuality(t *testing.T, m *storeforward.Message, quality int32) *storeforward.Message {
+	t.Helper()
+	p := &sparkplugpb.Payload{}
+	if err := proto.Unmarshal(m.Payload, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, pm := range p.Metrics {
+		if pm.GetIsNull() {
+			pm.Properties = &sparkplugpb.Payload_PropertySet{Keys: []string{storeforward.SparkplugQualityProperty},
+				Values: []*sparkplugpb.Payload_PropertyValue{{Type: proto.Uint32(uint32(sparkplugpb.DataType_Int32)),
+					Value: &sparkplugpb.Payload_PropertyValue_IntValue{IntValue: uint32(quality)}}}}
+		}
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Payload = b
+	return m
+}
+
+// An instance's field connection goes bad (every value of it null with
+// quality communication failure or not connected): its DDEATH in the
+// session, nothing of it while its source stays lost, and its DBIRTH with
+// its current values once a good value comes; one bad attribute among
+// good ones is data, not a death. A new sender (the next Active node)
+// whose first messages say the source is lost does not birth the device.
+func TestDeviceDiesWhileItsSourceIsLost(t *testing.T) {
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-host", Namespace+"/#")
+	target := storeforward.Target{Name: "edge", Settings: Settings{
+		Connection: mqtttarget.Settings{Broker: broker.URL, Username: broker.Username, PasswordFile: broker.PasswordFile},
+		GroupID:    "plant", EdgeNode: "scadad",
+		Devices: []Device{
+			{Name: "Pump1", Metrics: []Metric{{Name: "Speed", Type: sparkplugpb.DataType_Double}}},
+			{Name: "Pump2", Metrics: []Metric{{Name: "Speed", Type: sparkplugpb.DataType_Double}, {Name: "Flow", Type: sparkplugpb.DataType_Double}}},
+		},
+	}}
+	births := &countingBirths{}
+	kind := Kind{Births: births}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t0 := time.Now().Truncate(time.Millisecond)
+	val := func(inst, attr string, v any) storeforward.HistoryValue {
+		return storeforward.HistoryValue{Instance: inst, Attribute: attr, Value: v, Timestamp: t0}
+	}
+	newSender := func() storeforward.Sender {
+		t.Helper()
+		snd, err := kind.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snd
+	}
+	snd := newSender()
+	send := func(id string, quality int32, values ...storeforward.HistoryValue) {
+		t.Helper()
+		if err := snd.Send(ctx, []*storeforward.Message{withQuality(t, historyMessage(t, id, values...), quality)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("m1", 0, val("Pump1", "Speed", 1.0), val("Pump2", "Speed", 2.0), val("Pump2", "Flow", 3.0))
+	send("m2", 0x18, val("Pump2", "Flow", nil))                                                          // one attribute bad: data
+	send("m3", 0x18, val("Pump1", "Speed", 1.5), val("Pump2", "Speed", 2.5), val("Pump2", "Speed", nil)) // Pump2's connection lost
+	send("m4", 0x18, val("Pump2", "Speed", nil), val("Pump2", "Flow", nil), val("Pump1", "Speed", 1.75)) // still lost (a sample rule)
+	send("m5", 0, val("Pump2", "Flow", 3.5), val("Pump2", "Flow", 3.75), val("Pump2", "Speed", 2.75))    // back
+	send("m6", 0x08, val("Pump2", "Speed", nil), val("Pump2", "Flow", nil))                              // its connection removed by a deploy
+	snd.Close()
+
+	// The next Active node: the same messages from m6 on, then Pump1's.
+	snd = newSender()
+	defer snd.Close()
+	send("m6", 0x08, val("Pump2", "Speed", nil), val("Pump2", "Flow", nil))
+	send("m7", 0, val("Pump1", "Speed", 1.875))
+
+	want := "NBIRTH DBIRTH/Pump1 DBIRTH/Pump2 DDATA/Pump2 DDATA/Pump1 DDATA/Pump2 DDEATH/Pump2 DDATA/Pump1 DBIRTH/Pump2 DDATA/Pump2 DDEATH/Pump2 NDEATH " +
+		"NBIRTH DBIRTH/Pump1"
+	var msgs []seen
+	var got string
+	testwait.ForDetail(t, 10*time.Second, want, func() (bool, string) {
+		msgs = decodeNode(t, rec, "plant", "scadad")
+		var kinds []string
+		for _, m := range msgs {
+			k := m.kind
+			if m.device != "" {
+				k += "/" + m.device
+			}
+			kinds = append(kinds, k)
+		}
+		got = strings.Join(kinds, " ")
+		return got == want, got
+	})
+	checkSeq(t, msgs)
+	// m3: Pump2's good value before the loss still goes out, then its death.
+	if d := msgs[5].p.Metrics; len(d) != 1 || d[0].GetDoubleValue() != 2.5 {
+		t.Fatalf("DDATA of Pump2 before its DDEATH: %v, want Speed 2.5 alone", d)
+	}
+	// m5: the DBIRTH holds each metric's first value back, the DDATA the later one.
+	if b := msgs[8]; b.metric("Flow").GetDoubleValue() != 3.5 || b.metric("Speed").GetDoubleValue() != 2.75 {
+		t.Fatalf("DBIRTH of Pump2 back: %v, want Flow 3.5 and Speed 2.75", b.p.Metrics)
+	}
+	if d := msgs[9].p.Metrics; len(d) != 1 || d[0].GetDoubleValue() != 3.75 {
+		t.Fatalf("DDATA after the DBIRTH: %v, want Flow 3.75", d)
+	}
+	// The new session's DBIRTH of Pump1 is born by m7's value.
+	if b := msgs[13]; b.metric("Speed").GetDoubleValue() != 1.875 {
+		t.Fatalf("the new session's DBIRTH of Pump1: %v, want Speed 1.875", b.p.Metrics)
 	}
 }
