@@ -73,7 +73,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 		}
 	}()
 	t0 := time.Now()
-	w := runLoad(conns, len(conns), size, 0, n, seqIDs(fmt.Sprintf("buf%d", time.Now().UnixNano())))
+	w := runLoad(conns, len(conns), size, 0, n, seqIDs(fmt.Sprintf("buf%d", time.Now().UnixNano())), nil)
 	close(stopSampling)
 	<-sampled
 	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds(), RSSPeakMiB: peak}

@@ -55,7 +55,10 @@ func (b *bench) setup() error {
 	if err != nil {
 		return err
 	}
-	if err := b.sink.SetFailing(true); err != nil {
+	// -deliver-mode live measures delivery as the producers enqueue: the
+	// receivers accept from the start, with the usual short backoff.
+	live := b.o.deliverMode == "live"
+	if err := b.sink.SetFailing(!live); err != nil {
 		return err
 	}
 	site := testcluster.SiteConfig("bench", map[string]string{"bench": b.sink.URL}, 0)
@@ -63,7 +66,9 @@ func (b *bench) setup() error {
 		if b.pg, err = testcluster.StartPostgres(b.c.Dir); err != nil {
 			return err
 		}
-		b.pg.Stop() // refusing (down) until the deliver phase
+		if !live {
+			b.pg.Stop() // refusing (down) until the deliver phase
+		}
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
 			"  - {name: bench, kind: postgres, postgres: {dsn: %q, password_file: %q, table: bench}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
 			b.pg.DSN, b.pg.PasswordFile))
@@ -72,13 +77,17 @@ func (b *bench) setup() error {
 		if b.mq, err = testcluster.StartMosquitto(b.c.Dir); err != nil {
 			return err
 		}
-		b.mq.Stop() // refusing (down) until the deliver phase
+		if !live {
+			b.mq.Stop() // refusing (down) until the deliver phase
+		}
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
 			"  - {name: bench, kind: mqtt, mqtt: {broker: %q, topic: \"bench/{target}\", username: scadad, password_file: %q}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
 			b.mq.URL, b.mq.PasswordFile))
 	}
-	// A long backoff: refused deliveries during the write phases stay rare.
-	site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
+	if !live {
+		// A long backoff: refused deliveries during the write phases stay rare.
+		site = []byte(strings.Replace(string(site), "backoff_floor: 20ms, backoff_max: 200ms", "backoff_floor: 30s, backoff_max: 30s", 1))
+	}
 	site = []byte(strings.Replace(string(site), "max_payload_bytes: 65536}", fmt.Sprintf("max_payload_bytes: 65536, max_in_flight: %d, batch_max_messages: %d}", b.o.deliverInFlight, b.o.deliverBatch), 1))
 	file := filepath.Join(b.c.Dir, "site.yaml")
 	if err := os.WriteFile(file, site, 0o644); err != nil {

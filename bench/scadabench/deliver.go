@@ -31,7 +31,7 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 		}
 		defer conns[i].Close()
 	}
-	runLoad(conns, len(conns), 256, 0, n, seqIDs(fmt.Sprintf("d%d", time.Now().UnixNano())))
+	runLoad(conns, len(conns), 256, 0, n, seqIDs(fmt.Sprintf("d%d", time.Now().UnixNano())), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	total, err := b.pending(ctx)

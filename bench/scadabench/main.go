@@ -14,6 +14,10 @@
 //     survivors is acknowledged (a fresh probe every -probe-interval).
 //   - deliver: N messages are enqueued while the sink refuses them, then the
 //     sink recovers and the time until the buffer is empty gives messages/s.
+//     With -deliver-mode live instead, P producers enqueue while the
+//     receiver accepts, and over a window in steady state the distinct ids
+//     that reach the receiver give messages/s, with the backlog at the
+//     window's start and end (does delivery keep up?).
 //
 // The cluster is real scadad processes on 127.0.0.1 (two voters + witness
 // by default), built from this tree. Output: one human-readable line per
@@ -45,7 +49,9 @@ type options struct {
 	conns                        int
 	deliverN, deliverInFlight    int
 	deliverBatch                 int
-	deliverKind                  string
+	deliverKind, deliverMode     string
+	deliverProducers             int
+	deliverWarmup, deliverWindow time.Duration
 	witness, keep, sinkFsync     bool
 	pprof                        bool
 	cpuProfile                   string
@@ -65,8 +71,10 @@ type report struct {
 	Failover *failoverResult `json:"failover,omitempty"`
 	Stall    *stallResult    `json:"stall,omitempty"`
 	Deliver  *deliverResult  `json:"deliver,omitempty"`
-	Deploy   *deployResult   `json:"deploy,omitempty"`
-	Buffer   *bufferResult   `json:"buffer,omitempty"`
+	// DeliverLive is -deliver-mode live's.
+	DeliverLive *deliverLiveResult `json:"deliver_live,omitempty"`
+	Deploy      *deployResult      `json:"deploy,omitempty"`
+	Buffer      *bufferResult      `json:"buffer,omitempty"`
 	// ServiceLevel is the OPC UA failover: SIGKILL of the Active until the
 	// survivor's ServiceLevel 250 is readable by a client.
 	ServiceLevel *serviceLevelResult `json:"service_level,omitempty"`
@@ -123,7 +131,20 @@ func main() {
 			}
 		}
 	}
-	if strings.Contains(o.phases, "deliver") && o.deliverN > 0 {
+	if strings.Contains(o.phases, "deliver") && o.deliverMode == "live" {
+		d, err := b.deliverLivePhase(o.deliverProducers, o.sizes[0])
+		if err != nil {
+			fatalf("deliver phase: %v", err)
+		}
+		rep.DeliverLive = d
+		receiver := d.Kind
+		if d.Kind == "http" {
+			receiver = fmt.Sprintf("http (sink fsync=%v)", o.sinkFsync)
+		}
+		fmt.Printf("deliver (live): %d producers enqueueing %d-byte messages to a local %s target (max_in_flight=%d, batch_max_messages=%d): over %.1fs %.0f enqueues/s acknowledged (%d errors), %.0f distinct messages/s reached the receiver; backlog %d at the window's start, %d at its end\n",
+			d.Producers, d.ValueBytes, receiver, o.deliverInFlight, o.deliverBatch, d.WindowSeconds, d.EnqueuedPerSec, d.Errors, d.ReceivedPerSec, d.BacklogStart, d.BacklogEnd)
+	}
+	if strings.Contains(o.phases, "deliver") && o.deliverMode == "drain" && o.deliverN > 0 {
 		d, err := b.deliverPhase(o.deliverN)
 		if err != nil {
 			fatalf("deliver phase: %v", err)
@@ -206,6 +227,10 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
 	flag.IntVar(&o.deliverBatch, "deliver-batch", 0, "deliver: the target's batch_max_messages (0: one message per delivery)")
 	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink), postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres) or mqtt (a Mosquitto of its own, QoS 1 publishes with no subscriber), the server stopped while the buffer fills")
+	flag.StringVar(&o.deliverMode, "deliver-mode", "drain", "deliver: drain (fill the buffer while the receiver is down, then time the drain) or live (the receiver up throughout; -deliver-producers enqueue -value-size messages, and after -deliver-warmup the distinct ids reaching the receiver over -deliver-window give the rate; needs -phases deliver alone)")
+	flag.IntVar(&o.deliverProducers, "deliver-producers", 64, "deliver, live: concurrent producers, one connection each")
+	flag.DurationVar(&o.deliverWarmup, "deliver-warmup", 3*time.Second, "deliver, live: enqueueing before the window, to reach a steady state")
+	flag.DurationVar(&o.deliverWindow, "deliver-window", 10*time.Second, "deliver, live: the measured window")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
@@ -227,6 +252,14 @@ func parseFlags() options {
 	}
 	if o.ids != "seq" && o.ids != "random" && o.ids != "server" {
 		fatalf("bad -ids %q: want seq, random or server", o.ids)
+	}
+	switch {
+	case o.deliverMode != "drain" && o.deliverMode != "live":
+		fatalf("bad -deliver-mode %q: want drain or live", o.deliverMode)
+	case o.deliverMode == "live" && o.phases != "deliver":
+		fatalf("-deliver-mode live runs with -phases deliver alone (its receiver accepts from the start), not %q", o.phases)
+	case o.deliverMode == "live" && (o.deliverProducers < 1 || o.deliverWindow <= 0 || o.deliverWarmup < 0):
+		fatalf("-deliver-mode live: -deliver-producers %d, -deliver-window %s, -deliver-warmup %s: want at least one producer and a window", o.deliverProducers, o.deliverWindow, o.deliverWarmup)
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)

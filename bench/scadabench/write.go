@@ -57,10 +57,10 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	}
 	tag := fmt.Sprintf("w%d-%d-%d", clients, size, time.Now().UnixNano())
 	if b.o.warmup > 0 {
-		runLoad(conns, clients, size, b.o.warmup, 0, b.idMaker(tag+"warm"))
+		runLoad(conns, clients, size, b.o.warmup, 0, b.idMaker(tag+"warm"), nil)
 	}
 	stop := b.profile(fmt.Sprintf("write-c%d-v%d", clients, size), b.o.duration)
-	r := runLoad(conns, clients, size, b.o.duration, b.o.count, b.idMaker(tag))
+	r := runLoad(conns, clients, size, b.o.duration, b.o.count, b.idMaker(tag), nil)
 	stop()
 	r.Target, r.API = b.o.target, b.o.api
 	if b.o.api == "http" {
@@ -91,7 +91,10 @@ func seqIDs(tag string) func(client, n int) string {
 	return func(client, n int) string { return fmt.Sprintf("%s/%d/%d", tag, client, n) }
 }
 
-func runLoad(conns []*multi, clients, size int, d time.Duration, count int, newID func(client, n int) string) writeResult {
+// runLoad has clients enqueue size-byte messages over conns for d, or
+// count messages in all when count > 0, adding each acknowledged one to
+// acked when it is not nil (a phase that watches the rate as it goes).
+func runLoad(conns []*multi, clients, size int, d time.Duration, count int, newID func(client, n int) string, acked *atomic.Int64) writeResult {
 	val := make([]byte, size)
 	for i := range val {
 		val[i] = 'a' + byte(i%26)
@@ -123,6 +126,9 @@ func runLoad(conns []*multi, clients, size int, d time.Duration, count int, newI
 					continue
 				}
 				lat[i] = append(lat[i], time.Since(t0))
+				if acked != nil {
+					acked.Add(1)
+				}
 			}
 		}()
 	}

@@ -367,6 +367,13 @@ func (r *MQTTRecorder) IDs() (ids, topics []string) {
 	return append([]string(nil), r.ids...), append([]string(nil), r.topics...)
 }
 
+// Len is how many messages the recorder received so far.
+func (r *MQTTRecorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ids)
+}
+
 // Messages returns the messages received so far, in arrival order.
 func (r *MQTTRecorder) Messages() []MQTTMessage {
 	r.mu.Lock()
