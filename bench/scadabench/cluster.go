@@ -174,8 +174,14 @@ func (b *bench) profile(name string, d time.Duration) func() {
 		go func() {
 			defer wg.Done()
 			path := filepath.Join(b.o.cpuProfile, name+"-"+n.ID+".pprof")
-			cl := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-			resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.HTTPAddr, secs))
+			// -http-auth token serves the nodes' HTTP listener over TLS,
+			// where profiles need credentials: the operator's certificate.
+			scheme, tr := "http", &http.Transport{}
+			if b.httpTLS != nil {
+				scheme, tr.TLSClientConfig = "https", b.tls
+			}
+			cl := &http.Client{Timeout: time.Duration(secs+30) * time.Second, Transport: tr}
+			resp, err := cl.Get(fmt.Sprintf("%s://%s/debug/pprof/profile?seconds=%d", scheme, n.HTTPAddr, secs))
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "scadabench: profile %s: %v\n", n.ID, err)
 				return
