@@ -137,6 +137,32 @@ func checkSeq(t *testing.T, msgs []seen) []uint64 {
 	return births
 }
 
+// waitPublished waits until rec has received of plant/scadad the
+// messages want lists ("KIND" or "KIND/device", space-separated; NCMDs
+// left out), checks their seq and returns them.
+func waitPublished(t *testing.T, rec *testcluster.MQTTRecorder, want string) []seen {
+	t.Helper()
+	var msgs []seen
+	testwait.ForDetail(t, 10*time.Second, want, func() (bool, string) {
+		msgs = decodeNode(t, rec, "plant", "scadad")
+		var kinds []string
+		for _, m := range msgs {
+			if m.kind == "NCMD" {
+				continue
+			}
+			k := m.kind
+			if m.device != "" {
+				k += "/" + m.device
+			}
+			kinds = append(kinds, k)
+		}
+		got := strings.Join(kinds, " ")
+		return got == want, got
+	})
+	checkSeq(t, msgs)
+	return msgs
+}
+
 // The Edge Node session against a real Mosquitto: no birth while the
 // primary host is offline; NBIRTH, DBIRTH and DDATA with aliases and a
 // continuous seq; a new metric re-births its device; a dead connection
@@ -333,25 +359,7 @@ func TestRemovedDeviceDiesAfterItsLastValues(t *testing.T) {
 	send(historyMessage(t, "m5", val("Pump1", 3)))
 	want := "NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDATA/Pump9 DDEATH/Pump9 DDATA/Pump1 " +
 		"NBIRTH DBIRTH/Pump1 DBIRTH/Pump9 DDEATH/Pump9 DDATA/Pump1"
-	var msgs []seen
-	var got string
-	testwait.ForDetail(t, 5*time.Second, want, func() (bool, string) {
-		msgs = decodeNode(t, rec, "plant", "scadad")
-		var kinds []string
-		for _, m := range msgs {
-			if m.kind == "NCMD" {
-				continue
-			}
-			k := m.kind
-			if m.device != "" {
-				k += "/" + m.device
-			}
-			kinds = append(kinds, k)
-		}
-		got = strings.Join(kinds, " ")
-		return got == want, got
-	})
-	checkSeq(t, msgs)
+	msgs := waitPublished(t, rec, want)
 	for _, m := range msgs {
 		if m.kind == "DDEATH" && (m.p.Timestamp == nil || m.p.Seq == nil || len(m.p.Metrics) != 0) {
 			t.Fatalf("DDEATH %v: want a timestamp, a seq and no metrics", m.p)
@@ -438,22 +446,7 @@ func TestDeviceDiesWhileItsSourceIsLost(t *testing.T) {
 
 	want := "NBIRTH DBIRTH/Pump1 DBIRTH/Pump2 DDATA/Pump2 DDATA/Pump1 DDATA/Pump2 DDEATH/Pump2 DDATA/Pump1 DBIRTH/Pump2 DDATA/Pump2 DDEATH/Pump2 NDEATH " +
 		"NBIRTH DBIRTH/Pump1"
-	var msgs []seen
-	var got string
-	testwait.ForDetail(t, 10*time.Second, want, func() (bool, string) {
-		msgs = decodeNode(t, rec, "plant", "scadad")
-		var kinds []string
-		for _, m := range msgs {
-			k := m.kind
-			if m.device != "" {
-				k += "/" + m.device
-			}
-			kinds = append(kinds, k)
-		}
-		got = strings.Join(kinds, " ")
-		return got == want, got
-	})
-	checkSeq(t, msgs)
+	msgs := waitPublished(t, rec, want)
 	// m3: Pump2's good value before the loss still goes out, then its death.
 	if d := msgs[5].p.Metrics; len(d) != 1 || d[0].GetDoubleValue() != 2.5 {
 		t.Fatalf("DDATA of Pump2 before its DDEATH: %v, want Speed 2.5 alone", d)
