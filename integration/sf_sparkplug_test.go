@@ -3,18 +3,25 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/storeforward"
 	"github.com/scadad/scadad/storeforward/sparkplug/sparkplugpb"
 )
 
@@ -304,11 +311,34 @@ func TestHistorySparkplugDeviceRemovedByDeployDies(t *testing.T) {
 // every DDATA alias was declared by its device's DBIRTH of that session.
 func spSeqContinuous(t *testing.T, msgs []spMessage) {
 	t.Helper()
+	spWalk(t, msgs, nil)
+}
+
+// spWalk is spSeqContinuous calling data, when not nil, with each value
+// of a device: each DDATA metric with the name its DBIRTH gave its alias,
+// and each DBIRTH metric that is not null (a DBIRTH holds the device's
+// current values: a device born by a message carries its first values
+// there, a device born again its last). A device's DDEATH
+// undeclares its aliases until its next DBIRTH. A message the very same
+// as an earlier one (a subscriber's persistent session handed it again
+// across a restart of the broker) is skipped.
+func spWalk(t *testing.T, msgs []spMessage, data func(i int, device, name string, pm *sparkplugpb.Payload_Metric)) {
+	t.Helper()
 	var next uint64
-	declared := map[string]map[uint64]bool{}
+	declared := map[string]map[uint64]string{}
+	seen := map[string]bool{}
 	for i, m := range msgs {
 		if m.kind == "NDEATH" {
 			continue
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key := m.kind + "/" + m.device + "/" + string(b); seen[key] {
+			continue
+		} else {
+			seen[key] = true
 		}
 		if m.kind == "NBIRTH" {
 			next = 0
@@ -320,14 +350,23 @@ func spSeqContinuous(t *testing.T, msgs []spMessage) {
 		next++
 		switch m.kind {
 		case "DBIRTH":
-			declared[m.device] = map[uint64]bool{}
+			declared[m.device] = map[uint64]string{}
 			for _, pm := range m.p.Metrics {
-				declared[m.device][pm.GetAlias()] = true
+				declared[m.device][pm.GetAlias()] = pm.GetName()
+				if data != nil && !pm.GetIsNull() {
+					data(i, m.device, pm.GetName(), pm)
+				}
 			}
+		case "DDEATH":
+			delete(declared, m.device)
 		case "DDATA":
 			for _, pm := range m.p.Metrics {
-				if !declared[m.device][pm.GetAlias()] {
+				name, ok := declared[m.device][pm.GetAlias()]
+				if !ok {
 					t.Fatalf("message %d: DDATA of %s with alias %d its DBIRTH did not declare", i, m.device, pm.GetAlias())
+				}
+				if data != nil {
+					data(i, m.device, name, pm)
 				}
 			}
 		}
@@ -400,4 +439,214 @@ func TestHistorySparkplugDeviceDiesWithItsGatewayConnection(t *testing.T) {
 		t.Fatalf("the node's session did not go on through the device's death and birth: %s", kinds(msgs))
 	}
 	t.Logf("around the gateway's crash: %s", kinds(msgs[max(death-3, 0):min(death+birth+4, len(msgs))]))
+}
+
+// clusterEnqueuer is a tag history forwarder's way into a test's cluster:
+// each batch is POSTed to a running node, as a producer would, with its
+// Content-Type and its id as Idempotency-Key (a node that fails it is
+// left for the next; the forwarder retries the same batch). It records
+// every batch the cluster acknowledged: the exact set of values in the
+// buffer.
+type clusterEnqueuer struct {
+	c      *testcluster.Cluster
+	mu     sync.Mutex
+	node   int
+	acked  map[string]*sparkplugpb.Payload
+	values int
+}
+
+func (e *clusterEnqueuer) Enqueue(ctx context.Context, target string, payload []byte, id string, headers []storeforward.Header) (storeforward.EnqueueResult, error) {
+	e.mu.Lock()
+	n := e.c.Nodes[e.node%len(e.c.Nodes)]
+	e.mu.Unlock()
+	fail := func(err error) (storeforward.EnqueueResult, error) {
+		e.mu.Lock()
+		e.node++
+		e.mu.Unlock()
+		return storeforward.EnqueueResult{}, fmt.Errorf("enqueue %s on %s: %w", id, n.ID, err)
+	}
+	if !n.Running() {
+		return fail(errors.New("not running"))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.HTTPAddr+"/v1/sf/"+target, bytes.NewReader(payload))
+	if err != nil {
+		return fail(err)
+	}
+	req.Header.Set(storeforward.HeaderIdempotencyKey, id)
+	for _, h := range headers {
+		req.Header.Set(h.Key, h.Value)
+	}
+	resp, err := enqueueClient.Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		return fail(fmt.Errorf("status %d", resp.StatusCode))
+	}
+	p := &sparkplugpb.Payload{}
+	if err := proto.Unmarshal(payload, p); err != nil {
+		return storeforward.EnqueueResult{}, fmt.Errorf("acknowledged batch %s: %w", id, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.acked[id] == nil {
+		e.acked[id] = p
+		e.values += len(p.Metrics)
+	}
+	return storeforward.EnqueueResult{ID: id}, nil
+}
+
+func (e *clusterEnqueuer) ackedValues() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.values
+}
+
+// spValue is one tag value as the test tells it apart: its device, its
+// attribute and the value (each value of a device is written once).
+type spValue struct {
+	device, attribute string
+	value             uint64
+}
+
+// 10,000 tag values through a tag history forwarder into a Sparkplug
+// target (Edge Node of a real Mosquitto, primary host online) across a
+// SIGKILL of the Active and a restart of the broker: every value in a
+// batch the cluster acknowledged arrives in a DDATA of its device (decoded
+// with the Tahu proto, its alias declared by that device's DBIRTH of the
+// session) or, the first of a device born by a message, in the DBIRTH,
+// with its timestamp; again only as the very same value; each
+// device's values first arrive in the order they were taken; seq is
+// continuous from each NBIRTH.
+//
+// The values come from storeforward's HistoryForwarder running in the
+// test, feeding the cluster through its HTTP enqueue: the forwarder of a
+// scadad node holds the values of a batch not yet enqueued in memory, so
+// what a SIGKILL takes there was never acknowledged, and the buffer
+// shows no payloads; here the enqueue answers are the exact record of
+// what the buffer acknowledged.
+func TestHistorySparkplugEveryAcknowledgedValueAcrossKillAndBrokerRestart(t *testing.T) {
+	broker, host := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-host", "spBv1.0/#")
+	spHostState(t, host, true)
+	c, active, targets := sfTargetCluster(t, "sf-sparkplug", fmt.Sprintf(
+		"{name: uns, kind: mqtt, mqtt: {broker: %q, username: scadad, password_file: %q, sparkplug: {group_id: plant, edge_node: scadad, primary_host: host1}}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_in_flight: 1, batch_max_messages: 20}",
+		broker.URL, broker.PasswordFile))
+	if len(targets) != 1 || targets[0].Kind != "sparkplug" || targets[0].BatchMaxMessages != 20 {
+		t.Fatalf("sf targets: %+v", targets)
+	}
+
+	const devices, ticks = 5, 2000
+	enq := &clusterEnqueuer{c: c, acked: map[string]*sparkplugpb.Payload{}}
+	fw, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{
+		Enqueuer: enq, RetryFloor: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond, Logger: zerolog.Nop(),
+		Rules: []storeforward.HistoryRule{{Name: "tanks", Target: "uns", Format: storeforward.HistorySparkplug, MaxBatch: 10, MaxBatchDelay: 100 * time.Millisecond}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = fw.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	base := time.Now().Truncate(time.Millisecond)
+	for i := range ticks {
+		for d := range devices {
+			if !fw.Offer(storeforward.TagUpdate{Instance: fmt.Sprintf("Tank%d", d), Attribute: "Level", Value: int64(i), Quality: "good", Timestamp: base.Add(time.Duration(i) * time.Millisecond)}) {
+				t.Fatalf("value %d of Tank%d not taken", i, d)
+			}
+		}
+	}
+	const total = devices * ticks
+	testwait.For(t, 60*time.Second, "3,000 values acknowledged", func() bool { return enq.ackedValues() >= 3000 })
+	c.Kill(active)
+	t.Logf("SIGKILL of the Active at %d values acknowledged", enq.ackedValues())
+	testwait.For(t, 60*time.Second, "6,000 values acknowledged", func() bool { return enq.ackedValues() >= 6000 })
+	broker.Stop()
+	t.Logf("broker stopped at %d values acknowledged", enq.ackedValues())
+	time.Sleep(time.Second) // deliveries fail meanwhile: retried
+	if err := broker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.ForDetail(t, 60*time.Second, "every value acknowledged", func() (bool, string) {
+		return enq.ackedValues() >= total, fmt.Sprintf("%d acknowledged, %d dropped", enq.ackedValues(), fw.Dropped())
+	})
+	if fw.Dropped() != 0 {
+		t.Fatalf("the forwarder dropped %d values", fw.Dropped())
+	}
+
+	// What was acknowledged: each value once, with its timestamp.
+	want := map[spValue]uint64{}
+	enq.mu.Lock()
+	for id, p := range enq.acked {
+		for _, m := range p.Metrics {
+			dev, attr, _ := storeforward.SplitSparkplugMetricName(m.GetName())
+			v := spValue{dev, attr, m.GetLongValue()}
+			if _, dup := want[v]; dup {
+				t.Fatalf("batch %s: %v acknowledged in two batches", id, v)
+			}
+			want[v] = m.GetTimestamp()
+		}
+	}
+	enq.mu.Unlock()
+	if len(want) != total {
+		t.Fatalf("%d distinct values acknowledged, want %d", len(want), total)
+	}
+
+	var received map[spValue]int
+	var births int
+	testwait.ForDetail(t, 60*time.Second, "every acknowledged value in a DBIRTH or DDATA", func() (bool, string) {
+		received, births = spReceived(t, spDecode(t, host), want)
+		var missing []string
+		for v := range want {
+			if received[v] == 0 && len(missing) < 5 {
+				missing = append(missing, fmt.Sprintf("%s/%s=%d", v.device, v.attribute, v.value))
+			}
+		}
+		return len(received) >= total, fmt.Sprintf("%d of %d values received, %d births; acknowledged, not received: %v", len(received), total, births, missing)
+	})
+	if births < 3 {
+		t.Fatalf("%d NBIRTHs, want one before the SIGKILL, one after it and one after the broker's restart", births)
+	}
+	again := 0
+	for _, n := range received {
+		again += n - 1
+	}
+	t.Logf("%d values received (%d again), %d Edge Node sessions", len(received), again, births)
+}
+
+// spReceived checks what the host recorded of Edge Node scadad (as
+// spWalk does) and returns how often each value arrived (in a DDATA or a
+// DBIRTH) and
+// how many sessions were born (NBIRTHs of distinct bdSeq): every value one of want with its
+// timestamp and type, and each device's values first arriving in
+// increasing order (the order the forwarder took them).
+func spReceived(t *testing.T, msgs []spMessage, want map[spValue]uint64) (map[spValue]int, int) {
+	t.Helper()
+	received := map[spValue]int{}
+	last := map[string]uint64{} // device → the last value first received
+	spWalk(t, msgs, func(i int, device, name string, pm *sparkplugpb.Payload_Metric) {
+		v := spValue{device, name, pm.GetLongValue()}
+		if ts, ok := want[v]; !ok || ts != pm.GetTimestamp() || pm.GetDatatype() != uint32(sparkplugpb.DataType_Int64) {
+			t.Fatalf("message %d: %v at %d (type %d): not a value acknowledged", i, v, pm.GetTimestamp(), pm.GetDatatype())
+		}
+		received[v]++
+		if received[v] == 1 {
+			if prev, ok := last[device]; ok && prev > v.value {
+				t.Fatalf("%v first arrived after value %d of %s (FIFO broken)", v, prev, device)
+			}
+			last[device] = v.value
+		}
+	})
+	births := map[int64]bool{}
+	for _, m := range msgs {
+		if m.kind == "NBIRTH" {
+			births[spBdSeq(m.p)] = true
+		}
+	}
+	return received, len(births)
 }
