@@ -95,6 +95,9 @@ func (e noLeaderError) GRPCStatus() *status.Status {
 // this node is the leader. It waits for a leader up to ctx's deadline or
 // noLeaderWait, whichever ends first.
 func (f *Forwarder) leader(ctx context.Context) (controlpb.ControlClient, string, error) {
+	if f.roles.Current().Role == role.Active {
+		return nil, "", nil // the common case, without a watch to set up
+	}
 	watch, stop := f.roles.Watch()
 	defer stop()
 	var giveUp <-chan time.Time

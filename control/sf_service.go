@@ -26,10 +26,14 @@ type SFService struct {
 	Operator  *storeforward.Operator
 }
 
-// Enqueue stores one message through the group committer: Submit, then
-// wait.
+// Enqueue stores one message through the group committer (a lone
+// message on an idle committer is proposed at once by this call).
 func (s *SFService) Enqueue(ctx context.Context, target string, payload []byte, id string) (string, bool, error) {
-	return s.Submit(ctx, target, payload, id)(ctx)
+	res, err := s.Enqueuer.Enqueue(ctx, target, payload, id, nil)
+	if err != nil {
+		return res.ID, false, sfStatus("enqueue", err)
+	}
+	return res.ID, res.Duplicate, nil
 }
 
 // Submit hands one message to the group committer; wait answers as

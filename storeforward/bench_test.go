@@ -129,3 +129,42 @@ func BenchmarkDelivery(b *testing.B) {
 		})
 	}
 }
+
+// echoProposer answers every SFEnqueue at once, as added, from a goroutine
+// of its own (as raft answers from its FSM goroutine): what the Enqueuer
+// adds to one enqueue's latency, without raft or the FSM.
+type echoProposer struct{ reqs chan *fsmpb.Command }
+
+func (p echoProposer) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	p.reqs <- cmd
+	<-p.reqs
+	n := len(cmd.GetSfEnqueue().GetMessages())
+	return &fsm.Result{Enqueue: &fsm.EnqueueOutcome{Items: make([]fsm.EnqueueItem, n), Added: n}}, nil
+}
+
+// BenchmarkLoneEnqueue: one caller enqueueing one message at a time, the
+// proposer answering at once from another goroutine.
+func BenchmarkLoneEnqueue(b *testing.B) {
+	p := echoProposer{reqs: make(chan *fsmpb.Command)}
+	go func() {
+		for cmd := range p.reqs {
+			p.reqs <- cmd
+		}
+	}()
+	defer close(p.reqs)
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	payload := make([]byte, 256)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := e.Enqueue(ctx, "up", payload, fmt.Sprint("m", i), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

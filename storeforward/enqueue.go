@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -66,11 +67,16 @@ type Enqueuer struct {
 	// freed wakes the loop when a commit ends: an idle pipeline sends the
 	// waiting batch without its delay.
 	freed chan struct{}
+	// filling is how many requests the batch being filled holds (written
+	// by the loop): a caller proposes alone only when it is 0.
+	filling atomic.Int32
 
 	ctx    context.Context // cancelled by Close: aborts in-flight Proposes
 	cancel context.CancelFunc
 	loopWG sync.WaitGroup // the batching loop
 	inWG   sync.WaitGroup // in-flight commits
+	// closing orders a lone caller's inWG.Add before Close's Wait.
+	closing sync.RWMutex
 }
 
 type enqueueReply struct {
@@ -134,6 +140,11 @@ func NewEnqueuer(opts EnqueuerOptions) (*Enqueuer, error) {
 // commands may still commit).
 func (e *Enqueuer) Close() {
 	e.cancel()
+	// Once closing is ours, every lone caller past its check has added
+	// itself to inWG, and every later one sees the cancel.
+	e.closing.Lock()
+	//lint:ignore SA2001 the empty critical section is the point: see above
+	e.closing.Unlock()
 	e.loopWG.Wait()
 	e.inWG.Wait()
 }
@@ -230,11 +241,63 @@ const maxMessageHeaders = 64
 // cancelled ctx returns early; the message may still be stored, and
 // enqueueing again with the same id is safe.
 func (e *Enqueuer) Enqueue(ctx context.Context, target string, payload []byte, id string, headers []Header) (EnqueueResult, error) {
-	p, err := e.Submit(ctx, target, payload, id, headers)
+	p, msg, err := e.prepare(target, payload, id, headers)
 	if err != nil {
 		return EnqueueResult{ID: p.ID()}, err
 	}
+	if e.takeIdleSlot() {
+		return e.commitAlone(ctx, p, msg)
+	}
+	if err := e.handOver(ctx, p, msg); err != nil {
+		return EnqueueResult{ID: p.ID()}, err
+	}
 	return p.Wait(ctx)
+}
+
+// takeIdleSlot takes an in-flight slot when nothing is in flight and no
+// batch is filling: a caller then proposes its message itself, with no
+// hand-over to the batching loop and back. While anything is in flight it
+// returns false and the message joins a batch, as before.
+func (e *Enqueuer) takeIdleSlot() bool {
+	if len(e.sem) != 0 || e.filling.Load() != 0 {
+		return false
+	}
+	select {
+	case e.sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// commitAlone proposes msg as a batch of its own in the caller's
+// goroutine, holding the slot takeIdleSlot took. The propose ends with
+// ctx or Close, whichever comes first.
+func (e *Enqueuer) commitAlone(ctx context.Context, p *Pending, msg *fsmpb.Message) (EnqueueResult, error) {
+	defer e.release()
+	e.closing.RLock()
+	if e.ctx.Err() != nil {
+		e.closing.RUnlock()
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, ErrClosed)
+	}
+	e.inWG.Add(1) // before Close waits: Close takes closing first
+	e.closing.RUnlock()
+	defer e.inWG.Done()
+	start := e.opts.Clock.Now()
+	e.opts.Metrics.observeEnqueueBatch(1)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(e.ctx, cancel)()
+	items, err := e.propose(pctx, []*fsmpb.Message{msg})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", p.id, p.target, ctx.Err())
+	case err != nil:
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, err)
+	}
+	res := EnqueueResult{ID: msg.Id, Duplicate: items[0].Duplicate}
+	e.opts.Metrics.observeEnqueued(p.target, res.Duplicate, e.opts.Clock.Now().Sub(start))
+	return res, nil
 }
 
 // Pending is a message handed to the group committer; Wait gives its
@@ -254,32 +317,46 @@ func (p *Pending) ID() string { return p.id }
 // returns an error for a message refused before it was handed over (the
 // Pending still names its id). ctx bounds only the hand-over.
 func (e *Enqueuer) Submit(ctx context.Context, target string, payload []byte, id string, headers []Header) (*Pending, error) {
+	p, msg, err := e.prepare(target, payload, id, headers)
+	if err != nil {
+		return p, err
+	}
+	return p, e.handOver(ctx, p, msg)
+}
+
+// prepare names and checks a message and builds what the FSM stores.
+func (e *Enqueuer) prepare(target string, payload []byte, id string, headers []Header) (*Pending, *fsmpb.Message, error) {
 	if id == "" {
 		id = e.opts.NewID()
 	}
 	p := &Pending{e: e, id: id, target: target}
 	t, err := e.target(target)
 	if err != nil {
-		return p, err
+		return p, nil, err
 	}
 	if err := validateFor(target, t, payload, id, headers); err != nil {
-		return p, err
+		return p, nil, err
 	}
 	if err := e.checkRoom(target, t, id); err != nil {
-		return p, err
+		return p, nil, err
 	}
 	msg := &fsmpb.Message{Id: id, Target: target, Payload: payload}
 	for _, h := range headers {
 		msg.Headers = append(msg.Headers, &fsmpb.KV{Key: h.Key, Value: h.Value})
 	}
+	return p, msg, nil
+}
+
+// handOver gives msg to the batching loop; ctx bounds the hand-over.
+func (e *Enqueuer) handOver(ctx context.Context, p *Pending, msg *fsmpb.Message) error {
 	p.req = &enqueueReq{msg: msg, start: e.opts.Clock.Now(), done: make(chan enqueueReply, 1)}
 	select {
 	case e.reqs <- p.req:
-		return p, nil
+		return nil
 	case <-ctx.Done():
-		return p, fmt.Errorf("enqueue %s to %s: %w", id, target, ctx.Err())
+		return fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, ctx.Err())
 	case <-e.ctx.Done():
-		return p, fmt.Errorf("enqueue %s to %s: %w", id, target, ErrClosed)
+		return fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, ErrClosed)
 	}
 }
 
@@ -354,12 +431,14 @@ func (e *Enqueuer) loop() {
 				timer = e.opts.Clock.After(e.opts.MaxDelay)
 			}
 			cur.add(r)
+			e.filling.Store(int32(len(cur.reqs)))
 		case <-timer:
 			timer, ready = nil, true
 		case <-e.freed:
 		case slot <- struct{}{}:
 			b := cur
 			cur, timer, ready = batch{}, nil, false
+			e.filling.Store(0)
 			e.inWG.Add(1)
 			go e.commit(b)
 		case <-e.ctx.Done():
@@ -385,26 +464,20 @@ func (r *enqueueReq) reply(rep enqueueReply) {
 
 func (e *Enqueuer) commit(b batch) {
 	defer e.inWG.Done()
-	defer func() {
-		<-e.sem
-		select {
-		case e.freed <- struct{}{}:
-		default:
-		}
-	}()
+	defer e.release()
 	e.opts.Metrics.observeEnqueueBatch(len(b.reqs))
 	msgs := make([]*fsmpb.Message, len(b.reqs))
 	for i, r := range b.reqs {
 		msgs[i] = r.msg
 	}
-	items, err := e.propose(msgs)
+	items, err := e.propose(e.ctx, msgs)
 	var cerr *fsm.CommandError
 	if errors.As(err, &cerr) && len(msgs) > 1 {
 		// A deterministic refusal of the batch (a message Validate let
 		// through): commit one by one so only the bad message fails.
 		e.opts.Logger.Warn().Err(err).Int("messages", len(msgs)).Msg("enqueue batch refused; committing its messages one by one")
 		for _, r := range b.reqs {
-			items, err := e.propose([]*fsmpb.Message{r.msg})
+			items, err := e.propose(e.ctx, []*fsmpb.Message{r.msg})
 			r.reply(replyFor(r, items, err))
 		}
 		return
@@ -418,6 +491,16 @@ func (e *Enqueuer) commit(b batch) {
 	}
 }
 
+// release frees an in-flight slot and wakes the loop: an idle pipeline
+// sends the waiting batch without its delay.
+func (e *Enqueuer) release() {
+	<-e.sem
+	select {
+	case e.freed <- struct{}{}:
+	default:
+	}
+}
+
 func replyFor(r *enqueueReq, items []fsm.EnqueueItem, err error) enqueueReply {
 	if err != nil {
 		return enqueueReply{err: err}
@@ -426,8 +509,8 @@ func replyFor(r *enqueueReq, items []fsm.EnqueueItem, err error) enqueueReply {
 }
 
 // propose commits one SFEnqueue and returns its per-message verdicts.
-func (e *Enqueuer) propose(msgs []*fsmpb.Message) ([]fsm.EnqueueItem, error) {
-	ctx, cancel := context.WithTimeout(e.ctx, e.opts.ProposeTimeout)
+func (e *Enqueuer) propose(parent context.Context, msgs []*fsmpb.Message) ([]fsm.EnqueueItem, error) {
+	ctx, cancel := context.WithTimeout(parent, e.opts.ProposeTimeout)
 	defer cancel()
 	cmd := &fsmpb.Command{
 		StampUnixNano: e.opts.Clock.Now().UnixNano(),

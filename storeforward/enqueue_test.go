@@ -477,3 +477,70 @@ func TestSubmitPipelinesOneCallersMessages(t *testing.T) {
 		t.Fatalf("%d SFEnqueue commands, want 2: the first message, then the %d submitted behind it", len(cmds), total-1)
 	}
 }
+
+type callerKey struct{}
+
+// A lone Enqueue on an idle enqueuer is proposed by its caller, under the
+// caller's context (no hand-over to the batching loop and back); Close
+// still aborts it, and the next message is batched again once the slot is
+// free.
+func TestLoneEnqueueIsProposedByItsCaller(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	seen := make(chan any, 2)
+	p.before = func(ctx context.Context, cmd *fsmpb.Command) error {
+		seen <- ctx.Value(callerKey{})
+		return nil
+	}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.WithValue(context.Background(), callerKey{}, "producer-1")
+	if res, err := e.Enqueue(ctx, "up", []byte("x"), "lone", nil); err != nil || res.ID != "lone" || res.Duplicate {
+		t.Fatalf("Enqueue = %+v, %v", res, err)
+	}
+	if v := <-seen; v != "producer-1" {
+		t.Fatalf("the lone message was proposed under a context without the caller's value (%v): it went through the batching loop", v)
+	}
+	// Submit always goes through the loop, and finds the slot free.
+	pend, err := e.Submit(ctx, "up", []byte("y"), "submitted", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pend.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-seen; v != nil {
+		t.Fatalf("a submitted message was proposed under the caller's context (%v)", v)
+	}
+	if st, _ := f.SFStats(); st["up"].Pending != 2 {
+		t.Fatalf("pending = %d, want 2", st["up"].Pending)
+	}
+}
+
+// Close aborts a lone caller's propose, as it aborts a batch's.
+func TestCloseAbortsALoneEnqueue(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	held, release := holdFirst(p)
+	defer release()
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}}, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := enqueueAsync(e, "lone")
+	<-held
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	select {
+	case err := <-lone:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("error = %v, want the propose cancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not abort the lone enqueue's propose")
+	}
+	<-closed
+}
