@@ -43,6 +43,27 @@ func produce(c *testcluster.Cluster, target, prefix string, producers, perProduc
 	return wg.Wait
 }
 
+// killAndRestartMidStream is the faults of a 10,000-message run: a
+// SIGKILL of the Active once acked reports 3,000 acknowledged, then at
+// 6,000 the receiver (a broker, a database) stopped for a second,
+// deliveries failing meanwhile, and started again.
+func killAndRestartMidStream(t *testing.T, c *testcluster.Cluster, active *testcluster.Node, receiver interface {
+	Stop()
+	Start() error
+}, acked func() int64) {
+	t.Helper()
+	testwait.For(t, 60*time.Second, "3,000 acknowledged", func() bool { return acked() >= 3000 })
+	c.Kill(active)
+	t.Logf("SIGKILL of the Active %s at %d acknowledged", active.ID, acked())
+	testwait.For(t, 60*time.Second, "6,000 acknowledged", func() bool { return acked() >= 6000 })
+	receiver.Stop()
+	t.Logf("receiver stopped at %d acknowledged", acked())
+	time.Sleep(time.Second) // deliveries fail meanwhile: retried
+	if err := receiver.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sfTargetCluster starts a 2+witness cluster, deploys a site whose only
 // target is the YAML flow mapping target, and returns the cluster, its
 // Active node and what sf targets says.
@@ -94,16 +115,7 @@ func testSFPostgresAcrossKillAndDatabaseRestart(t *testing.T, pg *testcluster.Po
 	const producers, per = 10, 1000
 	var acked atomic.Int64
 	wait := produce(c, "db", "pg", producers, per, &acked)
-	testwait.For(t, 60*time.Second, "3,000 acknowledged", func() bool { return acked.Load() >= 3000 })
-	c.Kill(active)
-	t.Logf("SIGKILL %s at %d acknowledged", active.ID, acked.Load())
-	testwait.For(t, 60*time.Second, "6,000 acknowledged", func() bool { return acked.Load() >= 6000 })
-	pg.Stop()
-	t.Logf("database stopped at %d acknowledged", acked.Load())
-	time.Sleep(time.Second) // deliveries fail meanwhile: retried
-	if err := pg.Start(); err != nil {
-		t.Fatal(err)
-	}
+	killAndRestartMidStream(t, c, active, pg, acked.Load)
 	wait()
 
 	conn, err := pg.Connect(context.Background())

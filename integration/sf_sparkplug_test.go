@@ -562,16 +562,7 @@ func TestHistorySparkplugEveryAcknowledgedValueAcrossKillAndBrokerRestart(t *tes
 		}
 	}
 	const total = devices * ticks
-	testwait.For(t, 60*time.Second, "3,000 values acknowledged", func() bool { return enq.ackedValues() >= 3000 })
-	c.Kill(active)
-	t.Logf("SIGKILL of the Active at %d values acknowledged", enq.ackedValues())
-	testwait.For(t, 60*time.Second, "6,000 values acknowledged", func() bool { return enq.ackedValues() >= 6000 })
-	broker.Stop()
-	t.Logf("broker stopped at %d values acknowledged", enq.ackedValues())
-	time.Sleep(time.Second) // deliveries fail meanwhile: retried
-	if err := broker.Start(); err != nil {
-		t.Fatal(err)
-	}
+	killAndRestartMidStream(t, c, active, broker, func() int64 { return int64(enq.ackedValues()) })
 	testwait.ForDetail(t, 60*time.Second, "every value acknowledged", func() (bool, string) {
 		return enq.ackedValues() >= total, fmt.Sprintf("%d acknowledged, %d dropped", enq.ackedValues(), fw.Dropped())
 	})
