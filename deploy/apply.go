@@ -33,6 +33,12 @@ type Applier struct {
 	// RetryEvery is how often a failed apply or an unrecorded ack is tried
 	// again when nothing else changes.
 	RetryEvery time.Duration
+	// StepSpacing is the least time between two Steps that FSM changes
+	// trigger (0: none). A change arrives after every applied batch,
+	// hundreds a second on every node while producers enqueue, and nearly
+	// none is a deploy: a Step per change read the deployment pointer for
+	// nothing. Changes within the spacing coalesce into one Step at its end.
+	StepSpacing time.Duration
 	Log        zerolog.Logger
 	// Metrics, when set, follows every Step's outcome.
 	Metrics *Metrics
@@ -55,11 +61,21 @@ func (a *Applier) Run(ctx context.Context) error {
 	retry := time.NewTicker(a.RetryEvery)
 	defer retry.Stop()
 	for {
+		stepped := time.Now()
 		a.Step(ctx)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-changes:
+			if wait := a.StepSpacing - time.Since(stepped); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
 		case <-retry.C:
 		}
 	}

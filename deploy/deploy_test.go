@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/promtest"
+	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/siteconfig"
 )
 
@@ -301,4 +303,65 @@ func assertAck(t *testing.T, f *fsm.FSM, node string, rev uint64, ok bool, reaso
 	if a.Revision != rev || a.OK != ok || a.Reason != reason {
 		t.Fatalf("ack of %s = %+v, want revision %d ok=%v reason %q", node, a, rev, ok, reason)
 	}
+}
+
+// countingState counts the reads of the deployment pointer.
+type countingState struct {
+	*fsm.FSM
+	reads atomic.Int64
+}
+
+func (c *countingState) Deployment(target string) (fsm.Deployment, error) {
+	c.reads.Add(1)
+	return c.FSM.Deployment(target)
+}
+
+// A burst of applied entries that are not deploys (an enqueue load) costs
+// one look at the deployment pointer per StepSpacing, not one per entry;
+// a deploy at the end of the burst is still applied.
+func TestApplierCoalescesChangesWithinItsSpacing(t *testing.T) {
+	f, prop, pusher := setup(t)
+	state := &countingState{FSM: f}
+	holder := siteconfig.NewHolder()
+	a := &Applier{NodeID: "node-a", State: state, Proposer: prop, Holder: holder, Now: time.Now, Log: zerolog.Nop(),
+		StepSpacing: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	testwait.For(t, 5*time.Second, "the first Step", func() bool { return state.reads.Load() >= 1 })
+	for i := range 200 {
+		res, err := prop.Propose(ctx, &fsmpb.Command{Actor: "op", StampUnixNano: int64(i + 1),
+			Body: &fsmpb.Command_Audit{Audit: &fsmpb.Audit{Kind: "note", Detail: "not a deploy"}}})
+		if err != nil || res.Err != nil {
+			t.Fatal(err, res.Err)
+		}
+	}
+	// Give the Applier time to take changes it should not act on yet.
+	time.Sleep(50 * time.Millisecond)
+	if n := state.reads.Load(); n != 1 {
+		t.Fatalf("%d reads of the deployment pointer for a burst of 200 entries within the spacing, want 1 (the first Step's)", n)
+	}
+	cancel()
+	<-ran
+
+	// With a short spacing, a deploy pushed after a burst is applied.
+	a.StepSpacing = 20 * time.Millisecond
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { ran <- a.Run(ctx) }()
+	for i := range 50 {
+		if _, err := prop.Propose(ctx, &fsmpb.Command{Actor: "op", StampUnixNano: int64(i + 1),
+			Body: &fsmpb.Command_Audit{Audit: &fsmpb.Audit{Kind: "note", Detail: "not a deploy"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := pusher.Push(ctx, PushRequest{Artifact: example(t), Actor: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "the pushed revision applied", func() bool {
+		_, rev := holder.Current()
+		return uint64(rev) == res.Revision
+	})
 }

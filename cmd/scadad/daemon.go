@@ -47,6 +47,11 @@ import (
 // waiting on its commit (measured: bench/results/2026-12-01-5dd764a.md).
 const apiStreamWorkers = 128
 
+// deployStepSpacing coalesces the FSM changes the deploy Applier wakes on
+// (one per applied batch) into at most one look at the deployment pointer
+// per 20 ms: a deploy reaches the site config at most that much later.
+const deployStepSpacing = 20 * time.Millisecond
+
 // apiServerOptions bound what one client of the control API may hold. The
 // API asks for a client certificate, but the TLS handshake itself is open
 // to anyone who can connect, so it is bounded in time; an authenticated
@@ -256,7 +261,8 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	if err != nil {
 		return err
 	}
-	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger(), Metrics: deployMetrics}
+	applier := &deploy.Applier{NodeID: cfg.NodeID, State: state, Proposer: fwd, Holder: holder, Now: time.Now, Log: log.With().Str("part", "deploy").Logger(), Metrics: deployMetrics,
+		StepSpacing: deployStepSpacing}
 
 	srv := &control.Server{
 		NodeID:       cfg.NodeID,
