@@ -39,7 +39,7 @@ type Applier struct {
 	// none is a deploy: a Step per change read the deployment pointer for
 	// nothing. Changes within the spacing coalesce into one Step at its end.
 	StepSpacing time.Duration
-	Log        zerolog.Logger
+	Log         zerolog.Logger
 	// Metrics, when set, follows every Step's outcome.
 	Metrics *Metrics
 
