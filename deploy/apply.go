@@ -68,12 +68,10 @@ func (a *Applier) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-changes:
 			if wait := a.StepSpacing - time.Since(stepped); wait > 0 {
-				t := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
-					t.Stop()
 					return ctx.Err()
-				case <-t.C:
+				case <-time.After(wait): // collected unfired since Go 1.23
 				}
 			}
 		case <-retry.C:
