@@ -56,9 +56,12 @@ func (b *bench) setup() error {
 		return err
 	}
 	// -deliver-mode live measures delivery as the producers enqueue: the
-	// receivers accept from the start, with the usual short backoff.
+	// receivers accept from the start, with the usual short backoff; with
+	// -deliver-backlog they refuse until the backlog is filled, and the
+	// short backoff has delivery resume within 200 ms of their return.
 	live := b.o.deliverMode == "live"
-	if err := b.sink.SetFailing(!live); err != nil {
+	accepting := live && b.o.deliverBacklog == 0
+	if err := b.sink.SetFailing(!accepting); err != nil {
 		return err
 	}
 	site := testcluster.SiteConfig("bench", map[string]string{"bench": b.sink.URL}, 0)
@@ -66,7 +69,7 @@ func (b *bench) setup() error {
 		if b.pg, err = testcluster.StartPostgres(b.c.Dir); err != nil {
 			return err
 		}
-		if !live {
+		if !accepting {
 			b.pg.Stop() // refusing (down) until the deliver phase
 		}
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
@@ -77,7 +80,7 @@ func (b *bench) setup() error {
 		if b.mq, err = testcluster.StartMosquitto(b.c.Dir); err != nil {
 			return err
 		}
-		if !live {
+		if !accepting {
 			b.mq.Stop() // refusing (down) until the deliver phase
 		}
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(

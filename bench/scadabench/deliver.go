@@ -40,21 +40,11 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	}
 	// Restart the Active so delivery starts from a fresh backoff: the sink
 	// refused the head of the queue and the target now waits 30 s.
-	if err := b.sink.SetFailing(false); err != nil {
+	stopReceiver, err := b.startReceiver()
+	if err != nil {
 		return nil, err
 	}
-	if b.pg != nil {
-		if err := b.pg.Start(); err != nil {
-			return nil, err
-		}
-		defer b.pg.Stop()
-	}
-	if b.mq != nil {
-		if err := b.mq.Start(); err != nil {
-			return nil, err
-		}
-		defer b.mq.Stop()
-	}
+	defer stopReceiver()
 	if _, errs, code, err := b.c.Ctl(ctx, nil, "failover"); err != nil || code != 0 {
 		return nil, fmt.Errorf("failover to restart delivery: exit %d %s %v", code, errs, err)
 	}
@@ -69,4 +59,26 @@ func (b *bench) deliverPhase(n int) (*deliverResult, error) {
 	}
 	secs := time.Since(t0).Seconds()
 	return &deliverResult{Messages: int(total), Seconds: secs, PerSecond: float64(total) / secs}, nil
+}
+
+// startReceiver makes the target's receiver accept again after setup left
+// it refusing: the sink answers, the PostgreSQL server or the broker runs.
+// The returned func stops the server at the end of the phase.
+func (b *bench) startReceiver() (stop func(), err error) {
+	if err := b.sink.SetFailing(false); err != nil {
+		return nil, fmt.Errorf("let the sink accept: %w", err)
+	}
+	switch {
+	case b.pg != nil:
+		if err := b.pg.Start(); err != nil {
+			return nil, fmt.Errorf("start the PostgreSQL receiver: %w", err)
+		}
+		return b.pg.Stop, nil
+	case b.mq != nil:
+		if err := b.mq.Start(); err != nil {
+			return nil, fmt.Errorf("start the MQTT broker: %w", err)
+		}
+		return b.mq.Stop, nil
+	}
+	return func() {}, nil
 }

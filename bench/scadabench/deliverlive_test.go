@@ -41,3 +41,29 @@ func TestSinkArrivalsCountDistinctIDsInTheWindow(t *testing.T) {
 		t.Fatalf("%d distinct ids in the window, want 5 (b, c,d, e, f, g)", n)
 	}
 }
+
+// The backlog that was pending when the receiver came back is gone once
+// as many messages were delivered, whatever the producers enqueued since:
+// a FIFO buffer of 1,000 old messages that took 300 new ones is done with
+// the old ones at 1,000 delivered (300 pending), not at 999 (301 pending),
+// and a buffer that was emptied entirely is done too.
+func TestBacklogGoneOnceThePendingAreNoMoreThanTheNewOnes(t *testing.T) {
+	const backlog, enqueuedSince = 1000, 300
+	for _, tc := range []struct {
+		delivered uint64
+		want      bool
+	}{
+		{0, false},
+		{999, false},
+		{1000, true},
+		{1300, true},
+	} {
+		pending := backlog + enqueuedSince - tc.delivered
+		if got := backlogGone(pending, enqueuedSince); got != tc.want {
+			t.Errorf("%d delivered of %d old and %d new (%d pending): backlogGone = %v, want %v", tc.delivered, backlog, enqueuedSince, pending, got, tc.want)
+		}
+	}
+	if backlogGone(0, -1) {
+		t.Error("a negative count enqueued since (a counter misread) says the backlog is gone")
+	}
+}

@@ -17,7 +17,10 @@
 //     With -deliver-mode live instead, P producers enqueue while the
 //     receiver accepts, and over a window in steady state the distinct ids
 //     that reach the receiver give messages/s, with the backlog at the
-//     window's start and end (does delivery keep up?).
+//     window's start and end (does delivery keep up?). -deliver-backlog N
+//     adds the return from an outage: N messages enqueued while the
+//     receiver is down, then the receiver comes up as the producers start,
+//     and the window measures delivery while the backlog is worked off.
 //
 // The cluster is real scadad processes on 127.0.0.1 (two voters + witness
 // by default), built from this tree. Output: one human-readable line per
@@ -51,6 +54,8 @@ type options struct {
 	deliverBatch                 int
 	deliverKind, deliverMode     string
 	deliverProducers             int
+	deliverBacklog               int
+	deliverBacklogMax            time.Duration
 	deliverWarmup, deliverWindow time.Duration
 	witness, keep, sinkFsync     bool
 	pprof                        bool
@@ -141,8 +146,12 @@ func main() {
 		if d.Kind == "http" {
 			receiver = fmt.Sprintf("http (sink fsync=%v)", o.sinkFsync)
 		}
-		fmt.Printf("deliver (live): %d producers enqueueing %d-byte messages to a local %s target (max_in_flight=%d, batch_max_messages=%d): over %.1fs %.0f enqueues/s acknowledged (%d errors), %.0f distinct messages/s reached the receiver; backlog %d at the window's start, %d at its end\n",
-			d.Producers, d.ValueBytes, receiver, o.deliverInFlight, o.deliverBatch, d.WindowSeconds, d.EnqueuedPerSec, d.Errors, d.ReceivedPerSec, d.BacklogStart, d.BacklogEnd)
+		if d.BacklogFilled > 0 {
+			fmt.Println(backlogLine(d, receiver, o))
+		} else {
+			fmt.Printf("deliver (live): %d producers enqueueing %d-byte messages to a local %s target (max_in_flight=%d, batch_max_messages=%d): over %.1fs %.0f enqueues/s acknowledged (%d errors), %.0f distinct messages/s reached the receiver; backlog %d at the window's start, %d at its end\n",
+				d.Producers, d.ValueBytes, receiver, o.deliverInFlight, o.deliverBatch, d.WindowSeconds, d.EnqueuedPerSec, d.Errors, d.ReceivedPerSec, d.BacklogStart, d.BacklogEnd)
+		}
 	}
 	if strings.Contains(o.phases, "deliver") && o.deliverMode == "drain" && o.deliverN > 0 {
 		d, err := b.deliverPhase(o.deliverN)
@@ -200,6 +209,21 @@ func main() {
 	fmt.Println(string(js))
 }
 
+// backlogLine is -deliver-backlog's result in words.
+func backlogLine(d *deliverLiveResult, receiver string, o options) string {
+	line := fmt.Sprintf("deliver (live, after an outage): %d messages enqueued while the receiver was down, then it came up as %d producers started enqueueing %d-byte messages to a local %s target (max_in_flight=%d, batch_max_messages=%d): over %.1fs %.0f enqueues/s acknowledged (%d errors), %.0f distinct messages/s reached the receiver; backlog %d at the window's start, %d at its end; ",
+		d.BacklogFilled, d.Producers, d.ValueBytes, receiver, o.deliverInFlight, o.deliverBatch, d.WindowSeconds, d.EnqueuedPerSec, d.Errors, d.ReceivedPerSec, d.BacklogStart, d.BacklogEnd)
+	switch {
+	case d.WindowCutShort:
+		line += fmt.Sprintf("the backlog was gone %.1fs after the receiver came up, and the window ended there, %.1fs short of -deliver-window (fill more with -deliver-backlog to measure the whole window)", d.BacklogGoneSeconds, o.deliverWindow.Seconds()-d.WindowSeconds)
+	case d.BacklogGoneSeconds > 0:
+		line += fmt.Sprintf("the backlog was gone %.1fs after the receiver came up", d.BacklogGoneSeconds)
+	default:
+		line += fmt.Sprintf("the backlog was not gone %s after the receiver came up", o.deliverBacklogMax)
+	}
+	return line
+}
+
 func parseFlags() options {
 	var o options
 	var clients, sizes string
@@ -231,6 +255,8 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverProducers, "deliver-producers", 64, "deliver, live: concurrent producers, one connection each")
 	flag.DurationVar(&o.deliverWarmup, "deliver-warmup", 3*time.Second, "deliver, live: enqueueing before the window, to reach a steady state")
 	flag.DurationVar(&o.deliverWindow, "deliver-window", 10*time.Second, "deliver, live: the measured window")
+	flag.IntVar(&o.deliverBacklog, "deliver-backlog", 0, "deliver, live: if > 0, first enqueue this many messages while the receiver is down, then bring it up and start the producers together: the window measures delivery while the backlog is worked off (it ends early, and says so, if the backlog is gone before -deliver-window)")
+	flag.DurationVar(&o.deliverBacklogMax, "deliver-backlog-max", 2*time.Minute, "deliver, live, -deliver-backlog: how long after the receiver comes up to wait for the backlog to be gone (the time is reported if within it)")
 	flag.StringVar(&o.phases, "phases", "write,deliver,deploy,failover", "phases to run")
 	flag.BoolVar(&o.sinkFsync, "sink-fsync", false, "the sink fsyncs each record before it answers (a durable receiver); false answers once written")
 	flag.IntVar(&o.bufferN, "buffer-messages", 1000000, "buffer: pending messages to hold")
@@ -260,6 +286,10 @@ func parseFlags() options {
 		fatalf("-deliver-mode live runs with -phases deliver alone (its receiver accepts from the start), not %q", o.phases)
 	case o.deliverMode == "live" && (o.deliverProducers < 1 || o.deliverWindow <= 0 || o.deliverWarmup < 0):
 		fatalf("-deliver-mode live: -deliver-producers %d, -deliver-window %s, -deliver-warmup %s: want at least one producer and a window", o.deliverProducers, o.deliverWindow, o.deliverWarmup)
+	case o.deliverBacklog < 0 || o.deliverBacklog > 0 && o.deliverMode != "live":
+		fatalf("-deliver-backlog %d: want a count of messages (0: none), with -deliver-mode live", o.deliverBacklog)
+	case o.deliverBacklog > 0 && o.deliverBacklogMax <= o.deliverWarmup+o.deliverWindow:
+		fatalf("-deliver-backlog-max %s: want more than -deliver-warmup and -deliver-window together (%s)", o.deliverBacklogMax, o.deliverWarmup+o.deliverWindow)
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
