@@ -82,3 +82,16 @@ func (b *bench) startReceiver() (stop func(), err error) {
 	}
 	return func() {}, nil
 }
+
+// closeReceivers stops the sink and whichever server the deliver phase
+// started (a PostgreSQL or Mosquitto left running would outlive the run
+// and its data directory).
+func (b *bench) closeReceivers() {
+	b.sink.Close()
+	if b.pg != nil {
+		b.pg.Stop()
+	}
+	if b.mq != nil {
+		b.mq.Stop()
+	}
+}

@@ -115,9 +115,9 @@ func main() {
 	if err := b.setup(); err != nil {
 		fatalf("setup: %v", err)
 	}
-	defer b.sink.Close()
+	defer b.closeReceivers()
 	atExit.set(func() {
-		b.sink.Close()
+		b.closeReceivers()
 		stopCluster()
 	})
 
