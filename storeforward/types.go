@@ -113,9 +113,9 @@ type Target struct {
 	// BackoffFloor and BackoffMax bound the wait after a failed attempt.
 	BackoffFloor time.Duration
 	BackoffMax   time.Duration
-	// MaxAttempts failed attempts park a message; 0 never parks one for
-	// failing (only a permanent refusal does): a target down for a week
-	// finds every message waiting.
+	// MaxAttempts failed attempts park a message; 0 (or less) never
+	// parks one for failing (only a permanent refusal does): a target
+	// down for a week finds every message waiting.
 	MaxAttempts int
 	// MaxPayloadBytes rejects larger messages at enqueue (at most
 	// fsm.MaxPayloadBytes).
@@ -157,9 +157,6 @@ func (t Target) withDefaults() Target {
 	}
 	if t.BackoffMax < t.BackoffFloor {
 		t.BackoffMax = t.BackoffFloor
-	}
-	if t.MaxAttempts < 0 {
-		t.MaxAttempts = 0
 	}
 	if t.MaxPayloadBytes <= 0 {
 		t.MaxPayloadBytes = DefaultMaxPayloadBytes
