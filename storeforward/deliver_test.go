@@ -289,13 +289,7 @@ func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
 // config's 0, and the zero value here, mean the same).
 func TestDeliveryWithoutMaxAttemptsNeverParks(t *testing.T) {
 	h := newHarness(t, activeState(1, 1))
-	var healed atomic.Bool
-	s := newSink(t, h.roles, func(r received, n int) int {
-		if healed.Load() {
-			return http.StatusOK
-		}
-		return http.StatusServiceUnavailable
-	})
+	s, healed := newFailingSink(t, h, http.StatusServiceUnavailable)
 	tg := fastTarget("up", s.srv.URL)
 	tg.MaxAttempts = 0
 	if err := h.d.SetTargets([]Target{tg}); err != nil {
@@ -315,13 +309,7 @@ func TestDeliveryWithoutMaxAttemptsNeverParks(t *testing.T) {
 
 func TestOperatorRetryAndDiscard(t *testing.T) {
 	h := newHarness(t, activeState(1, 1))
-	var healed atomic.Bool
-	s := newSink(t, h.roles, func(r received, n int) int {
-		if healed.Load() {
-			return http.StatusOK
-		}
-		return http.StatusInternalServerError
-	})
+	s, healed := newFailingSink(t, h, http.StatusInternalServerError)
 	tg := fastTarget("up", s.srv.URL)
 	tg.MaxAttempts = 1
 	if err := h.d.SetTargets([]Target{tg}); err != nil {

@@ -243,6 +243,18 @@ func (h *harness) stats(t testing.TB, target string) fsm.TargetStats {
 }
 
 // fastTarget retries quickly so failure tests run in milliseconds.
+// newFailingSink answers every delivery with status until healed is set,
+// then 200.
+func newFailingSink(t testing.TB, h *harness, status int) (*sink, *atomic.Bool) {
+	healed := &atomic.Bool{}
+	return newSink(t, h.roles, func(received, int) int {
+		if healed.Load() {
+			return http.StatusOK
+		}
+		return status
+	}), healed
+}
+
 func fastTarget(name, url string) Target {
 	return Target{Name: name, URL: url, Timeout: 2 * time.Second, BackoffFloor: time.Millisecond, BackoffMax: 4 * time.Millisecond, MaxAttempts: 100}
 }
