@@ -264,7 +264,8 @@ type MQTTTarget struct {
 	KeyFile  string `yaml:"key_file,omitempty"`
 	// SessionExpiry keeps the broker's session across reconnects.
 	SessionExpiry time.Duration `yaml:"session_expiry,omitempty"`
-	// InFlight is how many publishes of a batch await PUBACK at once.
+	// InFlight bounds the publishes of a batch awaiting PUBACK at once
+	// (0: the batch; the broker's receive maximum bounds it too).
 	InFlight int `yaml:"in_flight,omitempty"`
 	// Protocol is the MQTT version: "5" (empty is the same) or "3.1.1".
 	Protocol string `yaml:"protocol,omitempty"`

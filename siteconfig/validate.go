@@ -697,7 +697,7 @@ func (v *validator) mqttTarget(p string, t *Target) {
 		v.add(field(mp, "protocol"), "%q: want 5 or 3.1.1", mq.Protocol)
 	}
 	if mq.InFlight < 0 || mq.InFlight > 65535 {
-		v.add(field(mp, "in_flight"), "%d is outside 0..65535 (0: 64)", mq.InFlight)
+		v.add(field(mp, "in_flight"), "%d is outside 0..65535 (0: no bound but the batch and the broker's receive maximum)", mq.InFlight)
 	}
 }
 

@@ -77,7 +77,7 @@ func (b *bench) setup() error {
 			b.pg.DSN, b.pg.PasswordFile))
 	}
 	if b.o.deliverKind == "mqtt" {
-		if b.mq, err = testcluster.StartMosquitto(b.c.Dir); err != nil {
+		if b.mq, err = testcluster.StartMosquittoWith(b.c.Dir, testcluster.MosquittoOptions{ReceiveMaximum: b.o.mqttReceiveMaximum}); err != nil {
 			return err
 		}
 		if !accepting {

@@ -53,6 +53,7 @@ type options struct {
 	deliverN, deliverInFlight    int
 	deliverBatch                 int
 	deliverKind, deliverMode     string
+	mqttReceiveMaximum           int
 	deliverProducers             int
 	deliverBacklog               int
 	deliverBacklogMax            time.Duration
@@ -143,8 +144,14 @@ func main() {
 		}
 		rep.DeliverLive = d
 		receiver := d.Kind
-		if d.Kind == "http" {
+		switch d.Kind {
+		case "http":
 			receiver = fmt.Sprintf("http (sink fsync=%v)", o.sinkFsync)
+		case "mqtt":
+			receiver = "mqtt (broker receive maximum 20, Mosquitto's default)"
+			if o.mqttReceiveMaximum > 0 {
+				receiver = fmt.Sprintf("mqtt (broker receive maximum %d)", o.mqttReceiveMaximum)
+			}
 		}
 		if d.BacklogFilled > 0 {
 			fmt.Println(backlogLine(d, receiver, o))
@@ -250,6 +257,7 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverN, "deliver-messages", 20000, "deliver: messages to drain")
 	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
 	flag.IntVar(&o.deliverBatch, "deliver-batch", 0, "deliver: the target's batch_max_messages (0: one message per delivery)")
+	flag.IntVar(&o.mqttReceiveMaximum, "mqtt-receive-maximum", 0, "deliver: the bench's Mosquitto lets a client have this many QoS 1 publishes awaiting their PUBACK (max_inflight_messages; 0: Mosquitto's default, 20)")
 	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink), postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres) or mqtt (a Mosquitto of its own, QoS 1 publishes with no subscriber), the server stopped while the buffer fills")
 	flag.StringVar(&o.deliverMode, "deliver-mode", "drain", "deliver: drain (fill the buffer while the receiver is down, then time the drain) or live (the receiver up throughout; -deliver-producers enqueue -value-size messages, and after -deliver-warmup the distinct ids reaching the receiver over -deliver-window give the rate; needs -phases deliver alone)")
 	flag.IntVar(&o.deliverProducers, "deliver-producers", 64, "deliver, live: concurrent producers, one connection each")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Links routes every node-to-node connection (raft and control API)
@@ -99,6 +100,9 @@ type Proxy struct {
 	mu     sync.Mutex
 	cut    bool
 	conns  map[net.Conn]struct{}
+	// latency holds what the target sends back this long before it is
+	// passed on (SetLatency).
+	latency time.Duration
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
@@ -110,6 +114,14 @@ func NewProxy(target string) (*Proxy, error) {
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	go p.loop()
 	return p, nil
+}
+
+// SetLatency holds what the target answers for d before passing it on,
+// in order, on connections made from now on: a far link's round trip.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
 }
 
 // Addr is the proxy's listening address.
@@ -148,13 +160,18 @@ func (p *Proxy) serve(in net.Conn) {
 		out.Close()
 		return
 	}
+	p.mu.Lock()
+	latency := p.latency
+	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+	go func() {
+		_, _ = io.Copy(out, in)
 		done <- struct{}{}
-	}
-	go pipe(out, in)
-	go pipe(in, out)
+	}()
+	go func() {
+		copyLate(in, out, latency)
+		done <- struct{}{}
+	}()
 	<-done
 	in.Close()
 	out.Close()
@@ -163,6 +180,42 @@ func (p *Proxy) serve(in net.Conn) {
 	delete(p.conns, in)
 	delete(p.conns, out)
 	p.mu.Unlock()
+}
+
+// copyLate copies src to dst, each read written latency after it was
+// read, in order, until either side fails.
+func copyLate(dst, src net.Conn, latency time.Duration) {
+	if latency <= 0 {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	type chunk struct {
+		due  time.Time
+		data []byte
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{time.Now().Add(latency), buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range chunks {
+		time.Sleep(time.Until(c.due))
+		if _, err := dst.Write(c.data); err != nil {
+			src.Close()
+			for range chunks {
+			}
+			return
+		}
+	}
 }
 
 // Cut drops every connection and refuses new ones (cut = true), or lets

@@ -54,6 +54,10 @@ type MosquittoOptions struct {
 	DenyTopics []string
 	// LogAll logs every packet (log_type all) to the broker's log.
 	LogAll bool
+	// ReceiveMaximum is the QoS 1 publishes a client may have awaiting
+	// their PUBACK (max_inflight_messages, the receive maximum of an MQTT
+	// 5 CONNACK); 0: Mosquitto's default, 20.
+	ReceiveMaximum int
 }
 
 // StartMosquitto writes the broker's configuration under dir and starts it.
@@ -131,6 +135,9 @@ log_dest stderr
 `, m.Port, users, root)
 	if o.LogAll {
 		conf += "log_type all\n"
+	}
+	if o.ReceiveMaximum > 0 {
+		conf += fmt.Sprintf("max_inflight_messages %d\n", o.ReceiveMaximum)
 	}
 	owned := []string{root, users}
 	if o.TLS {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -39,9 +40,10 @@ type Settings struct {
 	// SessionExpiry keeps the broker's session (and its in-flight
 	// messages) across a reconnect; 0: none.
 	SessionExpiry time.Duration
-	// InFlight is how many publishes of one batch await their PUBACK at
-	// once (default 64) for a target with max_in_flight above 1; with 1,
-	// strict order, one.
+	// InFlight bounds the publishes of one batch awaiting their PUBACK at
+	// once; 0: the whole batch, as many as the broker's receive maximum
+	// lets the client send. They are written in batch order, so a target
+	// in strict order (max_in_flight 1) pipelines its batch too.
 	InFlight int
 	// Protocol is the MQTT version: "5" (or empty) or Protocol311.
 	Protocol string
@@ -147,14 +149,6 @@ func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storef
 	if err != nil {
 		return nil, err
 	}
-	if s.InFlight <= 0 {
-		s.InFlight = 64
-	}
-	if t.MaxInFlight <= 1 {
-		// Strict order: the client writes concurrent publishes in any
-		// order, so a batch goes one PUBACK after another.
-		s.InFlight = 1
-	}
 	if s.Protocol == Protocol311 {
 		return &sender311{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 	}
@@ -175,6 +169,8 @@ type sender struct {
 	// made for the next): without a broker session to resume, a publish
 	// awaiting its PUBACK then fails at once.
 	down chan struct{}
+	// wire reports each publish written to the connection.
+	wire wireWatch
 }
 
 // ClientID is the client id a node's worker uses for a target: the node
@@ -196,12 +192,16 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{s.url},
-		TlsCfg:                        s.tls,
 		KeepAlive:                     20,
 		CleanStartOnInitialConnection: false,
 		SessionExpiryInterval:         uint32(s.set.SessionExpiry / time.Second),
 		ConnectTimeout:                min(max(s.timeout, time.Second), 10*time.Second),
 		ReconnectBackoff:              func(int) time.Duration { return time.Second },
+		AttemptConnection: func(ctx context.Context, cfg autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+			defer cancel()
+			return dialWire(ctx, u.Host, s.tls, &s.wire)
+		},
 		OnConnectionDown: func() bool {
 			s.mu.Lock()
 			close(s.down)
@@ -233,9 +233,12 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 }
 
 // Send implements storeforward.Sender: every message of the batch is
-// published at QoS 1, up to InFlight at once (one after another in FIFO
-// order for a target with max_in_flight 1); the batch is delivered when
-// every PUBACK says success.
+// published at QoS 1, up to InFlight awaiting their PUBACK at once (and
+// as many as the broker's receive maximum allows), each
+// made only once the one before is on the wire, so the broker reads them
+// in batch order; the batch is delivered when every PUBACK says success.
+// A publish that fails ends the batch: none after it is made, so a
+// retried batch cannot reach the broker behind its own later messages.
 func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
 	cm, err := s.conn()
 	if err != nil {
@@ -244,46 +247,16 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 	if err := cm.AwaitConnection(ctx); err != nil {
 		return fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
-	sem := make(chan struct{}, s.set.InFlight)
-	errs := make([]error, len(batch))
-	var wg sync.WaitGroup
-	for i, m := range batch {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = s.publish(ctx, cm, m)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m *storeforward.Message) error {
-	props := &paho.PublishProperties{}
-	props.User.Add(UserPropertyMessageID, m.ID)
-	for _, h := range m.Headers {
-		if strings.EqualFold(h.Key, "Content-Type") {
-			props.ContentType = h.Value
-		}
-	}
-	topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
 	if s.set.SessionExpiry == 0 {
 		// The broker keeps no session across a reconnect, so nothing
-		// resends this publish: its PUBACK will never come once the
+		// resends a publish: its PUBACK will never come once the
 		// connection drops (the client would wait for ctx's deadline).
-		s.mu.Lock()
-		down := s.down
-		s.mu.Unlock()
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
+		s.mu.Lock()
+		down := s.down
+		s.mu.Unlock()
 		go func() {
 			select {
 			case <-down:
@@ -299,6 +272,66 @@ func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m 
 			}
 		}()
 	}
+	window := len(batch)
+	if s.set.InFlight > 0 {
+		window = min(window, s.set.InFlight)
+	}
+	slots := make(chan struct{}, window)
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	made := 0
+publishing:
+	for i, m := range batch {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break publishing
+		}
+		onWire := s.wire.expect(m.ID)
+		ended := make(chan struct{})
+		wg.Add(1)
+		made++
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			defer close(ended)
+			errs[i] = s.publish(ctx, cm, m)
+		}()
+		select {
+		case <-onWire:
+		case <-ended:
+			s.wire.forget(m.ID)
+			if errs[i] != nil {
+				break publishing
+			}
+		case <-ctx.Done():
+			break publishing
+		}
+	}
+	wg.Wait()
+	for _, m := range batch[:made] {
+		s.wire.forget(m.ID)
+	}
+	for _, err := range errs[:made] {
+		if err != nil {
+			return err
+		}
+	}
+	if made < len(batch) {
+		return fmt.Errorf("publish %s: %w", batch[made].ID, context.Cause(ctx))
+	}
+	return nil
+}
+
+func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m *storeforward.Message) error {
+	props := &paho.PublishProperties{}
+	props.User.Add(UserPropertyMessageID, m.ID)
+	for _, h := range m.Headers {
+		if strings.EqualFold(h.Key, "Content-Type") {
+			props.ContentType = h.Value
+		}
+	}
+	topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
 	resp, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: m.Payload, Properties: props})
 	if err != nil && errors.Is(context.Cause(ctx), errConnectionLost) {
 		return fmt.Errorf("publish %s: %w", m.ID, errConnectionLost)

@@ -5,7 +5,10 @@ package mqtttarget
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +80,19 @@ func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
 		t.Fatalf("received %v, want ok-1 then ok-2 (maybe twice), never secret/1", ids)
 	}
 
+	// A CA file means TLS, whatever the broker URL's scheme says.
+	plain := set
+	plain.Broker = strings.Replace(broker.TLSURL, "tls://", "mqtt://", 1)
+	target.Settings = plain
+	byCA, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-c", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byCA.Close()
+	if err := send(byCA, "ok-4"); err != nil {
+		t.Fatalf("publish to %s with a ca_file: %v, want TLS", plain.Broker, err)
+	}
+
 	// Without a client certificate the TLS listener lets no one in.
 	set.CertFile, set.KeyFile = "", ""
 	target.Settings = set
@@ -129,4 +145,80 @@ func TestMQTT311OnARealBroker(t *testing.T) {
 	if err := (Kind{}).Validate(bad); err == nil {
 		t.Fatal("protocol 3 accepted")
 	}
+}
+
+// A target in strict order (max_in_flight 1) publishes a batch without
+// waiting for each PUBACK, and the broker still gets it in order: over a
+// link whose answers take 25 ms, 200 publishes one PUBACK after another
+// need at least 5 s; pipelined they take a fraction of it. Then 2,000
+// publishes straight to the broker arrive exactly in batch order.
+func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
+	u, err := url.Parse(broker.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := testcluster.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	const latency = 25 * time.Millisecond
+	far.SetLatency(latency)
+
+	sendBatch := func(brokerURL, prefix string, n int) time.Duration {
+		t.Helper()
+		target := storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: 1, Settings: Settings{
+			Broker: brokerURL, Topic: "plant/{target}", Username: broker.Username, PasswordFile: broker.PasswordFile}}
+		snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snd.Close()
+		batch := make([]*storeforward.Message, n)
+		for i := range batch {
+			batch[i] = &storeforward.Message{ID: fmt.Sprintf("%s-%05d", prefix, i), Payload: []byte("v")}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// The first publish connects; the batch is timed on a live
+		// connection.
+		if err := snd.Send(ctx, []*storeforward.Message{{ID: prefix + "-connect", Payload: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		if err := snd.Send(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(started)
+	}
+	checkOrder := func(prefix string, n int) {
+		t.Helper()
+		var got []string
+		testwait.For(t, 20*time.Second, fmt.Sprintf("%d %s messages received", n, prefix), func() bool {
+			ids, _ := rec.IDs()
+			got = got[:0]
+			for _, id := range ids {
+				if strings.HasPrefix(id, prefix+"-") && id != prefix+"-connect" {
+					got = append(got, id)
+				}
+			}
+			return len(got) >= n
+		})
+		for i, id := range got[:n] {
+			if want := fmt.Sprintf("%s-%05d", prefix, i); id != want {
+				t.Fatalf("%s: message %d received is %s, want %s (out of order)", prefix, i, id, want)
+			}
+		}
+	}
+
+	const far200 = 200
+	took := sendBatch("mqtt://"+far.Addr(), "far", far200)
+	if oneByOne := far200 * latency; took >= oneByOne/2 {
+		t.Fatalf("%d publishes over a %v link took %v; one PUBACK after another takes %v: not pipelined", far200, latency, took, oneByOne)
+	}
+	checkOrder("far", far200)
+
+	sendBatch(broker.URL, "near", 2000)
+	checkOrder("near", 2000)
 }
