@@ -69,73 +69,139 @@ func dialWire(ctx context.Context, address string, cfg *tls.Config, w *wireWatch
 	if err != nil {
 		return nil, err
 	}
-	return &wireConn{Conn: c, watch: w}, nil
+	wc := &wireConn{Conn: c, watch: w}
+	wc.out.idle.L = &wc.out
+	return wc, nil
 }
 
 // wireConn is the client's connection. paho.golang writes a packet as
 // several buffers under the connection's lock when it is a sync.Locker:
-// wireConn gathers them and writes the packet at once (one system call,
-// one TLS record), then reports a PUBLISH to its watch.
+// wireConn gathers them into whole packets and queues each, reporting a
+// PUBLISH to its watch as it is queued (the queue is the wire's order).
+// The goroutine that queues a packet while no write is under way writes
+// the queue, and goes on with what others queued meanwhile: publishes in
+// flight together leave in one system call (one TLS record), not one each.
 type wireConn struct {
 	net.Conn
 	watch *wireWatch
 
-	mu      sync.Mutex
-	locked  bool
-	packet  []byte
-	size    int // the whole packet's length once its fixed header is in; 0 before
-	through bool
+	// mu holds one packet's writes (Lock to Unlock).
+	mu     sync.Mutex
+	locked bool
+	packet []byte
+	size   int // the whole packet's length once its fixed header is in; 0 before, -1 if unreadable
+
+	out struct {
+		sync.Mutex
+		queued, spare []byte
+		writing       bool
+		idle          sync.Cond // signalled when a writer stops
+		err           error     // the connection's first write error
+	}
 }
 
 // Lock begins one packet's writes.
 func (c *wireConn) Lock() {
 	c.mu.Lock()
-	c.locked, c.packet, c.size, c.through = true, c.packet[:0], 0, false
+	c.locked, c.packet, c.size = true, c.packet[:0], 0
 }
 
-// Unlock ends them; a packet shorter than its header said (never from
-// paho) is written as it is.
+// Unlock ends them (a packet shorter than its header said, never from
+// paho, is queued as it is) and writes the queue unless a write is under
+// way.
 func (c *wireConn) Unlock() {
 	if len(c.packet) > 0 {
-		_, _ = c.Conn.Write(c.packet)
+		c.queue(c.packet)
 		c.packet = c.packet[:0]
 	}
 	c.locked = false
 	c.mu.Unlock()
+	c.flush()
 }
 
-// Write gathers a locked packet's buffers; the buffer that completes the
-// packet writes it and answers with the connection's error.
+// Write gathers a locked packet's buffers and queues the packet once it is
+// whole; a write outside Lock (never from paho) is queued and written at
+// once. A connection that failed to write answers with that error.
 func (c *wireConn) Write(b []byte) (int, error) {
-	if !c.locked || c.through {
-		return c.Conn.Write(b)
+	if err := c.failed(); err != nil {
+		return 0, err
+	}
+	if !c.locked {
+		c.queue(b)
+		c.flush()
+		return len(b), c.failed()
 	}
 	c.packet = append(c.packet, b...)
 	if c.size == 0 {
 		size, ok := packetSize(c.packet)
-		if !ok {
-			if len(c.packet) < 5 {
-				return len(b), nil // the length goes on in the next buffer
-			}
-			// Not a packet as MQTT frames one: write it all as it comes.
-			c.through = true
-			_, err := c.Conn.Write(c.packet)
-			c.packet = c.packet[:0]
-			return len(b), err
-		}
-		c.size = size
-	}
-	if len(c.packet) < c.size {
-		return len(b), nil
-	}
-	_, err := c.Conn.Write(c.packet)
-	if err == nil {
-		if id, ok := publishedID(c.packet); ok {
-			c.watch.written(id)
+		switch {
+		case ok:
+			c.size = size
+		case len(c.packet) < 5:
+			return len(b), nil // the length goes on in the next buffer
+		default:
+			c.size = -1 // not framed as MQTT frames a packet: queued whole at Unlock
 		}
 	}
-	c.packet, c.size = c.packet[:0], 0
-	return len(b), err
+	if c.size > 0 && len(c.packet) >= c.size {
+		c.queue(c.packet)
+		c.packet, c.size = c.packet[:0], 0
+	}
+	return len(b), nil
+}
+
+func (c *wireConn) failed() error {
+	c.out.Lock()
+	defer c.out.Unlock()
+	return c.out.err
+}
+
+// queue appends a packet to what is to be written and reports a publish.
+func (c *wireConn) queue(packet []byte) {
+	c.out.Lock()
+	c.out.queued = append(c.out.queued, packet...)
+	c.out.Unlock()
+	if id, ok := publishedID(packet); ok {
+		c.watch.written(id)
+	}
+}
+
+// flush writes the queue, and what is queued meanwhile, unless another
+// goroutine is writing it. A write error closes the connection: the
+// client's reader then fails and the client learns of it.
+func (c *wireConn) flush() {
+	c.out.Lock()
+	defer c.out.Unlock()
+	if c.out.writing {
+		return
+	}
+	c.out.writing = true
+	for len(c.out.queued) > 0 && c.out.err == nil {
+		buf := c.out.queued
+		c.out.queued = c.out.spare[:0]
+		c.out.Unlock()
+		_, err := c.Conn.Write(buf)
+		c.out.Lock()
+		c.out.spare = buf
+		if err != nil {
+			c.out.err = err
+			c.Conn.Close()
+		}
+	}
+	c.out.writing = false
+	c.out.idle.Broadcast()
+}
+
+// Close writes what is queued (a DISCONNECT the client wrote last), then
+// closes.
+func (c *wireConn) Close() error {
+	c.out.Lock()
+	for c.out.writing {
+		c.out.idle.Wait()
+	}
+	c.out.Unlock()
+	c.flush()
+	return c.Conn.Close()
 }
 
 // packetSize reads an MQTT fixed header (a type byte and the remaining
