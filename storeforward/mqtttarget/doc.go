@@ -3,6 +3,12 @@
 // template, with the message id as the user property "message-id", and
 // counts as delivered when the broker's PUBACK says success.
 //
+// A batch is pipelined, in batch order, without a PUBACK awaited between
+// publishes: with MQTT 5 each publish is made once the one before is on
+// the connection (publish_order.go watches what the client writes); the
+// 3.1.1 client writes publishes in the order they are made and, with an
+// ordered store, resends them in that order after a reconnect.
+//
 // It owns the broker connection of one delivery worker (MQTT 5 with
 // eclipse/paho.golang autopaho; MQTT 3.1.1, protocol "3.1.1", with
 // eclipse/paho.mqtt.golang, without properties or reason codes; the

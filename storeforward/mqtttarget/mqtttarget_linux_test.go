@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -148,10 +149,11 @@ func TestMQTT311OnARealBroker(t *testing.T) {
 }
 
 // A target in strict order (max_in_flight 1) publishes a batch without
-// waiting for each PUBACK, and the broker still gets it in order: over a
-// link whose answers take 25 ms, 200 publishes one PUBACK after another
-// need at least 5 s; pipelined they take a fraction of it. Then 2,000
-// publishes straight to the broker arrive exactly in batch order.
+// waiting for each PUBACK, and the broker still gets it in order, with MQTT
+// 5 and 3.1.1: over a link whose answers take 25 ms, 200 publishes one
+// PUBACK after another need at least 5 s; pipelined they take a fraction
+// of it. Then 2,000 publishes straight to the broker arrive exactly in
+// batch order.
 func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
 	u, err := url.Parse(broker.URL)
@@ -166,10 +168,10 @@ func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 	const latency = 25 * time.Millisecond
 	far.SetLatency(latency)
 
-	sendBatch := func(brokerURL, prefix string, n int) time.Duration {
+	sendBatch := func(brokerURL, protocol, prefix string, n int) time.Duration {
 		t.Helper()
 		target := storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: 1, Settings: Settings{
-			Broker: brokerURL, Topic: "plant/{target}", Username: broker.Username, PasswordFile: broker.PasswordFile}}
+			Broker: brokerURL, Topic: "plant/{target}/{id}", Protocol: protocol, Username: broker.Username, PasswordFile: broker.PasswordFile}}
 		snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
@@ -196,10 +198,10 @@ func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 		t.Helper()
 		var got []string
 		testwait.For(t, 20*time.Second, fmt.Sprintf("%d %s messages received", n, prefix), func() bool {
-			ids, _ := rec.IDs()
+			_, topics := rec.IDs()
 			got = got[:0]
-			for _, id := range ids {
-				if strings.HasPrefix(id, prefix+"-") && id != prefix+"-connect" {
+			for _, topic := range topics {
+				if id := path.Base(topic); strings.HasPrefix(id, prefix+"-") && id != prefix+"-connect" {
 					got = append(got, id)
 				}
 			}
@@ -212,13 +214,18 @@ func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 		}
 	}
 
-	const far200 = 200
-	took := sendBatch("mqtt://"+far.Addr(), "far", far200)
-	if oneByOne := far200 * latency; took >= oneByOne/2 {
-		t.Fatalf("%d publishes over a %v link took %v; one PUBACK after another takes %v: not pipelined", far200, latency, took, oneByOne)
-	}
-	checkOrder("far", far200)
+	for _, protocol := range []string{"5", Protocol311} {
+		t.Run("mqtt "+protocol, func(t *testing.T) {
+			const farN = 200
+			farPrefix, nearPrefix := "far"+protocol, "near"+protocol
+			took := sendBatch("mqtt://"+far.Addr(), protocol, farPrefix, farN)
+			if oneByOne := farN * latency; took >= oneByOne/2 {
+				t.Fatalf("%d publishes over a %v link took %v; one PUBACK after another takes %v: not pipelined", farN, latency, took, oneByOne)
+			}
+			checkOrder(farPrefix, farN)
 
-	sendBatch(broker.URL, "near", 2000)
-	checkOrder("near", 2000)
+			sendBatch(broker.URL, protocol, nearPrefix, 2000)
+			checkOrder(nearPrefix, 2000)
+		})
+	}
 }

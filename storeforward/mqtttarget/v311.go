@@ -57,6 +57,9 @@ func (s *sender311) conn(ctx context.Context) (mqtt.Client, error) {
 		// have no expiry.
 		SetCleanSession(s.set.SessionExpiry == 0).
 		SetOrderMatters(true).
+		// Publishes a reconnect interrupted are resent in the order they
+		// were made (the default store resends in map order).
+		SetStore(mqtt.NewOrderedMemoryStore()).
 		SetKeepAlive(20 * time.Second).
 		SetConnectTimeout(min(max(s.timeout, time.Second), 10*time.Second)).
 		SetAutoReconnect(true).
@@ -93,19 +96,53 @@ func wait(ctx context.Context, t mqtt.Token) error {
 }
 
 // Send implements storeforward.Sender: the batch's messages are published
-// at QoS 1 one PUBACK after another, in order.
+// at QoS 1 in order, up to InFlight awaiting their PUBACK at once (the
+// client writes publishes in the order they are made, and resends those a
+// reconnect interrupted in that order too: an ordered store). A publish
+// the client fails at once (not connected) ends the batch before a later
+// one is made.
 func (s *sender311) Send(ctx context.Context, batch []*storeforward.Message) error {
 	c, err := s.conn(ctx)
 	if err != nil {
 		return err
 	}
-	for _, m := range batch {
-		topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
-		if err := wait(ctx, c.Publish(topic, 1, false, m.Payload)); err != nil {
+	window := len(batch)
+	if s.set.InFlight > 0 {
+		window = min(window, s.set.InFlight)
+	}
+	tokens := make([]mqtt.Token, 0, len(batch))
+	acked := 0
+	awaitNext := func() error {
+		m := batch[acked]
+		if err := wait(ctx, tokens[acked]); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("publish %s: no PUBACK in time", m.ID)
 			}
 			return fmt.Errorf("publish %s: %w", m.ID, err)
+		}
+		acked++
+		return nil
+	}
+	for i, m := range batch {
+		for i-acked >= window {
+			if err := awaitNext(); err != nil {
+				return err
+			}
+		}
+		topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
+		t := c.Publish(topic, 1, false, m.Payload)
+		select {
+		case <-t.Done():
+			if err := t.Error(); err != nil {
+				return fmt.Errorf("publish %s: %w", m.ID, err)
+			}
+		default:
+		}
+		tokens = append(tokens, t)
+	}
+	for acked < len(tokens) {
+		if err := awaitNext(); err != nil {
+			return err
 		}
 	}
 	return nil
