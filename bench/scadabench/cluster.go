@@ -83,9 +83,14 @@ func (b *bench) setup() error {
 		if !accepting {
 			b.mq.Stop() // refusing (down) until the deliver phase
 		}
+		// MQTT 3.1.1 has no user properties: the id travels in the topic.
+		topic, protocol := "bench/{target}", ""
+		if b.o.mqttProtocol == "3.1.1" {
+			topic, protocol = "bench/{target}/{id}", `protocol: "3.1.1", `
+		}
 		site = []byte(string(testcluster.SiteConfig("bench", nil, 0)) + fmt.Sprintf(
-			"  - {name: bench, kind: mqtt, mqtt: {broker: %q, topic: \"bench/{target}\", username: scadad, password_file: %q}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
-			b.mq.URL, b.mq.PasswordFile))
+			"  - {name: bench, kind: mqtt, mqtt: {broker: %q, %stopic: %q, username: scadad, password_file: %q}, timeout: 10s, backoff_floor: 20ms, backoff_max: 200ms, max_attempts: 0, max_payload_bytes: 65536}\n",
+			b.mq.URL, protocol, topic, b.mq.PasswordFile))
 	}
 	if !live {
 		// A long backoff: refused deliveries during the write phases stay rare.

@@ -54,6 +54,7 @@ type options struct {
 	deliverBatch                 int
 	deliverKind, deliverMode     string
 	mqttReceiveMaximum           int
+	mqttProtocol                 string
 	deliverProducers             int
 	deliverBacklog               int
 	deliverBacklogMax            time.Duration
@@ -148,9 +149,9 @@ func main() {
 		case "http":
 			receiver = fmt.Sprintf("http (sink fsync=%v)", o.sinkFsync)
 		case "mqtt":
-			receiver = "mqtt (broker receive maximum 20, Mosquitto's default)"
+			receiver = fmt.Sprintf("mqtt %s (broker receive maximum 20, Mosquitto's default)", o.mqttProtocol)
 			if o.mqttReceiveMaximum > 0 {
-				receiver = fmt.Sprintf("mqtt (broker receive maximum %d)", o.mqttReceiveMaximum)
+				receiver = fmt.Sprintf("mqtt %s (broker receive maximum %d)", o.mqttProtocol, o.mqttReceiveMaximum)
 			}
 		}
 		if d.BacklogFilled > 0 {
@@ -258,6 +259,7 @@ func parseFlags() options {
 	flag.IntVar(&o.deliverInFlight, "deliver-in-flight", 1, "deliver: the target's max_in_flight (1: strict enqueue order)")
 	flag.IntVar(&o.deliverBatch, "deliver-batch", 0, "deliver: the target's batch_max_messages (0: one message per delivery)")
 	flag.IntVar(&o.mqttReceiveMaximum, "mqtt-receive-maximum", 0, "deliver: the bench's Mosquitto lets a client have this many QoS 1 publishes awaiting their PUBACK (max_inflight_messages; 0: Mosquitto's default, 20)")
+	flag.StringVar(&o.mqttProtocol, "mqtt-protocol", "5", "deliver: the mqtt target's protocol, 5 or 3.1.1 (the message id then in the topic)")
 	flag.StringVar(&o.deliverKind, "deliver-kind", "http", "deliver: the target's kind: http (a local sfsink), postgres (a PostgreSQL server of the bench's own, testcluster.StartPostgres) or mqtt (a Mosquitto of its own, QoS 1 publishes with no subscriber), the server stopped while the buffer fills")
 	flag.StringVar(&o.deliverMode, "deliver-mode", "drain", "deliver: drain (fill the buffer while the receiver is down, then time the drain) or live (the receiver up throughout; -deliver-producers enqueue -value-size messages, and after -deliver-warmup the distinct ids reaching the receiver over -deliver-window give the rate; needs -phases deliver alone)")
 	flag.IntVar(&o.deliverProducers, "deliver-producers", 64, "deliver, live: concurrent producers, one connection each")
@@ -298,6 +300,9 @@ func parseFlags() options {
 		fatalf("-deliver-backlog %d: want a count of messages (0: none), with -deliver-mode live", o.deliverBacklog)
 	case o.deliverBacklog > 0 && o.deliverBacklogMax <= o.deliverWarmup+o.deliverWindow:
 		fatalf("-deliver-backlog-max %s: want more than -deliver-warmup and -deliver-window together (%s)", o.deliverBacklogMax, o.deliverWarmup+o.deliverWindow)
+	}
+	if o.mqttProtocol != "5" && o.mqttProtocol != "3.1.1" {
+		fatalf("-mqtt-protocol %q: want 5 or 3.1.1", o.mqttProtocol)
 	}
 	if o.target != "leader" && o.target != "all" {
 		fatalf("bad -target %q", o.target)
