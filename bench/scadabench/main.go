@@ -149,10 +149,13 @@ func main() {
 		case "http":
 			receiver = fmt.Sprintf("http (sink fsync=%v)", o.sinkFsync)
 		case "mqtt":
-			receiver = fmt.Sprintf("mqtt %s (broker receive maximum 20, Mosquitto's default)", o.mqttProtocol)
+			// Mosquitto's max_inflight_messages is the receive maximum an
+			// MQTT 5 client must keep to; 3.1.1 has none.
+			inflight := "20, its default"
 			if o.mqttReceiveMaximum > 0 {
-				receiver = fmt.Sprintf("mqtt %s (broker receive maximum %d)", o.mqttProtocol, o.mqttReceiveMaximum)
+				inflight = strconv.Itoa(o.mqttReceiveMaximum)
 			}
+			receiver = fmt.Sprintf("mqtt %s (Mosquitto max_inflight_messages %s)", o.mqttProtocol, inflight)
 		}
 		if d.BacklogFilled > 0 {
 			fmt.Println(backlogLine(d, receiver, o))
