@@ -149,15 +149,17 @@ func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storef
 	if err != nil {
 		return nil, err
 	}
+	topic := newTopicTemplate(s.Topic, t.Name, env.NodeID)
 	if s.Protocol == Protocol311 {
-		return &sender311{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
+		return &sender311{target: t.Name, node: env.NodeID, set: s, topic: topic, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 	}
-	return &sender{target: t.Name, node: env.NodeID, set: s, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
+	return &sender{target: t.Name, node: env.NodeID, set: s, topic: topic, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 }
 
 type sender struct {
 	target, node string
 	set          Settings
+	topic        topicTemplate
 	url          *url.URL
 	tls          *tls.Config
 	timeout      time.Duration
@@ -171,6 +173,26 @@ type sender struct {
 	down chan struct{}
 	// wire reports each publish written to the connection.
 	wire wireWatch
+}
+
+// topicTemplate is a target's topic with {target} and {node} replaced,
+// made once: a publish replaces {id} at most.
+type topicTemplate struct {
+	topic string
+	perID bool
+}
+
+func newTopicTemplate(template, target, node string) topicTemplate {
+	topic := strings.NewReplacer("{target}", target, "{node}", node).Replace(template)
+	return topicTemplate{topic: topic, perID: strings.Contains(topic, "{id}")}
+}
+
+// of is the topic of message id.
+func (t topicTemplate) of(id string) string {
+	if !t.perID {
+		return t.topic
+	}
+	return strings.ReplaceAll(t.topic, "{id}", id)
 }
 
 // ClientID is the client id a node's worker uses for a target: the node
@@ -331,7 +353,7 @@ func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m 
 			props.ContentType = h.Value
 		}
 	}
-	topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
+	topic := s.topic.of(m.ID)
 	resp, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: m.Payload, Properties: props})
 	if err != nil && errors.Is(context.Cause(ctx), errConnectionLost) {
 		return fmt.Errorf("publish %s: %w", m.ID, errConnectionLost)

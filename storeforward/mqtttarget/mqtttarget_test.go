@@ -32,3 +32,15 @@ func TestValidate(t *testing.T) {
 		t.Errorf("client id %q", id)
 	}
 }
+
+func TestTopicTemplate(t *testing.T) {
+	for _, tc := range []struct{ template, id, want string }{
+		{"plant/{target}/{node}", "m-1", "plant/hist/node-a"},
+		{"plant/{target}/{id}", "m-1", "plant/hist/m-1"},
+		{"{id}/{id}", "a{node}", "a{node}/a{node}"}, // an id's text is not replaced again
+	} {
+		if got := newTopicTemplate(tc.template, "hist", "node-a").of(tc.id); got != tc.want {
+			t.Errorf("%s with id %s: %q, want %q", tc.template, tc.id, got, tc.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +26,7 @@ const Protocol311 = "3.1.1"
 type sender311 struct {
 	target, node string
 	set          Settings
+	topic        topicTemplate
 	url          *url.URL
 	tls          *tls.Config
 	timeout      time.Duration
@@ -129,8 +129,7 @@ func (s *sender311) Send(ctx context.Context, batch []*storeforward.Message) err
 				return err
 			}
 		}
-		topic := strings.NewReplacer("{target}", s.target, "{node}", s.node, "{id}", m.ID).Replace(s.set.Topic)
-		t := c.Publish(topic, 1, false, m.Payload)
+		t := c.Publish(s.topic.of(m.ID), 1, false, m.Payload)
 		select {
 		case <-t.Done():
 			if err := t.Error(); err != nil {
