@@ -1,6 +1,7 @@
 package mqtttarget
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"net"
@@ -69,7 +70,7 @@ func dialWire(ctx context.Context, address string, cfg *tls.Config, w *wireWatch
 	if err != nil {
 		return nil, err
 	}
-	wc := &wireConn{Conn: c, watch: w}
+	wc := &wireConn{Conn: c, watch: w, in: bufio.NewReaderSize(c, 16<<10)}
 	wc.out.idle.L = &wc.out
 	return wc, nil
 }
@@ -84,6 +85,9 @@ func dialWire(ctx context.Context, address string, cfg *tls.Config, w *wireWatch
 type wireConn struct {
 	net.Conn
 	watch *wireWatch
+	// in buffers what the client reads: it reads a packet a few bytes at
+	// a time (type, length, body), a system call each without it.
+	in *bufio.Reader
 
 	// mu holds one packet's writes (Lock to Unlock).
 	mu     sync.Mutex
@@ -99,6 +103,9 @@ type wireConn struct {
 		err           error     // the connection's first write error
 	}
 }
+
+// Read reads through the buffer (one reader: the client's).
+func (c *wireConn) Read(b []byte) (int, error) { return c.in.Read(b) }
 
 // Lock begins one packet's writes.
 func (c *wireConn) Lock() {
