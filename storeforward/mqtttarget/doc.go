@@ -4,8 +4,9 @@
 // counts as delivered when the broker's PUBACK says success.
 //
 // A batch is pipelined, in batch order, without a PUBACK awaited between
-// publishes: with MQTT 5 each publish is made once the one before is on
-// the connection (publish_order.go watches what the client writes); the
+// publishes: with MQTT 5 the sender adds each publish to the client's
+// session and writes it itself, one after another (session.go; the
+// connection, connection.go, gathers each packet into one write); the
 // 3.1.1 client writes publishes in the order they are made and, with an
 // ordered store, resends them in that order after a reconnect.
 //

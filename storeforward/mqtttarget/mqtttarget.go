@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/scadad/scadad/storeforward"
@@ -171,8 +172,9 @@ type sender struct {
 	// made for the next): without a broker session to resume, a publish
 	// awaiting its PUBACK then fails at once.
 	down chan struct{}
-	// wire reports each publish written to the connection.
-	wire wireWatch
+	// session is the client's session state, through which Send
+	// publishes (session.go).
+	session *publishSession
 }
 
 // topicTemplate is a target's topic with {target} and {node} replaced,
@@ -212,6 +214,7 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 		return s.cm, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	s.session = newPublishSession()
 	cfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{s.url},
 		KeepAlive:                     20,
@@ -222,7 +225,7 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 		AttemptConnection: func(ctx context.Context, cfg autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 			defer cancel()
-			return dialWire(ctx, u.Host, s.tls, &s.wire)
+			return dialWire(ctx, u.Host, s.tls)
 		},
 		OnConnectionDown: func() bool {
 			s.mu.Lock()
@@ -242,7 +245,7 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 			c.Password, c.PasswordFlag = pw, set
 			return c, nil
 		},
-		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target)},
+		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target), Session: s.session},
 	}
 	s.down = make(chan struct{})
 	cm, err := autopaho.NewConnection(ctx, cfg)
@@ -254,13 +257,12 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 	return cm, nil
 }
 
-// Send implements storeforward.Sender: every message of the batch is
-// published at QoS 1, up to InFlight awaiting their PUBACK at once (and
-// as many as the broker's receive maximum allows), each
-// made only once the one before is on the wire, so the broker reads them
+// Send implements storeforward.Sender: the batch's messages are published
+// at QoS 1 one after another from this goroutine, without awaiting each
+// PUBACK, up to InFlight at once (and as many as the broker's receive
+// maximum allows: the session blocks beyond it), so the broker reads them
 // in batch order; the batch is delivered when every PUBACK says success.
-// A publish that fails ends the batch: none after it is made, so a
-// retried batch cannot reach the broker behind its own later messages.
+// A publish that cannot be made ends the batch before a later one is.
 func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
 	cm, err := s.conn()
 	if err != nil {
@@ -269,10 +271,13 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 	if err := cm.AwaitConnection(ctx); err != nil {
 		return fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
+	if err := s.session.allows(1); err != nil {
+		return fmt.Errorf("publish to %s: %w", s.url.Redacted(), err)
+	}
 	if s.set.SessionExpiry == 0 {
 		// The broker keeps no session across a reconnect, so nothing
 		// resends a publish: its PUBACK will never come once the
-		// connection drops (the client would wait for ctx's deadline).
+		// connection drops (the batch would wait for ctx's deadline).
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -298,80 +303,87 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 	if s.set.InFlight > 0 {
 		window = min(window, s.set.InFlight)
 	}
-	slots := make(chan struct{}, window)
-	errs := make([]error, len(batch))
-	var wg sync.WaitGroup
-	made := 0
-publishing:
+	acks := make([]chan packets.ControlPacket, 0, len(batch))
+	answered := 0
+	awaitNext := func() error {
+		m := batch[answered]
+		select {
+		case ack := <-acks[answered]:
+			answered++
+			return pubackError(m.ID, ack)
+		case <-ctx.Done():
+			return publishFailed(m.ID, ctx)
+		}
+	}
 	for i, m := range batch {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break publishing
-		}
-		onWire := s.wire.expect(m.ID)
-		ended := make(chan struct{})
-		wg.Add(1)
-		made++
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			defer close(ended)
-			errs[i] = s.publish(ctx, cm, m)
-		}()
-		select {
-		case <-onWire:
-		case <-ended:
-			s.wire.forget(m.ID)
-			if errs[i] != nil {
-				break publishing
+		for i-answered >= window {
+			if err := awaitNext(); err != nil {
+				return err
 			}
-		case <-ctx.Done():
-			break publishing
 		}
+		pub := s.packet(m)
+		ack := make(chan packets.ControlPacket, 1)
+		if err := s.session.AddToSession(ctx, pub, ack); err != nil {
+			if ctx.Err() != nil {
+				return publishFailed(m.ID, ctx)
+			}
+			return fmt.Errorf("publish %s: %w", m.ID, err)
+		}
+		// In the session from here: a publish the connection failed to
+		// write is resent, in order, when the next one comes up (with a
+		// session to resume), or is never answered (ctx ends the wait).
+		if err := s.session.write(pub); err != nil {
+			return fmt.Errorf("publish %s: %w", m.ID, err)
+		}
+		acks = append(acks, ack)
 	}
-	wg.Wait()
-	for _, m := range batch[:made] {
-		s.wire.forget(m.ID)
-	}
-	for _, err := range errs[:made] {
-		if err != nil {
+	for answered < len(acks) {
+		if err := awaitNext(); err != nil {
 			return err
 		}
-	}
-	if made < len(batch) {
-		return fmt.Errorf("publish %s: %w", batch[made].ID, context.Cause(ctx))
 	}
 	return nil
 }
 
-func (s *sender) publish(ctx context.Context, cm *autopaho.ConnectionManager, m *storeforward.Message) error {
-	props := &paho.PublishProperties{}
-	props.User.Add(UserPropertyMessageID, m.ID)
+// packet is m's PUBLISH: QoS 1 to the target's topic, the message id as
+// a user property, the enqueue's Content-Type.
+func (s *sender) packet(m *storeforward.Message) *packets.Publish {
+	props := &packets.Properties{User: []packets.User{{Key: UserPropertyMessageID, Value: m.ID}}}
 	for _, h := range m.Headers {
 		if strings.EqualFold(h.Key, "Content-Type") {
 			props.ContentType = h.Value
 		}
 	}
-	topic := s.topic.of(m.ID)
-	resp, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: m.Payload, Properties: props})
-	if err != nil && errors.Is(context.Cause(ctx), errConnectionLost) {
-		return fmt.Errorf("publish %s: %w", m.ID, errConnectionLost)
+	return &packets.Publish{QoS: 1, Topic: s.topic.of(m.ID), Payload: m.Payload, Properties: props}
+}
+
+// pubackError is what the answer to message id's publish says: nil for
+// success, a Refusal for a failure reason code.
+func pubackError(id string, ack packets.ControlPacket) error {
+	puback, ok := ack.Content.(*packets.Puback)
+	if !ok {
+		// The session let the publish go unanswered (it was closed).
+		return fmt.Errorf("publish %s: no PUBACK (the client's session ended)", id)
 	}
-	if resp != nil && resp.ReasonCode >= 0x80 {
+	if puback.ReasonCode >= 0x80 {
 		reason := ""
-		if resp.Properties != nil {
-			reason = resp.Properties.ReasonString
+		if puback.Properties != nil {
+			reason = puback.Properties.ReasonString
 		}
-		return &Refusal{Code: resp.ReasonCode, Reason: reason, ID: m.ID}
-	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("publish %s: no PUBACK in time", m.ID)
-		}
-		return fmt.Errorf("publish %s: %w", m.ID, err)
+		return &Refusal{Code: puback.ReasonCode, Reason: reason, ID: id}
 	}
 	return nil
+}
+
+// publishFailed is why a publish ended with ctx.
+func publishFailed(id string, ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errConnectionLost) {
+		return fmt.Errorf("publish %s: %w", id, errConnectionLost)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("publish %s: no PUBACK in time", id)
+	}
+	return fmt.Errorf("publish %s: %w", id, context.Cause(ctx))
 }
 
 // connectionLostGrace is how long a publish still waits for its answer
@@ -391,7 +403,8 @@ func (s *sender) Close() {
 		_ = s.cm.Disconnect(ctx)
 		cancel()
 		s.cancel()
-		s.cm = nil
+		_ = s.session.Close()
+		s.cm, s.session = nil, nil
 	}
 }
 
