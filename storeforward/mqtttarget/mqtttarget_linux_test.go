@@ -229,3 +229,43 @@ func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 		})
 	}
 }
+
+// A batch's last PUBACKs are not held back by the broker's Nagle
+// algorithm (Mosquitto's default, set_tcp_nodelay false) waiting for this
+// side's delayed acknowledgement (40 ms or more on Linux) when nothing
+// follows them: 50 batches of 20 would take 2 s in such stalls alone.
+func TestBatchEndsWithoutAnAcknowledgementStall(t *testing.T) {
+	broker, err := testcluster.StartMosquittoWith(t.TempDir(), testcluster.MosquittoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Stop()
+	for _, protocol := range []string{"5", Protocol311} {
+		target := storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: 1, Settings: Settings{
+			Broker: broker.URL, Topic: "plant/{target}/{id}", Protocol: protocol, Username: broker.Username, PasswordFile: broker.PasswordFile}}
+		snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snd.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := snd.Send(ctx, []*storeforward.Message{{ID: "connect", Payload: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+		const batches, size = 50, 20
+		started := time.Now()
+		for b := range batches {
+			batch := make([]*storeforward.Message, size)
+			for i := range batch {
+				batch[i] = &storeforward.Message{ID: fmt.Sprintf("m-%d-%d", b, i), Payload: make([]byte, 256)}
+			}
+			if err := snd.Send(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if took := time.Since(started); took > time.Second {
+			t.Errorf("mqtt %s: %d batches of %d took %v: about %v a batch, stalled", protocol, batches, size, took, took/batches)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -73,9 +74,11 @@ func (s *sender311) conn(ctx context.Context) (mqtt.Client, error) {
 			}
 			return s.set.Username, string(pw)
 		})
-	if s.tls != nil {
-		opts.SetTLSConfig(s.tls)
-	}
+	opts.SetCustomOpenConnectionFn(func(_ *url.URL, o mqtt.ClientOptions) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), o.ConnectTimeout)
+		defer cancel()
+		return dialBroker(ctx, s.url.Host, s.tls)
+	})
 	c := mqtt.NewClient(opts)
 	if err := wait(ctx, c.Connect()); err != nil {
 		c.Disconnect(0)
