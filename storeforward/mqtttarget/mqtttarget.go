@@ -312,7 +312,7 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 			answered++
 			return pubackError(m.ID, ack)
 		case <-ctx.Done():
-			return publishFailed(m.ID, ctx)
+			return publishFailed(ctx, m.ID)
 		}
 	}
 	for i, m := range batch {
@@ -325,7 +325,7 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 		ack := make(chan packets.ControlPacket, 1)
 		if err := s.session.AddToSession(ctx, pub, ack); err != nil {
 			if ctx.Err() != nil {
-				return publishFailed(m.ID, ctx)
+				return publishFailed(ctx, m.ID)
 			}
 			return fmt.Errorf("publish %s: %w", m.ID, err)
 		}
@@ -376,7 +376,7 @@ func pubackError(id string, ack packets.ControlPacket) error {
 }
 
 // publishFailed is why a publish ended with ctx.
-func publishFailed(id string, ctx context.Context) error {
+func publishFailed(ctx context.Context, id string) error {
 	if errors.Is(context.Cause(ctx), errConnectionLost) {
 		return fmt.Errorf("publish %s: %w", id, errConnectionLost)
 	}
