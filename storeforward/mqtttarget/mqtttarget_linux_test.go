@@ -269,3 +269,84 @@ func TestBatchEndsWithoutAnAcknowledgementStall(t *testing.T) {
 		}
 	}
 }
+
+// Pipelined batches without a broker session to resume (session_expiry
+// 0) across a broker restart: a batch the restart interrupts fails (its
+// connection lost), is sent again whole, and every message arrives, the
+// first arrival of each in batch order.
+func TestPipelinedBatchesAcrossABrokerRestartWithoutASession(t *testing.T) {
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
+	target := storeforward.Target{Name: "hist", Timeout: 5 * time.Second, MaxInFlight: 1, Settings: Settings{
+		Broker: broker.URL, Topic: "plant/{target}", Username: broker.Username, PasswordFile: broker.PasswordFile}}
+	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	const batches, size = 30, 200
+	halfway := make(chan struct{})
+	sent := make(chan error, 1)
+	failures := 0 // read after sent
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		for b := range batches {
+			batch := make([]*storeforward.Message, size)
+			for i := range batch {
+				batch[i] = &storeforward.Message{ID: fmt.Sprintf("m-%02d-%03d", b, i), Payload: []byte("v")}
+			}
+			// As the delivery worker does: the same batch again until
+			// it is delivered.
+			for {
+				err := snd.Send(ctx, batch)
+				if err == nil {
+					break
+				}
+				if failures++; ctx.Err() != nil {
+					sent <- fmt.Errorf("batch %d after %d failures: %w", b, failures, err)
+					return
+				}
+				select {
+				case <-time.After(50 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+			if b == batches/3 {
+				close(halfway)
+			}
+		}
+		sent <- nil
+	}()
+	<-halfway
+	broker.Stop()
+	if err := broker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if failures == 0 {
+		t.Fatal("no batch failed: the restart interrupted nothing")
+	}
+	t.Logf("%d attempts failed across the restart", failures)
+	var first []string
+	testwait.For(t, 30*time.Second, "every message received", func() bool {
+		ids, _ := rec.IDs()
+		seen := map[string]bool{}
+		first = first[:0]
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				first = append(first, id)
+			}
+		}
+		return len(first) >= batches*size
+	})
+	if !slices.IsSorted(first) {
+		for i := 1; i < len(first); i++ {
+			if first[i] < first[i-1] {
+				t.Fatalf("%s first arrived after %s (FIFO broken)", first[i], first[i-1])
+			}
+		}
+	}
+}

@@ -1,12 +1,14 @@
 package mqtttarget
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 
 	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
 )
 
@@ -23,6 +25,12 @@ import (
 type publishSession struct {
 	*state.State
 
+	// connecting keeps AddToSession out while a CONNACK is taken:
+	// paho's State replaces its receive-maximum quota in ConAckReceived
+	// and reads it in AddToSession outside its own lock (a data race
+	// when a publish is made as the client reconnects).
+	connecting sync.RWMutex
+
 	mu sync.Mutex
 	// conn is the connection once the broker's CONNACK is in and the
 	// session has resent what an earlier one left unacknowledged: nil
@@ -38,7 +46,10 @@ func newPublishSession() *publishSession {
 // ConAckReceived takes the connection for publishing once the session
 // has resent what it held, so a new publish never overtakes a resent one.
 func (p *publishSession) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.Connack) error {
-	if err := p.State.ConAckReceived(conn, cp, ca); err != nil {
+	p.connecting.Lock()
+	err := p.State.ConAckReceived(conn, cp, ca)
+	p.connecting.Unlock()
+	if err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -48,6 +59,15 @@ func (p *publishSession) ConAckReceived(conn io.Writer, cp *packets.Connect, ca 
 		p.maxQoS = *ca.Properties.MaximumQOS
 	}
 	return nil
+}
+
+// AddToSession is State's, never while a CONNACK is taken. A publish
+// waiting for a slot of the old connection's quota ends when that
+// connection is lost (ConnectionLost comes before the next CONNACK).
+func (p *publishSession) AddToSession(ctx context.Context, packet session.Packet, resp chan<- packets.ControlPacket) error {
+	p.connecting.RLock()
+	defer p.connecting.RUnlock()
+	return p.State.AddToSession(ctx, packet, resp)
 }
 
 // ConnectionLost drops the connection.
