@@ -67,9 +67,9 @@ type wireConn struct {
 	// a time (type, length, body), a system call each without it.
 	in *bufio.Reader
 
-	// mu holds one packet's writes (Lock to Unlock).
+	// mu holds one packet's writes (Lock to Unlock): paho writes every
+	// packet under it.
 	mu     sync.Mutex
-	locked bool
 	packet []byte
 	size   int // the whole packet's length once its fixed header is in; 0 before, -1 if unreadable
 
@@ -88,7 +88,7 @@ func (c *wireConn) Read(b []byte) (int, error) { return c.in.Read(b) }
 // Lock begins one packet's writes.
 func (c *wireConn) Lock() {
 	c.mu.Lock()
-	c.locked, c.packet, c.size = true, c.packet[:0], 0
+	c.packet, c.size = c.packet[:0], 0
 }
 
 // Unlock ends them (a packet shorter than its header said, never from
@@ -99,22 +99,16 @@ func (c *wireConn) Unlock() {
 		c.queue(c.packet)
 		c.packet = c.packet[:0]
 	}
-	c.locked = false
 	c.mu.Unlock()
 	c.flush()
 }
 
 // Write gathers a locked packet's buffers and queues the packet once it is
-// whole; a write outside Lock (never from paho) is queued and written at
-// once. A connection that failed to write answers with that error.
+// whole (the packets, when one write holds several whole ones). A
+// connection that failed to write answers with that error.
 func (c *wireConn) Write(b []byte) (int, error) {
 	if err := c.failed(); err != nil {
 		return 0, err
-	}
-	if !c.locked {
-		c.queue(b)
-		c.flush()
-		return len(b), c.failed()
 	}
 	c.packet = append(c.packet, b...)
 	if c.size == 0 {

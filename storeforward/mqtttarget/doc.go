@@ -10,14 +10,16 @@
 // 3.1.1 client writes publishes in the order they are made and, with an
 // ordered store, resends them in that order after a reconnect.
 //
-// It owns the broker connection of one delivery worker (MQTT 5 with
+// It owns the broker connections of one delivery worker (MQTT 5 with
 // eclipse/paho.golang autopaho; MQTT 3.1.1, protocol "3.1.1", with
 // eclipse/paho.mqtt.golang, without properties or reason codes; the
 // client id carries the node, so the two sides of a split never take
-// each other's session), reading the password file at every
-// connection, and classifying PUBACK reason codes: "not authorized",
-// "topic name invalid", "packet too large", "payload format invalid"
-// park the message; anything else, and no answer, is retried.
+// each other's session). With MQTT 5 each delivery the worker may have
+// under way has a connection, and a client id, of its own: a broker's
+// receive maximum is per connection. It reads the password file at
+// every connection and classifies PUBACK reason codes: "not
+// authorized", "topic name invalid", "packet too large", "payload format
+// invalid" park the message; anything else, and no answer, is retried.
 //
 // It must not: decide about retries, parking or order (package
 // storeforward does), or connect before a Send (only the Active node

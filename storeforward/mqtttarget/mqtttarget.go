@@ -154,7 +154,15 @@ func (Kind) NewSender(t storeforward.Target, env storeforward.SenderEnv) (storef
 	if s.Protocol == Protocol311 {
 		return &sender311{target: t.Name, node: env.NodeID, set: s, topic: topic, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
 	}
-	return &sender{target: t.Name, node: env.NodeID, set: s, topic: topic, url: u, tls: tlsCfg, timeout: t.Timeout}, nil
+	snd := &sender{target: t.Name, node: env.NodeID, set: s, topic: topic, url: u, tls: tlsCfg, timeout: t.Timeout}
+	slots := max(t.MaxInFlight, 1)
+	snd.free = make(chan *link, slots)
+	for slot := range slots {
+		l := &link{s: snd, clientID: SlotClientID(env.NodeID, t.Name, slot)}
+		snd.links = append(snd.links, l)
+		snd.free <- l
+	}
+	return snd, nil
 }
 
 type sender struct {
@@ -165,6 +173,20 @@ type sender struct {
 	tls          *tls.Config
 	timeout      time.Duration
 
+	// links are the sender's connections, one for each delivery the
+	// target may have under way (max_in_flight): a broker lets a
+	// connection have no more than its receive maximum of publishes
+	// awaiting their PUBACK (Mosquitto: 20), so deliveries sharing one
+	// would share that. A Send takes a free one.
+	links []*link
+	free  chan *link
+}
+
+// link is one connection to the broker and its session.
+type link struct {
+	s        *sender
+	clientID string
+
 	mu     sync.Mutex
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc
@@ -172,7 +194,7 @@ type sender struct {
 	// made for the next): without a broker session to resume, a publish
 	// awaiting its PUBACK then fails at once.
 	down chan struct{}
-	// session is the client's session state, through which Send
+	// session is the client's session state, through which send
 	// publishes (session.go).
 	session *publishSession
 }
@@ -200,21 +222,32 @@ func (t topicTemplate) of(id string) string {
 // ClientID is the client id a node's worker uses for a target: the node
 // is in it, so two Active nodes of a split hold two sessions.
 func ClientID(node, target string) string {
-	id := "scadad-" + node + "-" + target
-	if len(id) > 128 {
-		id = id[:128]
-	}
-	return id
+	return SlotClientID(node, target, 0)
 }
 
-func (s *sender) conn() (*autopaho.ConnectionManager, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cm != nil {
-		return s.cm, nil
+// SlotClientID is the client id of a target's connection for delivery
+// slot (0 to max_in_flight-1): ClientID for slot 0, then "-1", "-2"...
+func SlotClientID(node, target string, slot int) string {
+	suffix := ""
+	if slot > 0 {
+		suffix = "-" + strconv.Itoa(slot)
 	}
+	id := "scadad-" + node + "-" + target
+	if len(id)+len(suffix) > 128 {
+		id = id[:128-len(suffix)]
+	}
+	return id + suffix
+}
+
+func (l *link) conn() (*autopaho.ConnectionManager, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cm != nil {
+		return l.cm, nil
+	}
+	s := l.s
 	ctx, cancel := context.WithCancel(context.Background())
-	s.session = newPublishSession()
+	l.session = newPublishSession()
 	cfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{s.url},
 		KeepAlive:                     20,
@@ -228,10 +261,10 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 			return dialWire(ctx, u.Host, s.tls)
 		},
 		OnConnectionDown: func() bool {
-			s.mu.Lock()
-			close(s.down)
-			s.down = make(chan struct{})
-			s.mu.Unlock()
+			l.mu.Lock()
+			close(l.down)
+			l.down = make(chan struct{})
+			l.mu.Unlock()
 			return true
 		},
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
@@ -245,15 +278,15 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 			c.Password, c.PasswordFlag = pw, set
 			return c, nil
 		},
-		ClientConfig: paho.ClientConfig{ClientID: ClientID(s.node, s.target), Session: s.session},
+		ClientConfig: paho.ClientConfig{ClientID: l.clientID, Session: l.session},
 	}
-	s.down = make(chan struct{})
+	l.down = make(chan struct{})
 	cm, err := autopaho.NewConnection(ctx, cfg)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	s.cm, s.cancel = cm, cancel
+	l.cm, l.cancel = cm, cancel
 	return cm, nil
 }
 
@@ -263,15 +296,28 @@ func (s *sender) conn() (*autopaho.ConnectionManager, error) {
 // maximum allows: the session blocks beyond it), so the broker reads them
 // in batch order; the batch is delivered when every PUBACK says success.
 // A publish that cannot be made ends the batch before a later one is.
+// Each Send has a connection of its own while it lasts (sender.links).
 func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
-	cm, err := s.conn()
+	var l *link
+	select {
+	case l = <-s.free:
+	case <-ctx.Done():
+		return fmt.Errorf("publish %s: no connection free: %w", batch[0].ID, context.Cause(ctx))
+	}
+	defer func() { s.free <- l }()
+	return l.send(ctx, batch)
+}
+
+func (l *link) send(ctx context.Context, batch []*storeforward.Message) error {
+	s := l.s
+	cm, err := l.conn()
 	if err != nil {
 		return err
 	}
 	if err := cm.AwaitConnection(ctx); err != nil {
 		return fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
-	if err := s.session.allows(1); err != nil {
+	if err := l.session.allows(1); err != nil {
 		return fmt.Errorf("publish to %s: %w", s.url.Redacted(), err)
 	}
 	if s.set.SessionExpiry == 0 {
@@ -281,9 +327,9 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		s.mu.Lock()
-		down := s.down
-		s.mu.Unlock()
+		l.mu.Lock()
+		down := l.down
+		l.mu.Unlock()
 		go func() {
 			select {
 			case <-down:
@@ -323,7 +369,7 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 		}
 		pub := s.packet(m)
 		ack := make(chan packets.ControlPacket, 1)
-		if err := s.session.AddToSession(ctx, pub, ack); err != nil {
+		if err := l.session.AddToSession(ctx, pub, ack); err != nil {
 			if ctx.Err() != nil {
 				return publishFailed(ctx, m.ID)
 			}
@@ -332,7 +378,7 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 		// In the session from here: a publish the connection failed to
 		// write is resent, in order, when the next one comes up (with a
 		// session to resume), or is never answered (ctx ends the wait).
-		if err := s.session.write(pub); err != nil {
+		if err := l.session.write(pub); err != nil {
 			return fmt.Errorf("publish %s: %w", m.ID, err)
 		}
 		acks = append(acks, ack)
@@ -396,15 +442,23 @@ var errConnectionLost = errors.New("connection lost before the PUBACK (no sessio
 
 // Close implements storeforward.Sender.
 func (s *sender) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cm != nil {
+	var wg sync.WaitGroup
+	for _, l := range s.links {
+		wg.Go(l.close)
+	}
+	wg.Wait()
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cm != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = s.cm.Disconnect(ctx)
+		_ = l.cm.Disconnect(ctx)
 		cancel()
-		s.cancel()
-		_ = s.session.Close()
-		s.cm, s.session = nil, nil
+		l.cancel()
+		_ = l.session.Close()
+		l.cm, l.session = nil, nil
 	}
 }
 

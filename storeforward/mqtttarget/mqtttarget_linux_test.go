@@ -34,11 +34,7 @@ func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
 	if err := (Kind{}).Validate(target); err != nil {
 		t.Fatal(err)
 	}
-	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	snd := newTestSender(t, target)
 	send := func(s storeforward.Sender, id string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -68,7 +64,7 @@ func TestTLSClientCertificateAndNotAuthorizedOnARealBroker(t *testing.T) {
 	// fails when the connection drops, not at the attempt's timeout, and
 	// the retry gets through.
 	started := time.Now()
-	err = send(snd, "ok-2")
+	err := send(snd, "ok-2")
 	if took := time.Since(started); err != nil && took > 3*time.Second {
 		t.Fatalf("ok-2 failed after %v (%v): a publish on a dropped connection waited for its timeout", took, err)
 	}
@@ -119,11 +115,7 @@ func TestMQTT311OnARealBroker(t *testing.T) {
 	if err := (Kind{}).Validate(target); err != nil {
 		t.Fatal(err)
 	}
-	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	snd := newTestSender(t, target)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var batch []*storeforward.Message
@@ -172,11 +164,8 @@ func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 		t.Helper()
 		target := storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: 1, Settings: Settings{
 			Broker: brokerURL, Topic: "plant/{target}/{id}", Protocol: protocol, Username: broker.Username, PasswordFile: broker.PasswordFile}}
-		snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer snd.Close()
+		snd := newTestSender(t, target)
+		defer snd.Close() // the next batch's sender has the same client id
 		batch := make([]*storeforward.Message, n)
 		for i := range batch {
 			batch[i] = &storeforward.Message{ID: fmt.Sprintf("%s-%05d", prefix, i), Payload: []byte("v")}
@@ -239,15 +228,11 @@ func TestBatchEndsWithoutAnAcknowledgementStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer broker.Stop()
+	t.Cleanup(broker.Stop) // after the senders' own
 	for _, protocol := range []string{"5", Protocol311} {
 		target := storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: 1, Settings: Settings{
 			Broker: broker.URL, Topic: "plant/{target}/{id}", Protocol: protocol, Username: broker.Username, PasswordFile: broker.PasswordFile}}
-		snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer snd.Close()
+		snd := newTestSender(t, target)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		if err := snd.Send(ctx, []*storeforward.Message{{ID: "connect", Payload: []byte("v")}}); err != nil {
@@ -278,11 +263,7 @@ func TestPipelinedBatchesAcrossABrokerRestartWithoutASession(t *testing.T) {
 	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
 	target := storeforward.Target{Name: "hist", Timeout: 5 * time.Second, MaxInFlight: 1, Settings: Settings{
 		Broker: broker.URL, Topic: "plant/{target}", Username: broker.Username, PasswordFile: broker.PasswordFile}}
-	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snd.Close()
+	snd := newTestSender(t, target)
 	const batches, size = 30, 200
 	halfway := make(chan struct{})
 	sent := make(chan error, 1)
@@ -349,4 +330,91 @@ func TestPipelinedBatchesAcrossABrokerRestartWithoutASession(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A target with max_in_flight 4 delivers four batches at once, each on a
+// connection of its own: a broker lets one connection have its receive
+// maximum of publishes awaiting their PUBACK (5 here), so four batches of
+// 100 sharing one connection over a link whose answers take 25 ms need at
+// least 400/5 round trips, 2 s; on four they need a quarter of that. The
+// connections' client ids differ (else the broker would take one
+// session from the other), and every message arrives.
+func TestDeliveriesUnderWayEachHaveAConnection(t *testing.T) {
+	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{ReceiveMaximum: 5}, "test-recorder", "plant/#")
+	u, err := url.Parse(broker.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := testcluster.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	const latency = 25 * time.Millisecond
+	far.SetLatency(latency)
+	const slots, size = 4, 100
+	snd := newTestSender(t, storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: slots, Settings: Settings{
+		Broker: "mqtt://" + far.Addr(), Topic: "plant/{target}/{id}", Username: broker.Username, PasswordFile: broker.PasswordFile}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	send := func(prefix string, n int) <-chan error {
+		batch := make([]*storeforward.Message, n)
+		for i := range batch {
+			batch[i] = &storeforward.Message{ID: fmt.Sprintf("%s-%03d", prefix, i), Payload: []byte("v")}
+		}
+		done := make(chan error, 1)
+		go func() { done <- snd.Send(ctx, batch) }()
+		return done
+	}
+	// Every connection up first: the batches are timed on live ones.
+	var connecting []<-chan error
+	for i := range slots {
+		connecting = append(connecting, send(fmt.Sprintf("connect%d", i), 1))
+	}
+	for _, done := range connecting {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := time.Now()
+	var sending []<-chan error
+	for i := range slots {
+		sending = append(sending, send(fmt.Sprintf("b%d", i), size))
+	}
+	for _, done := range sending {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(started)
+	if shared := slots * size / 5 * latency; took >= shared*3/4 {
+		t.Fatalf("%d batches of %d with a receive maximum of 5 took %v; on one connection they need at least %v", slots, size, took, shared)
+	}
+	testwait.For(t, 20*time.Second, "every message received", func() bool {
+		ids, _ := rec.IDs()
+		seen := map[string]bool{}
+		for _, id := range ids {
+			seen[id] = true
+		}
+		for i := range slots {
+			for j := range size {
+				if !seen[fmt.Sprintf("b%d-%03d", i, j)] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// newTestSender is target's sender on node-a, closed when the test ends
+// (Close again is harmless).
+func newTestSender(t *testing.T, target storeforward.Target) storeforward.Sender {
+	t.Helper()
+	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(snd.Close)
+	return snd
 }

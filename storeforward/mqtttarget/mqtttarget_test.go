@@ -1,6 +1,7 @@
 package mqtttarget
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/scadad/scadad/storeforward"
@@ -30,6 +31,27 @@ func TestValidate(t *testing.T) {
 	}
 	if id := ClientID("node-a", "hist"); id != "scadad-node-a-hist" {
 		t.Errorf("client id %q", id)
+	}
+}
+
+// Each delivery slot's connection has a client id of its own, with the
+// node in it, and the slot is kept when a long target name is cut.
+func TestSlotClientID(t *testing.T) {
+	long := strings.Repeat("t", 200)
+	for _, tc := range []struct {
+		target string
+		slot   int
+		want   string
+	}{
+		{"hist", 0, "scadad-node-a-hist"},
+		{"hist", 1, "scadad-node-a-hist-1"},
+		{"hist", 12, "scadad-node-a-hist-12"},
+		{long, 0, ("scadad-node-a-" + long)[:128]},
+		{long, 3, ("scadad-node-a-" + long)[:126] + "-3"},
+	} {
+		if got := SlotClientID("node-a", tc.target, tc.slot); got != tc.want {
+			t.Errorf("target %.10s… slot %d: %q, want %q", tc.target, tc.slot, got, tc.want)
+		}
 	}
 }
 
