@@ -148,17 +148,8 @@ func TestMQTT311OnARealBroker(t *testing.T) {
 // batch order.
 func TestStrictOrderPipelinesPublishesInOrder(t *testing.T) {
 	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{}, "test-recorder", "plant/#")
-	u, err := url.Parse(broker.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	far, err := testcluster.NewProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer far.Close()
 	const latency = 25 * time.Millisecond
-	far.SetLatency(latency)
+	far := slowLinkTo(t, broker, latency)
 
 	sendBatch := func(brokerURL, protocol, prefix string, n int) time.Duration {
 		t.Helper()
@@ -341,17 +332,8 @@ func TestPipelinedBatchesAcrossABrokerRestartWithoutASession(t *testing.T) {
 // session from the other), and every message arrives.
 func TestDeliveriesUnderWayEachHaveAConnection(t *testing.T) {
 	broker, rec := testcluster.StartRecordedMosquitto(t, testcluster.MosquittoOptions{ReceiveMaximum: 5}, "test-recorder", "plant/#")
-	u, err := url.Parse(broker.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	far, err := testcluster.NewProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer far.Close()
 	const latency = 25 * time.Millisecond
-	far.SetLatency(latency)
+	far := slowLinkTo(t, broker, latency)
 	const slots, size = 4, 100
 	snd := newTestSender(t, storeforward.Target{Name: "hist", Timeout: 30 * time.Second, MaxInFlight: slots, Settings: Settings{
 		Broker: "mqtt://" + far.Addr(), Topic: "plant/{target}/{id}", Username: broker.Username, PasswordFile: broker.PasswordFile}})
@@ -405,6 +387,23 @@ func TestDeliveriesUnderWayEachHaveAConnection(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// slowLinkTo is a proxy to broker's plain listener whose every answer
+// takes latency, closed when the test ends.
+func slowLinkTo(t *testing.T, broker *testcluster.Mosquitto, latency time.Duration) *testcluster.Proxy {
+	t.Helper()
+	u, err := url.Parse(broker.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := testcluster.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(far.Close)
+	far.SetLatency(latency)
+	return far
 }
 
 // newTestSender is target's sender on node-a, closed when the test ends
