@@ -774,3 +774,57 @@ func TestMaxPendingRefusesUntilDeliveriesCatchUp(t *testing.T) {
 	h.enqueue(t, "capped", "c3", "x")
 	testwait.For(t, 10*time.Second, "c3 delivered", func() bool { return h.stats(t, "capped").Pending == 0 })
 }
+
+// What is enqueued while a strict worker delivers is delivered after it,
+// once and in order: each delivery of m-i enqueues m-(i+1), and every
+// tenth two more, so reads find one, several or none waiting.
+func TestMessagesEnqueuedDuringADeliveryFollowIt(t *testing.T) {
+	h := newHarness(t, activeState(1, 1))
+	const n = 60
+	var next atomic.Int32 // the highest id enqueued
+	enqueue := func() {
+		i := next.Add(1)
+		if i >= n {
+			return
+		}
+		id := fmt.Sprintf("m-%02d", i)
+		if _, err := h.e.Enqueue(context.Background(), "up", []byte(id), id, nil); err != nil {
+			t.Errorf("enqueue %s: %v", id, err)
+		}
+	}
+	s := newSink(t, h.roles, func(r received, _ int) int {
+		enqueue()
+		if strings.HasSuffix(r.ID, "0") {
+			enqueue()
+			enqueue()
+		}
+		return http.StatusOK
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.BatchMaxMessages = 2
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "m-00", "m-00")
+	testwait.For(t, 10*time.Second, fmt.Sprintf("%d messages delivered", n), func() bool {
+		return h.stats(t, "up").Delivered >= n
+	})
+	var got []string
+	for _, r := range s.requests() {
+		if !strings.HasPrefix(r.Body, "[") {
+			got = append(got, r.ID)
+			continue
+		}
+		for _, m := range batchItems(t, r, BatchJSON) {
+			got = append(got, m.ID)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d deliveries for %d messages: %v", len(got), n, got)
+	}
+	for i, id := range got {
+		if want := fmt.Sprintf("m-%02d", i); id != want {
+			t.Fatalf("delivery %d is %s, want %s: %v", i, id, want, got)
+		}
+	}
+}
