@@ -239,11 +239,12 @@ func SlotClientID(node, target string, slot int) string {
 	return id + suffix
 }
 
-func (l *link) conn() (*autopaho.ConnectionManager, error) {
+// conn is the link's connection manager and session, made on first use.
+func (l *link) conn() (*autopaho.ConnectionManager, *publishSession, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cm != nil {
-		return l.cm, nil
+		return l.cm, l.session, nil
 	}
 	s := l.s
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,10 +285,10 @@ func (l *link) conn() (*autopaho.ConnectionManager, error) {
 	cm, err := autopaho.NewConnection(ctx, cfg)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	l.cm, l.cancel = cm, cancel
-	return cm, nil
+	return cm, l.session, nil
 }
 
 // Send implements storeforward.Sender: the batch's messages are published
@@ -310,14 +311,14 @@ func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error 
 
 func (l *link) send(ctx context.Context, batch []*storeforward.Message) error {
 	s := l.s
-	cm, err := l.conn()
+	cm, session, err := l.conn()
 	if err != nil {
 		return err
 	}
 	if err := cm.AwaitConnection(ctx); err != nil {
 		return fmt.Errorf("connect to %s: %w", s.url.Redacted(), err)
 	}
-	if err := l.session.allows(1); err != nil {
+	if err := session.allows(1); err != nil {
 		return fmt.Errorf("publish to %s: %w", s.url.Redacted(), err)
 	}
 	if s.set.SessionExpiry == 0 {
@@ -369,7 +370,7 @@ func (l *link) send(ctx context.Context, batch []*storeforward.Message) error {
 		}
 		pub := s.packet(m)
 		ack := make(chan packets.ControlPacket, 1)
-		if err := l.session.AddToSession(ctx, pub, ack); err != nil {
+		if err := session.AddToSession(ctx, pub, ack); err != nil {
 			if ctx.Err() != nil {
 				return publishFailed(ctx, m.ID)
 			}
@@ -378,7 +379,7 @@ func (l *link) send(ctx context.Context, batch []*storeforward.Message) error {
 		// In the session from here: a publish the connection failed to
 		// write is resent, in order, when the next one comes up (with a
 		// session to resume), or is never answered (ctx ends the wait).
-		if err := l.session.write(pub); err != nil {
+		if err := session.write(pub); err != nil {
 			return fmt.Errorf("publish %s: %w", m.ID, err)
 		}
 		acks = append(acks, ack)
