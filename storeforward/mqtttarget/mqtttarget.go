@@ -299,6 +299,9 @@ func (l *link) conn() (*autopaho.ConnectionManager, *publishSession, error) {
 // A publish that cannot be made ends the batch before a later one is.
 // Each Send has a connection of its own while it lasts (sender.links).
 func (s *sender) Send(ctx context.Context, batch []*storeforward.Message) error {
+	if len(batch) == 0 {
+		return nil
+	}
 	var l *link
 	select {
 	case l = <-s.free:

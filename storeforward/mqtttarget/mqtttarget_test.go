@@ -1,8 +1,12 @@
 package mqtttarget
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/storeforward"
 )
@@ -64,5 +68,21 @@ func TestTopicTemplate(t *testing.T) {
 		if got := newTopicTemplate(tc.template, "hist", "node-a").of(tc.id); got != tc.want {
 			t.Errorf("%s with id %s: %q, want %q", tc.template, tc.id, got, tc.want)
 		}
+	}
+}
+
+// An empty batch is delivered at once, without a connection (none is
+// made to a broker that is not there).
+func TestEmptyBatch(t *testing.T) {
+	target := storeforward.Target{Name: "hist", Timeout: time.Second, MaxInFlight: 2, Settings: Settings{Broker: "mqtt://127.0.0.1:1", Topic: "t"}}
+	snd, err := Kind{}.NewSender(target, storeforward.SenderEnv{NodeID: "node-a", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // even with the caller gone
+	if err := snd.Send(ctx, nil); err != nil {
+		t.Fatalf("empty batch: %v", err)
 	}
 }
