@@ -73,13 +73,25 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 	if err := r.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The first trial starts from a steady cluster too, as the later
-	// ones do: every node's last word from the Active not older than a
-	// heartbeat.
-	if _, err := r.waitOneActive(ctx, 60*time.Second); err != nil {
-		t.Fatal(err)
+	// settle waits for a steady cluster, which every trial starts from:
+	// one Active, and every node's last word from it not older than a
+	// heartbeat (raft's own timers re-armed on it). heal lifts the
+	// partition first.
+	settle := func() {
+		t.Helper()
+		if _, err := r.waitOneActive(ctx, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sleepCtx(ctx, heartbeat)
 	}
-	sleepCtx(ctx, heartbeat)
+	heal := func() {
+		t.Helper()
+		if err := nn.Apply(nil, 0); err != nil {
+			t.Fatalf("heal: %v", err)
+		}
+		settle()
+	}
+	settle()
 	const trials = 3
 	var gaps []time.Duration
 	repeats := 0
@@ -123,13 +135,7 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 				t.Fatalf("trial %d: %s, %d times", trial, early, repeats)
 			}
 			t.Logf("trial %d: %s: trial repeated", trial, early)
-			if err := nn.Apply(nil, 0); err != nil {
-				t.Fatalf("heal: %v", err)
-			}
-			if _, err := r.waitOneActive(ctx, 60*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			sleepCtx(ctx, heartbeat)
+			heal()
 			trial--
 			continue
 		}
@@ -160,16 +166,9 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 			gaps = append(gaps, won.Sub(stood))
 			t.Logf("trial %d: the witness won %s after refusing the Standby's pre-vote", trial, won.Sub(stood))
 		}
-		if err := nn.Apply(nil, 0); err != nil {
-			t.Fatalf("heal: %v", err)
-		}
-		// The next trial starts from a steady cluster: the old Active back
-		// as a Standby, and every node's last word from the new Active not
-		// older than a heartbeat (raft's own timers re-armed on it).
-		if _, err := r.waitOneActive(ctx, 60*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		sleepCtx(ctx, heartbeat)
+		// The next trial starts from a steady cluster, the old Active back
+		// as a Standby.
+		heal()
 		// The message acknowledged before the partition is on the new Active.
 		pending, _, err := r.buffered(ctx)
 		if err != nil {
