@@ -811,10 +811,6 @@ func TestMessagesEnqueuedDuringADeliveryFollowIt(t *testing.T) {
 	})
 	var got []string
 	for _, r := range s.requests() {
-		if !strings.HasPrefix(r.Body, "[") {
-			got = append(got, r.ID)
-			continue
-		}
 		for _, m := range batchItems(t, r, BatchJSON) {
 			got = append(got, m.ID)
 		}
