@@ -40,7 +40,7 @@ func newCluster(t *testing.T, o testcluster.Options) *testcluster.Cluster {
 		c.Close()
 		if t.Failed() {
 			for _, n := range c.Nodes {
-				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogTail(40))
+				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogStory(40))
 			}
 		}
 	})

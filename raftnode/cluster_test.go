@@ -153,6 +153,13 @@ func TestWitnessThatWinsHandsOff(t *testing.T) {
 	if h.sawActive["w"].Load() {
 		t.Fatal("the witness published Active while leading")
 	}
+	// The Active lost an election it should have won: whatever made it
+	// lose (a stall, a fence, a rebuild) makes it the worse pick while the
+	// Standby answers. The witness heard from it last, as its follower,
+	// and used to hand leadership straight back.
+	if next == active {
+		t.Fatalf("the witness handed leadership back to %s, the Active it had followed, while the Standby answered", active)
+	}
 }
 
 func TestLeadershipTransferToNamedNode(t *testing.T) {

@@ -69,6 +69,9 @@ type Node struct {
 	barrierTerm  atomic.Uint64
 	barrierBusy  atomic.Bool
 	handoffBusy  atomic.Bool
+	// followedLeader is the last other member this node knew as leader:
+	// the one that lost when this node won (see handoffTargets).
+	followedLeader atomic.Pointer[string]
 	// overrideNoticed: the coming override has been announced for the
 	// current silence (guard loop only).
 	overrideNoticed bool

@@ -44,6 +44,14 @@ func (n *Node) refreshRole() {
 	r, recovering := n.current()
 	prev := n.bc.Current()
 	st := n.computeState(r, recovering, prev)
+	switch {
+	case st.Role == role.Active:
+		n.followedLeader.Store(nil) // it is the leader an operator's transfer hands away from
+	case st.Leader != "" && st.Leader != n.cfg.NodeID:
+		if l := n.followedLeader.Load(); l == nil || *l != st.Leader {
+			n.followedLeader.Store(&st.Leader)
+		}
+	}
 	if prev != st {
 		n.pubMu.Lock()
 		if n.ctx.Err() != nil {
@@ -222,9 +230,14 @@ func (n *Node) awaitAppendOutcomes(r *raft.Raft, since uint64) {
 	}
 }
 
-// handoffTargets lists the voters a witness may hand leadership to, most
-// recently heard from first: only those storing what they are sent while
-// any does (see appendOutcomes), else all.
+// handoffTargets lists the voters a witness may hand leadership to: only
+// those storing what they are sent while any does (see appendOutcomes),
+// else all. Those heard from within a heartbeat timeout come first, and
+// among them any but the leader this node followed before it won: that
+// leader lost an election it would have won had it been well (it stalled,
+// or fenced itself and was rebuilt), and the witness, having followed it,
+// heard from it last, so recency alone handed the Active role straight
+// back to it. The rest follow, most recently heard from first.
 func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
 	var storing, refusing []raft.Server
 	for _, s := range r.GetConfiguration().Configuration().Servers {
@@ -244,7 +257,22 @@ func (n *Node) handoffTargets(r *raft.Raft) []raft.Server {
 	if len(out) == 0 {
 		out = refusing
 	}
+	now := n.cfg.Clock.Now()
+	var lost string
+	if l := n.followedLeader.Load(); l != nil {
+		lost = *l
+	}
+	preferred := func(s raft.Server) bool {
+		t, _ := n.contact.lastContact(string(s.ID))
+		return now.Sub(t) <= n.cfg.HeartbeatTimeout && string(s.ID) != lost
+	}
 	slices.SortStableFunc(out, func(a, b raft.Server) int {
+		if pa, pb := preferred(a), preferred(b); pa != pb {
+			if pa {
+				return -1
+			}
+			return 1
+		}
 		ta, _ := n.contact.lastContact(string(a.ID))
 		tb, _ := n.contact.lastContact(string(b.ID))
 		return tb.Compare(ta)

@@ -158,7 +158,7 @@ func runMode(t *testing.T, mode string, rounds int, seed uint64, outDir string) 
 		r.close()
 		if t.Failed() && r.c != nil {
 			for _, n := range r.c.Nodes {
-				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogTail(30))
+				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogStory(30))
 			}
 		}
 	})

@@ -64,7 +64,7 @@ func TestPartitionFailoverWhenTheWitnessHoldsTheLongerLog(t *testing.T) {
 		r.close()
 		if t.Failed() && r.c != nil {
 			for _, n := range r.c.Nodes {
-				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogTail(40))
+				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogStory(40))
 			}
 		}
 	})

@@ -356,6 +356,46 @@ func (n *Node) LogTail(lines int) string {
 	return strings.Join(all, "\n")
 }
 
+// LogStory returns the last lines of n's log for a failed test's report,
+// each run of lines with one message (a worker retrying every few hundred
+// milliseconds) shown as its last line and a count: a plain tail of a
+// node that retries is nothing but the retries, and hides what led there.
+func (n *Node) LogStory(lines int) string {
+	data, _ := os.ReadFile(n.LogPath())
+	type run struct {
+		line, message string
+		count         int
+	}
+	var runs []run
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct {
+			Message string `json:"message"`
+		}
+		msg := line
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message != "" {
+			msg = rec.Message
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k].message == msg {
+			runs[k].line = line
+			runs[k].count++
+			continue
+		}
+		runs = append(runs, run{line: line, message: msg, count: 1})
+	}
+	if len(runs) > lines {
+		runs = runs[len(runs)-lines:]
+	}
+	var b strings.Builder
+	for _, r := range runs {
+		if r.count > 1 {
+			fmt.Fprintf(&b, "(%d lines with this message, the last:)\n", r.count)
+		}
+		b.WriteString(r.line)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
 var httpClient = &http.Client{Timeout: 500 * time.Millisecond}
 
 // Health is what /health/active says.
