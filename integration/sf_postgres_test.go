@@ -4,13 +4,16 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
@@ -102,12 +105,16 @@ func TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
 	}
 }
 
+// historyTarget is the site's target db: the table history of the
+// database at dsn, 500 rows an INSERT, strict order.
+func historyTarget(dsn, passwordFile string) string {
+	return fmt.Sprintf("{name: db, kind: postgres, postgres: {dsn: %q, password_file: %q, table: history}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 500}", dsn, passwordFile)
+}
+
 // testSFPostgresAcrossKillAndDatabaseRestart is TestSFPostgresExactlyOnceAcrossKillAndDatabaseRestart
 // against pg; with tls it also checks that scadad's connections use TLS.
 func testSFPostgresAcrossKillAndDatabaseRestart(t *testing.T, pg *testcluster.Postgres, tls bool) {
-	c, active, targets := sfTargetCluster(t, "sf-pg", fmt.Sprintf(
-		"{name: db, kind: postgres, postgres: {dsn: %q, password_file: %q, table: history}, timeout: 5s, backoff_floor: 20ms, backoff_max: 500ms, max_payload_bytes: 65536, max_in_flight: 1, batch_max_messages: 500}",
-		pg.DSN, pg.PasswordFile))
+	c, active, targets := sfTargetCluster(t, "sf-pg", historyTarget(pg.DSN, pg.PasswordFile))
 	if len(targets) != 1 || targets[0].Kind != "postgres" || targets[0].Endpoint != fmt.Sprintf("127.0.0.1:%d/postgres table history", pg.Port) || targets[0].BatchMaxMessages != 500 {
 		t.Fatalf("sf targets: %+v", targets)
 	}
@@ -153,29 +160,119 @@ func testSFPostgresAcrossKillAndDatabaseRestart(t *testing.T, pg *testcluster.Po
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids, err := pgx.CollectRows(res, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEachProducerInOrder(t, ids, "pg", producers, per)
+}
+
+// checkEachProducerInOrder checks that ids, in the order they arrived,
+// are prefix-w-i for each of producers producers and i < per, each once,
+// and each producer's in the order they were acknowledged.
+func checkEachProducerInOrder(t *testing.T, ids []string, prefix string, producers, per int) {
+	t.Helper()
 	last := map[string]string{}
-	var order []string
-	for res.Next() {
-		var id string
-		if err := res.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		order = append(order, id)
+	for _, id := range ids {
 		producer := id[:strings.LastIndex(id, "-")]
 		if prev, ok := last[producer]; ok && prev > id {
 			t.Fatalf("%s arrived after %s (FIFO broken)", id, prev)
 		}
 		last[producer] = id
 	}
-	if res.Err() != nil {
-		t.Fatal(res.Err())
+	order := slices.Sorted(slices.Values(ids))
+	if len(order) != producers*per {
+		t.Fatalf("%d ids, want %d", len(order), producers*per)
 	}
-	sort.Strings(order)
 	for w := 0; w < producers; w++ {
 		for i := 0; i < per; i++ {
-			if want := fmt.Sprintf("pg-%02d-%05d", w, i); order[w*per+i] != want {
+			if want := fmt.Sprintf("%s-%02d-%05d", prefix, w, i); order[w*per+i] != want {
 				t.Fatalf("row %d is %s, want %s", w*per+i, order[w*per+i], want)
 			}
 		}
 	}
+}
+
+// 10,000 messages to a TimescaleDB hypertable (on enqueued_at, chunks of
+// a minute, PRIMARY KEY (id, enqueued_at) as TimescaleDB requires) across
+// a SIGKILL of the Active and a restart of the database mid-stream: every
+// acknowledged message is a row exactly once, each producer's in the
+// order they were acknowledged.
+func TestSFTimescaleExactlyOnceAcrossKillAndDatabaseRestart(t *testing.T) {
+	ts, err := testcluster.StartTimescale(t.TempDir())
+	if errors.Is(err, testcluster.ErrNoNode) {
+		t.Skip("SKIPPED: ", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ts.Stop()
+		if t.Failed() {
+			t.Logf("---- TimescaleDB server log ----\n%s", ts.Log())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, err := ts.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE history (arrival bigint GENERATED ALWAYS AS IDENTITY, id text NOT NULL, enqueued_at timestamptz NOT NULL,
+		  delivered_at timestamptz NOT NULL DEFAULT now(), content_type text, payload bytea NOT NULL, payload_json jsonb,
+		  PRIMARY KEY (id, enqueued_at))`,
+		`SELECT create_hypertable('history', by_range('enqueued_at', interval '1 minute'))`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close(ctx) // the server serves one connection at a time: the target's from here
+	c, active, targets := sfTargetCluster(t, "sf-ts", historyTarget(ts.DSN, ts.PasswordFile))
+	if len(targets) != 1 || targets[0].Kind != "postgres" {
+		t.Fatalf("sf targets: %+v", targets)
+	}
+
+	const producers, per = 10, 1000
+	var acked atomic.Int64
+	wait := produce(c, "db", "ts", producers, per, &acked)
+	killAndRestartMidStream(t, c, active, ts, acked.Load)
+	wait()
+
+	// The server serves one connection at a time, the target's: the
+	// Active says when it has delivered everything, and its nodes stop, so
+	// the test's connection comes in and nothing more can arrive.
+	testwait.ForDetail(t, 120*time.Second, "the Active to have delivered everything", func() (bool, string) {
+		var stats []*controlpb.SFTargetStats
+		if err := c.CtlJSON(ctx, nil, &stats, "sf", "stats"); err != nil {
+			return false, err.Error()
+		}
+		return len(stats) == 1 && stats[0].Pending == 0 && stats[0].Parked == 0, fmt.Sprintf("%+v", stats)
+	})
+	for _, n := range c.Nodes {
+		c.Stop(n)
+	}
+	conn, err = ts.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	res, err := conn.Query(ctx, "SELECT id FROM history ORDER BY arrival")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(res, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEachProducerInOrder(t, ids, "ts", producers, per)
+	var chunks int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM timescaledb_information.chunks WHERE hypertable_name = 'history'").Scan(&chunks); err != nil {
+		t.Fatal(err)
+	}
+	if chunks == 0 {
+		t.Fatal("the rows are in no chunk of the hypertable")
+	}
+	t.Logf("10,000 rows exactly once in %d chunks of the hypertable", chunks)
 }

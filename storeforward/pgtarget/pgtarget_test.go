@@ -263,3 +263,79 @@ func TestTimePartitionedTableWithIdAndStampAsKey(t *testing.T) {
 		t.Fatalf("%d rows in a table that cannot deduplicate", n)
 	}
 }
+
+// The same against TimescaleDB itself: a hypertable on enqueued_at with
+// PRIMARY KEY (id, enqueued_at), chunks of a day, messages stamped over
+// ten days. Every message is a row once, delivered again or not, in the
+// chunks of its days.
+func TestTimescaleHypertableWithIdAndStampAsKey(t *testing.T) {
+	ts, err := testcluster.StartTimescale(t.TempDir())
+	if errors.Is(err, testcluster.ErrNoNode) {
+		t.Skip("SKIPPED: ", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ts.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	timescaleExec(t, ts, `CREATE TABLE series (arrival bigint GENERATED ALWAYS AS IDENTITY, id text NOT NULL, enqueued_at timestamptz NOT NULL,
+		  delivered_at timestamptz NOT NULL DEFAULT now(), content_type text, payload bytea NOT NULL, payload_json jsonb,
+		  PRIMARY KEY (id, enqueued_at))`,
+		`SELECT create_hypertable('series', 'enqueued_at', chunk_time_interval => interval '1 day')`)
+	s, err := pgtarget.Kind{}.NewSender(storeforward.Target{Name: "db", Kind: pgtarget.Name, Timeout: 10 * time.Second, MaxInFlight: 1,
+		Settings: pgtarget.Settings{DSN: ts.DSN, PasswordFile: ts.PasswordFile, Table: "series"}}, storeforward.SenderEnv{NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	batch := msgs("m", 100, func(i int) string { return fmt.Sprintf(`{"i":%d}`, i) })
+	for i, m := range batch {
+		m.EnqueuedAt = start.Add(time.Duration(i) * 10 * 24 * time.Hour / 100)
+	}
+	if err := s.Send(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	again := append(batch[50:], msgs("n", 5, func(int) string { return "{}" })...)
+	if err := s.Send(ctx, again); err != nil {
+		t.Fatalf("delivered again: %v", err)
+	}
+	s.Close() // the server's one connection, for the test's below
+	conn, err := ts.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for q, want := range map[string]int{
+		"SELECT count(*) FROM series":                                                          105,
+		"SELECT count(DISTINCT id) FROM series":                                                105,
+		"SELECT count(*) FROM series WHERE id LIKE 'm-%'":                                      100,
+		"SELECT count(*) FROM timescaledb_information.chunks WHERE hypertable_name = 'series'": 11, // ten days of m, and the day of n
+	} {
+		var n int
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if n != want {
+			t.Errorf("%s: %d, want %d", q, n, want)
+		}
+	}
+}
+
+// timescaleExec runs statements on a connection of the test's own, closed after.
+func timescaleExec(t *testing.T, ts *testcluster.Timescale, statements ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := ts.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range statements {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
