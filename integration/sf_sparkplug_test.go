@@ -562,6 +562,7 @@ func TestHistorySparkplugEveryAcknowledgedValueAcrossKillAndBrokerRestart(t *tes
 		}
 	}
 	const total = devices * ticks
+	awaitConnection(t, broker, active, "uns")
 	killAndRestartMidStream(t, c, active, broker, func() int64 { return int64(enq.ackedValues()) })
 	testwait.ForDetail(t, 60*time.Second, "every value acknowledged", func() (bool, string) {
 		return enq.ackedValues() >= total, fmt.Sprintf("%d acknowledged, %d dropped", enq.ackedValues(), fw.Dropped())
