@@ -209,8 +209,7 @@ func TestTLSToTheServer(t *testing.T) {
 // for a time-partitioned history has PRIMARY KEY (id, enqueued_at). The
 // enqueue stamp is the replicated one, the same on every delivery of a
 // message, so a delivery again around a failover still conflicts and is
-// stored once. Partitioned by PostgreSQL here (TimescaleDB is not packaged
-// for Debian); the rule on unique keys is the same.
+// stored once. Partitioned by PostgreSQL here; TimescaleDB itself below.
 func TestTimePartitionedTableWithIdAndStampAsKey(t *testing.T) {
 	pg := startPG(t)
 	conn, err := pg.Connect(context.Background())
