@@ -46,7 +46,8 @@ func (n *Node) refreshRole() {
 	st := n.computeState(r, recovering, prev)
 	switch {
 	case st.Role == role.Active:
-		n.followedLeader.Store(nil) // it is the leader an operator's transfer hands away from
+		// Its own transfer (scadactl failover) picks by contact alone.
+		n.followedLeader.Store(nil)
 	case st.Leader != "" && st.Leader != n.cfg.NodeID:
 		if l := n.followedLeader.Load(); l == nil || *l != st.Leader {
 			n.followedLeader.Store(&st.Leader)
