@@ -564,10 +564,6 @@ func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
 	return out
 }
 
-// openState opens the FSM's state file. Its commits are not fsynced (the
-// raft log is), so a file the OS may have lost writes of, after a power
-// loss or a kernel crash, is discarded: raft then restores the newest
-// snapshot and replays the log after it.
 // withRecovery adds to an error about a damaged file what the operator
 // can do about it.
 func withRecovery(err error) error {
@@ -580,6 +576,10 @@ func withRecovery(err error) error {
 	return err
 }
 
+// openState opens the FSM's state file. Its commits are not fsynced (the
+// raft log is), so a file the OS may have lost writes of, after a power
+// loss or a kernel crash, is discarded: raft then restores the newest
+// snapshot and replays the log after it.
 func openState(path string, cpuShare float64, log zerolog.Logger) (*fsm.FSM, error) {
 	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped,
 		DigestCPUShare: cpuShare,
