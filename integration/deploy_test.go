@@ -316,8 +316,11 @@ func TestDeployThroughTheStandbyNamesTheOperator(t *testing.T) {
 	if _, err := opCli.DeployPush(spoofed, &controlpb.DeployPushRequest{Artifact: second}); err != nil {
 		t.Fatalf("deploy push to the Active: %v", err)
 	}
+	// Read from the Active, which revision 2 was pushed to: another
+	// node's replica may not have applied it yet (CI once read the
+	// Standby's a moment too early).
 	var hist controlpb.DeployHistoryResponse
-	ctlJSON(t, c, nil, &hist, "deploy", "history")
+	ctlJSON(t, c, []*testcluster.Node{active}, &hist, "deploy", "history")
 	actors := map[uint64]string{}
 	for _, r := range hist.Revisions {
 		actors[r.Revision] = r.Actor
