@@ -58,6 +58,11 @@ type Raft struct {
 	// nothing on disk). A node switched from boltdb to wal moves its log
 	// over at the next start; back from wal to boltdb is refused.
 	LogStore string `yaml:"log_store"`
+	// LeaderWrite is when the leader writes its own copy of new entries:
+	// parallel (the default: while they replicate; an entry is still
+	// committed only once two disks hold it) or sequential (before they
+	// replicate, hashicorp/raft's own order).
+	LeaderWrite string `yaml:"leader_write"`
 }
 
 // OPCUA holds this node's OPC UA application certificate. Without one, the
@@ -327,6 +332,9 @@ func (c *Config) ApplyDefaults() {
 	if c.Raft.LogStore == "" {
 		c.Raft.LogStore = DefaultLogStore
 	}
+	if c.Raft.LeaderWrite == "" {
+		c.Raft.LeaderWrite = "parallel"
+	}
 	def(&c.Cluster.HeartbeatTimeout, 500*time.Millisecond)
 	def(&c.Cluster.ElectionTimeout, 500*time.Millisecond)
 	// A tenth below the heartbeat timeout, as raftnode.DefaultLeaderLease
@@ -455,6 +463,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Raft.LogStore != "auto" && c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "wal" {
 		bad("raft.log_store", "%q is not auto, boltdb or wal", c.Raft.LogStore)
+	}
+	if c.Raft.LeaderWrite != "parallel" && c.Raft.LeaderWrite != "sequential" {
+		bad("raft.leader_write", "%q is not parallel or sequential", c.Raft.LeaderWrite)
 	}
 	if problem := logStoreOn(runtime.GOOS, c.Raft.LogStore); problem != "" {
 		bad("raft.log_store", "%s", problem)

@@ -135,6 +135,10 @@ type Config struct {
 	// LogStore picks the raft log store (default LogStoreAuto). Opening
 	// with LogStoreWAL moves an existing raft.db into the WAL first.
 	LogStore LogStore
+	// LeaderWrite says whether a leader writes its own copy of new
+	// entries while it replicates them (LeaderWriteParallel, the default)
+	// or before (LeaderWriteSequential, hashicorp/raft's order).
+	LeaderWrite LeaderWrite
 	// VerifyLogStore runs the full check of raft.db before it is opened
 	// (bbolt's consistency check and a read of every byte); the size check
 	// runs always.
@@ -143,6 +147,10 @@ type Config struct {
 	// entry above its feature level): the node is then Detached whatever
 	// raft says, keeps storing and voting, and hands leadership away.
 	ApplyBlocked func() bool
+
+	// wrapLogStore, in tests, wraps the opened log store (to hold or fail
+	// its writes).
+	wrapLogStore func(logStableStore) logStableStore
 }
 
 func (c Config) applyBlocked() bool { return c.ApplyBlocked != nil && c.ApplyBlocked() }
@@ -207,6 +215,9 @@ func (c *Config) applyDefaults() {
 	if c.Mode == "" {
 		c.Mode = ModeWitness
 	}
+	if c.LeaderWrite == "" {
+		c.LeaderWrite = LeaderWriteParallel
+	}
 	if c.LogStore == "" {
 		c.LogStore = LogStoreAuto
 	}
@@ -238,6 +249,9 @@ func (c *Config) validate() error {
 	case ModeWitness, ModePair, ModeStrict:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q is not witness, pair or strict", c.Mode))
+	}
+	if c.LeaderWrite != LeaderWriteParallel && c.LeaderWrite != LeaderWriteSequential {
+		errs = append(errs, fmt.Errorf("leader write %q is not parallel or sequential", c.LeaderWrite))
 	}
 	if c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL && c.LogStore != LogStoreAuto {
 		errs = append(errs, fmt.Errorf("log store %q is not auto, boltdb or wal", c.LogStore))

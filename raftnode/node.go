@@ -35,7 +35,8 @@ type Node struct {
 	store   logStableCloser  // raft-boltdb or raft-wal, closed by Stop
 	stable  raft.StableStore // store, through the page-releasing wrapper
 	pages   atomic.Pointer[releasingStore]
-	logs    raft.LogStore
+	logs    raft.LogStore // the cache over lead
+	lead    *parallelLog  // the log store as raft writes it (see leaderlog.go)
 	snaps   *snapshotStore
 	stream  *tlsStream
 	contact *contacts
@@ -54,6 +55,7 @@ type Node struct {
 
 	mu         sync.RWMutex
 	r          *raft.Raft
+	running    atomic.Pointer[raft.Raft] // r, read without mu by the log store's writes
 	obs        *raft.Observer
 	trans      *noPipelineTransport // r's transport
 	recovering bool
@@ -225,12 +227,37 @@ func (n *Node) ReleaseLogPages() {
 	}
 }
 
-// closeLogStore closes raft.db, never while its pages are being released.
+// closeLogStore writes what the leader queued, then closes raft.db or the
+// WAL, never while raft.db's pages are being released.
 func (n *Node) closeLogStore() error {
-	if s := n.pages.Load(); s != nil {
-		return s.closeStore(n.store.Close)
+	var queued error
+	if n.lead != nil {
+		queued = n.lead.Close()
 	}
-	return n.store.Close()
+	if s := n.pages.Load(); s != nil {
+		return errors.Join(queued, s.closeStore(n.store.Close))
+	}
+	return errors.Join(queued, n.store.Close())
+}
+
+// leadingWithPeers reports whether new entries may be written to the log
+// while they replicate (parallelLog): on a leader with another voter to
+// answer for them.
+func (n *Node) leadingWithPeers() bool {
+	if n.cfg.LeaderWrite != LeaderWriteParallel {
+		return false
+	}
+	r := n.running.Load()
+	if r == nil || r.State() != raft.Leader {
+		return false
+	}
+	voters := 0
+	for _, s := range r.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	return voters > 1
 }
 
 // logStorePath is the bbolt file of the raft log and stable store.
@@ -283,7 +310,15 @@ func (n *Node) openStores() error {
 			both = pages
 		}
 	}
-	logs, err := raft.NewLogCache(logCacheEntries, both)
+	if n.cfg.wrapLogStore != nil {
+		both = n.cfg.wrapLogStore(both)
+	}
+	lead, err := newParallelLog(both, n.leadingWithPeers)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	logs, err := raft.NewLogCache(logCacheEntries, lead)
 	if err != nil {
 		_ = store.Close()
 		return fmt.Errorf("create raft log cache: %w", err)
@@ -293,7 +328,7 @@ func (n *Node) openStores() error {
 		_ = store.Close()
 		return err
 	}
-	n.store, n.stable, n.logs, n.snaps = store, both, logs, snaps
+	n.store, n.stable, n.logs, n.lead, n.snaps = store, both, logs, lead, snaps
 	n.pages.Store(pages)
 	return nil
 }
@@ -316,7 +351,7 @@ func (n *Node) startRaft() error {
 // startRaftWith is startRaft with a given raft configuration.
 func (n *Node) startRaftWith(rc *raft.Config) error {
 	trans := n.newTransport()
-	r, err := raft.NewRaft(rc, n.cfg.FSM, n.logs, n.stable, n.snaps, trans)
+	r, err := raft.NewRaft(rc, newDurableFSM(n.cfg.FSM, n.lead), n.logs, n.stable, n.snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return fmt.Errorf("start raft: %w", err)
@@ -326,6 +361,7 @@ func (n *Node) startRaftWith(rc *raft.Config) error {
 	n.mu.Lock()
 	n.r, n.obs, n.trans = r, obs, trans
 	n.mu.Unlock()
+	n.running.Store(r)
 	return nil
 }
 
@@ -336,6 +372,7 @@ func (n *Node) stopRaft() error {
 	r, obs, trans := n.r, n.obs, n.trans
 	n.r, n.obs, n.trans = nil, nil, nil
 	n.mu.Unlock()
+	n.running.Store(nil)
 	if r == nil {
 		return nil
 	}
@@ -350,6 +387,11 @@ func (n *Node) stopRaft() error {
 		_ = trans.Close()
 	}
 	if err := f.Error(); err != nil {
+		return fmt.Errorf("shut raft down: %w", err)
+	}
+	// Whoever opens the log next (a restarted raft, an override's
+	// recovery) reads it from the store: finish what the leader queued.
+	if err := n.lead.flush(); err != nil {
 		return fmt.Errorf("shut raft down: %w", err)
 	}
 	return nil

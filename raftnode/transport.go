@@ -433,7 +433,7 @@ func (n *Node) newTransport() *noPipelineTransport {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  n.hlog.Named("transport"),
-	}), appends: &n.appends}
+	}), appends: &n.appends, leaderCopy: n.lead}
 }
 
 // noPipelineTransport is raft's network transport with pipelined
@@ -450,15 +450,26 @@ func (n *Node) newTransport() *noPipelineTransport {
 // analyses the same hang and also turns pipelining off.
 type noPipelineTransport struct {
 	*raft.NetworkTransport
-	appends *appendOutcomes
+	appends    *appendOutcomes
+	leaderCopy *parallelLog // this node's log: a follower's answer waits for it
 }
 
 // AppendEntries implements raft.Transport, noting whether each follower
-// stored what it was sent (see appendOutcomes).
+// stored what it was sent (see appendOutcomes). A follower's successful
+// answer is handed to raft only once this node's own copy of the entries
+// is on disk: raft counts a follower from its answer, and the leader's
+// own copy as soon as it is queued (parallelLog), so this is what keeps a
+// commit on two disks.
 func (t *noPipelineTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
 	if len(args.Entries) > 0 && t.appends != nil {
 		t.appends.note(string(id), err == nil && resp.Success)
+	}
+	if err == nil && resp.Success && len(args.Entries) > 0 && t.leaderCopy != nil {
+		last := args.Entries[len(args.Entries)-1].Index
+		if werr := t.leaderCopy.waitSynced(context.Background(), last); werr != nil {
+			return fmt.Errorf("hold %s's answer until the leader's own copy is written: %w", id, werr)
+		}
 	}
 	return err
 }

@@ -195,6 +195,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		Listener:           raftLis,
 		DataDir:            raftDir(cfg),
 		LogStore:           raftnode.LogStore(cfg.Raft.LogStore),
+		LeaderWrite:        raftnode.LeaderWrite(cfg.Raft.LeaderWrite),
 		ReleaseLogPages:    dropMapped,
 		Members:            members,
 		Mode:               raftnode.Mode(cfg.Cluster.Mode),
