@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 )
 
 // LeaderWrite says when the leader writes its own copy of new entries.
@@ -57,23 +58,31 @@ var errLogClosed = errors.New("raft log store closed")
 type parallelLog struct {
 	store    logStableStore
 	parallel func() bool // whether this write may be queued (leader, other voters)
+	log      zerolog.Logger
 
-	mu      sync.Mutex
-	queued  []*raft.Log   // accepted, not yet synced, in index order
-	writing bool          // the background writer is running
-	err     error         // the background writer's failure; every write fails from then on
-	closed  bool          // Close ran; waits end
-	changed chan struct{} // closed and replaced whenever synced, err or closed changes
+	mu          sync.Mutex
+	queued      []*raft.Log   // accepted, not yet synced, in index order
+	queuedBytes int           // the queued entries' data
+	writing     bool          // the background writer is running
+	err         error         // the background writer's failure; every write fails from then on
+	closed      bool          // Close ran; waits end
+	changed     chan struct{} // closed and replaced whenever synced, err or closed changes
 
 	synced atomic.Uint64 // every entry up to it that this store accepted is on disk
 }
 
-func newParallelLog(store logStableStore, parallel func() bool) (*parallelLog, error) {
+// maxQueuedBytes bounds what a leader queues ahead of its disk. Past it,
+// StoreLogs waits for the writer as hashicorp/raft's leader waits for its
+// own append: the leader loop stops taking new entries, and Apply pushes
+// back on the clients, rather than the queue growing while a disk stalls.
+const maxQueuedBytes = 16 << 20
+
+func newParallelLog(store logStableStore, parallel func() bool, log zerolog.Logger) (*parallelLog, error) {
 	last, err := store.LastIndex()
 	if err != nil {
 		return nil, fmt.Errorf("read the raft log's last index: %w", err)
 	}
-	p := &parallelLog{store: store, parallel: parallel, changed: make(chan struct{})}
+	p := &parallelLog{store: store, parallel: parallel, log: log, changed: make(chan struct{})}
 	p.synced.Store(last)
 	return p, nil
 }
@@ -146,11 +155,18 @@ func (p *parallelLog) StoreLogs(logs []*raft.Log) error {
 	}
 	if p.parallel() {
 		p.mu.Lock()
+		for p.queuedBytes >= maxQueuedBytes && p.err == nil {
+			ch := p.changed
+			p.mu.Unlock()
+			<-ch
+			p.mu.Lock()
+		}
 		if err := p.err; err != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("raft log: an earlier write failed: %w", err)
 		}
 		p.queued = append(p.queued, logs...)
+		p.queuedBytes += dataBytes(logs)
 		if !p.writing {
 			p.writing = true
 			go p.write()
@@ -187,10 +203,13 @@ func (p *parallelLog) write() {
 			// from now on (raft steps down) and the waits for them end with
 			// the error, so nothing after the failure is counted anywhere.
 			p.err = err
-			p.queued = nil
+			p.queued, p.queuedBytes = nil, 0
+			p.log.Error().Err(err).Uint64("first_index", batch[0].Index).Uint64("last_index", batch[len(batch)-1].Index).
+				Msg("cannot write the raft log: this node writes no more entries until it is restarted; as leader it steps down at its next entry")
 			break
 		}
 		p.queued = p.queued[len(batch):]
+		p.queuedBytes -= dataBytes(batch)
 		p.synced.Store(batch[len(batch)-1].Index)
 		p.signalLocked()
 	}
@@ -199,6 +218,14 @@ func (p *parallelLog) write() {
 	}
 	p.writing = false
 	p.signalLocked()
+}
+
+func dataBytes(logs []*raft.Log) int {
+	n := 0
+	for _, l := range logs {
+		n += len(l.Data)
+	}
+	return n
 }
 
 // queuedLocked returns the queued entry at index; the caller holds mu.

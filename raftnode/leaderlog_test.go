@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/internal/testwait"
 )
@@ -94,7 +95,7 @@ func TestParallelLogQueuesWhileLeadingAndServesTheQueue(t *testing.T) {
 	store := newHeldStore()
 	var leading atomic.Bool
 	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load)
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestParallelLogFollowerWriteWaitsForTheQueue(t *testing.T) {
 	store := newHeldStore()
 	var leading atomic.Bool
 	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load)
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestParallelLogTruncatingTheQueueWritesItFirst(t *testing.T) {
 	store := newHeldStore()
 	var leading atomic.Bool
 	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load)
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestParallelLogFailedWriteIsNeverSynced(t *testing.T) {
 	store := newHeldStore()
 	var leading atomic.Bool
 	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load)
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestParallelLogFailedWriteIsNeverSynced(t *testing.T) {
 
 func TestParallelLogClosedEndsWaits(t *testing.T) {
 	store := newHeldStore()
-	p, err := newParallelLog(store, func() bool { return false })
+	p, err := newParallelLog(store, func() bool { return false }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +381,39 @@ func TestSequentialLeaderWriteReplicatesAfterTheLeadersCopy(t *testing.T) {
 	release()
 	if err := <-answered; err != nil {
 		t.Fatalf("apply v2: %v", err)
+	}
+}
+
+func TestParallelLogQueueIsBounded(t *testing.T) {
+	store := newHeldStore()
+	p, err := newParallelLog(store, func() bool { return true }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := store.hold()
+	defer release()
+	big := func(i uint64) []*raft.Log {
+		return []*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: make([]byte, maxQueuedBytes/2)}}
+	}
+	if err := p.StoreLogs(big(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StoreLogs(big(2)); err != nil {
+		t.Fatal(err)
+	}
+	// The queue is full while the disk is held: the next hand-over waits.
+	done := make(chan error, 1)
+	go func() { done <- p.StoreLogs(big(3)) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a hand-over past %d queued bytes returned (%v) while the disk was held", maxQueuedBytes, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("hand-over once the disk went on: %v", err)
+	}
+	if err := p.waitSynced(context.Background(), 3); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -313,7 +313,7 @@ func (n *Node) openStores() error {
 	if n.cfg.wrapLogStore != nil {
 		both = n.cfg.wrapLogStore(both)
 	}
-	lead, err := newParallelLog(both, n.leadingWithPeers)
+	lead, err := newParallelLog(both, n.leadingWithPeers, n.log)
 	if err != nil {
 		_ = store.Close()
 		return err
