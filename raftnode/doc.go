@@ -21,6 +21,19 @@
 // heartbeat interval and makes raft stand at once when it is a timeout
 // (plus jitter) old, through raft's public ReloadConfig.
 //
+// # The leader's log write
+//
+// hashicorp/raft's leader appends and fsyncs new entries before it
+// replicates them. With LeaderWriteParallel (the default) the log store
+// (parallelLog, leaderlog.go) queues a leader's entries for a background
+// writer and returns at once, so the leader's fsync and its followers'
+// overlap. Raft counts the leader's copy when StoreLogs returns; the
+// transport holds each follower's successful answer until the leader's
+// own copy of those entries is synced, and the FSM is handed an entry
+// only once the node's own copy is: a commit needs two disks and nothing
+// applied can be lost with this node. Followers and a lone voter write
+// before they return, as raft expects.
+//
 // # Override and rejoin
 //
 // A pair-mode node that has had no contact at all with its peer for

@@ -73,6 +73,36 @@ func (s *heldStore) StoreLogs(logs []*raft.Log) error {
 
 func (s *heldStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
+// newLeadingLog is a parallelLog over a heldStore whose node leads until
+// the test says otherwise.
+func newLeadingLog(t *testing.T) (*parallelLog, *heldStore, *atomic.Bool) {
+	t.Helper()
+	store := newHeldStore()
+	leading := &atomic.Bool{}
+	leading.Store(true)
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, store, leading
+}
+
+// awaitHeldWrite waits until a write is waiting at the store's gate.
+func (s *heldStore) awaitHeldWrite(t *testing.T) {
+	t.Helper()
+	testwait.For(t, 5*time.Second, "the writer waiting at the store", func() bool { return s.waiting.Load() == 1 })
+}
+
+// requireStored fails unless entries 1 to last are in s.
+func requireStored(t *testing.T, s raft.LogStore, last uint64, when string) {
+	t.Helper()
+	for i := uint64(1); i <= last; i++ {
+		if !storedIn(t, s, i) {
+			t.Fatalf("entry %d not in the store %s", i, when)
+		}
+	}
+}
+
 func entries(from, to uint64) []*raft.Log {
 	var out []*raft.Log
 	for i := from; i <= to; i++ {
@@ -92,13 +122,7 @@ func storedIn(t *testing.T, s raft.LogStore, index uint64) bool {
 }
 
 func TestParallelLogQueuesWhileLeadingAndServesTheQueue(t *testing.T) {
-	store := newHeldStore()
-	var leading atomic.Bool
-	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, store, _ := newLeadingLog(t)
 	release := store.hold()
 	defer release()
 
@@ -125,7 +149,7 @@ func TestParallelLogQueuesWhileLeadingAndServesTheQueue(t *testing.T) {
 		t.Fatalf("waitSynced(3) while held = %v, want the deadline", err)
 	}
 	// More entries queue behind the held write and go out in one batch.
-	testwait.For(t, 5*time.Second, "the writer waiting at the store", func() bool { return store.waiting.Load() == 1 })
+	store.awaitHeldWrite(t)
 	if err := p.StoreLogs(entries(4, 5)); err != nil {
 		t.Fatalf("queue entries 4-5: %v", err)
 	}
@@ -133,30 +157,20 @@ func TestParallelLogQueuesWhileLeadingAndServesTheQueue(t *testing.T) {
 	if err := p.waitSynced(context.Background(), 5); err != nil {
 		t.Fatalf("waitSynced(5): %v", err)
 	}
-	for i := uint64(1); i <= 5; i++ {
-		if !storedIn(t, store, i) {
-			t.Fatalf("entry %d not in the store after waitSynced(5)", i)
-		}
-	}
+	requireStored(t, store, 5, "after waitSynced(5)")
 	if n := store.writes.Load(); n != 2 {
 		t.Fatalf("%d writes to the store for two hand-overs, the second while the first was held; want 2", n)
 	}
 }
 
 func TestParallelLogFollowerWriteWaitsForTheQueue(t *testing.T) {
-	store := newHeldStore()
-	var leading atomic.Bool
-	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, store, leading := newLeadingLog(t)
 	release := store.hold()
 	defer release()
 	if err := p.StoreLogs(entries(1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 5*time.Second, "the writer waiting at the store", func() bool { return store.waiting.Load() == 1 })
+	store.awaitHeldWrite(t)
 
 	// Stepped down: a follower's append must be on disk when it returns,
 	// and after what the leader queued.
@@ -172,24 +186,14 @@ func TestParallelLogFollowerWriteWaitsForTheQueue(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("follower append: %v", err)
 	}
-	for i := uint64(1); i <= 3; i++ {
-		if !storedIn(t, store, i) {
-			t.Fatalf("entry %d not in the store once the follower's append returned", i)
-		}
-	}
+	requireStored(t, store, 3, "once the follower's append returned")
 	if got := p.synced.Load(); got != 3 {
 		t.Fatalf("synced %d, want 3", got)
 	}
 }
 
 func TestParallelLogTruncatingTheQueueWritesItFirst(t *testing.T) {
-	store := newHeldStore()
-	var leading atomic.Bool
-	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, store, leading := newLeadingLog(t)
 	if err := p.StoreLogs(entries(1, 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +207,7 @@ func TestParallelLogTruncatingTheQueueWritesItFirst(t *testing.T) {
 	leading.Store(false)
 	done := make(chan error, 1)
 	go func() { done <- p.DeleteRange(3, 4) }()
-	testwait.For(t, 5*time.Second, "the writer waiting at the store", func() bool { return store.waiting.Load() == 1 })
+	store.awaitHeldWrite(t)
 	release()
 	if err := <-done; err != nil {
 		t.Fatalf("truncate 3-4: %v", err)
@@ -227,13 +231,7 @@ func TestParallelLogTruncatingTheQueueWritesItFirst(t *testing.T) {
 }
 
 func TestParallelLogFailedWriteIsNeverSynced(t *testing.T) {
-	store := newHeldStore()
-	var leading atomic.Bool
-	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, store, leading := newLeadingLog(t)
 	disk := errors.New("input/output error")
 	store.failWith(disk)
 	if err := p.StoreLogs(entries(1, 1)); err != nil {
@@ -292,24 +290,33 @@ func heldCluster(t *testing.T, write LeaderWrite) (*harness, map[string]*heldSto
 	return h, stores
 }
 
+// applyWhileTheLeadersWriteIsHeld starts a held cluster, applies v1, holds
+// the Active's log writes and applies v2 (at index) in the background;
+// answered gets v2's outcome.
+func applyWhileTheLeadersWriteIsHeld(t *testing.T, write LeaderWrite) (h *harness, active string, stores map[string]*heldStore, index uint64, release func(), answered chan error) {
+	t.Helper()
+	h, stores = heldCluster(t, write)
+	active = h.waitOneActive(15 * time.Second)
+	h.apply(active, "v1")
+	leader := h.node(active)
+	index = leader.Raft().LastIndex() + 1
+	release = stores[active].hold()
+	answered = make(chan error, 1)
+	go func() {
+		_, err := leader.Apply(context.Background(), []byte("v2"))
+		answered <- err
+	}()
+	return h, active, stores, index, release, answered
+}
+
 // The leader replicates an entry while its own write is held, yet the
 // entry is neither committed, applied anywhere nor answered until the
 // leader's copy is on disk: a commit needs two disks.
 func TestAnEntryCommitsOnlyOnceTheLeadersOwnCopyIsWritten(t *testing.T) {
 	t.Parallel()
-	h, stores := heldCluster(t, LeaderWriteParallel)
-	active := h.waitOneActive(15 * time.Second)
-	h.apply(active, "v1")
-	leader := h.node(active)
-	index := leader.Raft().LastIndex() + 1
-
-	release := stores[active].hold()
+	h, active, _, index, release, answered := applyWhileTheLeadersWriteIsHeld(t, LeaderWriteParallel)
 	defer release()
-	answered := make(chan error, 1)
-	go func() {
-		_, err := leader.Apply(context.Background(), []byte("v2"))
-		answered <- err
-	}()
+	leader := h.node(active)
 	testwait.ForDetail(t, 10*time.Second, "v2 in both followers' logs while the leader's write is held", func() (bool, string) {
 		missing := ""
 		for id, n := range h.running() {
@@ -358,19 +365,8 @@ func TestAnEntryCommitsOnlyOnceTheLeadersOwnCopyIsWritten(t *testing.T) {
 // disk already holds (hashicorp/raft's order).
 func TestSequentialLeaderWriteReplicatesAfterTheLeadersCopy(t *testing.T) {
 	t.Parallel()
-	h, stores := heldCluster(t, LeaderWriteSequential)
-	active := h.waitOneActive(15 * time.Second)
-	h.apply(active, "v1")
-	leader := h.node(active)
-	index := leader.Raft().LastIndex() + 1
-
-	release := stores[active].hold()
+	h, active, stores, index, release, answered := applyWhileTheLeadersWriteIsHeld(t, LeaderWriteSequential)
 	defer release()
-	answered := make(chan error, 1)
-	go func() {
-		_, err := leader.Apply(context.Background(), []byte("v2"))
-		answered <- err
-	}()
 	testwait.For(t, 10*time.Second, "the leader's write of v2 held", func() bool { return stores[active].waiting.Load() == 1 })
 	time.Sleep(200 * time.Millisecond)
 	for id, n := range h.running() {
