@@ -93,6 +93,15 @@ func (p *parallelLog) signalLocked() {
 	p.changed = make(chan struct{})
 }
 
+// awaitChangeLocked releases mu until the next signal; the caller holds
+// mu and holds it again on return.
+func (p *parallelLog) awaitChangeLocked() {
+	ch := p.changed
+	p.mu.Unlock()
+	<-ch
+	p.mu.Lock()
+}
+
 // waitSynced returns once every entry up to index is on this node's disk,
 // or the writer failed, or the store closed, or ctx ended.
 func (p *parallelLog) waitSynced(ctx context.Context, index uint64) error {
@@ -125,10 +134,7 @@ func (p *parallelLog) waitSynced(ctx context.Context, index uint64) error {
 func (p *parallelLog) flush() error {
 	p.mu.Lock()
 	for p.writing {
-		ch := p.changed
-		p.mu.Unlock()
-		<-ch
-		p.mu.Lock()
+		p.awaitChangeLocked()
 	}
 	err := p.err
 	p.mu.Unlock()
@@ -156,10 +162,7 @@ func (p *parallelLog) StoreLogs(logs []*raft.Log) error {
 	if p.parallel() {
 		p.mu.Lock()
 		for p.queuedBytes >= maxQueuedBytes && p.err == nil {
-			ch := p.changed
-			p.mu.Unlock()
-			<-ch
-			p.mu.Lock()
+			p.awaitChangeLocked()
 		}
 		if err := p.err; err != nil {
 			p.mu.Unlock()
