@@ -60,11 +60,7 @@ func (s *releasingStore) StoreLogs(logs []*raft.Log) error {
 	err := s.logStableStore.StoreLogs(logs)
 	s.mu.Unlock()
 	if err == nil {
-		n := 0
-		for _, l := range logs {
-			n += len(l.Data)
-		}
-		s.count(2 * n)
+		s.count(2 * dataBytes(logs))
 	}
 	return err
 }
