@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
@@ -84,5 +86,76 @@ func TestGatePassesLevelOneWithoutReading(t *testing.T) {
 	out, _ = g.Apply(context.Background(), []byte{0xa2, 0x06, 0x00}) // body field 100, unknown
 	if res := out.(*fsm.Result); !errors.Is(res.Err, fsm.ErrFeatureLevel) || app.calls != 1 {
 		t.Fatalf("unknown body: %+v, calls %d", res, app.calls)
+	}
+}
+
+// lateLevels is a replica whose records arrive while the gate looks.
+type lateLevels struct {
+	mu      sync.Mutex
+	recs    levels
+	changes chan uint64
+	read    chan struct{} // closed at the first read
+	once    sync.Once
+}
+
+func newLateLevels(recs levels) *lateLevels {
+	return &lateLevels{recs: recs, changes: make(chan uint64, 1), read: make(chan struct{})}
+}
+
+func (l *lateLevels) NodeLevels() ([]fsm.NodeLevel, error) {
+	l.once.Do(func() { close(l.read) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append(levels(nil), l.recs...), nil
+}
+
+func (l *lateLevels) add(rec fsm.NodeLevel) {
+	l.mu.Lock()
+	l.recs = append(l.recs, rec)
+	l.mu.Unlock()
+	l.changes <- 2
+}
+
+func (l *lateLevels) Changes() (<-chan uint64, func()) { return l.changes, func() {} }
+
+// TestGateWaitsForAMemberThatHasNotRecordedYet: a node records its level
+// a moment after it first hears a leader, so a gated command just after
+// the cluster forms waits for that record (within RecordWait) instead of
+// refusing the member as a release before v0.2.0. A member that records
+// nothing within the wait is still refused, naming it.
+func TestGateWaitsForAMemberThatHasNotRecordedYet(t *testing.T) {
+	probe := encode(t, &fsmpb.Command{Body: &fsmpb.Command_FeatureProbe{FeatureProbe: &fsmpb.FeatureProbe{}}})
+	next := fsm.FeatureLevel + 1
+	members := func() ([]string, error) { return []string{"node-a", "node-b"}, nil }
+
+	late := newLateLevels(levels{{NodeID: "node-a", Level: next, Version: "v9"}})
+	app := &countingApplier{}
+	g := &Gate{Next: app, Levels: late, Members: members, Changes: late.Changes, RecordWait: 10 * time.Second}
+	go func() {
+		<-late.read // the record lands after the gate has looked once
+		late.add(fsm.NodeLevel{NodeID: "node-b", Level: next, Version: "v9"})
+	}()
+	out, err := g.Apply(context.Background(), probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := out.(*fsm.Result); res.Err != nil || app.calls != 1 {
+		t.Fatalf("err %v, calls %d; want the command committed once node-b recorded", res.Err, app.calls)
+	}
+
+	silent := newLateLevels(levels{{NodeID: "node-a", Level: next, Version: "v9"}})
+	app = &countingApplier{}
+	g = &Gate{Next: app, Levels: silent, Members: members, Changes: silent.Changes, RecordWait: 200 * time.Millisecond}
+	began := time.Now()
+	out, err = g.Apply(context.Background(), probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := out.(*fsm.Result)
+	if !errors.Is(res.Err, fsm.ErrFeatureLevel) || app.calls != 0 || !strings.Contains(res.Err.Error(), "node node-b has recorded no feature level") {
+		t.Fatalf("err %v, calls %d; want a refusal naming node-b", res.Err, app.calls)
+	}
+	if waited := time.Since(began); waited < 200*time.Millisecond {
+		t.Errorf("refused after %s; want it to wait RecordWait (200ms) for the record", waited)
 	}
 }

@@ -247,7 +247,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		return err
 	}
 	timed := timedNode{Node: node, hist: metrics.applyLatency}
-	gated := gatedNode{timedNode: timed, gate: &featuregate.Gate{Next: timed, Levels: state, Members: raftMembers(node)}}
+	gated := gatedNode{timedNode: timed, gate: &featuregate.Gate{Next: timed, Levels: state, Members: raftMembers(node), Changes: state.Changes}}
 	fwd := control.NewForwarder(cfg.NodeID, apiAddrs, clientTLS, roles, gated, 2*cfg.Cluster.ElectionTimeout.D())
 	defer fwd.Close()
 	d.fwd = fwd
