@@ -59,7 +59,7 @@ const deployStepSpacing = 20 * time.Millisecond
 // (grpcdial.MaxMessageBytes: a site config artifact fits), and a client that vanished without closing is
 // found by keepalive pings instead of holding its connection for good.
 func apiServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(grpcdial.MaxMessageBytes), grpc.MaxSendMsgSize(grpcdial.MaxMessageBytes),
 		grpc.NumStreamWorkers(apiStreamWorkers),
 		grpc.MaxConcurrentStreams(256),
@@ -67,7 +67,7 @@ func apiServerOptions() []grpc.ServerOption {
 		grpc.ConnectionTimeout(10 * time.Second),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
+	}, grpcdial.ServerFlowControl()...)
 }
 
 // daemon is one scadad process: what its parts are wired from, and the
