@@ -11,6 +11,10 @@
 #                     --client-cert-auth and --peer-client-cert-auth, and
 #                     HTTP on a port of its own so that gRPC is served
 #                     natively, as etcd advises with TLS)
+#   etcd   plain+win  etcd plain with its clients given the same fixed gRPC
+#                     flow-control windows as scadad's (bench/etcdbench-
+#                     window.patch, ETCDBENCH_CLIENT_WINDOW=1): the clients
+#                     of both sides then differ in nothing but their API
 #   scadad grpc       scadabench's unary SFEnqueue, grpc-go, mutual TLS (the
 #                     only way scadad's control API serves; its nodes always
 #                     talk mutual TLS to each other)
@@ -33,10 +37,11 @@ go build -o "$out/scadabench" ./bench/scadabench
 cp -r "${ETCDBENCH_DIR:-../shared/tools/etcdbench}" "$out/etcdsrc"
 chmod -R u+w "$out/etcdsrc"
 patch -s -d "$out/etcdsrc" -p1 <bench/etcdbench-tls.patch
+patch -s -d "$out/etcdsrc" -p1 <bench/etcdbench-window.patch
 (cd "$out/etcdsrc" && go build -o "$out/etcdbench" .)
 etcd() {
 	echo "== round $1 etcd $2 $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
-	(cd "$out/etcdsrc" && "$out/etcdbench" -value-size 256 -clients 1,64 -duration "$duration" -phases write $3 | grep '^write')
+	(cd "$out/etcdsrc" && ETCDBENCH_CLIENT_WINDOW=${4:-} "$out/etcdbench" -value-size 256 -clients 1,64 -duration "$duration" -phases write $3 | grep '^write')
 }
 scadad() {
 	echo "== round $1 scadad $2 $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
@@ -45,6 +50,7 @@ scadad() {
 for i in $(seq 1 "$rounds"); do
 	etcd "$i" plain ""
 	scadad "$i" grpc 1,64 "-api grpc"
+	etcd "$i" plain+win "" 1
 	etcd "$i" tls "-tls"
 	scadad "$i" http 64 "-api http -http-auth insecure -http-client transport"
 	scadad "$i" https 64 "-api http -http-auth token -http-client transport"
