@@ -33,8 +33,10 @@ type Gate struct {
 	// hears a leader, so a command just after the cluster forms or a
 	// member joins would otherwise be refused for a member that has the
 	// level and has not said so yet: with Changes the gate waits up to
-	// RecordWait (default 5 s, and never past the caller's deadline) for
-	// a member with no record at all before it refuses.
+	// RecordWait (default 2 s, well inside the 5 s the node's own
+	// proposers allow a command, so they see the refusal rather than a
+	// timeout; never past the caller's deadline) for a member with no
+	// record at all before it refuses.
 	Changes    func() (<-chan uint64, func())
 	RecordWait time.Duration
 }
@@ -62,7 +64,7 @@ func (g *Gate) admit(ctx context.Context, need fsm.Level) (*fsm.Result, error) {
 	}
 	wait := g.RecordWait
 	if wait <= 0 {
-		wait = 5 * time.Second
+		wait = 2 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
