@@ -133,8 +133,12 @@ func main() {
 					fatalf("write phase: %v", err)
 				}
 				rep.Write = append(rep.Write, r)
-				fmt.Printf("write clients=%-3d value=%dB target=%s api=%s: %.0f enqueues/s (%d in %.1fs, %d errors) p50=%.2fms p99=%.2fms max=%.1fms\n",
-					r.Clients, r.ValueBytes, r.Target, r.API, r.PutsPerSec, r.Puts, r.Seconds, r.Errors, r.P50Ms, r.P99Ms, r.MaxMs)
+				moved := ""
+				if r.LeaderMoved != "" {
+					moved = " LEADER MOVED during the run (" + r.LeaderMoved + ")"
+				}
+				fmt.Printf("write clients=%-3d value=%dB target=%s api=%s: %.0f enqueues/s (%d in %.1fs, %d errors) p50=%.2fms p99=%.2fms max=%.1fms%s\n",
+					r.Clients, r.ValueBytes, r.Target, r.API, r.PutsPerSec, r.Puts, r.Seconds, r.Errors, r.P50Ms, r.P99Ms, r.MaxMs, moved)
 			}
 		}
 	}

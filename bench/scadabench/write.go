@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
 )
 
@@ -28,6 +29,11 @@ type writeResult struct {
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	MaxMs      float64 `json:"max_ms"`
+	// LeaderMoved says the raft term or leader changed between the end of
+	// the warm-up and the end of the run (an election under load): the
+	// clients then wrote to a node that forwarded to the new leader, or
+	// waited out an election, and the rate is not the steady state's.
+	LeaderMoved string `json:"leader_moved,omitempty"`
 }
 
 func (b *bench) writePhase(clients, size int) (writeResult, error) {
@@ -59,14 +65,47 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 	if b.o.warmup > 0 {
 		runLoad(conns, clients, size, b.o.warmup, 0, b.idMaker(tag+"warm"), nil)
 	}
+	before, err := b.raftView(lead)
+	if err != nil {
+		return writeResult{}, err
+	}
 	stop := b.profile(fmt.Sprintf("write-c%d-v%d", clients, size), b.o.duration)
 	r := runLoad(conns, clients, size, b.o.duration, b.o.count, b.idMaker(tag), nil)
 	stop()
+	after, err := b.raftView(lead)
+	if err != nil {
+		return writeResult{}, err
+	}
+	if after != before {
+		r.LeaderMoved = fmt.Sprintf("term %d leader %s, then term %d leader %s", before.term, before.leader, after.term, after.leader)
+	}
 	r.Target, r.API = b.o.target, b.o.api
 	if b.o.api == "http" {
 		r.API = "http-" + b.o.httpAuth + "-" + b.o.httpClient
 	}
 	return r, nil
+}
+
+// raftTerm is a node's raft term and the leader it knows.
+type raftTerm struct {
+	term   uint64
+	leader string
+}
+
+// raftView asks n for its raft term and leader.
+func (b *bench) raftView(n *testcluster.Node) (raftTerm, error) {
+	c, err := b.client(n)
+	if err != nil {
+		return raftTerm{}, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.api.Status(ctx, &controlpb.StatusRequest{})
+	if err != nil {
+		return raftTerm{}, fmt.Errorf("status of %s: %w", n.ID, err)
+	}
+	return raftTerm{term: st.Term, leader: st.LeaderId}, nil
 }
 
 // idMaker returns how write clients name their messages (-ids): "seq",
