@@ -59,6 +59,10 @@ type tlsStream struct {
 
 	// conns tracks the raft connections by peer certificate (nil: none).
 	conns *pki.Tracker
+	// sessions lets the next dial of a member resume the TLS session of
+	// the last one: probes run every few hundred milliseconds, and a full
+	// mutual handshake signs and checks certificates on both sides.
+	sessions sessionCaches
 
 	accepted chan *trackedConn
 	closed   chan struct{}
@@ -216,9 +220,11 @@ func (s *tlsStream) dial(ctx context.Context, address string, alpn string) (*tls
 	cfg.ServerName = id
 	cfg.NextProtos = []string{alpn}
 	cfg.VerifyConnection = s.verifyPeer(id, s.callerClient)
+	cfg.ClientSessionCache = s.sessions.of(id)
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
+		s.sessions.forget(id)
 		return nil, id, fmt.Errorf("dial member %s at %s: %s: %w", id, address, explainTLSError(err), err)
 	}
 	return conn.(*tls.Conn), id, nil
@@ -242,6 +248,9 @@ func (s *tlsStream) probe(ctx context.Context, address string) (peerStatus, erro
 	}
 	body, err := io.ReadAll(io.LimitReader(conn, maxStatusBytes))
 	if err != nil {
+		// With TLS 1.3 the member's refusal of a resumed session arrives
+		// here: the next probe starts afresh.
+		s.sessions.forget(id)
 		return peerStatus{}, fmt.Errorf("probe member %s at %s: %s: %w", id, address, explainTLSError(err), err)
 	}
 	var st peerStatus
@@ -249,6 +258,41 @@ func (s *tlsStream) probe(ctx context.Context, address string) (peerStatus, erro
 		return peerStatus{}, fmt.Errorf("probe member %s at %s: decode status: %w", id, address, err)
 	}
 	return st, nil
+}
+
+// sessionCaches holds a TLS session cache per member, so that a refusal
+// drops the member's session without relying on crypto/tls's cache keys.
+// A resumed handshake still runs both sides' VerifyConnection (membership
+// and the deny list of revoked certificates) on the certificates of the
+// session, and crypto/tls resumes only while they are unexpired and
+// chain to the CAs configured now.
+type sessionCaches struct {
+	mu     sync.Mutex
+	member map[string]tls.ClientSessionCache
+}
+
+// of returns member id's cache, made on first use.
+func (c *sessionCaches) of(id string) tls.ClientSessionCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member == nil {
+		c.member = make(map[string]tls.ClientSessionCache)
+	}
+	cache, ok := c.member[id]
+	if !ok {
+		// A member's server hands out a few tickets per handshake; one
+		// is enough to resume.
+		cache = tls.NewLRUClientSessionCache(2)
+		c.member[id] = cache
+	}
+	return cache
+}
+
+// forget drops member id's session: the next dial makes a full handshake.
+func (c *sessionCaches) forget(id string) {
+	c.mu.Lock()
+	delete(c.member, id)
+	c.mu.Unlock()
 }
 
 func (s *tlsStream) close() error {

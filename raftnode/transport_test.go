@@ -242,3 +242,82 @@ func TestKnowWhoStores(t *testing.T) {
 		})
 	}
 }
+
+// TestProbesResumeTheirTLSSession checks that a node's probes of a member
+// resume the TLS session of the one before (no certificate signatures
+// or chain checks every probe interval on either side), that a resumed
+// handshake is still checked against the member's deny list, and that a
+// refusal drops the session, so the next probe makes a full handshake.
+func TestProbesResumeTheirTLSSession(t *testing.T) {
+	site, err := pki.GenerateSite("s", []string{"a", "b"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := mustListen(t)
+	members := staticDirectory{{ID: "a", RaftAddr: ln.Addr().String()}, {ID: "b", RaftAddr: "127.0.0.1:2"}}
+	var (
+		mu      sync.Mutex
+		resumed []bool
+		denied  bool
+	)
+	srv := mustTLS(t, site.ServerTLS, "a")
+	srv.VerifyConnection = func(cs tls.ConnectionState) error {
+		mu.Lock()
+		defer mu.Unlock()
+		resumed = append(resumed, cs.DidResume)
+		if denied {
+			return errors.New("certificate revoked")
+		}
+		return nil
+	}
+	a := newTLSStream(ln, ln.Addr().String(), srv, mustTLS(t, site.ClientTLS, "a"), members, func(string) {},
+		func() peerStatus { return peerStatus{ID: "a"} }, zerolog.Nop())
+	t.Cleanup(func() { _ = a.close() })
+	b := newTLSStream(mustListen(t), "127.0.0.1:2", mustTLS(t, site.ServerTLS, "b"), mustTLS(t, site.ClientTLS, "b"),
+		members, func(string) {}, func() peerStatus { return peerStatus{} }, zerolog.Nop())
+	t.Cleanup(func() { _ = b.close() })
+
+	probe := func() (bool, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := b.probe(ctx, ln.Addr().String())
+		mu.Lock()
+		defer mu.Unlock()
+		if len(resumed) == 0 {
+			t.Fatal("the member saw no handshake")
+		}
+		return resumed[len(resumed)-1], err
+	}
+	for i, want := range []bool{false, true, true} {
+		did, err := probe()
+		if err != nil {
+			t.Fatalf("probe %d: %v", i+1, err)
+		}
+		if did != want {
+			t.Fatalf("probe %d resumed = %v, want %v", i+1, did, want)
+		}
+	}
+
+	mu.Lock()
+	denied = true
+	mu.Unlock()
+	did, err := probe()
+	if err == nil {
+		t.Fatal("a probe the member refuses succeeded")
+	}
+	if !did {
+		t.Fatal("the refused probe did not resume: the test proves nothing about resumed handshakes")
+	}
+
+	mu.Lock()
+	denied = false
+	mu.Unlock()
+	did, err = probe()
+	if err != nil {
+		t.Fatalf("probe after the refusal: %v", err)
+	}
+	if did {
+		t.Fatal("the probe after a refusal resumed the refused session")
+	}
+}
