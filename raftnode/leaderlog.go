@@ -130,6 +130,13 @@ func (p *parallelLog) waitSynced(ctx context.Context, index uint64) error {
 	}
 }
 
+// failure is the background writer's failure, or nil.
+func (p *parallelLog) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
 // flush returns once nothing is queued or being written.
 func (p *parallelLog) flush() error {
 	p.mu.Lock()
@@ -208,7 +215,7 @@ func (p *parallelLog) write() {
 			p.err = err
 			p.queued, p.queuedBytes = nil, 0
 			p.log.Error().Err(err).Uint64("first_index", batch[0].Index).Uint64("last_index", batch[len(batch)-1].Index).
-				Msg("cannot write the raft log: this node writes no more entries until it is restarted; as leader it steps down at its next entry")
+				Msg("cannot write the raft log: this node writes no more entries until it is restarted (scadad stops so the service manager restarts it); as leader it steps down at its next entry")
 			break
 		}
 		p.queued = p.queued[len(batch):]

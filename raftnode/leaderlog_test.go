@@ -413,3 +413,34 @@ func TestParallelLogQueueIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A leader whose background log write fails reports the failure through
+// LogFailure (the daemon stops on it, so the service manager restarts the
+// node and it reads its log from disk again) and loses the Active role;
+// the others report none.
+func TestAFailedLeaderLogWriteIsReported(t *testing.T) {
+	t.Parallel()
+	h, stores := heldCluster(t, LeaderWriteParallel)
+	active := h.waitOneActive(15 * time.Second)
+	h.apply(active, "v1")
+	leader := h.node(active)
+	if err := leader.LogFailure(); err != nil {
+		t.Fatalf("LogFailure before any failure = %v", err)
+	}
+	disk := errors.New("input/output error")
+	stores[active].failWith(disk)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := leader.Apply(ctx, []byte("v2")); err == nil {
+		t.Fatal("an entry the leader could not write was answered")
+	}
+	testwait.ForDetail(t, 5*time.Second, "the leader reports its failed write", func() (bool, string) {
+		err := leader.LogFailure()
+		return errors.Is(err, disk), fmt.Sprint(err)
+	})
+	for id, n := range h.running() {
+		if id != active && n.LogFailure() != nil {
+			t.Fatalf("%s reports a log failure it did not have: %v", id, n.LogFailure())
+		}
+	}
+}

@@ -35,8 +35,9 @@ type Node struct {
 	store   logStableCloser  // raft-boltdb or raft-wal, closed by Stop
 	stable  raft.StableStore // store, through the page-releasing wrapper
 	pages   atomic.Pointer[releasingStore]
-	logs    raft.LogStore // the cache over lead
-	lead    *parallelLog  // the log store as raft writes it (see leaderlog.go)
+	logs    raft.LogStore               // the cache over lead
+	lead    *parallelLog                // the log store as raft writes it (see leaderlog.go)
+	leadNow atomic.Pointer[parallelLog] // lead, for LogFailure (read outside the operations that replace lead)
 	snaps   *snapshotStore
 	stream  *tlsStream
 	contact *contacts
@@ -227,6 +228,17 @@ func (n *Node) ReleaseLogPages() {
 	}
 }
 
+// LogFailure returns the write failure that stopped this node's raft log,
+// or nil. After one the node appends nothing more until it is restarted
+// and reads its log from disk again (see parallelLog): the daemon stops on
+// it, as on a failure of the state file.
+func (n *Node) LogFailure() error {
+	if p := n.leadNow.Load(); p != nil {
+		return p.failure()
+	}
+	return nil
+}
+
 // closeLogStore writes what the leader queued, then closes raft.db or the
 // WAL, never while raft.db's pages are being released.
 func (n *Node) closeLogStore() error {
@@ -329,6 +341,7 @@ func (n *Node) openStores() error {
 		return err
 	}
 	n.store, n.stable, n.logs, n.lead, n.snaps = store, both, logs, lead, snaps
+	n.leadNow.Store(lead)
 	n.pages.Store(pages)
 	return nil
 }

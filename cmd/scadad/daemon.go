@@ -401,7 +401,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 		log.Warn().Err(err).Msg("systemd readiness notification failed")
 	}
 	d.run("watchdog", func(ctx context.Context) error {
-		keepWatchdog(ctx, sd, watchdogEvery(), func() bool { return state.Err() == nil }, log)
+		keepWatchdog(ctx, sd, watchdogEvery(), func() bool { return state.Err() == nil && d.node.LogFailure() == nil }, log)
 		return nil
 	})
 
@@ -483,10 +483,11 @@ func (d *daemon) startHTTP(srv *control.Server, sfHTTP fasthttp.RequestHandler, 
 }
 
 // waitForStop waits until ctx ends, the HTTP server stops on its own or
-// the state storage fails (a damaged state file the scrubber can rebuild
+// the state storage or the raft log fails (a damaged state file the scrubber can rebuild
 // from the cluster is no reason to stop), and says why it stopped.
 func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *integrity.Scrubber) error {
 	var stopErr error
+	logFailed := watchFailure(d.runCtx, d.node.LogFailure)
 wait:
 	for {
 		select {
@@ -496,7 +497,15 @@ wait:
 			// not stay Active: hand the role over and exit; the service
 			// manager restarts it with a new listener.
 			d.log.Error().Err(stopErr).Msg("the HTTP listener stopped; stepping down and stopping so the service manager restarts scadad")
-		case err := <-watchStorage(d.runCtx, d.state):
+		case err := <-logFailed:
+			// The raft log's background write failed: raft believes
+			// entries are stored that are not, so this process appends
+			// nothing more (raftnode's parallelLog). Exit so the service
+			// manager restarts it; on start it reads its log from disk, and
+			// the leader sends it what it lacks.
+			stopErr = fmt.Errorf("raft log storage failed: %w", err)
+			d.log.Error().Err(err).Msg("raft log write failed; stopping so the service manager restarts scadad once the disk is writable again")
+		case err := <-watchFailure(d.runCtx, d.state.Err):
 			// A damaged state file (bbolt panicked on a page) is rebuilt
 			// from the cluster where a majority can lead without it.
 			if errors.Is(err, fsm.ErrDamagedState) && scrub.Rebuild(d.runCtx, err) {
@@ -552,11 +561,12 @@ func (d *daemon) handOver() {
 	}
 }
 
-// watchStorage reports the FSM's storage failure once it happens.
-func watchStorage(ctx context.Context, state *fsm.FSM) <-chan error {
+// watchFailure reports the storage failure failed returns (the FSM's
+// state file, the raft log) once it happens.
+func watchFailure(ctx context.Context, failed func() error) <-chan error {
 	out := make(chan error, 1)
 	go everyTick(ctx, 250*time.Millisecond, func() bool {
-		if err := state.Err(); err != nil {
+		if err := failed(); err != nil {
 			out <- err
 			return false
 		}
