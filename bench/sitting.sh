@@ -27,7 +27,9 @@
 #
 # Run from the repository root with no other load on the machine
 # (ETCDBENCH_DIR names etcdbench's folder when the repository is not beside
-# shared/). It prints each run's rate lines.
+# shared/). It prints each run's rate lines, then the ratios per round and
+# over the sitting (bench/sitting-summary.awk, which also reads a saved
+# output).
 set -euo pipefail
 
 rounds=${1:-3} duration=${2:-10s}
@@ -54,4 +56,6 @@ for i in $(seq 1 "$rounds"); do
 	etcd "$i" tls "-tls"
 	scadad "$i" http 64 "-api http -http-auth insecure -http-client transport"
 	scadad "$i" https 64 "-api http -http-auth token -http-client transport"
-done
+done | tee "$out/sitting.txt"
+echo "== ratios (bench/sitting-summary.awk)"
+awk -f bench/sitting-summary.awk "$out/sitting.txt"
