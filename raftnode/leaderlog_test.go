@@ -414,10 +414,10 @@ func TestParallelLogQueueIsBounded(t *testing.T) {
 	}
 }
 
-// A leader whose background log write fails reports the failure through
-// LogFailure (the daemon stops on it, so the service manager restarts the
-// node and it reads its log from disk again) and loses the Active role;
-// the others report none.
+// A leader whose background log write fails answers nothing it could not
+// write and reports the failure through LogFailure (the daemon stops on
+// it, so the service manager restarts the node and it reads its log from
+// disk again); the other nodes report none.
 func TestAFailedLeaderLogWriteIsReported(t *testing.T) {
 	t.Parallel()
 	h, stores := heldCluster(t, LeaderWriteParallel)

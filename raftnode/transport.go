@@ -265,7 +265,9 @@ func (s *tlsStream) probe(ctx context.Context, address string) (peerStatus, erro
 // A resumed handshake still runs both sides' VerifyConnection (membership
 // and the deny list of revoked certificates) on the certificates of the
 // session, and crypto/tls resumes only while they are unexpired and
-// chain to the CAs configured now.
+// chain to the CAs configured now. A refusal of a resumed raft stream
+// surfaces inside raft's transport, not here; the member's next probe
+// (every few hundred milliseconds) is refused too and drops the session.
 type sessionCaches struct {
 	mu     sync.Mutex
 	member map[string]tls.ClientSessionCache
@@ -280,9 +282,9 @@ func (c *sessionCaches) of(id string) tls.ClientSessionCache {
 	}
 	cache, ok := c.member[id]
 	if !ok {
-		// A member's server hands out a few tickets per handshake; one
-		// is enough to resume.
-		cache = tls.NewLRUClientSessionCache(2)
+		// crypto/tls keeps one session per server name, and every dial
+		// of this member uses the member's id as its server name.
+		cache = tls.NewLRUClientSessionCache(1)
 		c.member[id] = cache
 	}
 	return cache

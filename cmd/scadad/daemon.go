@@ -482,9 +482,10 @@ func (d *daemon) startHTTP(srv *control.Server, sfHTTP fasthttp.RequestHandler, 
 	return httpServer, httpStopped, nil
 }
 
-// waitForStop waits until ctx ends, the HTTP server stops on its own or
-// the state storage or the raft log fails (a damaged state file the scrubber can rebuild
-// from the cluster is no reason to stop), and says why it stopped.
+// waitForStop waits until ctx ends, the HTTP server stops on its own, or
+// the state storage or the raft log fails (a damaged state file the
+// scrubber can rebuild from the cluster is no reason to stop), and says
+// why it stopped.
 func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *integrity.Scrubber) error {
 	var stopErr error
 	logFailed := watchFailure(d.runCtx, d.node.LogFailure)
