@@ -24,38 +24,8 @@ import (
 // and returns the function that frees the space again.
 func smallDisk(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) (*testcluster.Node, func() (unfill func())) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
 	victim := otherVoter(t, c, active)
-	c.Stop(victim)
-	data := filepath.Join(victim.Dir, "data")
-	saved := filepath.Join(t.TempDir(), "saved")
-	if out, err := exec.Command("cp", "-a", data, saved).CombinedOutput(); err != nil {
-		t.Fatalf("copy data: %v %s", err, out)
-	}
-	os.RemoveAll(data)
-	os.MkdirAll(data, 0o750)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", data).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := exec.Command("sh", "-c", "df -k "+data+"; du -ak "+data+" | sort -n | tail -20").CombinedOutput()
-			t.Logf("%s's data dir at the end:\n%s", victim.ID, out)
-		}
-		c.Kill(victim)
-		exec.Command("umount", "-l", data).Run()
-	})
-	if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp -a %s/. %s/", saved, data)).CombinedOutput(); err != nil {
-		t.Fatalf("restore data: %v %s", err, out)
-	}
-	start(t, c, victim)
-	testwait.For(t, 20*time.Second, victim.ID+" back as standby", func() bool {
-		h, ok := victim.Health()
-		return ok && h.Role == "standby"
-	})
-
+	data := onSmallTmpfs(t, c, victim, "data", func(int64) int64 { return 256 })
 	fill := func() func() {
 		var fs syscall.Statfs_t
 		if err := syscall.Statfs(data, &fs); err != nil {
@@ -67,6 +37,51 @@ func smallDisk(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) (
 		return func() { os.Remove(filler) }
 	}
 	return victim, fill
+}
+
+// onSmallTmpfs stops victim, moves the folder sub of its dir onto a tmpfs
+// of sizeMiB(MiB the folder holds) MiB and restarts it as a standby. It
+// returns the mount point; the test's cleanup kills the node and unmounts.
+func onSmallTmpfs(t *testing.T, c *testcluster.Cluster, victim *testcluster.Node, sub string, sizeMiB func(used int64) int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	c.Stop(victim)
+	dir := filepath.Join(victim.Dir, sub)
+	saved := filepath.Join(t.TempDir(), "saved")
+	if out, err := exec.Command("cp", "-a", dir, saved).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v %s", sub, err, out)
+	}
+	out, err := exec.Command("du", "-sm", "--apparent-size", saved).Output()
+	if err != nil {
+		t.Fatalf("du %s: %v", saved, err)
+	}
+	var used int64
+	fmt.Sscan(string(out), &used)
+	os.RemoveAll(dir)
+	os.MkdirAll(dir, 0o750)
+	size := fmt.Sprintf("size=%dm", sizeMiB(used))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("sh", "-c", "df -k "+dir+"; du -ak "+dir+" | sort -n | tail -20").CombinedOutput()
+			t.Logf("%s's %s at the end:\n%s", victim.ID, sub, out)
+		}
+		c.Kill(victim)
+		exec.Command("umount", "-l", dir).Run()
+	})
+	if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp -a %s/. %s/", saved, dir)).CombinedOutput(); err != nil {
+		t.Fatalf("restore %s: %v %s", sub, err, out)
+	}
+	start(t, c, victim)
+	testwait.For(t, 20*time.Second, victim.ID+" back as standby", func() bool {
+		h, ok := victim.Health()
+		return ok && h.Role == "standby"
+	})
+	return dir
 }
 
 // reportsFull is whether n's log names the full disk.
@@ -237,4 +252,71 @@ func TestDiskFullOnTheActive(t *testing.T) {
 	}
 	t.Logf("%d acknowledged and %d refused around the Active's full disk (%d witness hand-off attempts); every acknowledged one delivered",
 		len(acked), refused, handoffs)
+}
+
+// TestRaftLogFullOnTheActive fills the folder of the Active's raft log
+// (raft-wal, on a tmpfs with room for its current segment and not for the
+// next) while messages are enqueued on it. The leader writes its own copy
+// in the background while it replicates; once that write fails the log
+// takes no more entries, so scadad must stop (for the service manager to
+// restart it) rather than stay up as a member that cannot append. The
+// other voter takes over, nothing acknowledged is lost, and the node
+// catches up once its log has room.
+func TestRaftLogFullOnTheActive(t *testing.T) {
+	c, sink, active := sfSetupPending(t)
+	victim := otherVoter(t, c, active)
+	// raft-wal preallocates each 64 MiB segment when it opens it: room
+	// for what the folder holds and 2 MiB more fails the next segment.
+	wal := onSmallTmpfs(t, c, victim, filepath.Join("data", "raft", "raft-wal"), func(used int64) int64 { return used + 2 })
+	ctlJSON(t, c, nil, &controlpb.FailoverResponse{}, "failover", "--to", victim.ID)
+	testwait.For(t, 20*time.Second, victim.ID+" Active", func() bool {
+		h, ok := victim.Health()
+		return ok && h.Role == "active"
+	})
+
+	acked := map[string]bool{}
+	payload := bytes.Repeat([]byte("x"), 16<<10)
+	deadline := time.Now().Add(90 * time.Second)
+	for i := 0; i < 8000 && time.Now().Before(deadline) && !victim.Exited(); i++ {
+		id := fmt.Sprintf("wal-full-%d", i)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+victim.HTTPAddr+"/v1/sf/sink", bytes.NewReader(payload))
+		req.Header.Set("Idempotency-Key", id)
+		resp, err := enqueueClient.Do(req)
+		if err != nil {
+			break
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 == 2 {
+			acked[id] = true
+		}
+	}
+	testwait.For(t, 30*time.Second, victim.ID+" to stop on its failed raft log write", victim.Exited)
+	if tail := victim.LogTail(400); !strings.Contains(tail, "raft log storage failed") || !strings.Contains(tail, "no space left on device") {
+		t.Fatalf("%s stopped without saying its raft log failed for want of space:\n%s", victim.ID, tail)
+	}
+	var leader *testcluster.Node
+	testwait.For(t, 30*time.Second, "another voter Active", func() bool {
+		a := c.Actives()
+		if len(a) == 1 && a[0] != victim {
+			leader = a[0]
+		}
+		return leader != nil
+	})
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("after-%d", i)
+		if !enqueue(leader, "sink", id, []byte("y")) {
+			t.Fatalf("enqueue %s on %s failed after the Active's raft log filled", id, leader.ID)
+		}
+		acked[id] = true
+	}
+	if out, err := exec.Command("mount", "-o", "remount,size=512m", wal).CombinedOutput(); err != nil {
+		t.Fatalf("give the raft log room: %v %s", err, out)
+	}
+	testwait.For(t, 60*time.Second, victim.ID+" caught up", func() bool { return caughtUp(t, c, leader, victim) })
+	if err := sink.SetFailing(false); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, sink, acked, 60*time.Second)
+	t.Logf("%d acknowledged around the Active's full raft log; every one delivered", len(acked))
 }
