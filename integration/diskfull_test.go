@@ -117,8 +117,8 @@ func TestDiskFullOnANode(t *testing.T) {
 	// Enqueue until the victim runs out of space, and not much more: the
 	// node must later hold everything acknowledged twice (raft log and
 	// state) in its 256 MiB once the filler is gone. (A failed state store
-	// stops the process so the service manager restarts it; a failed raft
-	// log append is refused and retried by the leader.)
+	// stops the process so the service manager restarts it; a follower's
+	// failed raft log append is refused and retried by the leader.)
 	acked := map[string]bool{}
 	payload := bytes.Repeat([]byte("x"), 16<<10)
 	deadline := time.Now().Add(60 * time.Second)
@@ -200,8 +200,8 @@ func TestDiskFullOnTheActive(t *testing.T) {
 		req.Header.Set("Idempotency-Key", id)
 		resp, err := enqueueClient.Do(req)
 		if err != nil {
-			// Its state store failed: it stops, as it should (and its
-			// service manager would restart it).
+			// Its state store or its raft log failed: it stops, as it
+			// should (and its service manager would restart it).
 			testwait.For(t, 30*time.Second, fmt.Sprintf("%s to stop after failing a request (%v)", victim.ID, err), victim.Exited)
 			break
 		}
@@ -221,7 +221,8 @@ func TestDiskFullOnTheActive(t *testing.T) {
 	}
 	testwait.For(t, 30*time.Second, victim.ID+" to report the full disk", func() bool { return reportsFull(victim) })
 	// Another voter takes over (the full node may have stopped: a failed
-	// state store exits for the service manager to restart it).
+	// state store or raft log write exits for the service manager to
+	// restart it).
 	var leader *testcluster.Node
 	testwait.For(t, 30*time.Second, "another voter Active", func() bool {
 		a := c.Actives()
