@@ -112,6 +112,23 @@ func overrideDue(in overrideInput) (bool, string) {
 // heartbeat or two, well inside any sensible override_after.
 const overrideNoticeAfter = time.Second
 
+// overrideTickMargin puts the guard's tick at an override's due time
+// just past it, so the tick finds the override due.
+const overrideTickMargin = 5 * time.Millisecond
+
+// nextGuardTick is how long the guard waits before its next tick: the
+// (jittered) probe interval, or until just past overrideAt when the
+// countdown ends sooner, so a pair-mode override happens when it is due
+// rather than up to a probe interval later. A countdown that has ended
+// without an override (refused: a peer answered) leaves the interval as
+// it is, so a refusal does not probe in a tight loop.
+func nextGuardTick(interval time.Duration, now, overrideAt time.Time) time.Duration {
+	if d := overrideAt.Sub(now); !overrideAt.IsZero() && d > 0 && d+overrideTickMargin < interval {
+		return d + overrideTickMargin
+	}
+	return interval
+}
+
 // overrideCountdown tells when the automatic override will happen if no
 // other voter is heard from before then: ok once every other voter has
 // been silent for overrideNoticeAfter and the override is otherwise

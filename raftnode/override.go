@@ -26,19 +26,22 @@ func (n *Node) guardLoop() {
 			return
 		case <-timer.C:
 		}
-		n.guardTick(n.ctx)
-		timer.Reset(n.jitter(n.cfg.ProbeInterval))
+		overrideAt := n.guardTick(n.ctx)
+		timer.Reset(nextGuardTick(n.jitter(n.cfg.ProbeInterval), n.cfg.Clock.Now(), overrideAt))
 	}
 }
 
-func (n *Node) guardTick(ctx context.Context) {
+// guardTick probes the peers and acts on what it finds; it returns when a
+// pair-mode override will be due if no other voter is heard from first
+// (zero: no countdown).
+func (n *Node) guardTick(ctx context.Context) time.Time {
 	if _, recovering := n.current(); recovering {
-		return
+		return time.Time{}
 	}
 	answers := n.probePeers(ctx)
 	r, recovering := n.current()
 	if r == nil || recovering {
-		return
+		return time.Time{}
 	}
 	// raft's own view of leader contact counts as contact with the leader.
 	if _, leader := r.LeaderWithID(); leader != "" && string(leader) != n.cfg.NodeID {
@@ -71,12 +74,16 @@ func (n *Node) guardTick(ctx context.Context) {
 		if err := n.override(ctx, "automatic: "+reason, false); err != nil {
 			n.log.Error().Err(err).Msg("availability override did not happen")
 		}
-		return
+		return time.Time{}
 	}
 	if r.State() == raft.Leader {
 		n.removeLeaving(r, answers)
 		n.readmit(ctx, r, answers)
 	}
+	if counting {
+		return at
+	}
+	return time.Time{}
 }
 
 func (n *Node) overrideInput(r *raft.Raft) overrideInput {

@@ -343,3 +343,29 @@ func TestShownIndexes(t *testing.T) {
 		}
 	}
 }
+
+// The guard ticks at the end of an override countdown, not up to a probe
+// interval after it: the override then happens when it is due. A
+// countdown that has ended (the override was refused: a peer answered)
+// does not shorten the interval, or a refused override would probe the
+// peer in a tight loop.
+func TestNextGuardTickMeetsTheOverride(t *testing.T) {
+	now := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	interval := 300 * time.Millisecond
+	cases := []struct {
+		name string
+		at   time.Time
+		want time.Duration
+	}{
+		{"no countdown", time.Time{}, interval},
+		{"due after the next tick", now.Add(time.Second), interval},
+		{"due before the next tick", now.Add(120 * time.Millisecond), 120*time.Millisecond + overrideTickMargin},
+		{"due right now", now, interval},
+		{"already past", now.Add(-50 * time.Millisecond), interval},
+	}
+	for _, tc := range cases {
+		if got := nextGuardTick(interval, now, tc.at); got != tc.want {
+			t.Errorf("%s: next tick in %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
