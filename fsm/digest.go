@@ -22,7 +22,8 @@ func (f *FSM) Digest() (string, error) {
 	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		return boltsafe.Guard(f.path, func() error {
 			var err error
-			sum, err = digestTx(tx)
+			raw, err := digestTxRaw(tx, f.handBackWalked())
+			sum = hex.EncodeToString(raw)
 			return err
 		})
 	})
@@ -33,45 +34,59 @@ func (f *FSM) Digest() (string, error) {
 }
 
 func digestTx(tx *bolt.Tx) (string, error) {
-	sum, err := digestTxRaw(tx)
+	sum, err := digestTxRaw(tx, nil)
 	if err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(sum), nil
 }
 
-func digestTxRaw(tx *bolt.Tx) ([]byte, error) {
-	return digestTxPaced(context.Background(), tx, nil)
+// digestTxRaw digests tx; handBack, when set, is called every
+// walkReleaseBytes read and at the end (see handBackWalked).
+func digestTxRaw(tx *bolt.Tx, handBack func()) ([]byte, error) {
+	return digestTxPaced(context.Background(), tx, nil, handBack)
 }
 
 // digestTxCtx is digestTx ended by ctx and paced to at most cpuShare of
-// one core (0 or 1 and above: unbounded).
-func digestTxCtx(ctx context.Context, tx *bolt.Tx, cpuShare float64) (string, error) {
-	sum, err := digestTxPaced(ctx, tx, newDutyCycle(cpuShare, time.Now, sleepCtx))
+// one core (0 or 1 and above: unbounded), handing pages back as
+// digestTxRaw does.
+func digestTxCtx(ctx context.Context, tx *bolt.Tx, cpuShare float64, handBack func()) (string, error) {
+	sum, err := digestTxPaced(ctx, tx, newDutyCycle(cpuShare, time.Now, sleepCtx), handBack)
 	if err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(sum), nil
 }
 
-func digestTxPaced(ctx context.Context, tx *bolt.Tx, pace *dutyCycle) ([]byte, error) {
-	w := &digestWalk{h: sha256.New(), ctx: ctx, pace: pace}
+func digestTxPaced(ctx context.Context, tx *bolt.Tx, pace *dutyCycle, handBack func()) ([]byte, error) {
+	w := &digestWalk{h: sha256.New(), ctx: ctx, pace: pace, handBack: handBack}
 	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 		return w.bucket(0, name, b)
 	})
+	if handBack != nil {
+		handBack()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return w.h.Sum(nil), nil
 }
 
+// walkReleaseBytes is how much a walk of the whole state reads through the
+// map between two hand-backs of its pages: the resident size a digest
+// adds, where a walk of a multi-GB buffer would otherwise add the file.
+const walkReleaseBytes = 16 << 20
+
 // digestWalk hashes buckets, checking ctx and pausing for the pace every
-// few hundred keys.
+// few hundred keys, and handing back the pages it has read every
+// walkReleaseBytes.
 type digestWalk struct {
-	h    hash.Hash
-	ctx  context.Context
-	pace *dutyCycle
-	keys int
+	h        hash.Hash
+	ctx      context.Context
+	pace     *dutyCycle
+	keys     int
+	handBack func()
+	read     int
 }
 
 func (w *digestWalk) bucket(depth uint32, name []byte, b *bolt.Bucket) error {
@@ -90,6 +105,10 @@ func (w *digestWalk) bucket(depth uint32, name []byte, b *bolt.Bucket) error {
 		}
 		writeField(w.h, 'K', depth, k)
 		writeField(w.h, 'V', depth, v)
+		if w.read += len(k) + len(v); w.read >= walkReleaseBytes && w.handBack != nil {
+			w.read = 0
+			w.handBack()
+		}
 		return nil
 	})
 	writeField(w.h, 'E', depth, nil)

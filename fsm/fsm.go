@@ -634,7 +634,24 @@ func (f *FSM) releasePages() {
 	if f.opts.ReleasePages == nil {
 		return
 	}
-	err := f.withStableMap(f.opts.ReleasePages)
+	f.noteRelease(f.withStableMap(f.opts.ReleasePages))
+}
+
+// handBackWalked returns what a walk of the whole state calls to hand back
+// the pages it has read through the map (nil without
+// Options.ReleasePages). Every page a walk reads stays resident until
+// released; the daemon's timer alone would let a walk of a multi-GB file
+// add the whole file to the resident size first. The walk holds a read
+// transaction, which holds the map still.
+func (f *FSM) handBackWalked() func() {
+	if f.opts.ReleasePages == nil {
+		return nil
+	}
+	return func() { f.noteRelease(f.opts.ReleasePages(f.path)) }
+}
+
+// noteRelease logs the first failure to release pages and the recovery.
+func (f *FSM) noteRelease(err error) {
 	switch {
 	case err != nil && !f.releaseFailed.Load():
 		f.log.Warn().Err(err).Msg("cannot release the state file's mapped pages; the resident size will include them")

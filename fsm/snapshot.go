@@ -41,9 +41,10 @@ const (
 // Snapshot is a consistent, point-in-time view of the state, held open as a
 // bbolt read transaction: writes continue while it is streamed. Release it.
 type Snapshot struct {
-	tx      *bolt.Tx
-	meta    Meta
-	release sync.Once
+	tx       *bolt.Tx
+	meta     Meta
+	release  sync.Once
+	handBack func() // the FSM's handBackWalked, for the digest
 }
 
 // Snapshot opens a snapshot for raft. raft calls it on the FSM goroutine, so
@@ -79,7 +80,7 @@ func (f *FSM) OpenSnapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	return &Snapshot{tx: tx, meta: readMeta(tx)}, nil
+	return &Snapshot{tx: tx, meta: readMeta(tx), handBack: f.handBackWalked()}, nil
 }
 
 // Backup writes a snapshot of the current state to w; the format is what
@@ -129,7 +130,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	var digest []byte
 	err = boltsafe.Guard(path, func() error {
 		var err error
-		digest, err = digestTxRaw(s.tx)
+		digest, err = digestTxRaw(s.tx, s.handBack)
 		return err
 	})
 	if err != nil {

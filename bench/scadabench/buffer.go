@@ -21,6 +21,8 @@ type bufferResult struct {
 	FillSeconds  float64 `json:"fill_seconds"`
 	RSSMiB       []int   `json:"rss_mib"`      // per node, after the fill
 	RSSPeakMiB   []int   `json:"rss_peak_mib"` // per node, the largest 1 s sample during the fill
+	// RSSPeakAnonMiB is, per node, the anonymous part of that sample.
+	RSSPeakAnonMiB []int `json:"rss_peak_anon_mib"`
 	RSSAnonMiB   []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
 	// RSSFileMiB is, per node, the resident pages of each mapped file
 	// (by base name), from /proc/PID/smaps.
@@ -53,6 +55,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 	// Sample every node's RSS each second during the fill: the figure at
 	// its end alone could miss a peak.
 	peak := make([]int, len(b.c.Nodes))
+	peakAnon := make([]int, len(b.c.Nodes))
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -66,8 +69,8 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 			case <-tick.C:
 			}
 			for i, nd := range b.c.Nodes {
-				if rss, _ := nodeMemory(nd); rss > peak[i] {
-					peak[i] = rss
+				if rss, anon := nodeMemory(nd); rss > peak[i] {
+					peak[i], peakAnon[i] = rss, anon
 				}
 			}
 		}
@@ -76,7 +79,7 @@ func (b *bench) bufferPhase(n, size int) (*bufferResult, error) {
 	w := runLoad(conns, len(conns), size, 0, n, seqIDs(fmt.Sprintf("buf%d", time.Now().UnixNano())), nil)
 	close(stopSampling)
 	<-sampled
-	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds(), RSSPeakMiB: peak}
+	res := &bufferResult{Messages: w.Puts, PayloadBytes: size, FillSeconds: time.Since(t0).Seconds(), RSSPeakMiB: peak, RSSPeakAnonMiB: peakAnon}
 	for _, nd := range b.c.Nodes {
 		rss, anon := nodeMemory(nd)
 		res.RSSMiB = append(res.RSSMiB, rss)

@@ -191,8 +191,8 @@ func main() {
 			fatalf("buffer phase: %v", err)
 		}
 		rep.Buffer = r
-		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (peak during the fill %v MiB; anonymous %v MiB, mapped files %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending, RSS then %v MiB; a wiped follower caught up in %.1fs\n",
-			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSPeakMiB, r.RSSAnonMiB, r.RSSFileMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.RSSRestartMiB, r.CatchUpSeconds)
+		fmt.Printf("buffer: %d pending %d-byte messages (filled in %.0fs); RSS per node %v MiB (peak during the fill %v MiB, of it anonymous %v MiB; after it anonymous %v MiB, mapped files %v MiB, state file %d MiB); all nodes restarted -> Active in %.2fs with %d pending, RSS then %v MiB; a wiped follower caught up in %.1fs\n",
+			r.Messages, r.PayloadBytes, r.FillSeconds, r.RSSMiB, r.RSSPeakMiB, r.RSSPeakAnonMiB, r.RSSAnonMiB, r.RSSFileMiB, r.FSMFileMiB, r.RestartToActive, r.PendingAfter, r.RSSRestartMiB, r.CatchUpSeconds)
 	}
 	if strings.Contains(o.phases, "servicelevel") && o.failovers > 0 {
 		r, err := b.serviceLevelPhase()

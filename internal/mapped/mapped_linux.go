@@ -65,6 +65,52 @@ func parseMaps(maps []byte, major, minor uint32, ino uint64) ([]Range, error) {
 	return out, sc.Err()
 }
 
+// ResidentKB is how much of the file at path this process has mapped and
+// resident, in kB (the Rss of its mappings in /proc/self/smaps).
+func ResidentKB(path string) (int, error) {
+	rs, err := Ranges(path)
+	if err != nil || len(rs) == 0 {
+		return 0, err
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return 0, fmt.Errorf("resident pages of %s: %w", path, err)
+	}
+	return residentIn(smaps, rs)
+}
+
+// residentIn sums the Rss lines of the smaps entries that start at one of
+// rs. An entry: a maps line, then "Key: value kB" lines.
+func residentIn(smaps []byte, rs []Range) (int, error) {
+	starts := make(map[uintptr]bool, len(rs))
+	for _, r := range rs {
+		starts[r.Start] = true
+	}
+	total, in := 0, false
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if !strings.HasSuffix(f[0], ":") { // a maps line opens an entry
+			lo, _, ok := strings.Cut(f[0], "-")
+			start, err := strconv.ParseUint(lo, 16, 64)
+			in = ok && err == nil && starts[uintptr(start)]
+			continue
+		}
+		if in && f[0] == "Rss:" && len(f) >= 2 {
+			kb, err := strconv.Atoi(f[1])
+			if err != nil {
+				return 0, fmt.Errorf("parse smaps line %q", sc.Text())
+			}
+			total += kb
+		}
+	}
+	return total, sc.Err()
+}
+
 // Drop unmaps the resident pages of rs from this process (MADV_DONTNEED).
 // For a shared file mapping the pages stay in the page cache and the next
 // read maps them again. The caller must make sure nothing unmaps or

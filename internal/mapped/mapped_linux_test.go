@@ -116,3 +116,22 @@ func TestReleaseResidentPagesOfAMappedFile(t *testing.T) {
 		})
 	}
 }
+
+func TestResidentKBCountsTheFilesMappingsOnly(t *testing.T) {
+	smaps := []byte(`7f00a0000000-7f00e0000000 r--s 00000000 fd:01 9876 /data/fsm.db
+Size:            1048576 kB
+Rss:                2048 kB
+Pss:                2048 kB
+7f00e0000000-7f00e0001000 rw-p 00000000 00:00 0
+Rss:                  64 kB
+7f0200000000-7f0200004000 r--s 00000000 fd:01 9876 /data/fsm.db (deleted)
+Rss:                  12 kB
+`)
+	got, err := residentIn(smaps, []Range{{0x7f00a0000000, 0x7f00e0000000}, {0x7f0200000000, 0x7f0200004000}})
+	if err != nil || got != 2060 {
+		t.Fatalf("residentIn = %d, %v; want 2060 kB", got, err)
+	}
+	if _, err := residentIn([]byte("7f00a0000000-7f00e0000000 r--s 0 fd:01 9876 /f\nRss: many kB\n"), []Range{{0x7f00a0000000, 0x7f00e0000000}}); err == nil {
+		t.Fatal("a malformed Rss line was accepted")
+	}
+}
