@@ -149,7 +149,7 @@ func TestReleasesPagesAfterHeldCommits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	released := 0
 	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true, CommitBytes: 1 << 30, ReleaseEvery: 1,
-		ReleasePages: func(string) error { released++; return nil }})
+		ReleasePages: func(string) (func() error, error) { return func() error { released++; return nil }, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (f *FSM) Digest() (string, error) {
 	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		return boltsafe.Guard(f.path, func() error {
 			var err error
-			raw, err := digestTxRaw(tx, f.handBackWalked())
+			raw, err := digestTxRaw(tx, f.handBackOf(f.path))
 			sum = hex.EncodeToString(raw)
 			return err
 		})
@@ -42,7 +42,7 @@ func digestTx(tx *bolt.Tx) (string, error) {
 }
 
 // digestTxRaw digests tx; handBack, when set, is called every
-// walkReleaseBytes read and at the end (see handBackWalked).
+// walkReleaseBytes read and at the end (see FSM.handBackOf).
 func digestTxRaw(tx *bolt.Tx, handBack func()) ([]byte, error) {
 	return digestTxPaced(context.Background(), tx, nil, handBack)
 }
@@ -75,7 +75,7 @@ func digestTxPaced(ctx context.Context, tx *bolt.Tx, pace *dutyCycle, handBack f
 // walkReleaseBytes is how much a walk of the whole state reads through the
 // map between two hand-backs of its pages: the resident size a digest
 // adds, where a walk of a multi-GB buffer would otherwise add the file.
-const walkReleaseBytes = 16 << 20
+const walkReleaseBytes = 1 << 20
 
 // digestWalk hashes buckets, checking ctx and pausing for the pace every
 // few hundred keys, and handing back the pages it has read every

@@ -140,7 +140,7 @@ func TestReleasePagesFollowsThePagesCommitsWrite(t *testing.T) {
 			var gotPath string
 			path := filepath.Join(t.TempDir(), "state.db")
 			f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true, ReleaseEvery: tc.every,
-				ReleasePages: func(p string) error { calls++; gotPath = p; return nil }})
+				ReleasePages: func(p string) (func() error, error) { gotPath = p; return func() error { calls++; return nil }, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,15 +32,18 @@ type Options struct {
 	DeferSync bool
 	// BootID identifies the running OS boot. Default DefaultBootID.
 	BootID func() string
-	// ReleasePages, when set, hands the resident pages of the state file's
-	// memory map back to the kernel; it is called with the map held still,
-	// so it may unmap them. Every page a commit writes was first read
-	// through the map, so the FSM calls it after a commit once its commits
-	// have written ReleaseEvery bytes of pages since the last call (default
-	// 8 MiB), and FSM.ReleasePages calls it on demand: the resident size
-	// then stays within that of the process's own memory however fast
-	// entries are applied.
-	ReleasePages func(path string) error
+	// ReleasePages, when set, finds the memory maps of the state file at
+	// path and returns what hands their resident pages back to the kernel.
+	// It is called with the map held still, so the returned release may
+	// unmap them, and may be called again for as long as the map stays
+	// held. Every page a commit writes was first read through the map, so
+	// the FSM releases after a commit once its commits have written
+	// ReleaseEvery bytes of pages since the last release (default 8 MiB),
+	// and FSM.ReleasePages releases on demand; a walk of the whole state
+	// (snapshot, checkpoint, scrub) releases every walkReleaseBytes it
+	// reads. The resident size then stays within that of the process's own
+	// memory however fast entries are applied.
+	ReleasePages func(path string) (release func() error, err error)
 	ReleaseEvery int64
 	// InitialMmapSize is bbolt's initial memory map size. While a snapshot
 	// holds its read transaction (raft streams a multi-GB state for
@@ -183,7 +186,9 @@ func Open(path string, opts Options) (*FSM, error) {
 	}
 	_, markerErr := os.Stat(path + unsyncedSuffix)
 	full := opts.VerifyOnOpen || markerErr == nil
-	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: full}); err != nil {
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: full,
+		// Before there is an FSM to report a failure: its own releases do.
+		HandBack: handBack(opts.ReleasePages, path, func(error) {})}); err != nil {
 		return nil, damaged(path, err)
 	}
 	deferred := opts.DeferSync && !opts.NoSync && boot != ""
@@ -634,20 +639,47 @@ func (f *FSM) releasePages() {
 	if f.opts.ReleasePages == nil {
 		return
 	}
-	f.noteRelease(f.withStableMap(f.opts.ReleasePages))
+	f.noteRelease(f.withStableMap(func(path string) error {
+		release, err := f.opts.ReleasePages(path)
+		if err == nil {
+			err = release()
+		}
+		return err
+	}))
 }
 
-// handBackWalked returns what a walk of the whole state calls to hand back
-// the pages it has read through the map (nil without
+// handBackOf returns what a walk of the whole state file at path (this
+// FSM's, or a snapshot's being restored) calls, from one goroutine at a
+// time, to hand back the pages it has read through the map (nil without
 // Options.ReleasePages). Every page a walk reads stays resident until
-// released; the daemon's timer alone would let a walk of a multi-GB file
-// add the whole file to the resident size first. The walk holds a read
-// transaction, which holds the map still.
-func (f *FSM) handBackWalked() func() {
-	if f.opts.ReleasePages == nil {
+// released, and the kernel maps the cached neighbours of each page read
+// with it: without this a walk of a multi-GB file added up to the whole
+// file to the resident size before the daemon's timer released it. The
+// map is found at the first call, which the walk makes while its read
+// transaction holds the map still; the walk keeps it held until its last
+// call, so later calls only release.
+func (f *FSM) handBackOf(path string) func() {
+	return handBack(f.opts.ReleasePages, path, f.noteRelease)
+}
+
+// handBack is handBackOf through hook, reporting each outcome to note.
+func handBack(hook func(string) (func() error, error), path string, note func(error)) func() {
+	if hook == nil {
 		return nil
 	}
-	return func() { f.noteRelease(f.opts.ReleasePages(f.path)) }
+	var release func() error
+	return func() {
+		var err error
+		if release == nil {
+			if release, err = hook(path); err != nil {
+				release = nil
+			}
+		}
+		if err == nil {
+			err = release()
+		}
+		note(err)
+	}
 }
 
 // noteRelease logs the first failure to release pages and the recovery.

@@ -3,8 +3,6 @@ package fsm
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -28,16 +26,14 @@ func (f *FSM) Scrub(ctx context.Context, bytesPerSecond int64) (digest string, a
 	err = boltsafe.Guard(f.path, func() error {
 		return f.viewCommittedRaw(func(tx *bolt.Tx) error {
 			applied = readMeta(tx).AppliedIndex
-			err := handBackDuring(f.handBackWalked(), checkHandBackEvery, func() error {
-				return boltsafe.CheckTx(ctx, f.path, tx, boltsafe.Options{Full: true, BytesPerSecond: bytesPerSecond})
-			})
+			err := boltsafe.CheckTx(ctx, f.path, tx, boltsafe.Options{Full: true, BytesPerSecond: bytesPerSecond, HandBack: f.handBackOf(f.path)})
 			if err != nil {
 				return err
 			}
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			digest, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, f.handBackWalked())
+			digest, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, f.handBackOf(f.path))
 			if err != nil {
 				return fmt.Errorf("%w %s: walk: %v", boltsafe.ErrDamaged, f.path, err)
 			}
@@ -61,39 +57,4 @@ func (f *FSM) viewCommittedRaw(fn func(tx *bolt.Tx) error) error {
 		return err
 	}
 	return f.db.View(fn)
-}
-
-// checkHandBackEvery is how often the pages bbolt's consistency check has
-// read are handed back while it runs: it reads every page of the file
-// through the map, about a GiB a second here, and offers no point to do so
-// between its steps.
-const checkHandBackEvery = 100 * time.Millisecond
-
-// handBackDuring runs fn, calling handBack (when set) every interval
-// meanwhile and once when fn returns.
-func handBackDuring(handBack func(), every time.Duration, fn func() error) error {
-	if handBack == nil {
-		return fn()
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				handBack()
-			}
-		}
-	}()
-	err := fn()
-	close(done)
-	wg.Wait()
-	handBack()
-	return err
 }

@@ -44,7 +44,7 @@ type Snapshot struct {
 	tx       *bolt.Tx
 	meta     Meta
 	release  sync.Once
-	handBack func() // the FSM's handBackWalked, for the digest
+	handBack func() // the FSM's handBackOf its file, for the digest
 }
 
 // Snapshot opens a snapshot for raft. raft calls it on the FSM goroutine, so
@@ -80,7 +80,7 @@ func (f *FSM) OpenSnapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	return &Snapshot{tx: tx, meta: readMeta(tx), handBack: f.handBackWalked()}, nil
+	return &Snapshot{tx: tx, meta: readMeta(tx), handBack: f.handBackOf(f.path)}, nil
 }
 
 // Backup writes a snapshot of the current state to w; the format is what
@@ -425,9 +425,10 @@ func (f *FSM) prepareRestore(r io.Reader, tmp string) (Meta, error) {
 		return Meta{}, err
 	}
 	var meta Meta
-	err = withStateFile(tmp, f.opts, func(tx *bolt.Tx) error {
+	handBack := f.handBackOf(tmp)
+	err = withStateFile(tmp, f.opts, handBack, func(tx *bolt.Tx) error {
 		meta = readMeta(tx)
-		return checkStateDigest(tx, stream)
+		return checkStateDigest(tx, stream, handBack)
 	})
 	return meta, err
 }
@@ -454,11 +455,12 @@ func writeVerified(r io.Reader, path string) (streamInfo, error) {
 
 // checkStateDigest compares a decoded state with the digest its snapshot
 // carries (format 2).
-func checkStateDigest(tx *bolt.Tx, stream streamInfo) error {
+func checkStateDigest(tx *bolt.Tx, stream streamInfo, handBack func()) error {
 	if stream.stateDigest == "" {
 		return nil
 	}
-	got, err := digestTx(tx)
+	raw, err := digestTxRaw(tx, handBack)
+	got := hex.EncodeToString(raw)
 	if err != nil {
 		return fmt.Errorf("%w: state cannot be read whole: %v", ErrSnapshotCorrupt, err)
 	}
@@ -472,8 +474,8 @@ func checkStateDigest(tx *bolt.Tx, stream streamInfo) error {
 // (bbolt's consistency check, every page read) and that it is a scadad state
 // of a schema this build reads, and runs fn on it. A panic or fault of bbolt
 // on it is an error wrapping ErrSnapshotCorrupt.
-func withStateFile(path string, opts Options, fn func(tx *bolt.Tx) error) error {
-	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: true}); err != nil {
+func withStateFile(path string, opts Options, handBack func(), fn func(tx *bolt.Tx) error) error {
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: true, HandBack: handBack}); err != nil {
 		return fmt.Errorf("%w: not a valid state file: %v", ErrSnapshotCorrupt, err)
 	}
 	err := boltsafe.Guard(path, func() error { return viewStateFile(path, opts, fn) })
@@ -601,7 +603,7 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("inspect snapshot: %w", err)
 	}
 	info := SnapshotInfo{FormatVersion: stream.format, BodyBytes: stream.bodyBytes, StateBytes: stream.stateBytes, BodySHA256: stream.sha256}
-	err = withStateFile(path, Options{}, func(tx *bolt.Tx) error {
+	err = withStateFile(path, Options{}, nil, func(tx *bolt.Tx) error {
 		if err := describeState(tx, &info); err != nil {
 			return err
 		}

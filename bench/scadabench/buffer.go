@@ -23,7 +23,7 @@ type bufferResult struct {
 	RSSPeakMiB   []int   `json:"rss_peak_mib"` // per node, the largest 1 s sample during the fill
 	// RSSPeakAnonMiB is, per node, the anonymous part of that sample.
 	RSSPeakAnonMiB []int `json:"rss_peak_anon_mib"`
-	RSSAnonMiB   []int   `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
+	RSSAnonMiB     []int `json:"rss_anon_mib"` // heap and stacks, without the mapped state file
 	// RSSFileMiB is, per node, the resident pages of each mapped file
 	// (by base name), from /proc/PID/smaps.
 	RSSFileMiB      []map[string]int `json:"rss_file_mib"`

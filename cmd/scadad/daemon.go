@@ -593,7 +593,7 @@ func withRecovery(err error) error {
 // loss or a kernel crash, is discarded: raft then restores the newest
 // snapshot and replays the log after it.
 func openState(path string, cpuShare float64, log zerolog.Logger) (*fsm.FSM, error) {
-	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: dropMapped,
+	opts := fsm.Options{Logger: log.With().Str("part", "fsm").Logger(), DeferSync: true, ReleasePages: mappedPages,
 		DigestCPUShare: cpuShare,
 		CommitBytes:    stateCommitBytes}
 	state, err := fsm.Open(path, opts)

@@ -32,12 +32,27 @@ func releaseMappedPages(ctx context.Context, state *fsm.FSM, node *raftnode.Node
 // process; they stay in the page cache. The caller makes sure the map's
 // owner cannot move or unmap it meanwhile.
 func dropMapped(path string) error {
-	rs, err := mapped.Ranges(path)
+	drop, err := mappedPages(path)
 	if err == nil {
-		err = mapped.Drop(rs)
+		err = drop()
 	}
+	return err
+}
+
+// mappedPages finds path's mappings in this process and returns what
+// unmaps their resident pages, which the caller may call for as long as
+// it keeps the map's owner from moving or unmapping them (a walk of the
+// whole state, under one read transaction, calls it every MiB it reads;
+// finding the mappings costs more than dropping their pages).
+func mappedPages(path string) (func() error, error) {
+	rs, err := mapped.Ranges(path)
 	if err != nil {
-		return fmt.Errorf("release mapped pages of %s: %w", path, err)
+		return nil, fmt.Errorf("release mapped pages of %s: %w", path, err)
 	}
-	return nil
+	return func() error {
+		if err := mapped.Drop(rs); err != nil {
+			return fmt.Errorf("release mapped pages of %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
