@@ -226,7 +226,7 @@ func (f *FSM) startCheckpointDigest(index uint64) {
 		var sum string
 		err := boltsafe.Guard(f.path, func() error {
 			var err error
-			sum, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, f.handBackOf(f.path))
+			sum, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, f.handBack())
 			return err
 		})
 		_ = boltsafe.Guard(f.path, tx.Rollback)

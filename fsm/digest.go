@@ -22,7 +22,7 @@ func (f *FSM) Digest() (string, error) {
 	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		return boltsafe.Guard(f.path, func() error {
 			var err error
-			raw, err := digestTxRaw(tx, f.handBackOf(f.path))
+			raw, err := digestTxRaw(tx, f.handBack())
 			sum = hex.EncodeToString(raw)
 			return err
 		})
@@ -42,7 +42,7 @@ func digestTx(tx *bolt.Tx) (string, error) {
 }
 
 // digestTxRaw digests tx; handBack, when set, is called every
-// walkReleaseBytes read and at the end (see FSM.handBackOf).
+// walkReleaseBytes read and at the end (see FSM.handBack).
 func digestTxRaw(tx *bolt.Tx, handBack func()) ([]byte, error) {
 	return digestTxPaced(context.Background(), tx, nil, handBack)
 }

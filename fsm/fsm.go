@@ -186,9 +186,7 @@ func Open(path string, opts Options) (*FSM, error) {
 	}
 	_, markerErr := os.Stat(path + unsyncedSuffix)
 	full := opts.VerifyOnOpen || markerErr == nil
-	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: full,
-		// Before there is an FSM to report a failure: its own releases do.
-		HandBack: handBack(opts.ReleasePages, path, func(error) {})}); err != nil {
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: full}); err != nil {
 		return nil, damaged(path, err)
 	}
 	deferred := opts.DeferSync && !opts.NoSync && boot != ""
@@ -648,37 +646,31 @@ func (f *FSM) releasePages() {
 	}))
 }
 
-// handBackOf returns what a walk of the whole state file at path (this
-// FSM's, or a snapshot's being restored) calls, from one goroutine at a
-// time, to hand back the pages it has read through the map (nil without
-// Options.ReleasePages). Every page a walk reads stays resident until
-// released, and the kernel maps the cached neighbours of each page read
-// with it: without this a walk of a multi-GB file added up to the whole
-// file to the resident size before the daemon's timer released it. The
-// map is found at the first call, which the walk makes while its read
-// transaction holds the map still; the walk keeps it held until its last
-// call, so later calls only release.
-func (f *FSM) handBackOf(path string) func() {
-	return handBack(f.opts.ReleasePages, path, f.noteRelease)
-}
-
-// handBack is handBackOf through hook, reporting each outcome to note.
-func handBack(hook func(string) (func() error, error), path string, note func(error)) func() {
-	if hook == nil {
+// handBack returns what a walk of the whole state file calls, from one
+// goroutine at a time, to hand back the pages it has read through the map
+// (nil without Options.ReleasePages). Every page a walk reads stays
+// resident until released, and the kernel maps the cached neighbours of
+// each page read with it: without this a walk of a multi-GB file added up
+// to the whole file to the resident size before the daemon's timer
+// released it. The map is found at the first call, which the walk makes
+// while its read transaction holds the map still; the walk keeps it held
+// until its last call, so later calls only release.
+func (f *FSM) handBack() func() {
+	if f.opts.ReleasePages == nil {
 		return nil
 	}
 	var release func() error
 	return func() {
 		var err error
 		if release == nil {
-			if release, err = hook(path); err != nil {
+			if release, err = f.opts.ReleasePages(f.path); err != nil {
 				release = nil
 			}
 		}
 		if err == nil {
 			err = release()
 		}
-		note(err)
+		f.noteRelease(err)
 	}
 }
 

@@ -44,7 +44,7 @@ type Snapshot struct {
 	tx       *bolt.Tx
 	meta     Meta
 	release  sync.Once
-	handBack func() // the FSM's handBackOf its file, for the digest
+	handBack func() // the FSM's handBack, for the digest
 }
 
 // Snapshot opens a snapshot for raft. raft calls it on the FSM goroutine, so
@@ -80,7 +80,7 @@ func (f *FSM) OpenSnapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	return &Snapshot{tx: tx, meta: readMeta(tx), handBack: f.handBackOf(f.path)}, nil
+	return &Snapshot{tx: tx, meta: readMeta(tx), handBack: f.handBack()}, nil
 }
 
 // Backup writes a snapshot of the current state to w; the format is what
@@ -425,10 +425,13 @@ func (f *FSM) prepareRestore(r io.Reader, tmp string) (Meta, error) {
 		return Meta{}, err
 	}
 	var meta Meta
-	handBack := f.handBackOf(tmp)
-	err = withStateFile(tmp, f.opts, handBack, func(tx *bolt.Tx) error {
+	// No hand-backs here: the file's maps are closed right after its
+	// check and its digest, and releasing pages under them slowed a
+	// restore by a third (pages mapped along with those read must be
+	// faulted in again).
+	err = withStateFile(tmp, f.opts, func(tx *bolt.Tx) error {
 		meta = readMeta(tx)
-		return checkStateDigest(tx, stream, handBack)
+		return checkStateDigest(tx, stream)
 	})
 	return meta, err
 }
@@ -455,12 +458,11 @@ func writeVerified(r io.Reader, path string) (streamInfo, error) {
 
 // checkStateDigest compares a decoded state with the digest its snapshot
 // carries (format 2).
-func checkStateDigest(tx *bolt.Tx, stream streamInfo, handBack func()) error {
+func checkStateDigest(tx *bolt.Tx, stream streamInfo) error {
 	if stream.stateDigest == "" {
 		return nil
 	}
-	raw, err := digestTxRaw(tx, handBack)
-	got := hex.EncodeToString(raw)
+	got, err := digestTx(tx)
 	if err != nil {
 		return fmt.Errorf("%w: state cannot be read whole: %v", ErrSnapshotCorrupt, err)
 	}
@@ -474,8 +476,8 @@ func checkStateDigest(tx *bolt.Tx, stream streamInfo, handBack func()) error {
 // (bbolt's consistency check, every page read) and that it is a scadad state
 // of a schema this build reads, and runs fn on it. A panic or fault of bbolt
 // on it is an error wrapping ErrSnapshotCorrupt.
-func withStateFile(path string, opts Options, handBack func(), fn func(tx *bolt.Tx) error) error {
-	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: true, HandBack: handBack}); err != nil {
+func withStateFile(path string, opts Options, fn func(tx *bolt.Tx) error) error {
+	if err := boltsafe.Verify(context.Background(), path, boltsafe.Options{Full: true}); err != nil {
 		return fmt.Errorf("%w: not a valid state file: %v", ErrSnapshotCorrupt, err)
 	}
 	err := boltsafe.Guard(path, func() error { return viewStateFile(path, opts, fn) })
@@ -603,7 +605,7 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("inspect snapshot: %w", err)
 	}
 	info := SnapshotInfo{FormatVersion: stream.format, BodyBytes: stream.bodyBytes, StateBytes: stream.stateBytes, BodySHA256: stream.sha256}
-	err = withStateFile(path, Options{}, nil, func(tx *bolt.Tx) error {
+	err = withStateFile(path, Options{}, func(tx *bolt.Tx) error {
 		if err := describeState(tx, &info); err != nil {
 			return err
 		}
