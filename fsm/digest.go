@@ -21,7 +21,6 @@ func (f *FSM) Digest() (string, error) {
 	var sum string
 	err := f.viewCommitted(func(tx *bolt.Tx) error {
 		return boltsafe.Guard(f.path, func() error {
-			var err error
 			raw, err := digestTxRaw(tx, f.handBack())
 			sum = hex.EncodeToString(raw)
 			return err
