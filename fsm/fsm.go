@@ -634,16 +634,13 @@ func (f *FSM) ReleasePages() {
 // releasePages calls Options.ReleasePages with the map held still and logs
 // the first failure and the recovery. The caller holds f.mu shared.
 func (f *FSM) releasePages() {
-	if f.opts.ReleasePages == nil {
+	release := f.handBack() // notes its own outcome
+	if release == nil {
 		return
 	}
-	f.noteRelease(f.withStableMap(func(path string) error {
-		release, err := f.opts.ReleasePages(path)
-		if err == nil {
-			err = release()
-		}
-		return err
-	}))
+	if err := f.withStableMap(func(string) error { release(); return nil }); err != nil {
+		f.noteRelease(err)
+	}
 }
 
 // handBack returns what a walk of the whole state file calls, from one

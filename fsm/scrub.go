@@ -26,14 +26,15 @@ func (f *FSM) Scrub(ctx context.Context, bytesPerSecond int64) (digest string, a
 	err = boltsafe.Guard(f.path, func() error {
 		return f.viewCommittedRaw(func(tx *bolt.Tx) error {
 			applied = readMeta(tx).AppliedIndex
-			err := boltsafe.CheckTx(ctx, f.path, tx, boltsafe.Options{Full: true, BytesPerSecond: bytesPerSecond, HandBack: f.handBack()})
+			handBack := f.handBack() // tx holds the map for both steps
+			err := boltsafe.CheckTx(ctx, f.path, tx, boltsafe.Options{Full: true, BytesPerSecond: bytesPerSecond, HandBack: handBack})
 			if err != nil {
 				return err
 			}
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			digest, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, f.handBack())
+			digest, err = digestTxCtx(ctx, tx, f.opts.DigestCPUShare, handBack)
 			if err != nil {
 				return fmt.Errorf("%w %s: walk: %v", boltsafe.ErrDamaged, f.path, err)
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
 
@@ -34,29 +33,14 @@ func TestParseMaps(t *testing.T) {
 	}
 }
 
-// residentKB reads the Rss of the mapping that starts at start.
-func residentKB(t *testing.T, start uintptr) int {
+// residentKB is ResidentKB of the test's file, which only the test maps.
+func residentKB(t *testing.T, path string) int {
 	t.Helper()
-	smaps, err := os.ReadFile("/proc/self/smaps")
+	kb, err := ResidentKB(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := fmt.Sprintf("%x-", start)
-	in := false
-	for _, line := range strings.Split(string(smaps), "\n") {
-		if strings.Contains(line, "-") && !strings.HasSuffix(strings.Fields(line + " x")[0], ":") {
-			in = strings.HasPrefix(line, head)
-			continue
-		}
-		var kb int
-		if in {
-			if _, err := fmt.Sscanf(line, "Rss: %d kB", &kb); err == nil {
-				return kb
-			}
-		}
-	}
-	t.Fatalf("no mapping at %#x in smaps", start)
-	return 0
+	return kb
 }
 
 func TestReleaseResidentPagesOfAMappedFile(t *testing.T) {
@@ -91,7 +75,7 @@ func TestReleaseResidentPagesOfAMappedFile(t *testing.T) {
 			if sum != int('0')*size/4096 { // every page starts with "0"
 				t.Fatalf("read sum %d", sum)
 			}
-			before := residentKB(t, start)
+			before := residentKB(t, path)
 			if before < size>>10/2 {
 				t.Fatalf("only %d kB resident after reading all %d kB", before, size>>10)
 			}
@@ -107,7 +91,7 @@ func TestReleaseResidentPagesOfAMappedFile(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if after := residentKB(t, start); after > before/4 {
+			if after := residentKB(t, path); after > before/4 {
 				t.Fatalf("%d kB resident after release, %d before", after, before)
 			}
 			if !bytes.Equal(data, content) {
