@@ -725,6 +725,19 @@ func (f *FSM) viewCommitted(fn func(tx *bolt.Tx) error) error {
 	return f.readGuarded(func() error { return f.viewCommittedRaw(fn) })
 }
 
+// viewCommittedRaw is viewCommitted without the read guard.
+func (f *FSM) viewCommittedRaw(fn func(tx *bolt.Tx) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.db == nil {
+		return ErrClosed
+	}
+	if err := f.commitLocked(); err != nil {
+		return err
+	}
+	return f.db.View(fn)
+}
+
 // commitLocked is Commit for a caller holding f.mu.
 func (f *FSM) commitLocked() error {
 	f.txMu.Lock()

@@ -21,7 +21,10 @@ import (
 // MiB of pending messages: wall time and the process's CPU time per GiB
 // of state file. SCRUB_SHARE (the walk's CPU share, state.scrub_cpu_share)
 // and SCRUB_BPS (the read's bytes per second, state.scrub_bytes_per_second)
-// bound it as scadad does; unset, it is unbounded. Run:
+// bound it as scadad does; unset, it is unbounded. SCRUB_PAYLOAD_KB sets
+// the messages' size (default 16). Beside the scrub one apply after
+// another runs; held-s is the longest of them (applies wait while bbolt's
+// consistency check runs). Run:
 // SCRUB_MB=1024 go test ./fsm -run '^$' -bench BenchmarkScrub -benchtime 1x
 func BenchmarkScrub(b *testing.B) {
 	mb := 256
@@ -41,7 +44,11 @@ func BenchmarkScrub(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	payload := make([]byte, 16<<10)
+	payloadKB := 16
+	if v := os.Getenv("SCRUB_PAYLOAD_KB"); v != "" {
+		fmt.Sscan(v, &payloadKB)
+	}
+	payload := make([]byte, payloadKB<<10)
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
@@ -71,9 +78,32 @@ func BenchmarkScrub(b *testing.B) {
 	gib := float64(st.Size()) / (1 << 30)
 	b.ResetTimer()
 	for range b.N {
+		applying, held := make(chan struct{}), make(chan time.Duration)
+		go func() {
+			var longest time.Duration
+			for ; ; time.Sleep(time.Millisecond) {
+				select {
+				case <-applying:
+					held <- longest
+					return
+				default:
+				}
+				index++
+				data, _ := Encode(&fsmpb.Command{StampUnixNano: int64(index), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{
+					Messages: []*fsmpb.Message{{Id: fmt.Sprintf("beside-%d", index), Target: "t-0", Payload: payload[:256]}}}}})
+				t0 := time.Now()
+				if r := f.ApplyBatch([]*raft.Log{{Index: index, Term: 1, Type: raft.LogCommand, Data: data}})[0].(*Result); r.Err != nil {
+					b.Error(r.Err)
+				}
+				longest = max(longest, time.Since(t0))
+			}
+		}()
 		cpu0 := cpuTime()
 		start := time.Now()
-		if _, _, err := f.Scrub(context.Background(), bps); err != nil {
+		_, _, err := f.Scrub(context.Background(), bps)
+		close(applying)
+		b.ReportMetric((<-held).Seconds(), "held-s")
+		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "wall-s")

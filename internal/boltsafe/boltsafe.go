@@ -30,13 +30,20 @@ type Options struct {
 	// MaxErrors is how many consistency errors are collected before the
 	// check stops (default 10).
 	MaxErrors int
-	// HandBack, when set, is called when the consistency check ends, to
-	// hand back the pages it read through the caller's map (package
-	// mapped), which the caller's transaction still holds. Not while it
-	// runs: the check visits pages more than once, and releasing them
-	// under it slowed a check by a third. A check through Verify's own
-	// map needs none: Verify closes it.
-	HandBack func()
+	// AfterCheck, when set, is called as soon as the consistency check
+	// ends, before the read of the file. A caller checking a database it
+	// writes holds its commits off until then: bbolt's check compares the
+	// pages the transaction reaches with the database's free list, the
+	// live one, which a commit changes (beside a commit it reports pages
+	// freed after the transaction began as "reachable freed", and reads
+	// the list while the commit writes it, which kills the process). It
+	// is also where the caller hands back the pages the check read
+	// through its map (package mapped), which its transaction still
+	// holds; not while the check runs: the check visits pages more than
+	// once, and releasing them under it slowed a check by a third. A
+	// check through Verify's own map needs neither: Verify opens the
+	// file read-only and closes it.
+	AfterCheck func()
 }
 
 // Verify checks the bbolt file at path. A missing or empty file passes
@@ -80,11 +87,12 @@ func Verify(ctx context.Context, path string, o Options) error {
 
 // CheckTx is Verify's full check on a transaction the caller holds: bbolt's
 // consistency check of what tx sees, then a read of every byte of the file
-// at path at o.BytesPerSecond. Run it under Guard.
+// at path at o.BytesPerSecond. Run it under Guard, with no commit to the
+// database until o.AfterCheck is called (see Options.AfterCheck).
 func CheckTx(ctx context.Context, path string, tx *bolt.Tx, o Options) error {
 	err := check(ctx, tx, o.MaxErrors)
-	if o.HandBack != nil {
-		o.HandBack()
+	if o.AfterCheck != nil {
+		o.AfterCheck()
 	}
 	if err != nil {
 		return fmt.Errorf("%w %s: %v", ErrDamaged, path, err)

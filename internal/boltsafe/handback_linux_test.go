@@ -7,7 +7,7 @@ import (
 	"github.com/scadad/scadad/internal/mapped"
 )
 
-// The full check reads every page through its map; HandBack is called
+// The full check reads every page through its map; AfterCheck is called
 // while the map is there to hand them back, and at least once at the end.
 func TestTheCheckHandsBackWhatItRead(t *testing.T) {
 	path := newFile(t)
@@ -28,11 +28,11 @@ func TestTheCheckHandsBackWhatItRead(t *testing.T) {
 		kb, _ = mapped.ResidentKB(path)
 		after = append(after, kb)
 	}
-	if err := Verify(context.Background(), path, Options{Full: true, HandBack: handBack}); err != nil {
+	if err := Verify(context.Background(), path, Options{Full: true, AfterCheck: handBack}); err != nil {
 		t.Fatal(err)
 	}
 	if len(before) == 0 {
-		t.Fatal("HandBack was not called")
+		t.Fatal("AfterCheck was not called")
 	}
 	last := len(before) - 1
 	t.Logf("%d calls; at the last %d kB resident before, %d kB after", len(before), before[last], after[last])
