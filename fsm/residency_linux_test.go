@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,9 +22,9 @@ import (
 // releases them (madvise), recording how much of the file was resident at
 // each release; commits release every releaseEvery bytes of pages (0: the
 // default).
-func openReleasing(t *testing.T, releaseEvery int64) (*FSM, *[]int) {
+func openReleasing(t *testing.T, releaseEvery int64) (*FSM, *releases) {
 	t.Helper()
-	var seen []int
+	seen := &releases{}
 	path := filepath.Join(t.TempDir(), "state.db")
 	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true, ReleaseEvery: releaseEvery,
 		ReleasePages: func(p string) (func() error, error) {
@@ -36,7 +37,7 @@ func openReleasing(t *testing.T, releaseEvery int64) (*FSM, *[]int) {
 				if err != nil {
 					return err
 				}
-				seen = append(seen, kb)
+				seen.add(kb)
 				return mapped.Drop(rs)
 			}, nil
 		}})
@@ -44,7 +45,29 @@ func openReleasing(t *testing.T, releaseEvery int64) (*FSM, *[]int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	return f, &seen
+	return f, seen
+}
+
+// releases records the resident kB at each release; a commit's release
+// and a walk's run side by side.
+type releases struct {
+	mu sync.Mutex
+	kb []int
+}
+
+func (r *releases) add(kb int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kb = append(r.kb, kb)
+}
+
+// take returns the releases recorded since the last take.
+func (r *releases) take() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kb := r.kb
+	r.kb = nil
+	return kb
 }
 
 // fillMiB enqueues about mib MiB of 1 KB messages.
@@ -102,7 +125,8 @@ func TestWalksOfTheWholeStateHandBackThePagesTheyRead(t *testing.T) {
 	for _, walk := range []struct {
 		name string
 		// timed: bbolt's consistency check, part of the scrub, is handed
-		// back on a timer, so what it shows at a release is not bounded.
+		// back only when it ends, so what it shows at a release is not
+		// bounded.
 		timed bool
 		run   func() error
 	}{
@@ -126,16 +150,16 @@ func TestWalksOfTheWholeStateHandBackThePagesTheyRead(t *testing.T) {
 	} {
 		t.Run(walk.name, func(t *testing.T) {
 			f.ReleasePages()
-			*seen = nil
+			seen.take()
 			if err := walk.run(); err != nil {
 				t.Fatal(err)
 			}
 			after := residentMiB(t, f)
-			peak := 0
-			for _, kb := range *seen {
+			peak, at := 0, seen.take()
+			for _, kb := range at {
 				peak = max(peak, kb>>10)
 			}
-			t.Logf("state file %d MiB; resident %d MiB at most at %d releases, %d MiB after", stateFileMiB(t, f), peak, len(*seen), after)
+			t.Logf("state file %d MiB; resident %d MiB at most at %d releases, %d MiB after", stateFileMiB(t, f), peak, len(at), after)
 			if walk.timed {
 				peak = 0
 			}
@@ -177,7 +201,7 @@ func TestASnapshotWhileApplyingStaysSmall(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); stateFileMiB(t, f) < 128 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	*seen = nil
+	seen.take()
 	snap, err := f.OpenSnapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -191,11 +215,11 @@ func TestASnapshotWhileApplyingStaysSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak := 0
-	for _, kb := range *seen {
+	peak, at := 0, seen.take()
+	for _, kb := range at {
 		peak = max(peak, kb>>10)
 	}
-	t.Logf("state file %d MiB; resident %d MiB at most at %d releases", stateFileMiB(t, f), peak, len(*seen))
+	t.Logf("state file %d MiB; resident %d MiB at most at %d releases", stateFileMiB(t, f), peak, len(at))
 	if peak > residentBound {
 		t.Fatalf("%d MiB of the state file resident at a release while the snapshot walked; want at most %d", peak, residentBound)
 	}
