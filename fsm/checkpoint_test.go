@@ -234,3 +234,58 @@ func TestDutyCycleKeepsItsShare(t *testing.T) {
 		t.Fatal("share 0 or 1 should not pace")
 	}
 }
+
+// TestMetaPublishedMidBatchStaysPut: a batch holding a checkpoint is
+// applied in two steps, and the meta published after the first is what a
+// reader of Meta holds while the second runs; it must not change under
+// the reader.
+func TestMetaPublishedMidBatchStaysPut(t *testing.T) {
+	f := openTestFSM(t)
+	w := newLogWriter(t)
+	stop := make(chan struct{})
+	changed := make(chan string, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				close(changed)
+				return
+			default:
+			}
+			// While p is the published meta, what it points to stays.
+			p := f.meta.Load()
+			first := *p
+			for f.meta.Load() == p {
+				if now := *p; now != first {
+					changed <- fmt.Sprintf("a published meta changed from %+v to %+v", first, now)
+					return
+				}
+				select {
+				case <-stop:
+					close(changed)
+					return
+				default:
+				}
+			}
+		}
+	}()
+	for i := range 300 {
+		batch := []*raft.Log{
+			w.cmd(enqueue(msg(fmt.Sprintf("a-%d", i), "t", "x"))),
+			w.cmd(checkpointCmd("n1")),
+			w.cmd(enqueue(msg(fmt.Sprintf("b-%d", i), "t", "x"))),
+		}
+		for _, r := range f.ApplyBatch(batch) {
+			if err := r.(*Result).Err; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(f.LocalDigests()) > 0 {
+			<-f.LocalDigests()
+		}
+	}
+	close(stop)
+	if msg, ok := <-changed; ok {
+		t.Fatal(msg)
+	}
+}

@@ -446,7 +446,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			return out
 		}
 		newMeta = m
-		f.meta.Store(&newMeta)
+		published := m // readers keep what they loaded: a copy per store
+		f.meta.Store(&published)
 		if accessChanged {
 			// Read from the open transaction, which holds what was just
 			// applied; the entries' results already say what they did.
