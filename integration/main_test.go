@@ -38,6 +38,11 @@ func newCluster(t *testing.T, o testcluster.Options) *testcluster.Cluster {
 	}
 	t.Cleanup(func() {
 		c.Close()
+		for _, n := range c.Nodes {
+			if report := n.RaceReport(); report != "" {
+				t.Errorf("%s found a data race:\n%s", n.ID, report)
+			}
+		}
 		if t.Failed() {
 			for _, n := range c.Nodes {
 				t.Logf("---- last log lines of %s ----\n%s", n.ID, n.LogStory(40))

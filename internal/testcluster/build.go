@@ -18,7 +18,13 @@ type Binaries struct {
 	MxgwSim                  string
 }
 
-// Build compiles the commands into a new temporary folder; Remove deletes it.
+// RaceEnv names the environment variable that, set to anything, has Build
+// compile the commands with the race detector; a race a process finds is
+// then in its log (Node.RaceReport).
+const RaceEnv = "SCADAD_TEST_RACE"
+
+// Build compiles the commands into a new temporary folder; Remove deletes
+// it. With RaceEnv set they are built with -race.
 func Build() (*Binaries, error) {
 	dir, err := os.MkdirTemp("", "scadad-bin-")
 	if err != nil {
@@ -35,7 +41,11 @@ func Build() (*Binaries, error) {
 		{"github.com/scadad/scadad/cmd/mxgw-sim", &b.MxgwSim},
 	} {
 		*t.out = filepath.Join(dir, filepath.Base(t.pkg))
-		cmd := exec.Command("go", "build", "-o", *t.out, t.pkg)
+		args := []string{"build", "-o", *t.out}
+		if os.Getenv(RaceEnv) != "" {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, t.pkg)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("build %s: %v\n%s", t.pkg, err, out)

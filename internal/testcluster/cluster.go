@@ -343,6 +343,22 @@ func (n *Node) PID() int {
 	return n.cmd.Process.Pid
 }
 
+// RaceReport is the first data race report in n's log ("" when none):
+// a process built with the race detector (RaceEnv) writes it to stderr
+// and goes on.
+func (n *Node) RaceReport() string {
+	data, _ := os.ReadFile(n.LogPath())
+	at := bytes.Index(data, []byte("WARNING: DATA RACE"))
+	if at < 0 {
+		return ""
+	}
+	report := data[at:]
+	if end := bytes.Index(report, []byte("\n==================")); end >= 0 {
+		report = report[:end]
+	}
+	return string(report)
+}
+
 // LogPath is where n's output goes.
 func (n *Node) LogPath() string { return filepath.Join(n.Dir, "scadad.log") }
 
