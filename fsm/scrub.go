@@ -18,7 +18,7 @@ import (
 // ErrDamagedState; the caller decides what follows (rebuild from raft).
 //
 // It holds one read transaction throughout. Applies wait while bbolt's
-// consistency check runs (about 0.6 s a GiB of state) and go on beside the
+// consistency check runs (BenchmarkScrub's held-s) and go on beside the
 // rest: the check compares the pages the transaction reaches with the
 // database's free list, the live one, which a commit changes, so a commit
 // beside it makes a healthy state look damaged and can race the check's
