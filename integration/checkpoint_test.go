@@ -60,7 +60,7 @@ func testCheckpointFencesADivergedNode(t *testing.T, victim string, running bool
 		t.Fatal(err)
 	}
 	ids := seqIDs("cp", 50)
-	enqueueAll(t, active, ids, []byte("payload that must not change"))
+	enqueueAll(t, active, ids, []byte(checkpointPayload))
 	acked := map[string]bool{}
 	for _, id := range ids {
 		acked[id] = true
@@ -154,9 +154,27 @@ func newestCheckpoint(t *testing.T, c *testcluster.Cluster, n *testcluster.Node)
 	return cps[0]
 }
 
+// checkpointPayload is every buffered message's payload in the checkpoint
+// tests.
+const checkpointPayload = "payload that must not change"
+
+// payloadEnd is where the last byte of the payload sits in a buffered
+// message's stored record. The payload, not a later field: each failed
+// delivery rewrites the record's attempt count and stamp on every node,
+// which would write a change there over (the test then waited for a
+// divergence that was gone whenever an attempt came first).
+func payloadEnd(t *testing.T, record []byte) int {
+	t.Helper()
+	i := bytes.Index(record, []byte(checkpointPayload))
+	if i < 0 {
+		t.Fatalf("the buffered message's record does not hold its payload %q", checkpointPayload)
+	}
+	return i + len(checkpointPayload) - 1
+}
+
 // flipPayloadByte changes the last byte of the first buffered message's
-// stored record, through bbolt: the file stays consistent, only the
-// content differs from the peers'.
+// payload in its stored record, through bbolt: the file stays consistent,
+// only the content differs from the peers'.
 func flipPayloadByte(t *testing.T, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
@@ -170,7 +188,7 @@ func flipPayloadByte(t *testing.T, path string) {
 			return err
 		}
 		nv := slices.Clone(v)
-		nv[len(nv)-1] ^= 0x01
+		nv[payloadEnd(t, nv)] ^= 0x01
 		return b.Put(slices.Clone(k), nv)
 	})
 	if err != nil {
@@ -213,8 +231,9 @@ func firstPending(tx *bolt.Tx) (*bolt.Bucket, []byte, []byte, error) {
 // flipLivePayloadByte changes the same byte as flipPayloadByte in the
 // state file of a running node, which holds bbolt's lock: it finds the
 // first buffered message's stored record in a copy of the file, then
-// changes that record's last byte wherever it occurs in the live file (a
-// freed page holding an older copy of the leaf changes too, harmlessly).
+// changes that byte of the record wherever the record occurs in the live
+// file (a freed page holding an older copy of the leaf changes too,
+// harmlessly).
 func flipLivePayloadByte(t *testing.T, path string) {
 	t.Helper()
 	live, err := os.ReadFile(path)
@@ -243,14 +262,15 @@ func flipLivePayloadByte(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	end := payloadEnd(t, record)
 	changed := 0
 	for off := 0; ; {
 		i := bytes.Index(live[off:], record)
 		if i < 0 {
 			break
 		}
-		at := int64(off + i + len(record) - 1)
-		if _, err := f.WriteAt([]byte{record[len(record)-1] ^ 0x01}, at); err != nil {
+		at := int64(off + i + end)
+		if _, err := f.WriteAt([]byte{record[end] ^ 0x01}, at); err != nil {
 			t.Fatal(err)
 		}
 		changed++
@@ -259,7 +279,7 @@ func flipLivePayloadByte(t *testing.T, path string) {
 	if changed == 0 {
 		t.Fatalf("the first buffered message's record is not in the live %s", path)
 	}
-	t.Logf("changed the last byte of a buffered message's record at %d place(s) in the live %s", changed, path)
+	t.Logf("changed the last byte of a buffered message's payload at %d place(s) in the live %s", changed, path)
 }
 
 // openCopy opens a copy of a state file's bytes read-only (the live file
