@@ -256,17 +256,7 @@ func flipLivePayloadByte(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := openCopy(t, live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var record []byte
-	err = db.View(func(tx *bolt.Tx) error {
-		_, _, v, err := firstPending(tx)
-		record = slices.Clone(v)
-		return err
-	})
-	db.Close()
+	record, err := firstPendingIn(t, live)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,18 +296,26 @@ func liveFirstPending(t *testing.T, path string) []byte {
 	if err != nil {
 		return nil
 	}
-	db, err := openCopy(t, live)
+	record, _ := firstPendingIn(t, live)
+	return record
+}
+
+// firstPendingIn is the first buffered message's record in a copy of a
+// state file's bytes.
+func firstPendingIn(t *testing.T, file []byte) ([]byte, error) {
+	t.Helper()
+	db, err := openCopy(t, file)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer db.Close()
 	var record []byte
-	_ = db.View(func(tx *bolt.Tx) error {
+	err = db.View(func(tx *bolt.Tx) error {
 		_, _, v, err := firstPending(tx)
 		record = slices.Clone(v)
 		return err
 	})
-	return record
+	return record, err
 }
 
 // openCopy opens a copy of a state file's bytes read-only (the live file
