@@ -45,8 +45,7 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 	standby := otherVoter(t, c, active)
 	data := filepath.Join(standby.Dir, "data")
 	testwait.For(t, 30*time.Second, standby.ID+" to take a snapshot", func() bool {
-		metas, _ := filepath.Glob(filepath.Join(data, "raft", "snapshots", "*", "meta.json"))
-		return len(metas) > 0
+		return len(completeSnapshotFiles(filepath.Join(data, "raft", "snapshots"), "meta.json")) > 0
 	})
 
 	c.Stop(standby)

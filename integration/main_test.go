@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +123,12 @@ func metricLine(n *testcluster.Node, series string) string {
 		}
 	}
 	return ""
+}
+
+// completeSnapshotFiles are the files called name in the raft snapshots
+// under folder that raft has finished: it writes a snapshot into
+// "<id>.tmp" and renames the folder once it is whole.
+func completeSnapshotFiles(folder, name string) []string {
+	m, _ := filepath.Glob(filepath.Join(folder, "*", name))
+	return slices.DeleteFunc(m, func(p string) bool { return strings.HasSuffix(filepath.Dir(p), ".tmp") })
 }

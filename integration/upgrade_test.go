@@ -501,9 +501,9 @@ func TestGoingBackToThePreviousReleaseReadsTheNewSnapshot(t *testing.T) {
 	snapshots := filepath.Join(b.Dir, "data", "raft", "snapshots")
 	var state string
 	testwait.ForDetail(t, 60*time.Second, "node-b took a raft snapshot", func() (bool, string) {
-		m, _ := filepath.Glob(filepath.Join(snapshots, "*", "state.bin"))
+		m := completeSnapshotFiles(snapshots, "state.bin")
 		if len(m) == 0 {
-			return false, "none in " + snapshots
+			return false, "none complete in " + snapshots
 		}
 		state = m[len(m)-1]
 		return true, ""
