@@ -42,6 +42,8 @@ END {
 		printf "-- against %s\n", peer
 		row("1 client, gRPC (unary SFEnqueue)", "scadad grpc|1", peer "|1")
 		row("64 clients, gRPC (unary SFEnqueue)", "scadad grpc|64", peer "|64")
+		row("1 client, gRPC stream (SFEnqueueStream)", "scadad stream|1", peer "|1")
+		row("64 clients, gRPC stream (SFEnqueueStream)", "scadad stream|64", peer "|64")
 		row("64 clients, HTTP (net/http, keep-alive)", "scadad http|64", peer "|64")
 		row("64 clients, HTTPS + bearer token", "scadad https|64", peer "|64")
 	}

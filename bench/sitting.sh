@@ -18,6 +18,9 @@
 #   scadad grpc       scadabench's unary SFEnqueue, grpc-go, mutual TLS (the
 #                     only way scadad's control API serves; its nodes always
 #                     talk mutual TLS to each other)
+#   scadad stream     the same client over SFEnqueueStream: a stream per
+#                     producer, one message in flight on it (etcd has no
+#                     streaming put; its clients call unary Put)
 #   scadad http       net/http Client and Transport, a keep-alive connection
 #                     each, `http.insecure` (plain HTTP to the node; its
 #                     nodes still mutual TLS between them)
@@ -52,6 +55,7 @@ scadad() {
 for i in $(seq 1 "$rounds"); do
 	etcd "$i" plain ""
 	scadad "$i" grpc 1,64 "-api grpc"
+	scadad "$i" stream 1,64 "-api stream"
 	etcd "$i" plain+win "" 1
 	etcd "$i" tls "-tls"
 	scadad "$i" http 64 "-api http -http-auth insecure -http-client transport"
