@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -23,6 +24,10 @@ type applier struct {
 
 	metaB, artifacts, deploy, audit, features                      *bolt.Bucket
 	pending, parked, ids, delivered, deliveredOrder, targetsBucket *bolt.Bucket
+
+	// idsAt and deliveredAt look ids up (seen); kept for the batch so each
+	// lookup reuses its cursor's path instead of allocating a new one.
+	idsAt, deliveredAt *bolt.Cursor
 
 	// counters caches the TargetCounters touched in this batch; they are
 	// written once, in flush.
@@ -68,6 +73,22 @@ func newApplier(tx *bolt.Tx) *applier {
 	a.audit.FillPercent = 0.95
 	a.deliveredOrder.FillPercent = 0.95
 	return a
+}
+
+// seen reports whether id is stored: pending, parked, or among the
+// recently delivered or discarded.
+func (a *applier) seen(id []byte) bool {
+	if a.idsAt == nil {
+		a.idsAt, a.deliveredAt = a.ids.Cursor(), a.delivered.Cursor()
+	}
+	return has(a.idsAt, id) || has(a.deliveredAt, id)
+}
+
+// has reports whether c's bucket holds key. Seek positions the cursor
+// afresh, so it is right after any change made to the bucket since.
+func has(c *bolt.Cursor, key []byte) bool {
+	k, _ := c.Seek(key)
+	return k != nil && bytes.Equal(k, key)
 }
 
 // flush writes the batch's bookkeeping: counters in key order, then meta.

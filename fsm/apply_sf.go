@@ -81,7 +81,7 @@ func (a *applier) sfEnqueue(c *fsmpb.SFEnqueue, res *Result) error {
 	for i, m := range c.Messages {
 		id := []byte(m.Id)
 		out.Items[i].ID = m.Id
-		if a.ids.Get(id) != nil || a.delivered.Get(id) != nil {
+		if a.seen(id) {
 			out.Items[i].Duplicate = true
 			out.Duplicates++
 			continue

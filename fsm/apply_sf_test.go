@@ -335,3 +335,44 @@ func TestSFBirthCountsPerTarget(t *testing.T) {
 		t.Fatal("a birth of no target applied")
 	}
 }
+
+// TestIDsChangedEarlierInTheBatchAreSeen applies, in one batch (one bbolt
+// transaction, so the id lookups' cursors outlive the changes), an enqueue
+// of many ids, their delivery, and enqueues of the same ids again: each
+// must be a duplicate, found among the delivered ids although the id index
+// changed under the cursor in between; an id new to the batch still goes in.
+func TestIDsChangedEarlierInTheBatchAreSeen(t *testing.T) {
+	f, w := openTestFSM(t), newLogWriter(t)
+	var ms []*fsmpb.Message
+	var ids []string
+	for i := range 300 { // enough to split the id index's pages
+		id := fmt.Sprintf("p/%d/%d", i%7, i)
+		ms = append(ms, msg(id, "A", "p"))
+		ids = append(ids, id)
+	}
+	logs := []*raft.Log{
+		w.cmd(enqueue(ms...)),
+		w.cmd(delivered(ids...)),
+		w.cmd(enqueue(append(slices.Clone(ms), msg("fresh", "A", "p"))...)),
+		w.cmd(enqueue(msg("fresh", "A", "again"))),
+	}
+	res := f.ApplyBatch(logs)
+	for i, r := range res {
+		if err := r.(*Result).Err; err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+	}
+	if got := res[1].(*Result).Delivered.Removed; got != len(ids) {
+		t.Fatalf("delivered removed %d, want %d", got, len(ids))
+	}
+	again := res[2].(*Result).Enqueue
+	if again.Duplicates != len(ids) || again.Added != 1 || again.Items[len(ids)].Duplicate {
+		t.Fatalf("re-enqueue after delivery in the same batch: added %d duplicates %d, want 1 and %d", again.Added, again.Duplicates, len(ids))
+	}
+	if last := res[3].(*Result).Enqueue; !last.Items[0].Duplicate {
+		t.Fatalf("an id enqueued earlier in the batch was stored again")
+	}
+	if got := pendingIDs(t, f, "A"); !slices.Equal(got, []string{"fresh"}) {
+		t.Fatalf("pending A %v, want [fresh]", got)
+	}
+}

@@ -26,46 +26,57 @@ func BenchmarkApplyBatchEnqueue(b *testing.B) {
 	}
 	for _, perEntry := range []int{1, 16, 128} {
 		for _, noSync := range []bool{false, true} {
-			b.Run(fmt.Sprintf("msgs_per_entry=%d/nosync=%v", perEntry, noSync), func(b *testing.B) {
-				f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: noSync})
+			benchmarkApplyBatchEnqueue(b, fmt.Sprintf("msgs_per_entry=%d/nosync=%v", perEntry, noSync), perEntry, noSync, entriesPerBatch, payload,
+				func(id int) string { return fmt.Sprintf("msg-%012d", id) })
+		}
+	}
+	// Ids as 64 producers send them (scadabench's write phase): each
+	// producer's own counter after a common prefix, so every batch inserts
+	// into 64 places of the id index.
+	prefix := fmt.Sprintf("w64-256-%d", int64(1764830000000000000))
+	benchmarkApplyBatchEnqueue(b, "msgs_per_entry=16/nosync=true/ids=64-producers", 16, true, entriesPerBatch, payload,
+		func(id int) string { return fmt.Sprintf("%s/%d/%d", prefix, id%64, id/64) })
+}
+
+func benchmarkApplyBatchEnqueue(b *testing.B, name string, perEntry int, noSync bool, entriesPerBatch int, payload []byte, idOf func(int) string) {
+	b.Run(name, func(b *testing.B) {
+		f, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: noSync})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		var index uint64
+		var id int
+		logs := make([]*raft.Log, entriesPerBatch)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			b.StopTimer()
+			for e := range logs {
+				msgs := make([]*fsmpb.Message, perEntry)
+				for m := range msgs {
+					id++
+					msgs[m] = &fsmpb.Message{Id: idOf(id), Target: fmt.Sprintf("target-%d", id%4), Payload: payload}
+				}
+				data, err := Encode(&fsmpb.Command{StampUnixNano: int64(id), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}}})
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer f.Close()
-				var index uint64
-				var id int
-				logs := make([]*raft.Log, entriesPerBatch)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					b.StopTimer()
-					for e := range logs {
-						msgs := make([]*fsmpb.Message, perEntry)
-						for m := range msgs {
-							id++
-							msgs[m] = &fsmpb.Message{Id: fmt.Sprintf("msg-%012d", id), Target: fmt.Sprintf("target-%d", id%4), Payload: payload}
-						}
-						data, err := Encode(&fsmpb.Command{StampUnixNano: int64(id), Actor: "bench", Body: &fsmpb.Command_SfEnqueue{SfEnqueue: &fsmpb.SFEnqueue{Messages: msgs}}})
-						if err != nil {
-							b.Fatal(err)
-						}
-						index++
-						logs[e] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
-					}
-					b.StartTimer()
-					for _, r := range f.ApplyBatch(logs) {
-						if err := r.(*Result).Err; err != nil {
-							b.Fatal(err)
-						}
-					}
+				index++
+				logs[e] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+			}
+			b.StartTimer()
+			for _, r := range f.ApplyBatch(logs) {
+				if err := r.(*Result).Err; err != nil {
+					b.Fatal(err)
 				}
-				b.StopTimer()
-				msgs := float64(b.N * entriesPerBatch * perEntry)
-				b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
-			})
+			}
 		}
-	}
+		b.StopTimer()
+		msgs := float64(b.N * entriesPerBatch * perEntry)
+		b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs, "ns/msg")
+	})
 }
 
 // BenchmarkSnapshotRestore measures streaming a snapshot of 100k pending
