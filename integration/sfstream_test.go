@@ -3,7 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/internal/testcluster"
+	"github.com/scadad/scadad/internal/testwait"
 )
 
 // TestSFEnqueueStreamAnswersEachMessageInOrder pipelines messages on one
@@ -96,4 +99,143 @@ func TestSFEnqueueStreamAnswersEachMessageInOrder(t *testing.T) {
 	if len(stats) != 1 || stats[0].Target != "sink" || stats[0].Pending != uint64(stored) {
 		t.Fatalf("sf stats %v, want %d pending on sink: the messages answered as stored", stats, stored)
 	}
+}
+
+// TestSFEnqueueStreamLosesNothingAcrossAKillOfTheActive has producers
+// stream messages, several in flight each, half to the Active and half to
+// the Standby (which forwards), and SIGKILLs the Active mid-way. A
+// producer whose stream breaks, or gets an error for a message, opens a
+// new stream to a voter still running and sends again from its first
+// unanswered message with the same ids. Every message answered as stored
+// (or as a duplicate of a stored one) must reach the sink, and the answers
+// on each stream must come in the order sent.
+func TestSFEnqueueStreamLosesNothingAcrossAKillOfTheActive(t *testing.T) {
+	c, sink := sfSetup(t, 1000)
+	active := waitOneActive(t, c, 10*time.Second)
+	voters := []*testcluster.Node{active, otherVoter(t, c, active)}
+	apis := []controlpb.ControlClient{nodeClient(t, c, "operator", voters[0]), nodeClient(t, c, "operator", voters[1])}
+	const producers, per = 4, 1500
+	var acked, streams atomic.Int64
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
+	defer cancel()
+	errs := make(chan error, producers)
+	for w := range producers {
+		ids := make([]string, per)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("st-%d-%05d", w, i)
+		}
+		go func() { errs <- streamAll(ctx, voters, apis, w, ids, &acked, &streams) }()
+	}
+	testwait.For(t, 60*time.Second, "1,500 acknowledged", func() bool { return acked.Load() >= producers*per/4 })
+	c.Kill(active)
+	t.Logf("SIGKILL of the Active %s at %d acknowledged", active.ID, acked.Load())
+	for range producers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if streams.Load() <= producers {
+		t.Fatalf("%d streams for %d producers: no stream broke or refused a message when the Active died", streams.Load(), producers)
+	}
+	t.Logf("%d streams opened by %d producers", streams.Load(), producers)
+	testwait.ForDetail(t, 90*time.Second, "every acknowledged message at the sink", func() (bool, string) {
+		got, err := sink.Deliveries()
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := map[string]bool{}
+		for _, d := range got {
+			seen[d.ID] = true
+		}
+		var missing []string
+		for w := range producers {
+			for i := range per {
+				if id := fmt.Sprintf("st-%d-%05d", w, i); !seen[id] && len(missing) < 5 {
+					missing = append(missing, id)
+				}
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("%d delivered; acknowledged, not delivered: %v", len(seen), missing)
+	})
+}
+
+// streamAll sends ids on SFEnqueueStream, up to 8 unanswered, until every
+// one is answered as stored, starting again on a new stream to a running
+// voter (apis[i] calls voters[i]) from the first unanswered id whenever a
+// stream breaks or answers an error. It counts the streams it opens.
+func streamAll(ctx context.Context, voters []*testcluster.Node, apis []controlpb.ControlClient, w int, ids []string, acked, streams *atomic.Int64) error {
+	next := 0 // ids[:next] are answered as stored
+	for try := 0; next < len(ids); try++ {
+		if ctx.Err() != nil {
+			return fmt.Errorf("producer %d: %d of %d answered as stored when time ran out", w, next, len(ids))
+		}
+		v := (w + try) % len(voters)
+		if !voters[v].Running() {
+			continue
+		}
+		from := next
+		streams.Add(1)
+		err := streamOnce(ctx, apis[v], ids[from:], func(id string) error {
+			if id != ids[next] {
+				return fmt.Errorf("producer %d on %s: answer for %s where %s was next: out of order", w, voters[v].ID, id, ids[next])
+			}
+			next++
+			acked.Add(1)
+			return nil
+		})
+		var order *outOfOrder
+		if errors.As(err, &order) {
+			return err
+		}
+		if err != nil && next == from {
+			select { // nothing went through: wait a little for a leader
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// outOfOrder is an answer that does not name the next message sent.
+type outOfOrder struct{ error }
+
+// streamOnce opens one stream and sends ids, up to 8 unanswered, handing
+// stored each id answered as stored, in answer order, until all are, an
+// answer carries an error, or the stream ends.
+func streamOnce(ctx context.Context, api controlpb.ControlClient, ids []string, stored func(id string) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	stream, err := api.SFEnqueueStream(ctx)
+	if err != nil {
+		return err
+	}
+	window := make(chan struct{}, 8)
+	go func() {
+		for _, id := range ids {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			if stream.Send(&controlpb.SFEnqueueRequest{Target: "sink", Id: id, Payload: []byte(`{"stream":true}`)}) != nil {
+				return
+			}
+		}
+		_ = stream.CloseSend()
+	}()
+	for range ids {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if resp.Code != 0 {
+			return fmt.Errorf("%s: %s (code %d)", resp.Id, resp.Error, resp.Code)
+		}
+		if err := stored(resp.Id); err != nil {
+			return outOfOrder{err}
+		}
+		<-window
+	}
+	return nil
 }
