@@ -76,8 +76,7 @@ func TestCorruptFilesExitWithASentence(t *testing.T) {
 		{"fsm.db truncated", "fsm.db", truncate("fsm.db")},
 		{"raft.db truncated", "raft.db", truncate(filepath.Join("raft", "raft.db"))},
 		{"snapshot meta.json unparsable", "meta.json", func(t *testing.T) {
-			metas, _ := filepath.Glob(filepath.Join(data, "raft", "snapshots", "*", "meta.json"))
-			for _, m := range metas {
+			for _, m := range completeSnapshotFiles(filepath.Join(data, "raft", "snapshots"), "meta.json") {
 				if err := os.WriteFile(m, []byte("{\"ID\": \"trunc"), 0o600); err != nil {
 					t.Fatal(err)
 				}
