@@ -183,7 +183,7 @@ func streamAll(ctx context.Context, voters []*testcluster.Node, apis []controlpb
 			acked.Add(1)
 			return nil
 		})
-		var order *outOfOrder
+		var order outOfOrder
 		if errors.As(err, &order) {
 			return err
 		}
