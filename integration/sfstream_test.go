@@ -119,10 +119,12 @@ func TestSFEnqueueStreamLosesNothingAcrossAKillOfTheActive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
 	defer cancel()
 	errs := make(chan error, producers)
+	sent := map[string]bool{} // every id, each answered as stored once its producer returns nil
 	for w := range producers {
 		ids := make([]string, per)
 		for i := range ids {
 			ids[i] = fmt.Sprintf("st-%d-%05d", w, i)
+			sent[ids[i]] = true
 		}
 		go func() { errs <- streamAll(ctx, voters, apis, w, ids, &acked, &streams) }()
 	}
@@ -138,25 +140,7 @@ func TestSFEnqueueStreamLosesNothingAcrossAKillOfTheActive(t *testing.T) {
 		t.Fatalf("%d streams for %d producers: no stream broke or refused a message when the Active died", streams.Load(), producers)
 	}
 	t.Logf("%d streams opened by %d producers", streams.Load(), producers)
-	testwait.ForDetail(t, 90*time.Second, "every acknowledged message at the sink", func() (bool, string) {
-		got, err := sink.Deliveries()
-		if err != nil {
-			return false, err.Error()
-		}
-		seen := map[string]bool{}
-		for _, d := range got {
-			seen[d.ID] = true
-		}
-		var missing []string
-		for w := range producers {
-			for i := range per {
-				if id := fmt.Sprintf("st-%d-%05d", w, i); !seen[id] && len(missing) < 5 {
-					missing = append(missing, id)
-				}
-			}
-		}
-		return len(missing) == 0, fmt.Sprintf("%d delivered; acknowledged, not delivered: %v", len(seen), missing)
-	})
+	waitDelivered(t, sink, sent, 90*time.Second)
 }
 
 // streamAll sends ids on SFEnqueueStream, up to 8 unanswered, until every
