@@ -284,6 +284,51 @@ func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// lateQuorum is the role as raftnode's Acting gives it: Active, but
+// Current reports Standby for the next closed calls (the leader's quorum
+// confirmation is late) with no change published on Watch.
+type lateQuorum struct {
+	*role.Broadcaster
+	closed atomic.Int32
+}
+
+func (l *lateQuorum) Current() role.State {
+	s := l.Broadcaster.Current()
+	if l.closed.Add(-1) >= 0 {
+		s.Role = role.Standby
+	}
+	return s
+}
+
+// The delivery gate closes for a moment without a role change when the
+// leader's quorum confirmation is late. If that moment falls as a message
+// is to be parked, the park waits for the gate like an attempt does: the
+// worker must not stop, because no role change will start another one.
+func TestAGateClosedForAMomentAsAMessageParksDoesNotStopDelivery(t *testing.T) {
+	roles := &lateQuorum{Broadcaster: role.NewBroadcaster(activeState(1, 1))}
+	h := newHarnessWith(t, activeState(1, 1), func(o *DelivererOptions) { o.Roles = roles })
+	s := newSink(t, nil, func(r received, n int) int {
+		if strings.HasPrefix(r.ID, "bad") {
+			roles.closed.Store(1) // the park's look at the gate finds it closed
+			return http.StatusBadGateway
+		}
+		return http.StatusOK
+	})
+	tg := fastTarget("up", s.srv.URL)
+	tg.MaxAttempts = 1
+	if err := h.d.SetTargets([]Target{tg}); err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(t, "up", "bad-1", "x")
+	testwait.For(t, 10*time.Second, "bad-1 parked", func() bool { return h.stats(t, "up").Parked == 1 })
+	h.enqueue(t, "up", "ok-1", "y")
+	h.enqueue(t, "up", "bad-2", "z")
+	testwait.ForDetail(t, 10*time.Second, "ok-1 delivered and bad-2 parked after the gate closed at a park", func() (bool, string) {
+		st := h.stats(t, "up")
+		return st.Pending == 0 && st.Parked == 2, fmt.Sprintf("pending %d, parked %d", st.Pending, st.Parked)
+	})
+}
+
 // A target without max_attempts never parks a message for failing: a
 // historian down for a week must find every message waiting (the site
 // config's 0, and the zero value here, mean the same).

@@ -89,6 +89,20 @@ func (w *worker) gate() bool {
 	return s.Role == role.Active && s.Epoch == w.epoch && w.ctx.Err() == nil
 }
 
+// waitGate waits while the gate is closed; false means the worker was
+// stopped. The gate can close for a moment without a role change (the
+// leader's quorum confirmation is late), and then nothing stops or
+// restarts this worker: it must wait, not give up on its message. A real
+// change of role or epoch cancels the worker, which ends the wait.
+func (w *worker) waitGate() bool {
+	for !w.gate() {
+		if !w.sleep(gateRecheck) {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.closeSender()
@@ -219,13 +233,8 @@ func (w *worker) deliver(batch []*Message) bool {
 	}
 	holding := false // logged once per hold
 	for {
-		// The gate can close for a moment without a role change (the
-		// leader's quorum confirmation is late); a real change of role or
-		// epoch cancels this worker, which ends the wait.
-		for !w.gate() {
-			if !w.sleep(gateRecheck) {
-				return false
-			}
+		if !w.waitGate() {
+			return false
 		}
 		start := w.d.opts.Clock.Now()
 		err := w.send(batch)
@@ -306,7 +315,7 @@ const maxReasonBytes = 1024
 func (w *worker) park(m *Message, attempts int, cause error, why string) bool {
 	reason := errorText(cause, maxReasonBytes)
 	for try := 1; ; try++ {
-		if !w.gate() {
+		if !w.waitGate() {
 			return false
 		}
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout+5*time.Second)
