@@ -270,32 +270,48 @@ func (e *Enqueuer) takeIdleSlot() bool {
 	}
 }
 
-// commitAlone proposes msg as a batch of its own in the caller's
-// goroutine, holding the slot takeIdleSlot took. The propose ends with
-// ctx or Close, whichever comes first.
+// commitAlone proposes msg as a batch of its own, holding the slot
+// takeIdleSlot took. The propose carries the caller's values but not its
+// cancellation, and ends with its own timeout or Close: raft keeps an
+// entry whoever waits for it, so the slot is held until raft has answered
+// even when the caller stops waiting first, and callers that give up
+// cannot put more proposals in flight than the slots allow. The caller
+// still returns as soon as its ctx ends.
 func (e *Enqueuer) commitAlone(ctx context.Context, p *Pending, msg *fsmpb.Message) (EnqueueResult, error) {
-	defer e.release()
 	e.closing.RLock()
 	if e.ctx.Err() != nil {
 		e.closing.RUnlock()
+		e.release()
 		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, ErrClosed)
 	}
 	e.inWG.Add(1) // before Close waits: Close takes closing first
 	e.closing.RUnlock()
-	defer e.inWG.Done()
 	start := e.opts.Clock.Now()
 	e.opts.Metrics.observeEnqueueBatch(1)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(e.ctx, cancel)()
-	items, err := e.propose(pctx, []*fsmpb.Message{msg})
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", p.id, p.target, ctx.Err())
-	case err != nil:
-		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, err)
+	type outcome struct {
+		items []fsm.EnqueueItem
+		err   error
 	}
-	res := EnqueueResult{ID: msg.Id, Duplicate: items[0].Duplicate}
+	done := make(chan outcome, 1)
+	go func() {
+		defer e.inWG.Done()
+		defer e.release()
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(e.ctx, cancel)()
+		items, err := e.propose(pctx, []*fsmpb.Message{msg})
+		done <- outcome{items, err}
+	}()
+	var out outcome
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s (outcome unknown, retry with the same id): %w", p.id, p.target, ctx.Err())
+	}
+	if out.err != nil {
+		return EnqueueResult{ID: p.id}, fmt.Errorf("enqueue %s to %s: %w", p.id, p.target, out.err)
+	}
+	res := EnqueueResult{ID: msg.Id, Duplicate: out.items[0].Duplicate}
 	e.opts.Metrics.observeEnqueued(p.target, res.Duplicate, e.opts.Clock.Now().Sub(start))
 	return res, nil
 }

@@ -544,3 +544,91 @@ func TestCloseAbortsALoneEnqueue(t *testing.T) {
 	}
 	<-closed
 }
+
+// A propose that its caller stops waiting for stays in flight: raft has
+// the entry and commits it whether or not anyone waits. The in-flight
+// slots must bound those entries, so callers that give up at once cannot
+// put more proposals in flight than MaxInFlight by enqueueing again
+// alone.
+func TestCallersGivingUpDoNotPutMoreProposalsInFlight(t *testing.T) {
+	f := newFSM(t, true)
+	p := &applyProposer{f: f}
+	const maxInFlight = 1
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+	)
+	entered, answer := make(chan struct{}, 16), make(chan struct{})
+	p.before = func(ctx context.Context, cmd *fsmpb.Command) error {
+		if cmd.GetSfEnqueue() == nil {
+			return nil
+		}
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		go func() { // like raft: the entry is answered when it commits
+			<-answer
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}()
+		entered <- struct{}{}
+		select {
+		case <-answer:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e, err := NewEnqueuer(EnqueuerOptions{Proposer: p, Targets: StaticTargets{"up": {Name: "up", URL: "http://x"}},
+		MaxInFlight: maxInFlight, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	// The first caller is proposed alone and gives up while it is in flight.
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.Enqueue(ctx, "up", []byte("x"), "gave-up-0", nil)
+		first <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first enqueue was not proposed")
+	}
+	cancel()
+	select {
+	case err := <-first:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("first caller: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first caller did not return when it gave up")
+	}
+	// More callers that have already given up.
+	gone, cancelAll := context.WithCancel(context.Background())
+	cancelAll()
+	for i := 1; i <= 8; i++ {
+		if _, err := e.Enqueue(gone, "up", []byte("x"), fmt.Sprintf("gave-up-%d", i), nil); err == nil {
+			t.Fatalf("caller %d: no error with its context cancelled", i)
+		}
+	}
+	mu.Lock()
+	got := most
+	mu.Unlock()
+	if got > maxInFlight {
+		t.Fatalf("%d proposals in flight at once, MaxInFlight %d", got, maxInFlight)
+	}
+
+	// Once raft answers, the slot is free and enqueues go on.
+	close(answer)
+	ok, cancelOK := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelOK()
+	if _, err := e.Enqueue(ok, "up", []byte("x"), "after", nil); err != nil {
+		t.Fatalf("enqueue after the answer: %v", err)
+	}
+}
