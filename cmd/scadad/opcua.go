@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/scadad/scadad/api/controlpb"
 	"github.com/scadad/scadad/control"
 	"github.com/scadad/scadad/field"
+	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/netguard"
 	"github.com/scadad/scadad/internal/version"
@@ -52,6 +54,8 @@ type opcuaService struct {
 	// replicated alarm state.
 	alarms opcua.AlarmActions
 	feed   *alarmFeed
+	// jitter spreads the attempts to start a server that failed to.
+	jitter func() float64
 
 	mu     sync.Mutex
 	srv    *opcua.Server
@@ -69,7 +73,7 @@ func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *active
 		return nil
 	}
 	s := &opcuaService{nodeID: cfg.NodeID, endpoint: self.OPCUA, log: log.With().Str("part", "opcua").Logger(), reg: d.reg, roles: d.acting, writer: writer, fan: fan, fwd: fwd, gate: gate,
-		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: d.budgets.opcua}
+		cert: cfg.OPCUA.Cert, key: cfg.OPCUA.Key, pkiDir: cfg.PKIDir(), limits: d.budgets.opcua, jitter: rand.Float64}
 	var err error
 	if s.access, err = newOPCUAAccess(cfg.NodeID, d.state, fwd, s.log, d.reg, clock.System()); err != nil {
 		s.log.Error().Err(err).Msg("OPC UA rejection reports are not exported as metrics")
@@ -95,16 +99,68 @@ func (d *daemon) startOPCUA(writer opcua.Writer, fan *field.Fanout, gate *active
 	}
 	d.run("opcua-server", func(ctx context.Context) error {
 		defer s.close()
-		followSite(ctx, d.holder, func(u siteconfig.Update) { s.apply(ctx, u) })
+		s.follow(ctx, d.holder)
 		return nil
 	})
 	return s
 }
 
+// opcuaStartRetryFloor and opcuaStartRetryMax space the attempts to start
+// a server that failed to start.
+const (
+	opcuaStartRetryFloor = time.Second
+	opcuaStartRetryMax   = 30 * time.Second
+)
+
+// follow applies each deploy. A server that failed to start (its port held
+// by another process for a while, a host name that does not resolve yet at
+// boot, or a site config it cannot serve) is started again from the newest
+// site config, with backoff, until it starts or a newer deploy arrives: the
+// node must not stay without an endpoint until someone deploys again.
+func (s *opcuaService) follow(ctx context.Context, holder *siteconfig.Holder) {
+	updates, stop := holder.Watch()
+	defer stop()
+	var (
+		last     siteconfig.Update
+		retry    *time.Timer
+		again    <-chan time.Time
+		failures int
+	)
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case last = <-updates:
+			failures = 0
+		case <-again:
+		}
+		if retry != nil {
+			retry.Stop()
+			retry, again = nil, nil
+		}
+		if s.apply(ctx, last) {
+			failures = 0
+			continue
+		}
+		failures++
+		wait := backoff.Delay(opcuaStartRetryFloor, opcuaStartRetryMax, failures, s.jitter())
+		s.log.Info().Uint64("revision", uint64(last.Revision)).Int("attempt", failures).Stringer("next_attempt_in", wait).
+			Msg("OPC UA server: trying to start it again")
+		retry = time.NewTimer(wait)
+		again = retry.C
+	}
+}
+
 // apply follows a deploy: the address space changes by difference; a change
 // of the server's own options (security, identities, namespace, hot
-// standby) restarts the server.
-func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
+// standby) restarts the server. It reports false when the server did not
+// start.
+func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) bool {
 	s.mu.Lock()
 	srv := s.srv
 	s.mu.Unlock()
@@ -116,8 +172,9 @@ func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
 		var err error
 		srv, err = s.newServer(ctx, u.Site)
 		if err != nil {
-			s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("OPC UA server not started with this site config; fix its opcua section")
-			return
+			s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).
+				Msg("OPC UA server not started: the node serves no OPC UA endpoint until it starts (a port in use is retried; a site config it cannot serve needs a deploy that fixes its opcua section)")
+			return false
 		}
 	}
 	m := model(u.Site)
@@ -127,12 +184,13 @@ func (s *opcuaService) apply(ctx context.Context, u siteconfig.Update) {
 	diff, err := srv.ApplyModel(m)
 	if err != nil {
 		s.log.Error().Err(err).Uint64("revision", uint64(u.Revision)).Msg("OPC UA address space not updated; keeping the previous one")
-		return
+		return true
 	}
 	s.log.Info().Uint64("revision", uint64(u.Revision)).Str("changes", fmt.Sprintf("%+v", diff)).Msg("OPC UA address space follows the deploy")
 	// Values that came before the attributes did, or before this server
 	// existed, and that the gateway will not send again until they change.
 	s.fan.ReplayServer()
+	return true
 }
 
 func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*opcua.Server, error) {
@@ -183,6 +241,9 @@ func (s *opcuaService) newServer(ctx context.Context, site *siteconfig.Site) (*o
 	// deferred close); clients would learn of the stop from a dead
 	// connection, seconds later. close stops it.
 	if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
+		// Its metric names go back to the registry, or no later server
+		// (the next attempt, the next deploy) could register them.
+		srv.Close()
 		return nil, fmt.Errorf("opcua server: %w", err)
 	}
 	s.mu.Lock()
