@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/scadad/scadad/activegate"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
@@ -309,13 +308,7 @@ func (s *Service) TagUpdate(instance, attribute string, v any, good bool) {
 
 // emitLimit records a limit alarm's new level, on the Active only: every
 // node evaluates, one records.
-func (s *Service) emitLimit(c *fsmpb.AlarmCondition) {
-	if _, ok, reason := s.active(); !ok {
-		s.opts.Gate.Denied(activegate.SurfaceAlarmEmit, reason)
-		return
-	}
-	s.enqueue(observation{conds: []*fsmpb.AlarmCondition{c}})
-}
+func (s *Service) emitLimit(c *fsmpb.AlarmCondition) { s.emit(c) }
 
 // RecordEvaluated proposes the current evaluation of every limit alarm;
 // a node that has just become Active calls it (the state then matches what

@@ -193,12 +193,68 @@ func (s *Service) AlarmSnapshot(ctx context.Context, connection, source string, 
 
 // AlarmChange implements subscribe.AlarmSink: one streamed transition.
 func (s *Service) AlarmChange(connection string, a gateway.Alarm) {
-	if _, ok, reason := s.active(); !ok {
-		// A hot Standby's stream: the Active emits it.
+	s.emit(nativeCondition(connection, a))
+}
+
+// emit queues an observed condition for the Active to record. A hot
+// Standby's (or the witness's) observation is the Active's to record and
+// is dropped here, counted. A node whose role is not settled (Detached: an
+// Active whose quorum confirmation is late for a moment, or a node between
+// leaders) queues it, and propose decides once the role is known: the
+// gateway streams each transition once, and dropping it on an Active that
+// was unconfirmed for a moment would lose it until the next refresh.
+func (s *Service) emit(c *fsmpb.AlarmCondition) {
+	o := observation{conds: []*fsmpb.AlarmCondition{c}}
+	st, ok, reason := s.active()
+	switch {
+	case ok:
+		s.enqueue(o)
+	case unsettled(st):
+		// Never waits for room: a node cut off from the cluster for long
+		// must not slow its gateway stream down.
+		select {
+		case s.queue <- o:
+		default:
+			s.opts.Gate.Denied(activegate.SurfaceAlarmEmit, reason)
+		}
+	default:
 		s.opts.Gate.Denied(activegate.SurfaceAlarmEmit, reason)
-		return
 	}
-	s.enqueue(observation{conds: []*fsmpb.AlarmCondition{nativeCondition(connection, a)}})
+}
+
+// unsettled reports a role that may turn out to be the Active's: neither
+// Active nor a Standby or witness.
+func unsettled(st role.State) bool {
+	return st.Role != role.Active && st.Role != role.Standby && st.Role != role.Witness
+}
+
+// unsettledWait bounds how long a queued observation waits for an
+// unsettled role to become the Active; after it, the observation is
+// dropped and whichever node is the Active records the source's state at
+// its refresh. gateRecheck is how often the role is looked at meanwhile.
+const (
+	unsettledWait = 3 * time.Second
+	gateRecheck   = 10 * time.Millisecond
+)
+
+// waitActive reports whether this node is the Active, waiting up to
+// unsettledWait while its role is unsettled.
+func (s *Service) waitActive(ctx context.Context) bool {
+	deadline := s.opts.Clock.Now().Add(unsettledWait)
+	for {
+		st, ok, _ := s.active()
+		switch {
+		case ok:
+			return true
+		case !unsettled(st) || !s.opts.Clock.Now().Before(deadline):
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.opts.Clock.After(gateRecheck):
+		}
+	}
 }
 
 func (s *Service) enqueue(o observation) {
@@ -286,7 +342,8 @@ func (s *Service) proposeLoop(ctx context.Context) {
 }
 
 func (s *Service) propose(ctx context.Context, obs *fsmpb.AlarmObserve) bool {
-	if _, ok, _ := s.active(); !ok {
+	if !s.waitActive(ctx) {
+		s.log.Info().Int("conditions", len(obs.Conditions)).Msg("alarm observation not recorded here: this node is not the Active (the Active records the source's state at its refresh)")
 		return false
 	}
 	_, err := s.commit(ctx, &fsmpb.Command{Body: &fsmpb.Command_AlarmObserve{AlarmObserve: obs}})
