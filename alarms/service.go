@@ -13,6 +13,7 @@ import (
 	"github.com/scadad/scadad/fsm"
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/gateway"
+	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/role"
 	"github.com/scadad/scadad/storeforward"
@@ -341,17 +342,40 @@ func (s *Service) proposeLoop(ctx context.Context) {
 	}
 }
 
+// proposeAttempts bounds the commits of one observation while this node
+// stays the Active: a commit that failed for a moment (a proposal that
+// timed out on a loaded leader) is tried again, with proposeRetryFloor to
+// proposeRetryMax between attempts, rather than left to a refresh that may
+// be hours away. Observing the same state again makes no transition.
+const (
+	proposeAttempts   = 4
+	proposeRetryFloor = 100 * time.Millisecond
+	proposeRetryMax   = time.Second
+)
+
 func (s *Service) propose(ctx context.Context, obs *fsmpb.AlarmObserve) bool {
-	if !s.waitActive(ctx) {
-		s.log.Info().Int("conditions", len(obs.Conditions)).Msg("alarm observation not recorded here: this node is not the Active (the Active records the source's state at its refresh)")
-		return false
+	for attempt := 1; ; attempt++ {
+		if !s.waitActive(ctx) {
+			s.log.Info().Int("conditions", len(obs.Conditions)).Msg("alarm observation not recorded here: this node is not the Active (the Active records the source's state at its refresh)")
+			return false
+		}
+		_, err := s.commit(ctx, &fsmpb.Command{Body: &fsmpb.Command_AlarmObserve{AlarmObserve: obs}})
+		if err == nil {
+			return true
+		}
+		var refused *fsm.CommandError
+		if attempt >= proposeAttempts || errors.As(err, &refused) || ctx.Err() != nil {
+			s.log.Warn().Err(err).Int("conditions", len(obs.Conditions)).Int("attempts", attempt).Str("refresh_source", obs.RefreshSource).
+				Msg("alarm observation not recorded; the next refresh recovers it")
+			return false
+		}
+		s.log.Info().Err(err).Int("conditions", len(obs.Conditions)).Int("attempt", attempt).Msg("alarm observation not recorded yet; trying again")
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.opts.Clock.After(backoff.Delay(proposeRetryFloor, proposeRetryMax, attempt, 0.5)):
+		}
 	}
-	_, err := s.commit(ctx, &fsmpb.Command{Body: &fsmpb.Command_AlarmObserve{AlarmObserve: obs}})
-	if err != nil {
-		s.log.Warn().Err(err).Int("conditions", len(obs.Conditions)).Str("refresh_source", obs.RefreshSource).Msg("alarm observation not recorded; the next refresh recovers it")
-		return false
-	}
-	return true
 }
 
 func (s *Service) commit(ctx context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {

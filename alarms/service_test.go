@@ -30,9 +30,17 @@ type localRaft struct {
 	mu    sync.Mutex
 	f     *fsm.FSM
 	index uint64
+	// failObserve fails that many AlarmObserve proposals, as a proposal
+	// that timed out on a loaded leader.
+	failObserve atomic.Int32
 }
 
+var errProposalTimedOut = errors.New("test: proposal timed out")
+
 func (l *localRaft) Propose(_ context.Context, cmd *fsmpb.Command) (*fsm.Result, error) {
+	if cmd.GetAlarmObserve() != nil && l.failObserve.Add(-1) >= 0 {
+		return nil, errProposalTimedOut
+	}
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
@@ -457,4 +465,19 @@ func TestATransitionDuringALateConfirmationIsRecorded(t *testing.T) {
 	}
 	roles.closed.Store(false)
 	testwait.For(t, 5*time.Second, "B1 recorded once the confirmation is back", func() bool { _, ok, _ := f.Alarm("B1"); return ok })
+}
+
+// A streamed transition whose commit fails for a moment on the Active (a
+// proposal timed out) is committed again: the gateway streams it once, and
+// the next refresh may be hours away.
+func TestATransitionWhoseCommitFailsOnceIsRecorded(t *testing.T) {
+	f := newFSM(t)
+	r := &localRaft{f: f}
+	r.failObserve.Store(1)
+	rig := startService(t, f, r, role.NewBroadcaster(active), &memQueue{ids: map[string]int{}})
+	rig.svc.AlarmChange("mx1", alarm("C1", true, false, 1))
+	testwait.For(t, 5*time.Second, "C1 recorded after its first commit failed", func() bool { _, ok, _ := f.Alarm("C1"); return ok })
+	if n := r.failObserve.Load(); n >= 0 {
+		t.Fatalf("the failing commit was not tried (%d failures left)", n+1)
+	}
 }
