@@ -22,6 +22,7 @@ import (
 	"github.com/scadad/scadad/internal/promtest"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/role/roletest"
 	"github.com/scadad/scadad/storeforward"
 )
 
@@ -430,24 +431,6 @@ func deniedAt(t *testing.T, reg *prometheus.Registry, surface, reason string) fl
 	return -1
 }
 
-// lateConfirmation is the role as raftnode's Acting gives it to the alarm
-// service: while closed, Current reports Detached (the Active's quorum
-// confirmation is late), with nothing published on Watch.
-type lateConfirmation struct {
-	*role.Broadcaster
-	closed atomic.Bool
-	asked  atomic.Int64 // Current calls while closed
-}
-
-func (l *lateConfirmation) Current() role.State {
-	s := l.Broadcaster.Current()
-	if l.closed.Load() {
-		l.asked.Add(1)
-		s.Role = role.Detached
-	}
-	return s
-}
-
 // A transition streamed to the Active while its quorum confirmation is late
 // for a moment is recorded once the confirmation is back: nothing else
 // would send it again (the gateway streams each transition once; a refresh
@@ -455,15 +438,15 @@ func (l *lateConfirmation) Current() role.State {
 func TestATransitionDuringALateConfirmationIsRecorded(t *testing.T) {
 	f := newFSM(t)
 	r := &localRaft{f: f}
-	roles := &lateConfirmation{Broadcaster: role.NewBroadcaster(active)}
+	roles := roletest.New(active)
 	rig := startService(t, f, r, roles.Broadcaster, &memQueue{ids: map[string]int{}}, func(o *Options) { o.Roles = roles })
-	roles.closed.Store(true)
+	roles.Late()
 	rig.svc.AlarmChange("mx1", alarm("B1", true, false, 1))
-	testwait.For(t, 5*time.Second, "the transition waiting for the confirmation", func() bool { return roles.asked.Load() >= 3 })
+	testwait.For(t, 5*time.Second, "the transition waiting for the confirmation", func() bool { return roles.Asked() >= 3 })
 	if _, ok, _ := f.Alarm("B1"); ok {
 		t.Fatal("recorded while the node was not confirmed Active")
 	}
-	roles.closed.Store(false)
+	roles.Confirmed()
 	testwait.For(t, 5*time.Second, "B1 recorded once the confirmation is back", func() bool { _, ok, _ := f.Alarm("B1"); return ok })
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/role/roletest"
 )
 
 func TestDeliveryFIFOWithHeadersAndBatchedRemoval(t *testing.T) {
@@ -284,32 +285,16 @@ func TestDeliveryParksAfterMaxAttempts(t *testing.T) {
 	}
 }
 
-// lateQuorum is the role as raftnode's Acting gives it: Active, but
-// Current reports Standby for the next closed calls (the leader's quorum
-// confirmation is late) with no change published on Watch.
-type lateQuorum struct {
-	*role.Broadcaster
-	closed atomic.Int32
-}
-
-func (l *lateQuorum) Current() role.State {
-	s := l.Broadcaster.Current()
-	if l.closed.Add(-1) >= 0 {
-		s.Role = role.Standby
-	}
-	return s
-}
-
 // The delivery gate closes for a moment without a role change when the
 // leader's quorum confirmation is late. If that moment falls as a message
 // is to be parked, the park waits for the gate like an attempt does: the
 // worker must not stop, because no role change will start another one.
 func TestAGateClosedForAMomentAsAMessageParksDoesNotStopDelivery(t *testing.T) {
-	roles := &lateQuorum{Broadcaster: role.NewBroadcaster(activeState(1, 1))}
+	roles := roletest.New(activeState(1, 1))
 	h := newHarnessWith(t, activeState(1, 1), func(o *DelivererOptions) { o.Roles = roles })
 	s := newSink(t, nil, func(r received, n int) int {
 		if strings.HasPrefix(r.ID, "bad") {
-			roles.closed.Store(1) // the park's look at the gate finds it closed
+			roles.LateFor(1) // the park's look at the gate finds it closed
 			return http.StatusBadGateway
 		}
 		return http.StatusOK
