@@ -80,6 +80,10 @@ func (s *Service) followState(ctx context.Context) {
 		s.countTransitions(&metricsCursor, last)
 		s.updateMetrics()
 		st, allow, _ := s.active()
+		// The emit is an enqueue, committed only through the quorum: an
+		// Active whose confirmation is late for a moment still leads and
+		// goes on, since no role change follows that moment to look again.
+		allow = allow || st.Leading()
 		if !allow {
 			if wasActive {
 				s.log.Info().Msg("alarm history emit stops: no longer the Active")

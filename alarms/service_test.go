@@ -464,3 +464,30 @@ func TestATransitionWhoseCommitFailsOnceIsRecorded(t *testing.T) {
 		t.Fatalf("the failing commit was not tried (%d failures left)", n+1)
 	}
 }
+
+// A transition applied while the Active's quorum confirmation is late for
+// a moment reaches the alarm-history target once the confirmation is
+// back, without waiting for some later entry to be applied (on a quiet
+// site there may be none for hours).
+func TestHistoryOfATransitionAppliedDuringALateConfirmationIsEnqueued(t *testing.T) {
+	f := newFSM(t)
+	r := &localRaft{f: f}
+	q := &memQueue{ids: map[string]int{}}
+	roles := roletest.New(active)
+	rig := startService(t, f, r, roles.Broadcaster, q, func(o *Options) { o.Roles = roles })
+	mustSnapshot(t, rig.svc, "mx1", "Z28061", []gateway.Alarm{alarm("A1", true, false, 1)})
+	testwait.For(t, 5*time.Second, "the raise enqueued", func() bool { return len(q.stored()) == 1 })
+
+	roles.Late()
+	asked := roles.Asked()
+	if _, err := r.Propose(context.Background(), &fsmpb.Command{Body: &fsmpb.Command_AlarmAck{AlarmAck: &fsmpb.AlarmAck{AlarmId: "A1", Operator: "alice"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "the ack applied and counted", func() bool {
+		v, _, _ := promtest.Value(rig.reg, "scadad_alarm_transitions_total", "acknowledged")
+		return v == 1
+	})
+	testwait.For(t, 5*time.Second, "the history emit looking at the role", func() bool { return roles.Asked() > asked })
+	roles.Confirmed()
+	testwait.For(t, 5*time.Second, "the ack's history enqueued with nothing else applied", func() bool { return len(q.stored()) == 2 })
+}

@@ -40,7 +40,10 @@ type History interface {
 // workers, TagUpdate; the OPC UA client sessions, TagStatus) to the parts
 // that consume values: limit alarms, the OPC UA address space (set once it
 // starts) and, on the Active node only, history forwarding (a hot Standby
-// reads values but must not forward them a second time).
+// reads values but must not forward them a second time). History follows
+// role.State.Leading, not the Active role alone: an Active whose quorum
+// confirmation is late for a moment still forwards, since its enqueue
+// commits only through the quorum and nothing would offer the value again.
 //
 // It keeps each attribute's latest value. A gateway sends a value when it
 // is advised and then only when it changes, and a deploy builds the
@@ -67,7 +70,8 @@ type Fanout struct {
 }
 
 // NewFanout returns a fan-out that forwards history only while roles says
-// Active, and hands every value to limits (nil: none).
+// the node leads (role.State.Leading), and hands every value to limits
+// (nil: none).
 func NewFanout(roles role.Source, limits func(instance, attribute string, v any, good bool)) *Fanout {
 	return &Fanout{roles: roles, limits: limits}
 }
@@ -105,7 +109,7 @@ func (f *Fanout) update(instance, attribute string, lv latestValue) {
 	if f.serve != nil {
 		_ = f.serve(instance, attribute, lv.v, lv.status, lv.ts) // an attribute the server does not have yet: ReplayServer
 	}
-	if f.history != nil && f.roles.Current().Role == role.Active {
+	if f.history != nil && f.roles.Current().Leading() {
 		f.history.OfferUpdate(Update{Instance: instance, Attribute: attribute, Value: lv.v, Quality: lv.quality, Timestamp: lv.ts})
 	}
 	f.mu.Unlock()
@@ -143,7 +147,7 @@ func (f *Fanout) SetHistory(h History) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.history = h
-	if f.roles.Current().Role == role.Active {
+	if f.roles.Current().Leading() {
 		f.offerLatestLocked()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 
 	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/role/roletest"
 )
 
 // The OPC UA server gets each attribute's latest value once its address
@@ -143,5 +144,35 @@ func TestHotStandbyBecomingActiveSeedsHistory(t *testing.T) {
 				t.Fatalf("forwarded %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A value that reaches the Active while its quorum confirmation is late
+// for a moment is still forwarded: the gateway sends a value once and then
+// only on change, so a value held back then would never reach the
+// historian, and its enqueue commits only through a quorum anyway. A node
+// with no cluster contact (Detached, not the leader) forwards nothing.
+func TestAValueArrivingWhileTheConfirmationIsLateIsForwarded(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	roles := roletest.New(role.State{Role: role.Active, Voters: 2})
+	fan := NewFanout(roles, nil)
+	rec := &historyRecorder{}
+	fan.SetHistory(rec)
+	roles.Late()
+	fan.TagUpdate("Pump1", "SpeedSP", 40.0, QualityGood, t0)
+	if roles.Asked() == 0 {
+		t.Fatal("the fan-out did not look at the role")
+	}
+	if got, want := rec.got(), map[string]any{"Pump1.SpeedSP": 40.0}; !maps.Equal(got, want) {
+		t.Fatalf("forwarded %v during the late confirmation, want %v", got, want)
+	}
+
+	detached := role.NewBroadcaster(role.State{Role: role.Detached, Voters: 2})
+	cut := NewFanout(detached, nil)
+	rec2 := &historyRecorder{}
+	cut.SetHistory(rec2)
+	cut.TagUpdate("Pump1", "SpeedSP", 40.0, QualityGood, t0)
+	if got := rec2.got(); len(got) != 0 {
+		t.Fatalf("a Detached node forwarded %v", got)
 	}
 }

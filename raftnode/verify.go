@@ -127,7 +127,7 @@ type actingRoles struct {
 func (a actingRoles) CurrentConfirmed(ctx context.Context) role.State {
 	st := a.Source.Current()
 	if st.Role == role.Active && !a.node.ConfirmActive(ctx, a.window) {
-		st.Role = role.Detached
+		st.Role, st.Unconfirmed = role.Detached, true
 	}
 	return st
 }
@@ -135,7 +135,7 @@ func (a actingRoles) CurrentConfirmed(ctx context.Context) role.State {
 func (a actingRoles) Current() role.State {
 	st := a.Source.Current()
 	if st.Role == role.Active && !a.node.ActiveFresh(a.window) {
-		st.Role = role.Detached
+		st.Role, st.Unconfirmed = role.Detached, true
 	}
 	return st
 }

@@ -43,13 +43,16 @@ func TestActingIsActiveOnlyWhileFresh(t *testing.T) {
 		return h.node(leader).Acting(300*time.Millisecond).Current().Role == role.Active
 	})
 	// A window no confirmation can meet: the leader acts on nothing.
-	if st := h.node(leader).Acting(0).Current(); st.Role != role.Detached {
-		t.Fatalf("Acting(0) on the leader: %v, want detached", st.Role)
+	if st := h.node(leader).Acting(0).Current(); st.Role != role.Detached || !st.Unconfirmed || !st.Leading() {
+		t.Fatalf("Acting(0) on the leader: %+v, want detached, unconfirmed, still leading", st)
 	}
 	for _, id := range []string{"a", "b"} {
 		if id != leader {
 			if got, want := h.node(id).Acting(time.Hour).Current().Role, h.node(id).Role().Current().Role; got != want {
 				t.Fatalf("Acting on follower %s: %v, want the stream's %v", id, got, want)
+			}
+			if st := h.node(id).Acting(0).Current(); st.Unconfirmed || st.Leading() {
+				t.Fatalf("Acting(0) on follower %s: %+v, want neither unconfirmed nor leading", id, st)
 			}
 		}
 	}

@@ -81,7 +81,21 @@ type State struct {
 	// health (OPC UA ServiceLevel) that the node is taking part in an
 	// election, not cut off or stopping.
 	Electing bool `json:"electing,omitempty"`
+	// Unconfirmed is set on a Detached state that is the raft leader's
+	// whose last quorum confirmation is late (raftnode's Acting view
+	// turns Active into it): side effects outside the cluster wait, but
+	// the node still leads, and work that commits through raft, which
+	// needs the quorum anyway, may go on (Leading).
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
 }
+
+// Leading reports whether the node leads the cluster as far as it knows:
+// Active, or Active with its quorum confirmation late. Parts whose work
+// only ever commits through raft (tag and alarm history enqueues) follow
+// it, so a confirmation that is late for a moment, which publishes no role
+// change and so replays nothing afterwards, does not drop what arrives in
+// that moment. Side effects outside the cluster follow Role == Active.
+func (s State) Leading() bool { return s.Role == Active || s.Unconfirmed }
 
 // Broadcaster hands the newest State to every watcher. Watchers that fall
 // behind skip intermediate states: a role consumer only ever needs the latest.

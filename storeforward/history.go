@@ -19,6 +19,7 @@ import (
 	"github.com/scadad/scadad/internal/backoff"
 	"github.com/scadad/scadad/internal/clock"
 	"github.com/scadad/scadad/internal/numeric"
+	"github.com/scadad/scadad/role"
 )
 
 // HistoryRule forwards values of selected attributes to a target through
@@ -128,12 +129,13 @@ type HistoryOptions struct {
 	// RetryFloor and RetryMax bound the wait before re-enqueueing a batch
 	// whose enqueue failed. Defaults 100 ms and 10 s.
 	RetryFloor, RetryMax time.Duration
-	// Active reports whether this node forwards history now (the daemon:
-	// it is the Active node). A sampling rule samples only while it does
-	// and forgets the values it holds when it does not, so a node that
-	// becomes Active again samples only values it received since. Nil
-	// means always.
-	Active func() bool
+	// Roles says whether this node forwards history now: while it leads
+	// (role.State.Leading: Active, or Active with its quorum
+	// confirmation late for a moment, which its enqueues wait out). A
+	// sampling rule samples only while it does and forgets the values it
+	// holds when it does not, so a node that becomes Active again samples
+	// only values it received since. Nil means always.
+	Roles CurrentRole
 	// Metrics counts forwarded and dropped values (nil: none).
 	Metrics *Metrics
 	Clock   clock.Clock
@@ -221,10 +223,18 @@ func NewHistoryForwarder(opts HistoryOptions) (*HistoryForwarder, error) {
 	if opts.Jitter == nil {
 		opts.Jitter = defaultJitter
 	}
-	if opts.Active == nil {
-		opts.Active = func() bool { return true }
-	}
 	return &HistoryForwarder{opts: opts, updates: make(chan TagUpdate, opts.Buffer)}, nil
+}
+
+// CurrentRole is the role a history forwarder follows; a role.Source
+// (the daemon's acting view) satisfies it.
+type CurrentRole interface {
+	Current() role.State
+}
+
+// leading reports whether the node forwards history now (Roles).
+func (h *HistoryForwarder) leading() bool {
+	return h.opts.Roles == nil || h.opts.Roles.Current().Leading()
 }
 
 // Offer hands an update over without blocking; false means the buffer was
@@ -461,7 +471,7 @@ func (h *HistoryForwarder) Run(ctx context.Context) error {
 			}
 			for _, rs := range rules {
 				if !rs.nextSample.IsZero() && !now.Before(rs.nextSample) {
-					rs.sample(now, h.opts.Active(), flush)
+					rs.sample(now, h.leading(), flush)
 				}
 				if !rs.deadline.IsZero() && !now.Before(rs.deadline) {
 					flush(rs)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 
 	"github.com/scadad/scadad/internal/clock/clocktest"
 	"github.com/scadad/scadad/internal/testwait"
+	"github.com/scadad/scadad/role"
+	"github.com/scadad/scadad/role/roletest"
 )
 
 type enqueueCall struct {
@@ -445,9 +446,8 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 	rec := &recordingEnqueuer{}
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clock.Now()
-	var active atomic.Bool
-	active.Store(true)
-	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Active: active.Load, Rules: []HistoryRule{{
+	roles := role.NewBroadcaster(role.State{Role: role.Active, Voters: 2})
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Roles: roles, Rules: []HistoryRule{{
 		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
 	}}})
 	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
@@ -462,11 +462,11 @@ func TestHistorySampleOnlyWhileActive(t *testing.T) {
 
 	// No longer Active: the next sample sends nothing and forgets the value.
 	// (A sample would arm its batch timer instead of the next tick's.)
-	active.Store(false)
+	roles.Publish(role.State{Role: role.Standby, Voters: 2})
 	advanceTo(start.Add(2 * time.Second))
 	testwait.For(t, 5*time.Second, "the 2 s tick done", func() bool { return clock.WaitingAt(start.Add(3 * time.Second)) })
 	// Active again without a new value: still nothing to sample.
-	active.Store(true)
+	roles.Publish(role.State{Role: role.Active, Voters: 2})
 	advanceTo(start.Add(3 * time.Second))
 	testwait.For(t, 5*time.Second, "the 3 s tick done", func() bool { return clock.WaitingAt(start.Add(4 * time.Second)) })
 	// A fresh value is sampled at the next tick.
@@ -644,5 +644,66 @@ func TestHistoryStopTakesOfferedUpdates(t *testing.T) {
 	}
 	if values != 3 {
 		t.Fatalf("%d of 3 offered values enqueued by a forwarder stopped before it took them in", values)
+	}
+}
+
+// A sampling rule keeps its values through a moment in which the Active's
+// quorum confirmation is late (the Active role is not lost, so nothing
+// replays the values afterwards): an attribute that does not change would
+// otherwise drop out of every later sample.
+func TestHistorySampleKeepsValuesThroughALateConfirmation(t *testing.T) {
+	rec := &recordingEnqueuer{}
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clock.Now()
+	roles := roletest.New(role.State{Role: role.Active, Voters: 2})
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Roles: roles, Rules: []HistoryRule{{
+		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
+	}}})
+	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
+	advanceTo := func(at time.Time) {
+		t.Helper()
+		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.WaitingAt(at) })
+		clock.Advance(at.Sub(clock.Now()))
+	}
+	advanceTo(start.Add(time.Second))
+	advanceTo(start.Add(time.Second + time.Millisecond))
+	testwait.For(t, 5*time.Second, "the 1 s sample", func() bool { return len(rec.snapshot()) == 1 })
+
+	roles.Late()
+	advanceTo(start.Add(2 * time.Second))
+	testwait.For(t, 5*time.Second, "the 2 s tick looking at the role", func() bool { return roles.Asked() > 0 })
+	roles.Confirmed()
+	// Run the forwarder's timers (a batch deadline after a sample, the
+	// next tick) up to the 3 s tick's batch.
+	steps := []time.Time{start.Add(2*time.Second + time.Millisecond), start.Add(3 * time.Second), start.Add(3*time.Second + time.Millisecond)}
+	for len(steps) > 0 && !clock.WaitingAt(start.Add(4*time.Second)) {
+		testwait.For(t, 5*time.Second, "the next timer", func() bool {
+			for _, at := range steps {
+				if clock.WaitingAt(at) {
+					return true
+				}
+			}
+			return clock.WaitingAt(start.Add(4 * time.Second))
+		})
+		for i, at := range steps {
+			if clock.WaitingAt(at) {
+				clock.Advance(at.Sub(clock.Now()))
+				steps = steps[i+1:]
+				break
+			}
+		}
+	}
+	testwait.For(t, 5*time.Second, "the 3 s tick done", func() bool { return clock.WaitingAt(start.Add(4 * time.Second)) })
+	var at3 bool
+	calls := rec.snapshot()
+	for _, c := range calls[1:] {
+		for _, v := range c.payload.Values {
+			if v.Instance+"."+v.Attribute == "P.a" && v.SampledAt.Equal(start.Add(3*time.Second)) {
+				at3 = true
+			}
+		}
+	}
+	if !at3 {
+		t.Fatalf("after a late confirmation at the 2 s tick, %d more batches and none sampled P.a at 3 s: the value was forgotten", len(calls)-1)
 	}
 }

@@ -69,7 +69,7 @@ func (d *daemon) startTagWorkers(enq storeforward.MessageEnqueuer, metrics *stor
 			}
 			h, err := storeforward.NewHistoryForwarder(storeforward.HistoryOptions{
 				Enqueuer: enq, Rules: historyRules(u.Site), Logger: log.With().Str("part", "history").Logger(),
-				Active:  func() bool { return roles.Current().Role == role.Active },
+				Roles:   roles,
 				Metrics: metrics,
 			})
 			if err != nil {

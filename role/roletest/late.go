@@ -11,8 +11,8 @@ import (
 	"github.com/scadad/scadad/role"
 )
 
-// LateConfirmation is a role.Broadcaster whose Current answers Detached
-// while the confirmation is late. Make one with New.
+// LateConfirmation is a role.Broadcaster whose Current answers Detached,
+// Unconfirmed, while the confirmation is late. Make one with New.
 type LateConfirmation struct {
 	*role.Broadcaster
 	late  atomic.Int64 // Current calls still to answer Detached (≤ 0: none)
@@ -41,7 +41,7 @@ func (l *LateConfirmation) Current() role.State {
 	s := l.Broadcaster.Current()
 	if l.late.Add(-1) >= 0 {
 		l.asked.Add(1)
-		s.Role = role.Detached
+		s.Role, s.Unconfirmed = role.Detached, true
 	}
 	return s
 }

@@ -13,8 +13,8 @@ func TestLateConfirmationAnswersDetachedOnlyWhileLate(t *testing.T) {
 	}
 	l.LateFor(2)
 	for i := range 2 {
-		if r := l.Current().Role; r != role.Detached {
-			t.Fatalf("late call %d: %v, want Detached", i+1, r)
+		if s := l.Current(); s.Role != role.Detached || !s.Unconfirmed {
+			t.Fatalf("late call %d: %+v, want Detached and Unconfirmed", i+1, s)
 		}
 	}
 	if r := l.Current().Role; r != role.Active {
