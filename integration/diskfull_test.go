@@ -44,8 +44,24 @@ func smallDisk(t *testing.T, c *testcluster.Cluster, active *testcluster.Node) (
 // returns the mount point; the test's cleanup kills the node and unmounts.
 func onSmallTmpfs(t *testing.T, c *testcluster.Cluster, victim *testcluster.Node, sub string, sizeMiB func(used int64) int64) string {
 	t.Helper()
+	return onOwnMount(t, c, victim, sub, func(dir string, used int64) error {
+		size := fmt.Sprintf("size=%dm", sizeMiB(used))
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", size, "tmpfs", dir).CombinedOutput(); err != nil {
+			return fmt.Errorf("%v %s", err, out)
+		}
+		return nil
+	})
+}
+
+// onOwnMount stops victim, moves the folder sub of its dir onto a file
+// system that mount mounts on it (given the MiB the folder holds) and
+// restarts it as a standby. It returns the mount point; the test's
+// cleanup kills the node and unmounts. A test that cannot mount here is
+// skipped.
+func onOwnMount(t *testing.T, c *testcluster.Cluster, victim *testcluster.Node, sub string, mount func(dir string, usedMiB int64) error) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
+		t.Skip("needs root to mount a file system of its own")
 	}
 	c.Stop(victim)
 	dir := filepath.Join(victim.Dir, sub)
@@ -61,9 +77,8 @@ func onSmallTmpfs(t *testing.T, c *testcluster.Cluster, victim *testcluster.Node
 	fmt.Sscan(string(out), &used)
 	os.RemoveAll(dir)
 	os.MkdirAll(dir, 0o750)
-	size := fmt.Sprintf("size=%dm", sizeMiB(used))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	if err := mount(dir, used); err != nil {
+		t.Skipf("cannot mount a file system on %s here: %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -59,6 +59,7 @@ type parallelLog struct {
 	store    logStableStore
 	parallel func() bool // whether this write may be queued (leader, other voters)
 	log      zerolog.Logger
+	watch    *storageWatch // the write to store in progress, for StorageStalled (nil: none)
 
 	mu          sync.Mutex
 	queued      []*raft.Log   // accepted, not yet synced, in index order
@@ -77,12 +78,12 @@ type parallelLog struct {
 // back on the clients, rather than the queue growing while a disk stalls.
 const maxQueuedBytes = 16 << 20
 
-func newParallelLog(store logStableStore, parallel func() bool, log zerolog.Logger) (*parallelLog, error) {
+func newParallelLog(store logStableStore, parallel func() bool, log zerolog.Logger, watch *storageWatch) (*parallelLog, error) {
 	last, err := store.LastIndex()
 	if err != nil {
 		return nil, fmt.Errorf("read the raft log's last index: %w", err)
 	}
-	p := &parallelLog{store: store, parallel: parallel, log: log, changed: make(chan struct{})}
+	p := &parallelLog{store: store, parallel: parallel, log: log, watch: watch, changed: make(chan struct{})}
 	p.synced.Store(last)
 	return p, nil
 }
@@ -187,7 +188,7 @@ func (p *parallelLog) StoreLogs(logs []*raft.Log) error {
 	if err := p.flush(); err != nil {
 		return fmt.Errorf("raft log: an earlier write failed: %w", err)
 	}
-	if err := p.store.StoreLogs(logs); err != nil {
+	if err := p.storeWatched(logs); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -205,7 +206,7 @@ func (p *parallelLog) write() {
 	for len(p.queued) > 0 {
 		batch := p.queued
 		p.mu.Unlock()
-		err := p.store.StoreLogs(batch)
+		err := p.storeWatched(batch)
 		p.mu.Lock()
 		if err != nil {
 			// Raft believes these entries are stored; they are not, and a
@@ -228,6 +229,13 @@ func (p *parallelLog) write() {
 	}
 	p.writing = false
 	p.signalLocked()
+}
+
+// storeWatched writes logs to the store, recorded in watch while it runs.
+func (p *parallelLog) storeWatched(logs []*raft.Log) error {
+	p.watch.begin(logs[len(logs)-1].Index)
+	defer p.watch.end()
+	return p.store.StoreLogs(logs)
 }
 
 func dataBytes(logs []*raft.Log) int {
@@ -319,7 +327,8 @@ func (p *parallelLog) IsMonotonic() bool {
 // copy of them is synced (see parallelLog).
 type durableFSM struct {
 	FSM
-	log *parallelLog
+	log   *parallelLog
+	watch *storageWatch // the apply in progress, for StorageStalled
 }
 
 // durableBatchingFSM is durableFSM for an FSM that applies in batches.
@@ -329,8 +338,8 @@ type durableBatchingFSM struct {
 }
 
 // newDurableFSM wraps fsm, keeping raft's view of whether it batches.
-func newDurableFSM(fsm FSM, log *parallelLog) raft.FSM {
-	d := durableFSM{FSM: fsm, log: log}
+func newDurableFSM(fsm FSM, log *parallelLog, watch *storageWatch) raft.FSM {
+	d := durableFSM{FSM: fsm, log: log, watch: watch}
 	if b, ok := fsm.(raft.BatchingFSM); ok {
 		return durableBatchingFSM{durableFSM: d, batch: b}
 	}
@@ -347,13 +356,18 @@ func (d durableFSM) waitSynced(index uint64) {
 }
 
 func (d durableFSM) Apply(l *raft.Log) interface{} {
+	d.watch.begin(l.Index)
+	defer d.watch.end()
 	d.waitSynced(l.Index)
 	return d.FSM.Apply(l)
 }
 
 func (d durableBatchingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
-	if len(logs) > 0 {
-		d.waitSynced(logs[len(logs)-1].Index)
+	if len(logs) == 0 {
+		return d.batch.ApplyBatch(logs)
 	}
+	d.watch.begin(logs[len(logs)-1].Index)
+	defer d.watch.end()
+	d.waitSynced(logs[len(logs)-1].Index)
 	return d.batch.ApplyBatch(logs)
 }

@@ -80,7 +80,7 @@ func newLeadingLog(t *testing.T) (*parallelLog, *heldStore, *atomic.Bool) {
 	store := newHeldStore()
 	leading := &atomic.Bool{}
 	leading.Store(true)
-	p, err := newParallelLog(store, leading.Load, zerolog.Nop())
+	p, err := newParallelLog(store, leading.Load, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestParallelLogFailedWriteIsNeverSynced(t *testing.T) {
 
 func TestParallelLogClosedEndsWaits(t *testing.T) {
 	store := newHeldStore()
-	p, err := newParallelLog(store, func() bool { return false }, zerolog.Nop())
+	p, err := newParallelLog(store, func() bool { return false }, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestSequentialLeaderWriteReplicatesAfterTheLeadersCopy(t *testing.T) {
 
 func TestParallelLogQueueIsBounded(t *testing.T) {
 	store := newHeldStore()
-	p, err := newParallelLog(store, func() bool { return true }, zerolog.Nop())
+	p, err := newParallelLog(store, func() bool { return true }, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

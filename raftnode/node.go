@@ -83,6 +83,10 @@ type Node struct {
 	// leaderVerifiedAt is when a quorum last confirmed this node's
 	// leadership (unix nanoseconds; see verify.go).
 	leaderVerifiedAt atomic.Int64
+	// logWriting and applying are the raft log write and the state
+	// machine apply in progress, for StorageStalled.
+	logWriting storageWatch
+	applying   storageWatch
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -113,6 +117,8 @@ func New(cfg Config) (*Node, error) {
 		log:        log,
 		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Logger(), ""),
 		contact:    newContacts(cfg.Clock),
+		logWriting: storageWatch{clock: cfg.Clock},
+		applying:   storageWatch{clock: cfg.Clock},
 		bc:         role.NewBroadcaster(initial),
 		obsCh:      make(chan raft.Observation, 64),
 		removed:    make(map[string]bool),
@@ -325,7 +331,7 @@ func (n *Node) openStores() error {
 	if n.cfg.wrapLogStore != nil {
 		both = n.cfg.wrapLogStore(both)
 	}
-	lead, err := newParallelLog(both, n.leadingWithPeers, n.log)
+	lead, err := newParallelLog(both, n.leadingWithPeers, n.log, &n.logWriting)
 	if err != nil {
 		_ = store.Close()
 		return err
@@ -364,7 +370,7 @@ func (n *Node) startRaft() error {
 // startRaftWith is startRaft with a given raft configuration.
 func (n *Node) startRaftWith(rc *raft.Config) error {
 	trans := n.newTransport()
-	r, err := raft.NewRaft(rc, newDurableFSM(n.cfg.FSM, n.lead), n.logs, n.stable, n.snaps, trans)
+	r, err := raft.NewRaft(rc, newDurableFSM(n.cfg.FSM, n.lead, &n.applying), n.logs, n.stable, n.snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return fmt.Errorf("start raft: %w", err)

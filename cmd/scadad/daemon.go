@@ -408,7 +408,12 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 	stopErr := d.waitForStop(ctx, httpStopped, scrub)
 	log.Info().Msg("shutting down")
 	_, _ = sd.Notify(sddaemon.SdNotifyStopping)
-	d.handOver()
+	if !errors.Is(stopErr, raftnode.ErrStorageStalled) {
+		// A hand-over needs raft's leader loop and a commit, which
+		// stalled storage holds: stopping raft is what lets the other
+		// voter be elected.
+		d.handOver()
+	}
 	cancel()
 	if httpServer != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -482,13 +487,14 @@ func (d *daemon) startHTTP(srv *control.Server, sfHTTP fasthttp.RequestHandler, 
 	return httpServer, httpStopped, nil
 }
 
-// waitForStop waits until ctx ends, the HTTP server stops on its own, or
-// the state storage or the raft log fails (a damaged state file the
-// scrubber can rebuild from the cluster is no reason to stop), and says
-// why it stopped.
+// waitForStop waits until ctx ends, the HTTP server stops on its own, the
+// state storage or the raft log fails (a damaged state file the scrubber
+// can rebuild from the cluster is no reason to stop), or storage stalls,
+// and says why it stopped.
 func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *integrity.Scrubber) error {
 	var stopErr error
 	logFailed := watchFailure(d.runCtx, d.node.LogFailure)
+	storageStalled := watchFailure(d.runCtx, func() error { return d.node.StorageStalled(storageStallLimit) })
 wait:
 	for {
 		select {
@@ -506,6 +512,18 @@ wait:
 			// the leader sends it what it lacks.
 			stopErr = fmt.Errorf("raft log storage failed: %w", err)
 			d.log.Error().Err(err).Msg("raft log write failed; stopping so the service manager restarts scadad once the disk is writable again")
+		case err := <-storageStalled:
+			// A raft log write or an apply has hung (a disk that stopped
+			// answering). As the leader this node would keep the Active
+			// role without committing or applying anything, its heartbeats
+			// holding off every election; as a follower it stores nothing.
+			// Exit so the other voter is elected and the service manager
+			// restarts this one; the stop must not wait for the write that
+			// hangs.
+			stopErr = err
+			d.log.Error().Err(err).Dur("limit", storageStallLimit).
+				Msg("storage stalled; stopping so the other voter takes over and the service manager restarts scadad")
+			exitAfter(stallExitGrace, d.log)
 		case err := <-watchFailure(d.runCtx, d.state.Err):
 			// A damaged state file (bbolt panicked on a page) is rebuilt
 			// from the cluster where a majority can lead without it.
@@ -523,6 +541,25 @@ wait:
 		break wait
 	}
 	return stopErr
+}
+
+// storageStallLimit is how long a raft log write or an apply may run
+// before the node stops (raftnode.StorageStalled). No healthy one comes
+// near it: the longest hold is the hourly scrub's bbolt check, about 0.4 s
+// a GiB of state.
+const storageStallLimit = 30 * time.Second
+
+// stallExitGrace bounds the stop after stalled storage: closing the
+// stores waits for the write that hangs.
+const stallExitGrace = 10 * time.Second
+
+// exitAfter ends the process with status 1 if it has not ended within
+// grace, for a stop that storage which does not answer could hold up.
+func exitAfter(grace time.Duration, log zerolog.Logger) {
+	time.AfterFunc(grace, func() {
+		log.Error().Dur("grace", grace).Msg("the stop did not finish in time (storage does not answer); exiting")
+		os.Exit(1)
+	})
 }
 
 // handOver hands the Active role over before a planned stop.
