@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/role"
 )
@@ -12,6 +13,10 @@ import (
 // verifyInterval is how often a leader proves its leadership with a quorum
 // round trip (raft's VerifyLeader: a heartbeat answered by a majority).
 const verifyInterval = 50 * time.Millisecond
+
+// lateConfirmationWarn is how long a leader goes without a quorum
+// confirmation before verifyLoop says so.
+const lateConfirmationWarn = 2 * time.Second
 
 // verifyLoop keeps leaderVerifiedAt current while this node leads. A leader
 // that was frozen (SIGSTOP, a VM stall) wakes up still believing it leads
@@ -21,6 +26,7 @@ func (n *Node) verifyLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(verifyInterval)
 	defer tick.Stop()
+	var late lateConfirmation
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -29,9 +35,11 @@ func (n *Node) verifyLoop() {
 		}
 		r, _ := n.current()
 		if r == nil || r.State() != raft.Leader {
+			late = lateConfirmation{}
 			continue
 		}
 		started := n.cfg.Clock.Now()
+		late.leading(started)
 		done := make(chan error, 1)
 		go func() { done <- r.VerifyLeader().Error() }()
 		select {
@@ -40,13 +48,49 @@ func (n *Node) verifyLoop() {
 				// Leadership held at some instant after started: started is
 				// the conservative stamp.
 				n.stampVerified(started)
+				late.confirmed(started, n.log)
 			}
 		case <-time.After(time.Second):
 			// No quorum answered: leave the stamp to age.
 		case <-n.ctx.Done():
 			return
 		}
+		late.check(n.cfg.Clock.Now(), n.log, r)
 	}
+}
+
+// lateConfirmation is verifyLoop's account of one leadership: when a
+// quorum last confirmed it, and whether the lack of one has been logged.
+type lateConfirmation struct {
+	lastOK time.Time // the last confirmation begun, or when the leadership was first seen
+	warned bool
+}
+
+func (l *lateConfirmation) leading(now time.Time) {
+	if l.lastOK.IsZero() {
+		l.lastOK = now
+	}
+}
+
+func (l *lateConfirmation) confirmed(started time.Time, log zerolog.Logger) {
+	if l.warned {
+		log.Info().Dur("late_for", started.Sub(l.lastOK).Round(time.Millisecond)).
+			Msg("leadership confirmed by a quorum again; the Active acts again")
+	}
+	l.lastOK, l.warned = started, false
+}
+
+// check says once per late spell, past lateConfirmationWarn, that the
+// leader acts on nothing and what raft is waiting for.
+func (l *lateConfirmation) check(now time.Time, log zerolog.Logger, r *raft.Raft) {
+	if l.warned || now.Sub(l.lastOK) <= lateConfirmationWarn {
+		return
+	}
+	l.warned = true
+	stats := r.Stats()
+	log.Warn().Dur("unconfirmed_for", now.Sub(l.lastOK).Round(time.Millisecond)).
+		Str("fsm_pending", stats["fsm_pending"]).Str("commit_index", stats["commit_index"]).Str("applied_index", stats["applied_index"]).
+		Msg("leadership not confirmed by a quorum: deliveries, device writes and alarm records wait until it is. fsm_pending at 128 means the state machine is not keeping up (raft's leader loop waits for it); otherwise the other nodes are slow to answer")
 }
 
 // ActiveFresh reports whether this node is the leader and a quorum

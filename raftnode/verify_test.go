@@ -1,6 +1,9 @@
 package raftnode
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,4 +59,57 @@ func TestActingIsActiveOnlyWhileFresh(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A leader whose state machine falls behind far enough to hold raft's
+// leader loop gets no quorum confirmation, and so acts on nothing; it says
+// so, with what raft is waiting for, and says when it acts again.
+func TestALeaderWithoutConfirmationSaysSoAndWhy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
+	for _, id := range []string{"a", "b", "w"} {
+		h.start(id)
+	}
+	leader := h.waitOneActive(15 * time.Second)
+	h.apply(leader, "before")
+	f := h.fsms[leader]
+	f.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			f.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// More commits than raft's queue to the state machine holds (128
+	// batches), one at a time so each is a batch of its own.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			go func() { _, _ = h.node(leader).Apply(ctx, []byte(fmt.Sprint("v", i))) }()
+		}
+	}()
+	testwait.ForDetail(t, 15*time.Second, "the leader's warning", func() (bool, string) {
+		return strings.Contains(h.logs[leader].String(), "leadership not confirmed by a quorum"), ""
+	})
+	if logs := h.logs[leader].String(); !strings.Contains(logs, `"fsm_pending":"128"`) {
+		t.Fatalf("the warning does not show the state machine's full queue:\n%s", lastLines(logs, 5))
+	}
+	f.mu.Unlock()
+	locked = false
+	testwait.For(t, 15*time.Second, "the leader confirmed again", func() bool {
+		return strings.Contains(h.logs[leader].String(), "leadership confirmed by a quorum again")
+	})
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
