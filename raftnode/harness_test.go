@@ -367,6 +367,31 @@ func (h *harness) waitOneActive(timeout time.Duration) string {
 	return active
 }
 
+// holdApplies makes id's state machine hold every apply (a disk that
+// stopped answering) until the returned func, or the test's end,
+// releases it.
+func (h *harness) holdApplies(id string) (release func()) {
+	f := h.fsms[id]
+	f.mu.Lock()
+	var once sync.Once
+	release = func() { once.Do(f.mu.Unlock) }
+	h.t.Cleanup(release)
+	return release
+}
+
+// threeNodes starts two voters and a witness, waits for a leader and
+// applies one entry through it; it returns the harness and the leader.
+func threeNodes(t *testing.T) (*harness, string) {
+	t.Helper()
+	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
+	for _, id := range []string{"a", "b", "w"} {
+		h.start(id)
+	}
+	leader := h.waitOneActive(15 * time.Second)
+	h.apply(leader, "before")
+	return h, leader
+}
+
 func (h *harness) apply(id, cmd string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -22,26 +22,14 @@ import (
 // the apply returns.
 func TestStorageStalledReportsAStateMachineThatStoppedAnswering(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
-	for _, id := range []string{"a", "b", "w"} {
-		h.start(id)
-	}
-	leader := h.waitOneActive(15 * time.Second)
-	h.apply(leader, "before")
+	h, leader := threeNodes(t)
 	for _, id := range []string{"a", "b", "w"} {
 		if err := h.node(id).StorageStalled(300 * time.Millisecond); err != nil {
 			t.Fatalf("%s with nothing being applied: %v", id, err)
 		}
 	}
 
-	f := h.fsms[leader]
-	f.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			f.mu.Unlock()
-		}
-	}()
+	release := h.holdApplies(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	applied := make(chan error, 1)
@@ -67,8 +55,7 @@ func TestStorageStalledReportsAStateMachineThatStoppedAnswering(t *testing.T) {
 		}
 	}
 
-	f.mu.Unlock()
-	locked = false
+	release()
 	if err := <-applied; err != nil {
 		t.Fatalf("the held apply, once released: %v", err)
 	}

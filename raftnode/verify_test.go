@@ -66,20 +66,8 @@ func TestActingIsActiveOnlyWhileFresh(t *testing.T) {
 // so, with what raft is waiting for, and says when it acts again.
 func TestALeaderWithoutConfirmationSaysSoAndWhy(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
-	for _, id := range []string{"a", "b", "w"} {
-		h.start(id)
-	}
-	leader := h.waitOneActive(15 * time.Second)
-	h.apply(leader, "before")
-	f := h.fsms[leader]
-	f.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			f.mu.Unlock()
-		}
-	}()
+	h, leader := threeNodes(t)
+	release := h.holdApplies(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// More commits than raft's queue to the state machine holds (128
@@ -102,8 +90,7 @@ func TestALeaderWithoutConfirmationSaysSoAndWhy(t *testing.T) {
 	if logs := h.logs[leader].String(); !strings.Contains(logs, `"fsm_pending":"128"`) {
 		t.Fatalf("the warning does not show the state machine's full queue:\n%s", lastLines(logs, 5))
 	}
-	f.mu.Unlock()
-	locked = false
+	release()
 	testwait.For(t, 15*time.Second, "the leader confirmed again", func() bool {
 		return strings.Contains(h.logs[leader].String(), "leadership confirmed by a quorum again")
 	})

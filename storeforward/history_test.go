@@ -443,22 +443,9 @@ func TestHistorySampleDeadbandAndBatchLimit(t *testing.T) {
 }
 
 func TestHistorySampleOnlyWhileActive(t *testing.T) {
-	rec := &recordingEnqueuer{}
-	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	start := clock.Now()
 	roles := role.NewBroadcaster(role.State{Role: role.Active, Voters: 2})
-	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Roles: roles, Rules: []HistoryRule{{
-		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
-	}}})
-	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
-	advanceTo := func(at time.Time) {
-		t.Helper()
-		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.WaitingAt(at) })
-		clock.Advance(at.Sub(clock.Now()))
-	}
-	advanceTo(start.Add(time.Second))
-	advanceTo(start.Add(time.Second + time.Millisecond))
-	testwait.For(t, 5*time.Second, "the sample while Active", func() bool { return len(rec.snapshot()) == 1 })
+	rec, clock, fwd, advanceTo := startSampledOnce(t, roles)
+	start := clock.Now().Add(-time.Second - time.Millisecond)
 
 	// No longer Active: the next sample sends nothing and forgets the value.
 	// (A sample would arm its batch timer instead of the next tick's.)
@@ -652,22 +639,9 @@ func TestHistoryStopTakesOfferedUpdates(t *testing.T) {
 // replays the values afterwards): an attribute that does not change would
 // otherwise drop out of every later sample.
 func TestHistorySampleKeepsValuesThroughALateConfirmation(t *testing.T) {
-	rec := &recordingEnqueuer{}
-	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	start := clock.Now()
 	roles := roletest.New(role.State{Role: role.Active, Voters: 2})
-	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Roles: roles, Rules: []HistoryRule{{
-		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
-	}}})
-	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
-	advanceTo := func(at time.Time) {
-		t.Helper()
-		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.WaitingAt(at) })
-		clock.Advance(at.Sub(clock.Now()))
-	}
-	advanceTo(start.Add(time.Second))
-	advanceTo(start.Add(time.Second + time.Millisecond))
-	testwait.For(t, 5*time.Second, "the 1 s sample", func() bool { return len(rec.snapshot()) == 1 })
+	rec, clock, _, advanceTo := startSampledOnce(t, roles)
+	start := clock.Now().Add(-time.Second - time.Millisecond)
 
 	roles.Late()
 	advanceTo(start.Add(2 * time.Second))
@@ -706,4 +680,29 @@ func TestHistorySampleKeepsValuesThroughALateConfirmation(t *testing.T) {
 	if !at3 {
 		t.Fatalf("after a late confirmation at the 2 s tick, %d more batches and none sampled P.a at 3 s: the value was forgotten", len(calls)-1)
 	}
+}
+
+// startSampledOnce starts a forwarder with one rule sampling every second
+// on a fake clock, following roles, offers it P.a = 1 and runs the clock
+// to the first sample's batch (1 s and 1 ms in), which it waits for. It
+// returns what advanceTo(at) needs: the clock run to at once a timer
+// waits there.
+func startSampledOnce(t *testing.T, roles CurrentRole) (*recordingEnqueuer, *clocktest.Fake, *HistoryForwarder, func(time.Time)) {
+	t.Helper()
+	rec := &recordingEnqueuer{}
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clock.Now()
+	fwd := startHistory(t, HistoryOptions{Enqueuer: rec, Clock: clock, Roles: roles, Rules: []HistoryRule{{
+		Name: "r", Target: "up", SampleInterval: time.Second, MaxBatch: 100, MaxBatchDelay: time.Millisecond,
+	}}})
+	offerAll(t, fwd, TagUpdate{Instance: "P", Attribute: "a", Value: 1.0, Quality: "good"})
+	advanceTo := func(at time.Time) {
+		t.Helper()
+		testwait.For(t, 5*time.Second, "the timer", func() bool { return clock.WaitingAt(at) })
+		clock.Advance(at.Sub(clock.Now()))
+	}
+	advanceTo(start.Add(time.Second))
+	advanceTo(start.Add(time.Second + time.Millisecond))
+	testwait.For(t, 5*time.Second, "the first sample", func() bool { return len(rec.snapshot()) == 1 })
+	return rec, clock, fwd, advanceTo
 }
