@@ -494,7 +494,7 @@ func (d *daemon) startHTTP(srv *control.Server, sfHTTP fasthttp.RequestHandler, 
 func (d *daemon) waitForStop(ctx context.Context, httpStopped <-chan error, scrub *integrity.Scrubber) error {
 	var stopErr error
 	logFailed := watchFailure(d.runCtx, d.node.LogFailure)
-	storageStalled := watchFailure(d.runCtx, func() error { return d.node.StorageStalled(storageStallLimit) })
+	storageStalled := watchFailure(d.runCtx, lasting(stallConfirm, time.Now, func() error { return d.node.StorageStalled(storageStallLimit) }))
 wait:
 	for {
 		select {
@@ -548,6 +548,32 @@ wait:
 // near it: the longest hold is the hourly scrub's bbolt check, about 0.4 s
 // a GiB of state.
 const storageStallLimit = 30 * time.Second
+
+// stallConfirm is how long a stall must go on being seen before the node
+// stops on it: a write in progress when the process was paused (SIGSTOP,
+// a VM stall) looks overdue on waking until it returns, which it then
+// does at once.
+const stallConfirm = 2 * time.Second
+
+// lasting is failed that reports an error only once every look has found
+// one for at least d (watchFailure looks every 250 ms).
+func lasting(d time.Duration, now func() time.Time, failed func() error) func() error {
+	var since time.Time
+	return func() error {
+		err := failed()
+		if err == nil {
+			since = time.Time{}
+			return nil
+		}
+		if since.IsZero() {
+			since = now()
+		}
+		if now().Sub(since) < d {
+			return nil
+		}
+		return err
+	}
+}
 
 // stallExitGrace bounds the stop after stalled storage: closing the
 // stores waits for the write that hangs.
