@@ -327,8 +327,14 @@ func (p *parallelLog) IsMonotonic() bool {
 // copy of them is synced (see parallelLog).
 type durableFSM struct {
 	FSM
-	log   *parallelLog
-	watch *storageWatch // the apply in progress, for StorageStalled
+	log     *parallelLog
+	watches fsmWatches
+}
+
+// fsmWatches record the calls into the FSM that write its state file, for
+// StorageStalled.
+type fsmWatches struct {
+	applying, snapshotting *storageWatch
 }
 
 // durableBatchingFSM is durableFSM for an FSM that applies in batches.
@@ -338,8 +344,8 @@ type durableBatchingFSM struct {
 }
 
 // newDurableFSM wraps fsm, keeping raft's view of whether it batches.
-func newDurableFSM(fsm FSM, log *parallelLog, watch *storageWatch) raft.FSM {
-	d := durableFSM{FSM: fsm, log: log, watch: watch}
+func newDurableFSM(fsm FSM, log *parallelLog, watches fsmWatches) raft.FSM {
+	d := durableFSM{FSM: fsm, log: log, watches: watches}
 	if b, ok := fsm.(raft.BatchingFSM); ok {
 		return durableBatchingFSM{durableFSM: d, batch: b}
 	}
@@ -356,18 +362,26 @@ func (d durableFSM) waitSynced(index uint64) {
 }
 
 func (d durableFSM) Apply(l *raft.Log) interface{} {
-	d.watch.begin(l.Index)
-	defer d.watch.end()
+	d.watches.applying.begin(l.Index)
+	defer d.watches.applying.end()
 	d.waitSynced(l.Index)
 	return d.FSM.Apply(l)
+}
+
+// Snapshot commits the FSM's held write transaction (fsm.FSM's
+// OpenSnapshot) on raft's FSM goroutine, as an apply does.
+func (d durableFSM) Snapshot() (raft.FSMSnapshot, error) {
+	d.watches.snapshotting.begin(0)
+	defer d.watches.snapshotting.end()
+	return d.FSM.Snapshot()
 }
 
 func (d durableBatchingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if len(logs) == 0 {
 		return d.batch.ApplyBatch(logs)
 	}
-	d.watch.begin(logs[len(logs)-1].Index)
-	defer d.watch.end()
+	d.watches.applying.begin(logs[len(logs)-1].Index)
+	defer d.watches.applying.end()
 	d.waitSynced(logs[len(logs)-1].Index)
 	return d.batch.ApplyBatch(logs)
 }

@@ -83,10 +83,12 @@ type Node struct {
 	// leaderVerifiedAt is when a quorum last confirmed this node's
 	// leadership (unix nanoseconds; see verify.go).
 	leaderVerifiedAt atomic.Int64
-	// logWriting and applying are the raft log write and the state
-	// machine apply in progress, for StorageStalled.
-	logWriting storageWatch
-	applying   storageWatch
+	// logWriting, applying and snapshotting are the raft log write, the
+	// state machine apply and its snapshot in progress, for
+	// StorageStalled.
+	logWriting   storageWatch
+	applying     storageWatch
+	snapshotting storageWatch
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -113,17 +115,18 @@ func New(cfg Config) (*Node, error) {
 	// ScadadEpochRaised alert).
 	initial := role.State{Role: role.Detached, NodeID: cfg.NodeID, Epoch: role.Epoch{Cluster: cfg.FSM.ClusterEpoch()}}
 	n := &Node{
-		cfg:        cfg,
-		log:        log,
-		hlog:       newHclogAdapter(cfg.Logger.With().Str("component", "raft").Logger(), ""),
-		contact:    newContacts(cfg.Clock),
-		logWriting: storageWatch{clock: cfg.Clock},
-		applying:   storageWatch{clock: cfg.Clock},
-		bc:         role.NewBroadcaster(initial),
-		obsCh:      make(chan raft.Observation, 64),
-		removed:    make(map[string]bool),
-		reachable:  make(map[string]peerStatus),
-		splitBrain: make(map[string]peerStatus),
+		cfg:          cfg,
+		log:          log,
+		hlog:         newHclogAdapter(cfg.Logger.With().Str("component", "raft").Logger(), ""),
+		contact:      newContacts(cfg.Clock),
+		logWriting:   storageWatch{clock: cfg.Clock},
+		applying:     storageWatch{clock: cfg.Clock},
+		snapshotting: storageWatch{clock: cfg.Clock},
+		bc:           role.NewBroadcaster(initial),
+		obsCh:        make(chan raft.Observation, 64),
+		removed:      make(map[string]bool),
+		reachable:    make(map[string]peerStatus),
+		splitBrain:   make(map[string]peerStatus),
 
 		reachableSince: make(map[string]time.Time),
 	}
@@ -370,7 +373,7 @@ func (n *Node) startRaft() error {
 // startRaftWith is startRaft with a given raft configuration.
 func (n *Node) startRaftWith(rc *raft.Config) error {
 	trans := n.newTransport()
-	r, err := raft.NewRaft(rc, newDurableFSM(n.cfg.FSM, n.lead, &n.applying), n.logs, n.stable, n.snaps, trans)
+	r, err := raft.NewRaft(rc, newDurableFSM(n.cfg.FSM, n.lead, fsmWatches{applying: &n.applying, snapshotting: &n.snapshotting}), n.logs, n.stable, n.snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return fmt.Errorf("start raft: %w", err)

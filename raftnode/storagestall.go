@@ -9,8 +9,8 @@ import (
 	"github.com/scadad/scadad/internal/clock"
 )
 
-// ErrStorageStalled: a write to this node's raft log, or an apply to its
-// state machine, has not returned for longer than the caller's limit (a
+// ErrStorageStalled: a write to this node's raft log, or an apply or a
+// snapshot of its state machine, has not returned for longer than the caller's limit (a
 // disk that stopped answering). Nothing in raft ends that on a leader: its
 // replication goroutines go on sending heartbeats, so no other node is
 // elected, while it commits nothing (a commit waits for the leader's own
@@ -22,7 +22,8 @@ import (
 var ErrStorageStalled = errors.New("this node's storage has stopped answering")
 
 // storageWatch records the storage operation in progress of one kind
-// (raft log writes, state machine applies), for StorageStalled.
+// (raft log writes, state machine applies, its snapshots), for
+// StorageStalled.
 type storageWatch struct {
 	clock clock.Clock
 	since atomic.Int64  // unix nanoseconds the current operation began; 0 when none runs
@@ -56,9 +57,10 @@ func (w *storageWatch) overdue(limit time.Duration) (age time.Duration, index ui
 	return age, w.index.Load(), age > limit
 }
 
-// StorageStalled reports, wrapping ErrStorageStalled, a raft log write or
-// a state machine apply that has run longer than limit. Nil while both
-// come back within limit, and when neither is in progress.
+// StorageStalled reports, wrapping ErrStorageStalled, a raft log write, a
+// state machine apply or a state machine snapshot that has run longer
+// than limit. Nil while they come back within limit, and when none is in
+// progress.
 func (n *Node) StorageStalled(limit time.Duration) error {
 	if age, index, ok := n.logWriting.overdue(limit); ok {
 		return fmt.Errorf("%w: the raft log write of entries up to index %d has not returned for %s (limit %s)",
@@ -67,6 +69,10 @@ func (n *Node) StorageStalled(limit time.Duration) error {
 	if age, index, ok := n.applying.overdue(limit); ok {
 		return fmt.Errorf("%w: the apply of entries up to index %d has not returned for %s (limit %s): the state file's disk, or the raft log's, does not answer",
 			ErrStorageStalled, index, age.Round(time.Millisecond), limit)
+	}
+	if age, _, ok := n.snapshotting.overdue(limit); ok {
+		return fmt.Errorf("%w: the state machine's snapshot (a commit of its state file) has not returned for %s (limit %s)",
+			ErrStorageStalled, age.Round(time.Millisecond), limit)
 	}
 	return nil
 }

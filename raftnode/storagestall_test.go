@@ -107,3 +107,40 @@ func TestStorageStalledReportsALogWriteThatDoesNotReturn(t *testing.T) {
 		}
 	}
 }
+
+// heldSnapshotFSM is a test FSM whose Snapshot waits for gate, as the real
+// FSM's commit of its held write transaction waits on a disk that does
+// not answer.
+type heldSnapshotFSM struct {
+	*testFSM
+	gate chan struct{}
+}
+
+func (f heldSnapshotFSM) Snapshot() (raft.FSMSnapshot, error) {
+	<-f.gate
+	return f.testFSM.Snapshot()
+}
+
+// A state machine snapshot that does not return holds raft's FSM
+// goroutine as a hung apply does (every apply queues behind it) while no
+// apply is in progress; it is reported too.
+func TestStorageStalledReportsASnapshotThatDoesNotReturn(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC))
+	n := &Node{cfg: Config{Clock: clk}, logWriting: storageWatch{clock: clk}, applying: storageWatch{clock: clk}, snapshotting: storageWatch{clock: clk}}
+	held := heldSnapshotFSM{testFSM: &testFSM{}, gate: make(chan struct{})}
+	fsm := newDurableFSM(held, nil, fsmWatches{applying: &n.applying, snapshotting: &n.snapshotting})
+	done := make(chan error, 1)
+	go func() { _, err := fsm.Snapshot(); done <- err }()
+	testwait.For(t, 5*time.Second, "the snapshot begun", func() bool { return n.snapshotting.since.Load() != 0 })
+	clk.Advance(time.Second + time.Millisecond)
+	if err := n.StorageStalled(time.Second); !errors.Is(err, ErrStorageStalled) || !strings.Contains(err.Error(), "snapshot") {
+		t.Fatalf("a snapshot past the limit: %v, want ErrStorageStalled naming the snapshot", err)
+	}
+	close(held.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.StorageStalled(time.Second); err != nil {
+		t.Fatalf("after the snapshot returned: %v", err)
+	}
+}
