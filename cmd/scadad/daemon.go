@@ -513,7 +513,7 @@ wait:
 			stopErr = fmt.Errorf("raft log storage failed: %w", err)
 			d.log.Error().Err(err).Msg("raft log write failed; stopping so the service manager restarts scadad once the disk is writable again")
 		case err := <-storageStalled:
-			// A raft log write or an apply has hung (a disk that stopped
+			// A raft log write, an apply or a snapshot has hung (a disk that stopped
 			// answering). As the leader this node would keep the Active
 			// role without committing or applying anything, its heartbeats
 			// holding off every election; as a follower it stores nothing.
@@ -543,7 +543,7 @@ wait:
 	return stopErr
 }
 
-// storageStallLimit is how long a raft log write or an apply may run
+// storageStallLimit is how long a raft log write, an apply or a snapshot may run
 // before the node stops (raftnode.StorageStalled). No healthy one comes
 // near it: the longest hold is the hourly scrub's bbolt check, about 0.4 s
 // a GiB of state.
