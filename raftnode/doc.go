@@ -38,13 +38,13 @@
 //
 // A disk that hangs instead of failing leaves a leader that raft never
 // deposes: its replication goroutines keep heartbeating while it commits
-// nothing (a commit waits for its own copy) or applies nothing, and once
-// 128 batches wait for the FSM raft's leader loop, which answers
-// VerifyLeader and checks the leader lease, waits too. raftnode times each
-// raft log write, apply and snapshot of the FSM (storagestall.go) and reports one that
-// has not returned within the caller's limit (Node.StorageStalled); the
-// daemon stops on it. A leader that no quorum has confirmed for 2 s logs
-// it once, with raft's queue to the FSM, and again when it is confirmed.
+// nothing (a commit waits for its own copy) or applies nothing, and once 128
+// batches wait for the FSM raft's leader loop, which answers VerifyLeader and
+// checks the leader lease, waits too. raftnode times each raft log write,
+// apply and snapshot of the FSM (storagestall.go) and reports one that has not
+// returned within the caller's limit (Node.StorageStalled); the daemon stops
+// on it. A leader that no quorum has confirmed for 2 s logs it once, with
+// raft's queue to the FSM, and again when it is confirmed.
 //
 // # Override and rejoin
 //

@@ -514,12 +514,11 @@ wait:
 			d.log.Error().Err(err).Msg("raft log write failed; stopping so the service manager restarts scadad once the disk is writable again")
 		case err := <-storageStalled:
 			// A raft log write, an apply or a snapshot has hung (a disk that stopped
-			// answering). As the leader this node would keep the Active
-			// role without committing or applying anything, its heartbeats
-			// holding off every election; as a follower it stores nothing.
-			// Exit so the other voter is elected and the service manager
-			// restarts this one; the stop must not wait for the write that
-			// hangs.
+			// answering). As the leader this node would keep the Active role without
+			// committing or applying anything, its heartbeats holding off every
+			// election; as a follower it stores nothing. Exit so the other voter is
+			// elected and the service manager restarts this one; the stop must not wait
+			// for the write that hangs.
 			stopErr = err
 			d.log.Error().Err(err).Dur("limit", storageStallLimit).
 				Msg("storage stalled; stopping so the other voter takes over and the service manager restarts scadad")
@@ -543,10 +542,10 @@ wait:
 	return stopErr
 }
 
-// storageStallLimit is how long a raft log write, an apply or a snapshot may run
-// before the node stops (raftnode.StorageStalled). No healthy one comes
-// near it: the longest hold is the hourly scrub's bbolt check, about 0.4 s
-// a GiB of state.
+// storageStallLimit is how long a raft log write, an apply or a snapshot may
+// run before the node stops (raftnode.StorageStalled). No healthy one comes
+// near it: the longest hold is the hourly scrub's bbolt check, about 0.4 s a
+// GiB of state.
 const storageStallLimit = 30 * time.Second
 
 // stallConfirm is how long a stall must go on being seen before the node
