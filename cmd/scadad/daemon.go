@@ -513,12 +513,12 @@ wait:
 			stopErr = fmt.Errorf("raft log storage failed: %w", err)
 			d.log.Error().Err(err).Msg("raft log write failed; stopping so the service manager restarts scadad once the disk is writable again")
 		case err := <-storageStalled:
-			// A raft log write, an apply or a snapshot has hung (a disk that stopped
-			// answering). As the leader this node would keep the Active role without
-			// committing or applying anything, its heartbeats holding off every
-			// election; as a follower it stores nothing. Exit so the other voter is
-			// elected and the service manager restarts this one; the stop must not wait
-			// for the write that hangs.
+			// A raft log write, an apply or a snapshot has hung (a disk that
+			// stopped answering). As the leader this node would keep the Active
+			// role without committing or applying anything, its heartbeats
+			// holding off every election; as a follower it stores nothing. Exit
+			// so the other voter is elected and the service manager restarts
+			// this one; the stop must not wait for the write that hangs.
 			stopErr = err
 			d.log.Error().Err(err).Dur("limit", storageStallLimit).
 				Msg("storage stalled; stopping so the other voter takes over and the service manager restarts scadad")
