@@ -122,3 +122,39 @@ func TestAHungDiskUnderTheActiveHandsTheRoleOver(t *testing.T) {
 		t.Logf("delivered more than once (allowed, at least once): %v", dup)
 	}
 }
+
+// TestAHungDiskUnderTheStandbyLeavesTheActiveServing freezes the file
+// system under the Standby's data folder: the Active goes on acknowledging
+// with the witness, the Standby stops itself (its raft log write hangs),
+// and once the disk answers and the service manager starts it again it
+// catches up; nothing acknowledged is lost.
+func TestAHungDiskUnderTheStandbyLeavesTheActiveServing(t *testing.T) {
+	c, sink := sfSetup(t, 1000)
+	active := waitOneActive(t, c, 10*time.Second)
+	victim := otherVoter(t, c, active)
+	freeze := onFreezableDisk(t, c, victim, 150*time.Second)
+	thaw := freeze()
+	frozenAt := time.Now()
+	acked := map[string]bool{}
+	during := seqIDs("during", 40)
+	enqueueAll(t, active, during, []byte("x"))
+	for _, id := range during {
+		acked[id] = true
+	}
+	t.Logf("%d messages acknowledged by %s in %s with %s's disk frozen", len(during), active.ID, time.Since(frozenAt).Round(time.Millisecond), victim.ID)
+	testwait.For(t, 60*time.Second, victim.ID+" stopping on its stalled storage", func() bool {
+		return strings.Contains(victim.LogTail(200), "storage stalled")
+	})
+	if h, ok := active.Health(); !ok || h.Role != "active" {
+		t.Fatalf("%s is %+v after the Standby's disk hung, want still active", active.ID, h)
+	}
+	thaw()
+	testwait.For(t, 30*time.Second, victim.ID+"'s process ended once its disk answered", victim.Exited)
+	if code := victim.ExitCode(); code == 0 {
+		t.Fatalf("%s exited with status 0 after stalled storage", victim.ID)
+	}
+	testwait.For(t, 60*time.Second, victim.ID+" restarted and caught up", func() bool { return caughtUp(t, c, active, victim) })
+	if dup := waitDelivered(t, sink, acked, 60*time.Second); len(dup) > 0 {
+		t.Logf("delivered more than once (allowed, at least once): %v", dup)
+	}
+}
