@@ -81,11 +81,11 @@ type State struct {
 	// health (OPC UA ServiceLevel) that the node is taking part in an
 	// election, not cut off or stopping.
 	Electing bool `json:"electing,omitempty"`
-	// Unconfirmed is set on a Detached state that is the raft leader's
-	// whose last quorum confirmation is late (raftnode's Acting view
-	// turns Active into it): side effects outside the cluster wait, but
-	// the node still leads, and work that commits through raft, which
-	// needs the quorum anyway, may go on (Leading).
+	// Unconfirmed marks the Detached state of a raft leader whose last
+	// quorum confirmation is late (raftnode's Acting view turns Active
+	// into it): side effects outside the cluster wait, but the node
+	// still leads, and work that commits through raft, which needs the
+	// quorum anyway, may go on (Leading).
 	Unconfirmed bool `json:"unconfirmed,omitempty"`
 }
 
