@@ -48,6 +48,10 @@ func historyPayload(t *fsmpb.AlarmTransition) ([]byte, error) {
 // logBatch is how many alarm log entries one step reads.
 const logBatch = 1000
 
+// unconfirmedRecheck is how soon followState looks again at a new Active
+// whose first quorum confirmation has not come yet.
+const unconfirmedRecheck = 100 * time.Millisecond
+
 // followState follows the replicated alarm state on every node: it keeps
 // the metrics and, on the Active only, emits each transition to the
 // alarm-history target once (from the replicated history mark after a
@@ -83,8 +87,7 @@ func (s *Service) followState(ctx context.Context) {
 		// The emit is an enqueue, committed only through the quorum: an
 		// Active whose confirmation is late for a moment still leads and
 		// goes on, since no role change follows that moment to look again.
-		allow = allow || st.Leading()
-		if !allow {
+		if !allow && !st.Leading() {
 			if wasActive {
 				s.log.Info().Msg("alarm history emit stops: no longer the Active")
 			}
@@ -93,6 +96,13 @@ func (s *Service) followState(ctx context.Context) {
 			continue
 		}
 		if !wasActive {
+			if !allow {
+				// A new Active starts (and records the limit alarms it
+				// evaluated before) once a quorum has confirmed it; look
+				// again soon, as nothing else may wake this loop.
+				retry = unconfirmedRecheck
+				continue
+			}
 			// A new Active starts from what the cluster knows was enqueued;
 			// anything the old Active enqueued after the mark is a
 			// duplicate id the buffer recognises.

@@ -491,3 +491,27 @@ func TestHistoryOfATransitionAppliedDuringALateConfirmationIsEnqueued(t *testing
 	roles.Confirmed()
 	testwait.For(t, 5*time.Second, "the ack's history enqueued with nothing else applied", func() bool { return len(q.stored()) == 2 })
 }
+
+// A node that becomes the Active while its first quorum confirmation is
+// still to come records the limit alarms it evaluated as a Standby once
+// the confirmation comes, without waiting for some later entry to be
+// applied.
+func TestANewActiveConfirmedLateRecordsItsLimitAlarms(t *testing.T) {
+	f := newFSM(t)
+	r := &localRaft{f: f}
+	roles := roletest.New(role.State{Role: role.Standby, Voters: 2})
+	rig := startService(t, f, r, roles.Broadcaster, &memQueue{ids: map[string]int{}}, func(o *Options) { o.Roles = roles })
+	if err := rig.svc.SetConfig(Config{HistoryTarget: "historian", Limits: []Limit{{ID: "L", Instance: "T", Attribute: "PV", Hi: &Threshold{10, 900}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rig.svc.TagUpdate("T", "PV", 20.0, true) // evaluated as a Standby, not recorded
+	roles.Late()
+	roles.Publish(active)
+	asked := roles.Asked()
+	if _, err := r.Propose(context.Background(), &fsmpb.Command{Body: &fsmpb.Command_Noop{Noop: &fsmpb.Noop{}}}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "the new Active looking at its role", func() bool { return roles.Asked() > asked })
+	roles.Confirmed()
+	testwait.For(t, 5*time.Second, "the limit alarm recorded once confirmed", func() bool { _, ok, _ := f.Alarm("L"); return ok })
+}
