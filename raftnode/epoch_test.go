@@ -46,7 +46,11 @@ func TestNextEpochIsAboveAndDistinctPerNode(t *testing.T) {
 // and ScadadEpochRaised (changes() over 15 minutes) fired for a restart.
 func TestRestartedNodePublishesItsEpochFromTheStart(t *testing.T) {
 	h := newHarness(t, ModePair, []string{"a", "b"}, "")
-	h.fsms["a"].epoch = 4
+	f := h.fsms["a"]
+	f.mu.Lock()
+	f.epoch = 4
+	f.showLocked()
+	f.mu.Unlock()
 	// No periodic re-evaluation during the check: only raft's own
 	// observations could publish before it.
 	h.tweak = func(c *Config) { c.RoleInterval = time.Hour }

@@ -34,6 +34,15 @@ type testFSM struct {
 	applied uint64
 	epoch   uint64
 	values  []string
+	// shown holds applied and epoch for the readers that, as on the real
+	// FSM (its Meta), never wait for an apply.
+	shownApplied, shownEpoch atomic.Uint64
+}
+
+// showLocked publishes applied and epoch; the caller holds mu.
+func (f *testFSM) showLocked() {
+	f.shownApplied.Store(f.applied)
+	f.shownEpoch.Store(f.epoch)
 }
 
 type testFSMState struct {
@@ -49,6 +58,7 @@ func (f *testFSM) Apply(l *raft.Log) interface{} {
 		return nil
 	}
 	f.applied = l.Index
+	defer f.showLocked()
 	cmd := string(l.Data)
 	if rest, ok := strings.CutPrefix(cmd, "epoch:"); ok {
 		e, err := strconv.ParseUint(rest, 10, 64)
@@ -78,26 +88,20 @@ func (f *testFSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied, f.epoch, f.values = st.Applied, st.Epoch, st.Values
+	f.showLocked()
 	return nil
 }
 
-func (f *testFSM) ClusterEpoch() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.epoch
-}
+func (f *testFSM) ClusterEpoch() uint64 { return f.shownEpoch.Load() }
 
-func (f *testFSM) AppliedIndex() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.applied
-}
+func (f *testFSM) AppliedIndex() uint64 { return f.shownApplied.Load() }
 
 // reset empties the FSM, as the real FSM's wipe does before a rejoin.
 func (f *testFSM) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied, f.epoch, f.values = 0, 0, nil
+	f.showLocked()
 }
 
 func (f *testFSM) Values() []string {

@@ -262,6 +262,11 @@ type Stats struct {
 	Voters       int
 	// OverridePending is set after an override until its epoch bump commits.
 	OverridePending bool
+	// Unconfirmed is how long this leader has gone without a quorum
+	// confirmation (a few tens of milliseconds while all is well; 0 on a
+	// node that does not lead). While it exceeds the acting window the
+	// Active acts on nothing.
+	Unconfirmed time.Duration
 }
 
 // shownIndexes are the commit and applied indexes Stats reports. Applied
@@ -290,6 +295,9 @@ func (n *Node) Stats() Stats {
 	}
 	st.State = r.State().String()
 	st.Term = r.CurrentTerm()
+	if since := n.leadingUnconfirmedSince.Load(); since != 0 && r.State() == raft.Leader {
+		st.Unconfirmed = max(n.cfg.Clock.Now().Sub(time.Unix(0, since)), 0)
+	}
 	var fsmApplied uint64
 	if n.cfg.AppliedIndex != nil {
 		fsmApplied = n.cfg.AppliedIndex()

@@ -36,10 +36,12 @@ func (n *Node) verifyLoop() {
 		r, _ := n.current()
 		if r == nil || r.State() != raft.Leader {
 			late = lateConfirmation{}
+			n.leadingUnconfirmedSince.Store(0)
 			continue
 		}
 		started := n.cfg.Clock.Now()
 		late.leading(started)
+		n.leadingUnconfirmedSince.Store(late.lastOK.UnixNano())
 		done := make(chan error, 1)
 		go func() { done <- r.VerifyLeader().Error() }()
 		select {
@@ -49,6 +51,7 @@ func (n *Node) verifyLoop() {
 				// the conservative stamp.
 				n.stampVerified(started)
 				late.confirmed(started, n.log)
+				n.leadingUnconfirmedSince.Store(started.UnixNano())
 			}
 		case <-time.After(time.Second):
 			// No quorum answered: leave the stamp to age.

@@ -90,9 +90,21 @@ func TestALeaderWithoutConfirmationSaysSoAndWhy(t *testing.T) {
 	if logs := h.logs[leader].String(); !strings.Contains(logs, `"fsm_pending":"128"`) {
 		t.Fatalf("the warning does not show the state machine's full queue:\n%s", lastLines(logs, 5))
 	}
+	if u := h.node(leader).Stats().Unconfirmed; u < lateConfirmationWarn {
+		t.Fatalf("Stats().Unconfirmed = %s after the warning, want at least %s", u, lateConfirmationWarn)
+	}
+	for id := range h.running() {
+		if u := h.node(id).Stats().Unconfirmed; id != leader && u != 0 {
+			t.Fatalf("follower %s: Stats().Unconfirmed = %s, want 0", id, u)
+		}
+	}
 	release()
 	testwait.For(t, 15*time.Second, "the leader confirmed again", func() bool {
 		return strings.Contains(h.logs[leader].String(), "leadership confirmed by a quorum again")
+	})
+	testwait.ForDetail(t, 5*time.Second, "Stats().Unconfirmed back under a second", func() (bool, string) {
+		u := h.node(leader).Stats().Unconfirmed
+		return u < time.Second, u.String()
 	})
 }
 

@@ -383,7 +383,7 @@ func runDaemon(ctx context.Context, cfg *nodeconfig.Config, log zerolog.Logger) 
 			case !s.LastContact.IsZero():
 				contact = time.Since(s.LastContact)
 			}
-			return st, statsSample{term: s.Term, commit: s.CommitIndex, applied: state.Meta().AppliedIndex, lastContact: contact}
+			return st, statsSample{term: s.Term, commit: s.CommitIndex, applied: state.Meta().AppliedIndex, lastContact: contact, unconfirmed: s.Unconfirmed}
 		})
 		return nil
 	})

@@ -21,6 +21,7 @@ type nodeMetrics struct {
 	appliedIndex prometheus.Gauge
 	clusterEpoch prometheus.Gauge
 	lastContact  prometheus.Gauge
+	unconfirmed  prometheus.Gauge
 	applyLatency prometheus.Histogram
 }
 
@@ -32,12 +33,14 @@ func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
 		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_fsm_applied_index", Help: "Last log index applied to the FSM."}),
 		clusterEpoch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_cluster_epoch", Help: "Cluster epoch (bumped by every availability override)."}),
 		lastContact:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_raft_last_contact_seconds", Help: "Time since the leader was last heard from (0 on the leader, -1 unknown)."}),
+		unconfirmed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "scadad_leader_unconfirmed_seconds",
+			Help: "On the leader, time since a quorum last confirmed its leadership (tens of milliseconds while all is well; past half a heartbeat timeout the Active acts on nothing); 0 elsewhere."}),
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "scadad_apply_seconds", Help: "Time from proposing a command on the leader to its FSM result (committed on a quorum and applied).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	reg.MustRegister(m.role, m.term, m.commitIndex, m.appliedIndex, m.clusterEpoch, m.lastContact, m.applyLatency,
+	reg.MustRegister(m.role, m.term, m.commitIndex, m.appliedIndex, m.clusterEpoch, m.lastContact, m.unconfirmed, m.applyLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -64,6 +67,7 @@ func (m *nodeMetrics) sampleEvery(ctx context.Context, d time.Duration, sample f
 		} else {
 			m.lastContact.Set(s.lastContact.Seconds())
 		}
+		m.unconfirmed.Set(s.unconfirmed.Seconds())
 		select {
 		case <-ctx.Done():
 			return
@@ -75,6 +79,7 @@ func (m *nodeMetrics) sampleEvery(ctx context.Context, d time.Duration, sample f
 type statsSample struct {
 	term, commit, applied uint64
 	lastContact           time.Duration
+	unconfirmed           time.Duration // raftnode.Stats.Unconfirmed
 }
 
 // timedNode is the Raft node with its applies timed: every command this
