@@ -83,9 +83,10 @@ type Node struct {
 	// leaderVerifiedAt is when a quorum last confirmed this node's
 	// leadership (unix nanoseconds; see verify.go).
 	leaderVerifiedAt atomic.Int64
-	// leadingUnconfirmedSince is verifyLoop's start of the current spell
-	// without a confirmation of this leadership (its last confirmation,
-	// or when it began to lead; unix nanoseconds), 0 when not leading.
+	// leadingUnconfirmedSince is the start of the current spell without a
+	// confirmation of this leadership (its last confirmation, or when it
+	// began to lead; unix nanoseconds), 0 when not leading: verifyLoop's
+	// lateConfirmation keeps it, Stats reads it.
 	leadingUnconfirmedSince atomic.Int64
 	// logWriting, applying and snapshotting are the raft log write, the
 	// state machine apply and its snapshot in progress, for

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -26,7 +27,7 @@ func (n *Node) verifyLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(verifyInterval)
 	defer tick.Stop()
-	var late lateConfirmation
+	late := lateConfirmation{lastOK: &n.leadingUnconfirmedSince}
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -35,13 +36,11 @@ func (n *Node) verifyLoop() {
 		}
 		r, _ := n.current()
 		if r == nil || r.State() != raft.Leader {
-			late = lateConfirmation{}
-			n.leadingUnconfirmedSince.Store(0)
+			late.notLeading()
 			continue
 		}
 		started := n.cfg.Clock.Now()
 		late.leading(started)
-		n.leadingUnconfirmedSince.Store(late.lastOK.UnixNano())
 		done := make(chan error, 1)
 		go func() { done <- r.VerifyLeader().Error() }()
 		select {
@@ -51,7 +50,6 @@ func (n *Node) verifyLoop() {
 				// the conservative stamp.
 				n.stampVerified(started)
 				late.confirmed(started, n.log)
-				n.leadingUnconfirmedSince.Store(started.UnixNano())
 			}
 		case <-time.After(time.Second):
 			// No quorum answered: leave the stamp to age.
@@ -65,33 +63,42 @@ func (n *Node) verifyLoop() {
 // lateConfirmation is verifyLoop's account of one leadership: when a
 // quorum last confirmed it, and whether the lack of one has been logged.
 type lateConfirmation struct {
-	lastOK time.Time // the last confirmation begun, or when the leadership was first seen
+	// lastOK is the last confirmation begun, or when the leadership was
+	// first seen (unix nanoseconds; 0 when not leading). It is the Node's
+	// leadingUnconfirmedSince, which Stats reads.
+	lastOK *atomic.Int64
 	warned bool
 }
 
-func (l *lateConfirmation) leading(now time.Time) {
-	if l.lastOK.IsZero() {
-		l.lastOK = now
-	}
+func (l *lateConfirmation) notLeading() {
+	l.lastOK.Store(0)
+	l.warned = false
 }
+
+func (l *lateConfirmation) leading(now time.Time) {
+	l.lastOK.CompareAndSwap(0, now.UnixNano())
+}
+
+func (l *lateConfirmation) since() time.Time { return time.Unix(0, l.lastOK.Load()) }
 
 func (l *lateConfirmation) confirmed(started time.Time, log zerolog.Logger) {
 	if l.warned {
-		log.Info().Dur("late_for", started.Sub(l.lastOK).Round(time.Millisecond)).
+		log.Info().Dur("late_for", started.Sub(l.since()).Round(time.Millisecond)).
 			Msg("leadership confirmed by a quorum again; the Active acts again")
 	}
-	l.lastOK, l.warned = started, false
+	l.lastOK.Store(started.UnixNano())
+	l.warned = false
 }
 
 // check says once per late spell, past lateConfirmationWarn, that the
 // leader acts on nothing and what raft is waiting for.
 func (l *lateConfirmation) check(now time.Time, log zerolog.Logger, r *raft.Raft) {
-	if l.warned || now.Sub(l.lastOK) <= lateConfirmationWarn {
+	if l.warned || now.Sub(l.since()) <= lateConfirmationWarn {
 		return
 	}
 	l.warned = true
 	stats := r.Stats()
-	log.Warn().Dur("unconfirmed_for", now.Sub(l.lastOK).Round(time.Millisecond)).
+	log.Warn().Dur("unconfirmed_for", now.Sub(l.since()).Round(time.Millisecond)).
 		Str("fsm_pending", stats["fsm_pending"]).Str("commit_index", stats["commit_index"]).Str("applied_index", stats["applied_index"]).
 		Msg("leadership not confirmed by a quorum: deliveries, device writes and alarm records wait until it is. fsm_pending at 128 means the state machine is not keeping up (raft's leader loop waits for it); otherwise the other nodes are slow to answer")
 }
