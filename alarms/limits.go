@@ -306,10 +306,6 @@ func (s *Service) TagUpdate(instance, attribute string, v any, good bool) {
 	s.limits.update(instance, attribute, v, good)
 }
 
-// emitLimit records a limit alarm's new level, on the Active only: every
-// node evaluates, one records.
-func (s *Service) emitLimit(c *fsmpb.AlarmCondition) { s.emit(c) }
-
 // RecordEvaluated proposes the current evaluation of every limit alarm;
 // a node that has just become Active calls it (the state then matches what
 // it evaluated while it was Standby; unchanged alarms make no transition).

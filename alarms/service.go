@@ -127,7 +127,9 @@ func New(opts Options) (*Service, error) {
 		opts.ProposeTimeout = 10 * time.Second
 	}
 	s := &Service{opts: opts, log: opts.Logger, queue: make(chan observation, queueLength), acker: opts.Acknowledger}
-	s.limits = newLimitEvaluator(opts.Clock, s.emitLimit)
+	// Every node evaluates the limit alarms; emit records a new level on
+	// the Active only.
+	s.limits = newLimitEvaluator(opts.Clock, s.emit)
 	return s, nil
 }
 

@@ -89,12 +89,7 @@ func TestWitnessClusterFormsOneActive(t *testing.T) {
 
 func TestLeaderShutdownElectsNewActive(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ModeWitness, []string{"a", "b", "w"}, "w")
-	for _, id := range []string{"a", "b", "w"} {
-		h.start(id)
-	}
-	old := h.waitOneActive(15 * time.Second)
-	h.apply(old, "before")
+	h, old := threeNodes(t)
 	start := time.Now()
 	h.kill(old)
 	next := h.waitOneActive(15 * time.Second)
