@@ -33,7 +33,8 @@ func TestStorageStalledReportsAStateMachineThatStoppedAnswering(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	applied := make(chan error, 1)
-	go func() { _, err := h.node(leader).Apply(ctx, []byte("stuck")); applied <- err }()
+	node := h.node(leader)
+	go func() { _, err := node.Apply(ctx, []byte("stuck")); applied <- err }()
 
 	var stalled error
 	testwait.For(t, 10*time.Second, "the leader's stalled apply reported", func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,20 +69,31 @@ func TestALeaderWithoutConfirmationSaysSoAndWhy(t *testing.T) {
 	t.Parallel()
 	h, leader := threeNodes(t)
 	release := h.holdApplies(leader)
+	node := h.node(leader)
+	// Every apply started here ends before the test does: the harness's
+	// cleanup stops the nodes, and none may be used after that.
+	var applies sync.WaitGroup
+	defer applies.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// More commits than raft's queue to the state machine holds (128
 	// batches), one at a time so each is a batch of its own.
 	stop := make(chan struct{})
 	defer close(stop)
+	applies.Add(1)
 	go func() {
+		defer applies.Done()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			go func() { _, _ = h.node(leader).Apply(ctx, []byte(fmt.Sprint("v", i))) }()
+			applies.Add(1)
+			go func() {
+				defer applies.Done()
+				_, _ = node.Apply(ctx, []byte(fmt.Sprint("v", i)))
+			}()
 		}
 	}()
 	testwait.ForDetail(t, 15*time.Second, "the leader's warning", func() (bool, string) {
