@@ -44,6 +44,12 @@ fuzz:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
+# Record cmd/scadad/default.pgo again, the CPU profile every build of
+# scadad is optimized with (bench/pgo.sh; docs/performance.md).
+.PHONY: pgo
+pgo:
+	bench/pgo.sh
+
 run-dev: build
 	./bin/scadad --dev
 
