@@ -293,9 +293,10 @@ func (n *Node) Stats() Stats {
 	if r == nil {
 		return st
 	}
-	st.State = r.State().String()
+	state := r.State()
+	st.State = state.String()
 	st.Term = r.CurrentTerm()
-	if since := n.leadingUnconfirmedSince.Load(); since != 0 && r.State() == raft.Leader {
+	if since := n.leadingUnconfirmedSince.Load(); since != 0 && state == raft.Leader {
 		st.Unconfirmed = max(n.cfg.Clock.Now().Sub(time.Unix(0, since)), 0)
 	}
 	var fsmApplied uint64

@@ -10,15 +10,15 @@ import (
 )
 
 // ErrStorageStalled: a write to this node's raft log, or an apply or a
-// snapshot of its state machine, has not returned for longer than the caller's limit (a
-// disk that stopped answering). Nothing in raft ends that on a leader: its
-// replication goroutines go on sending heartbeats, so no other node is
-// elected, while it commits nothing (a commit waits for the leader's own
-// copy, see parallelLog) or applies nothing; and hashicorp/raft's leader
-// loop, which answers VerifyLeader and checks the leader lease, waits for
-// room in the state machine's queue of 128 batches. The daemon stops the
-// process for the service manager to restart; the other voter is elected
-// once the heartbeats stop.
+// snapshot of its state machine, has not returned for longer than the
+// caller's limit (a disk that stopped answering). Nothing in raft ends
+// that on a leader: its replication goroutines go on sending heartbeats,
+// so no other node is elected, while it commits nothing (a commit waits
+// for the leader's own copy, see parallelLog) or applies nothing; and
+// hashicorp/raft's leader loop, which answers VerifyLeader and checks the
+// leader lease, waits for room in the state machine's queue of 128
+// batches. The daemon stops the process for the service manager to
+// restart; the other voter is elected once the heartbeats stop.
 var ErrStorageStalled = errors.New("this node's storage has stopped answering")
 
 // storageWatch records the storage operation in progress of one kind
