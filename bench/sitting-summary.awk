@@ -31,7 +31,7 @@ function row(label, ours, peer,    i, sr, sp, line, ok, lat, worse, missing) {
 		worse += lat
 	}
 	if (sp == 0) return
-	printf "%-44s %-28s sitting %.2f×  %s %s%s\n", label, line, sr / sp,
+	printf "%-48s %-28s sitting %.2f×  %s %s%s\n", label, line, sr / sp,
 		(ours ~ /\|1$/) ? "p50" : "p99", worse == 0 ? "at or below the peer's in every round" : "above the peer's in " worse " round(s)",
 		missing ? sprintf(" (%d round(s) without both runs)", missing) : ""
 }
@@ -46,5 +46,7 @@ END {
 		row("64 clients, gRPC stream (SFEnqueueStream)", "scadad stream|64", peer "|64")
 		row("64 clients, HTTP (net/http, keep-alive)", "scadad http|64", peer "|64")
 		row("64 clients, HTTPS + bearer token", "scadad https|64", peer "|64")
+		row("64 clients, the gRPC call alone (floor)", "scadad floor|64", peer "|64")
+		row("64 clients, the HTTP request alone (http-floor)", "scadad http-floor|64", peer "|64")
 	}
 }

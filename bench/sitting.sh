@@ -26,6 +26,13 @@
 #                     nodes still mutual TLS between them)
 #   scadad https      the same over HTTPS with a bearer token
 #
+# With SITTING_FLOORS=1 each round also runs, 64 clients, the calls alone:
+#
+#   scadad floor      scadad grpc's client and calls, refused before
+#                     anything is stored (-api floor)
+#   scadad http-floor scadad http's client and requests, refused 404 before
+#                     anything is stored (-api http-floor)
+#
 #   bench/sitting.sh [ROUNDS] [DURATION]     (default 3 rounds of 10s)
 #
 # Run from the repository root with no other load on the machine
@@ -60,6 +67,10 @@ for i in $(seq 1 "$rounds"); do
 	etcd "$i" tls "-tls"
 	scadad "$i" http 64 "-api http -http-auth insecure -http-client transport"
 	scadad "$i" https 64 "-api http -http-auth token -http-client transport"
+	if [ "${SITTING_FLOORS:-}" = 1 ]; then
+		scadad "$i" floor 64 "-api floor"
+		scadad "$i" http-floor 64 "-api http-floor -http-auth insecure -http-client transport"
+	fi
 done | tee "$out/sitting.txt"
 echo "== ratios (bench/sitting-summary.awk)"
 awk -f bench/sitting-summary.awk "$out/sitting.txt"

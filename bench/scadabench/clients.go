@@ -51,12 +51,32 @@ type enqueuer interface {
 	Close()
 }
 
+// floorPath is where -api http-floor posts: a target no site of the
+// bench's has, which the node refuses with 404 once it has read the
+// request, before anything is stored.
+const floorPath = "/v1/sf/no-such-target"
+
+// checkAnswer says whether an answer with status is what the run expects:
+// a 2xx, or want when want is set (the floor's refusal).
+func checkAnswer(id string, status, want int, body []byte) error {
+	switch {
+	case want != 0 && status == want:
+		return nil
+	case want != 0:
+		return fmt.Errorf("floor request %s: want HTTP %d, got %d: %s", id, want, status, bytes.TrimSpace(body))
+	case status/100 != 2:
+		return fmt.Errorf("enqueue %s: HTTP %d: %s", id, status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
 // httpEnqueuer posts to POST /v1/sf/bench over its own keep-alive
 // connection.
 type httpEnqueuer struct {
-	url    string
-	bearer string // the Authorization header's value, if any
-	cl     *http.Client
+	url        string
+	bearer     string // the Authorization header's value, if any
+	wantStatus int    // 0: a 2xx; else this status (-api http-floor)
+	cl         *http.Client
 }
 
 func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) error {
@@ -74,10 +94,7 @@ func (h *httpEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("enqueue %s: HTTP %d: %s", id, resp.StatusCode, bytes.TrimSpace(body))
-	}
-	return nil
+	return checkAnswer(id, resp.StatusCode, h.wantStatus, body)
 }
 
 func (h *httpEnqueuer) Close() { h.cl.CloseIdleConnections() }
@@ -91,6 +108,7 @@ type connEnqueuer struct {
 	addr, path string
 	tls        *tls.Config // nil: plain HTTP
 	bearer     string      // the Authorization header's value, if any
+	wantStatus int         // 0: a 2xx; else this status (-api http-floor)
 	mu         sync.Mutex
 	idle       []*benchConn
 }
@@ -142,10 +160,7 @@ func (h *connEnqueuer) enqueue(ctx context.Context, id string, payload []byte) e
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", id, err)
 	}
-	if status/100 != 2 {
-		return fmt.Errorf("enqueue %s: HTTP %d: %s", id, status, bytes.TrimSpace(body))
-	}
-	return nil
+	return checkAnswer(id, status, h.wantStatus, body)
 }
 
 func (bc *benchConn) post(ctx context.Context, host, path, id, bearer string, payload []byte) (status int, body []byte, keep bool, err error) {
@@ -276,16 +291,20 @@ func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 			m.cs = append(m.cs, c)
 			continue
 		}
-		if b.o.api == "http" {
+		if b.o.api == "http" || b.o.api == "http-floor" {
+			path, want := "/v1/sf/bench", 0
+			if b.o.api == "http-floor" {
+				path, want = floorPath, http.StatusNotFound
+			}
 			if b.o.httpClient == "conn" {
-				m.cs = append(m.cs, &connEnqueuer{addr: n.HTTPAddr, path: "/v1/sf/bench", tls: b.httpTLS, bearer: b.bearer})
+				m.cs = append(m.cs, &connEnqueuer{addr: n.HTTPAddr, path: path, tls: b.httpTLS, bearer: b.bearer, wantStatus: want})
 				continue
 			}
 			scheme := "http://"
 			if b.httpTLS != nil {
 				scheme = "https://"
 			}
-			m.cs = append(m.cs, &httpEnqueuer{url: scheme + n.HTTPAddr + "/v1/sf/bench", bearer: b.bearer,
+			m.cs = append(m.cs, &httpEnqueuer{url: scheme + n.HTTPAddr + path, bearer: b.bearer, wantStatus: want,
 				cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, TLSClientConfig: b.httpTLS}}})
 			continue
 		}

@@ -134,3 +134,40 @@ func TestTimingFlagsMergeUnderNodeConfig(t *testing.T) {
 		t.Errorf("no timing flags: %q, want -node-config's bound and no cluster block", got)
 	}
 }
+
+// A floor client (-api http-floor) counts the node's 404 refusal as the
+// answer it came for, and anything else, a stored message above all, as
+// an error that says so: a floor that stored messages would measure the
+// store. Both HTTP clients, net/http's and the lean one.
+func TestHTTPFloorExpectsTheRefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == floorPath {
+			http.Error(w, `{"code":"unknown_target"}`, http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name        string
+		floor, path enqueuer
+	}{
+		{"net/http",
+			&httpEnqueuer{url: srv.URL + floorPath, wantStatus: http.StatusNotFound, cl: &http.Client{}},
+			&httpEnqueuer{url: srv.URL + "/v1/sf/bench", wantStatus: http.StatusNotFound, cl: &http.Client{}}},
+		{"conn",
+			&connEnqueuer{addr: addr, path: floorPath, wantStatus: http.StatusNotFound},
+			&connEnqueuer{addr: addr, path: "/v1/sf/bench", wantStatus: http.StatusNotFound}},
+	} {
+		if err := c.floor.enqueue(ctx, "f/1", []byte("payload")); err != nil {
+			t.Errorf("%s: floor request refused 404: err = %v, want nil", c.name, err)
+		}
+		err := c.path.enqueue(ctx, "f/2", []byte("payload"))
+		if err == nil || !strings.Contains(err.Error(), "want HTTP 404, got 201") {
+			t.Errorf("%s: floor request answered 201: err = %v, want one naming 404 and 201", c.name, err)
+		}
+	}
+}

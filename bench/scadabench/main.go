@@ -253,7 +253,7 @@ func parseFlags() options {
 	flag.StringVar(&o.ids, "ids", "seq", "write: message ids: seq (tag/client/n, as etcdbench's keys), random (16 random bytes in hex) or server (none: scadad generates them)")
 	flag.IntVar(&o.conns, "conns", 0, "write: gRPC connections (or HTTP keep-alive connections per node) shared by the clients, as etcdbench's -conns (0 = one per client)")
 	flag.StringVar(&o.target, "target", "leader", "where write clients connect: leader or all (round-robin over the voters)")
-	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) or floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc)")
+	flag.StringVar(&o.api, "api", "grpc", "how write clients enqueue: grpc (the control API's unary SFEnqueue, mutual TLS), stream (its SFEnqueueStream, one stream per connection, each client waiting for its answer) http (the node's local POST /v1/sf/TARGET) floor (unary SFEnqueue calls without a target, which the server refuses before storing anything: the ceiling the gRPC and TLS round trip alone puts on -api grpc) or http-floor (-api http's client and requests to a target the site does not have, which the node answers 404 before storing anything: the ceiling the HTTP round trip alone puts on -api http; -http-auth insecure only)")
 	flag.StringVar(&o.httpAuth, "http-auth", "insecure", "-api http: insecure (the nodes run http.insecure: true, plain HTTP, no credentials) or token (HTTPS with the node's certificate, checked against the site CA, and a bearer token from scadactl tokens create limited to the bench target: the default production setup)")
 	flag.StringVar(&o.httpClient, "http-client", "transport", "-api http: transport (net/http's Client and Transport) or conn (each connection written and read directly, http.ReadResponse for answers: a load generator's cost, as wrk's)")
 	flag.IntVar(&o.failovers, "failovers", 5, "failover repetitions K (also the stall phase's)")
@@ -320,8 +320,13 @@ func parseFlags() options {
 	if o.httpClient != "transport" && o.httpClient != "conn" {
 		fatalf("bad -http-client %q: want transport or conn", o.httpClient)
 	}
-	if o.api != "grpc" && o.api != "stream" && o.api != "http" && o.api != "floor" {
-		fatalf("bad -api %q: want grpc, stream, http or floor", o.api)
+	if o.api != "grpc" && o.api != "stream" && o.api != "http" && o.api != "floor" && o.api != "http-floor" {
+		fatalf("bad -api %q: want grpc, stream, http, floor or http-floor", o.api)
+	}
+	if o.api == "http-floor" && o.httpAuth != "insecure" {
+		// With a token limited to the bench target the gate, not the
+		// handler, would refuse: a different path from -api http's.
+		fatalf("-api http-floor needs -http-auth insecure")
 	}
 	return o
 }
