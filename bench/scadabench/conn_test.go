@@ -152,8 +152,8 @@ func TestHTTPFloorExpectsTheRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range []struct {
-		name        string
-		floor, path enqueuer
+		name          string
+		floor, stored enqueuer
 	}{
 		{"net/http",
 			&httpEnqueuer{url: srv.URL + floorPath, wantStatus: http.StatusNotFound, cl: &http.Client{}},
@@ -165,7 +165,7 @@ func TestHTTPFloorExpectsTheRefusal(t *testing.T) {
 		if err := c.floor.enqueue(ctx, "f/1", []byte("payload")); err != nil {
 			t.Errorf("%s: floor request refused 404: err = %v, want nil", c.name, err)
 		}
-		err := c.path.enqueue(ctx, "f/2", []byte("payload"))
+		err := c.stored.enqueue(ctx, "f/2", []byte("payload"))
 		if err == nil || !strings.Contains(err.Error(), "want HTTP 404, got 201") {
 			t.Errorf("%s: floor request answered 201: err = %v, want one naming 404 and 201", c.name, err)
 		}
