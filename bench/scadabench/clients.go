@@ -291,7 +291,7 @@ func (b *bench) clientFor(nodes []*testcluster.Node) (*multi, error) {
 			m.cs = append(m.cs, c)
 			continue
 		}
-		if b.o.api == "http" || b.o.api == "http-floor" {
+		if b.o.overHTTP() {
 			path, want := "/v1/sf/bench", 0
 			if b.o.api == "http-floor" {
 				path, want = floorPath, http.StatusNotFound

@@ -68,6 +68,10 @@ type options struct {
 	probeTimeout, settle, foMax  time.Duration
 }
 
+// overHTTP says the write clients post to the node's HTTP enqueue (-api
+// http, or http-floor's refused requests), so the -http-* flags apply.
+func (o options) overHTTP() bool { return o.api == "http" || o.api == "http-floor" }
+
 type report struct {
 	System   string          `json:"system"`
 	Go       string          `json:"go"`

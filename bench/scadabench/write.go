@@ -80,7 +80,7 @@ func (b *bench) writePhase(clients, size int) (writeResult, error) {
 		r.LeaderMoved = fmt.Sprintf("term %d leader %s, then term %d leader %s", before.term, before.leader, after.term, after.leader)
 	}
 	r.Target, r.API = b.o.target, b.o.api
-	if b.o.api == "http" || b.o.api == "http-floor" {
+	if b.o.overHTTP() {
 		r.API = b.o.api + "-" + b.o.httpAuth + "-" + b.o.httpClient
 	}
 	return r, nil
