@@ -34,6 +34,15 @@
 // applied can be lost with this node. Followers and a lone voter write
 // before they return, as raft expects.
 //
+// # The log's segments
+//
+// raft-wal's segments are created by its own file system but written
+// through segmentFiles (walsegments.go): zeroed a MiB ahead of the log's
+// appends and, after a new segment's first full sync, synced with
+// fdatasync, so that on ext4 an append's sync flushes the appended data
+// and commits no journal (raft-wal's preallocated blocks are unwritten, and
+// turning them written is a journaled change on every append).
+//
 // # Storage that stops answering
 //
 // A disk that hangs instead of failing leaves a leader that raft never

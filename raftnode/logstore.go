@@ -14,6 +14,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/migrate"
+	"github.com/hashicorp/raft-wal/segment"
 	"go.etcd.io/bbolt"
 
 	"github.com/scadad/scadad/internal/atomicfile"
@@ -90,7 +91,9 @@ type walStore struct {
 
 func openWALAt(dir string, n *Node) (*walStore, error) {
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithLogger(n.hlog.Named("wal")), wal.WithMetaStore(meta))
+	log := n.hlog.Named("wal")
+	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(dir, newSegmentFiles(log))))
 	if err != nil {
 		_ = meta.Close()
 		return nil, err
