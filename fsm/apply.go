@@ -33,6 +33,9 @@ type applier struct {
 	// written once, in flush.
 	counters map[string]*fsmpb.TargetCounters
 
+	// arena holds the records marshalled in this batch (take).
+	arena []byte
+
 	// the entry being applied
 	index uint64
 	cmd   *fsmpb.Command
@@ -234,11 +237,37 @@ func (a *applier) writeAudit(kind, detail string) (uint64, error) {
 }
 
 func (a *applier) putRecord(b *bolt.Bucket, key []byte, m proto.Message) error {
-	v, err := marshal(m)
+	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+	n := opts.Size(m)
+	v, err := opts.MarshalAppend(a.take(n), m)
 	if err != nil {
 		return err
 	}
 	return b.Put(key, v)
+}
+
+// The blocks records are marshalled into start small, for a batch of
+// one command, and double up to the largest.
+const (
+	firstArenaChunk = 4 << 10
+	maxArenaChunk   = 64 << 10
+)
+
+// take returns an empty slice with room for n bytes, carved from the
+// batch's arena: bbolt keeps each key and value it is given until the
+// transaction commits, so records are never written over, and one
+// allocation serves many of them.
+func (a *applier) take(n int) []byte {
+	if n > maxArenaChunk/4 {
+		return make([]byte, 0, n)
+	}
+	if cap(a.arena)-len(a.arena) < n {
+		size := min(max(2*cap(a.arena), firstArenaChunk), maxArenaChunk)
+		a.arena = make([]byte, 0, size)
+	}
+	start := len(a.arena)
+	a.arena = a.arena[:start+n]
+	return a.arena[start : start : start+n]
 }
 
 // getRecord decodes a stored record; ok is false when the key is absent.

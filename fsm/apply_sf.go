@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -79,7 +80,7 @@ func (a *applier) sfEnqueue(c *fsmpb.SFEnqueue, res *Result) error {
 	}
 	out := &EnqueueOutcome{Items: make([]EnqueueItem, len(c.Messages))}
 	for i, m := range c.Messages {
-		id := []byte(m.Id)
+		id := append(a.take(len(m.Id)), m.Id...)
 		out.Items[i].ID = m.Id
 		if a.seen(id) {
 			out.Items[i].Duplicate = true
@@ -103,7 +104,7 @@ func (a *applier) sfEnqueue(c *fsmpb.SFEnqueue, res *Result) error {
 			EnqueueStampUnixNano: a.cmd.StampUnixNano,
 			EnqueueActor:         a.cmd.Actor,
 		}
-		if err := a.putRecord(q, u64(seq), stored); err != nil {
+		if err := a.putRecord(q, binary.BigEndian.AppendUint64(a.take(8), seq), stored); err != nil {
 			return fmt.Errorf("store message %q: %w", m.Id, err)
 		}
 		loc := &fsmpb.MessageLocation{State: fsmpb.MessageState_MESSAGE_STATE_PENDING, Target: m.Target, Seq: seq}

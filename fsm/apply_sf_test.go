@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
@@ -375,4 +377,68 @@ func TestIDsChangedEarlierInTheBatchAreSeen(t *testing.T) {
 	if got := pendingIDs(t, f, "A"); !slices.Equal(got, []string{"fresh"}) {
 		t.Fatalf("pending A %v, want [fresh]", got)
 	}
+}
+
+// An enqueue batch's records are marshalled into shared blocks that bbolt
+// holds until the commit: many entries in one ApplyBatch, whose records
+// fill several blocks (and one too large for a block), each read back as
+// it was sent, in its place, after the commit and after a reopen.
+func TestBatchedEnqueueRecordsReadBackIntact(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLogWriter(t)
+	payloadOf := func(i int) string {
+		if i == 77 {
+			return strings.Repeat("L", maxArenaChunk) // past a block
+		}
+		return strings.Repeat(string(rune('a'+i%26)), 1+i*37%900)
+	}
+	var logs []*raft.Log
+	var want []string
+	for e := range 20 {
+		var msgs []*fsmpb.Message
+		for m := range 16 {
+			i := e*16 + m
+			id := fmt.Sprintf("producer-%d/%d", i%7, i)
+			msgs = append(msgs, msg(id, "T", payloadOf(i)))
+			want = append(want, id)
+		}
+		logs = append(logs, w.cmd(enqueue(msgs...)))
+	}
+	for i, r := range f.ApplyBatch(logs) {
+		if err := r.(*Result).Err; err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+	}
+	check := func(how string) {
+		t.Helper()
+		got, err := f.SFPending("T", 0, MaxListLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d pending, want %d", how, len(got), len(want))
+		}
+		for i, m := range got {
+			if m.ID != want[i] || m.Seq != uint64(i+1) || string(m.Payload) != payloadOf(i) {
+				t.Fatalf("%s: message %d is %q seq %d with %d payload bytes; want %q seq %d with %d",
+					how, i, m.ID, m.Seq, len(m.Payload), want[i], i+1, len(payloadOf(i)))
+			}
+			if s, err := f.SFLookup(m.ID); err != nil || s != StatePending {
+				t.Fatalf("%s: %q indexed as %v, %v", how, m.ID, s, err)
+			}
+		}
+	}
+	check("applied")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{Logger: zerolog.Nop(), NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	check("reopened")
 }
