@@ -25,7 +25,7 @@ const zeroAhead = 1 << 20
 // first (full) fsync of a new segment, which also syncs its directory
 // entry, each Sync is an fdatasync where the system has one: the file
 // keeps its size and its blocks, so only its modification time is left
-// out, which nothing reads. Measured on the 2-core machine: 5–9 % more
+// out, which nothing reads. Measured on the 2-core machine: 5–7 % more
 // enqueues a second at 64 producers (bench/results/2026-12-04-ceilings.md).
 //
 // A segment opened again after a restart (the tail raft-wal recovers) is
@@ -34,13 +34,16 @@ const zeroAhead = 1 << 20
 type segmentFiles struct {
 	*walfs.FS
 	log hclog.Logger
+	// zeros is zeroAhead zero bytes, only ever read: what every segment
+	// writes ahead of its appends.
+	zeros []byte
 	// dataSync is fdatasync on the file's descriptor (nil where the
 	// system has none); injected by tests.
 	dataSync func(fd uintptr) error
 }
 
 func newSegmentFiles(log hclog.Logger) segmentFiles {
-	return segmentFiles{FS: walfs.New(), log: log, dataSync: platformDataSync()}
+	return segmentFiles{FS: walfs.New(), log: log, zeros: make([]byte, zeroAhead), dataSync: platformDataSync()}
 }
 
 // Create creates the segment as raft-wal does (preallocated, its first
@@ -56,7 +59,7 @@ func (s segmentFiles) Create(dir, name string, size uint64) (types.WritableFile,
 	}
 	return &zeroedSegment{
 		WritableFile: f, name: name, fd: fd.Fd(), size: int64(size),
-		firstSync: true, log: s.log, dataSync: s.dataSync,
+		firstSync: true, log: s.log, zeros: s.zeros, dataSync: s.dataSync,
 	}, nil
 }
 
@@ -68,6 +71,7 @@ type zeroedSegment struct {
 	fd       uintptr
 	size     int64
 	log      hclog.Logger
+	zeros    []byte
 	dataSync func(fd uintptr) error
 
 	// zeroedTo is the end of the zeros written ahead; every write so far
@@ -105,9 +109,8 @@ func (z *zeroedSegment) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (z *zeroedSegment) zero(from, to int64) error {
-	zeros := make([]byte, min(to-from, zeroAhead))
-	for off := from; off < to; off += int64(len(zeros)) {
-		if _, err := z.WritableFile.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off); err != nil {
+	for off := from; off < to; off += int64(len(z.zeros)) {
+		if _, err := z.WritableFile.WriteAt(z.zeros[:min(int64(len(z.zeros)), to-off)], off); err != nil {
 			return fmt.Errorf("zero %s at %d: %w", z.name, off, err)
 		}
 	}

@@ -27,7 +27,7 @@ func TestSegmentZeroedOnlyAheadOfTheLog(t *testing.T) {
 	if _, err := f.Write(bytes.Repeat([]byte{0xff}, size)); err != nil {
 		t.Fatal(err)
 	}
-	z := &zeroedSegment{WritableFile: f, name: "seg", size: size, log: hclog.NewNullLogger()}
+	z := &zeroedSegment{WritableFile: f, name: "seg", size: size, log: hclog.NewNullLogger(), zeros: make([]byte, zeroAhead)}
 	want := bytes.Repeat([]byte{0xff}, size)
 	write := func(off int, p []byte) {
 		t.Helper()
