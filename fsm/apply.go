@@ -236,6 +236,9 @@ func (a *applier) writeAudit(kind, detail string) (uint64, error) {
 	return a.auditSeq, nil
 }
 
+// putRecord stores m under key, encoded deterministically. Stored records
+// are generated types with no maps, so encoding cannot fail in practice; an
+// error is a storage-class failure.
 func (a *applier) putRecord(b *bolt.Bucket, key []byte, m proto.Message) error {
 	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
 	n := opts.Size(m)

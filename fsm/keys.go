@@ -88,13 +88,6 @@ func chunkKey(i uint32) []byte {
 	return k
 }
 
-// marshal encodes a stored record deterministically. Stored records are
-// generated types with no maps, so it cannot fail in practice; an error is a
-// storage-class failure.
-func marshal(m proto.Message) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
-}
-
 func unmarshalStored(v []byte, m proto.Message) error {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return fmt.Errorf("decode stored %T: %w", m, err)
