@@ -266,7 +266,7 @@ func (a *applier) take(n int) []byte {
 	}
 	if cap(a.arena)-len(a.arena) < n {
 		size := min(max(2*cap(a.arena), firstArenaChunk), maxArenaChunk)
-		a.arena = make([]byte, 0, size)
+		a.arena = make([]byte, 0, max(size, n))
 	}
 	start := len(a.arena)
 	a.arena = a.arena[:start+n]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -391,8 +392,13 @@ func TestBatchedEnqueueRecordsReadBackIntact(t *testing.T) {
 	}
 	w := newLogWriter(t)
 	payloadOf := func(i int) string {
-		if i == 77 {
-			return strings.Repeat("L", maxArenaChunk) // past a block
+		switch i {
+		case 0:
+			return strings.Repeat("F", 2*firstArenaChunk+100) // past the first two blocks
+		case 1:
+			return strings.Repeat("S", firstArenaChunk+100) // past the first
+		case 77:
+			return strings.Repeat("L", maxArenaChunk) // past the largest
 		}
 		return strings.Repeat(string(rune('a'+i%26)), 1+i*37%900)
 	}
@@ -441,4 +447,34 @@ func TestBatchedEnqueueRecordsReadBackIntact(t *testing.T) {
 	}
 	defer f.Close()
 	check("reopened")
+}
+
+// take hands out room for any size, and no two takes share a byte.
+func TestArenaTakesNeverOverlap(t *testing.T) {
+	a := &applier{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var taken [][]byte
+	for range 2000 {
+		n := rng.IntN(3 * maxArenaChunk / 8)
+		if rng.IntN(4) == 0 {
+			n = rng.IntN(64)
+		}
+		b := a.take(n)
+		if len(b) != 0 || cap(b) != n {
+			t.Fatalf("take(%d): len %d cap %d", n, len(b), cap(b))
+		}
+		taken = append(taken, b[:n])
+	}
+	for i, b := range taken {
+		for j := range b {
+			b[j] = byte(i)
+		}
+	}
+	for i, b := range taken {
+		for j := range b {
+			if b[j] != byte(i) {
+				t.Fatalf("take %d (%d bytes) overwritten at byte %d by take %d", i, len(b), j, b[j])
+			}
+		}
+	}
 }
