@@ -108,11 +108,10 @@ func (z *zeroedSegment) WriteAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// zero writes zeros over [from, to), at most zeroAhead bytes: one write.
 func (z *zeroedSegment) zero(from, to int64) error {
-	for off := from; off < to; off += int64(len(z.zeros)) {
-		if _, err := z.WritableFile.WriteAt(z.zeros[:min(int64(len(z.zeros)), to-off)], off); err != nil {
-			return fmt.Errorf("zero %s at %d: %w", z.name, off, err)
-		}
+	if _, err := z.WritableFile.WriteAt(z.zeros[:to-from], from); err != nil {
+		return fmt.Errorf("zero %s at %d: %w", z.name, from, err)
 	}
 	return nil
 }
