@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -157,18 +159,64 @@ func readAll(ctx context.Context, path string, bytesPerSecond int64) error {
 	}
 }
 
+// ErrPanic marks a panic under Guard that neither bbolt raised nor a fault
+// on mapped memory caused: a defect in the caller's own code, which says
+// nothing about the file. It must not send a node to rebuild a file that
+// is sound (a rebuilt file would meet the same panic again).
+var ErrPanic = errors.New("panic outside bbolt")
+
 // Guard runs fn, which opens or reads the bbolt file at path, on the
 // calling goroutine with memory faults turned into panics, and turns a
-// panic into an error wrapping ErrDamaged. bbolt panics on a page that
-// does not identify as itself and faults (SIGBUS) on a mapped page past
-// the end of its file; neither must end the process without saying which
-// file is damaged. Only what fn does on this goroutine is guarded.
+// panic into an error. bbolt panics on a page that does not identify as
+// itself and faults (SIGBUS) on a mapped page past the end of its file;
+// neither must end the process without saying which file is damaged, and
+// both wrap ErrDamaged. A panic raised outside bbolt's code that is not a
+// memory fault (a nil dereference or an index out of range in the
+// caller's function) wraps ErrPanic instead and names where it was
+// raised. Only what fn does on this goroutine is guarded.
 func Guard(path string, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w %s: %v", ErrDamaged, path, r)
+			err = panicError(path, r, panicSite())
 		}
 	}()
 	return fn()
+}
+
+// bboltPackage prefixes the functions of bbolt and its internal packages.
+const bboltPackage = "go.etcd.io/bbolt"
+
+// panicError classifies a recovered panic raised in function site.
+func panicError(path string, r any, site string) error {
+	if _, fault := r.(interface{ Addr() uintptr }); fault || strings.HasPrefix(site, bboltPackage) {
+		// A fault on mapped memory (SetPanicOnFault reports its address)
+		// is the file's pages, whoever read them; a panic in bbolt is its
+		// verdict on a page.
+		return fmt.Errorf("%w %s: %v", ErrDamaged, path, r)
+	}
+	return fmt.Errorf("%w while using %s, in %s: %v (a defect in scadad, not in the file)", ErrPanic, path, site, r)
+}
+
+// panicSite returns the function that raised the panic being recovered:
+// the first frame below runtime.gopanic that is not the runtime's own (a
+// nil dereference passes through runtime.sigpanic and runtime.panicmem).
+// Called from the deferred function, whose caller's stack still holds the
+// panicking frames.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	inPanic := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			inPanic = true
+		case inPanic && !strings.HasPrefix(f.Function, "runtime."):
+			return f.Function
+		}
+		if !more {
+			return "an unknown function"
+		}
+	}
 }

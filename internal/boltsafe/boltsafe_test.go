@@ -96,13 +96,64 @@ func TestVerify(t *testing.T) {
 }
 
 func TestGuardTurnsPanicsIntoErrors(t *testing.T) {
-	err := Guard("some.db", func() error { panic("page 59 identifies as 12") })
-	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "some.db") {
-		t.Fatalf("got %v", err)
-	}
 	want := errors.New("plain")
 	if err := Guard("some.db", func() error { return want }); err != want {
 		t.Fatalf("got %v, want the function's own error", err)
+	}
+}
+
+// A page bbolt cannot read makes bbolt panic: the file is damaged.
+func TestGuardCallsAPanicInBboltDamage(t *testing.T) {
+	path := newFile(t)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leaf pages of the bucket's tree: neither branch nor leaf any more.
+	if _, err := f.WriteAt([]byte(strings.Repeat("\xff", 40*4096)), 100*4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = Guard(path, func() error {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).ForEach(func(k, v []byte) error { return nil })
+		})
+	})
+	if !errors.Is(err, ErrDamaged) || errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("got %v, want ErrDamaged naming %s", err, path)
+	}
+	t.Log(err)
+}
+
+// A panic in the caller's own code under Guard is a defect of that code:
+// it must not be reported as a damaged file, which would have the node
+// rebuild a sound one and meet the same panic again.
+func TestGuardCallsAPanicInOurCodeADefect(t *testing.T) {
+	var nilMap map[string]int
+	var nilRecord *struct{ seq uint64 }
+	for name, fn := range map[string]func() error{
+		"panic":   func() error { panic("apply: unknown command body") },
+		"nil map": func() error { nilMap["x"] = 1; return nil },
+		"nil dereference": func() error {
+			nilRecord.seq++
+			return nil
+		},
+	} {
+		err := Guard("state.db", fn)
+		if !errors.Is(err, ErrPanic) || errors.Is(err, ErrDamaged) {
+			t.Fatalf("%s: got %v, want ErrPanic and not ErrDamaged", name, err)
+		}
+		if !strings.Contains(err.Error(), "state.db") || !strings.Contains(err.Error(), "boltsafe.TestGuardCallsAPanicInOurCodeADefect") {
+			t.Fatalf("%s: got %q, want the file and the panicking function named", name, err)
+		}
+		t.Log(err)
 	}
 }
 

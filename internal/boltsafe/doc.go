@@ -6,6 +6,9 @@
 // It owns: Verify (the file's pages all lie inside the file, and on request
 // bbolt's consistency check and a read of every byte, at a bounded rate) and
 // Guard (runs a function that touches a bbolt file, recovering its panics
-// and memory faults into errors). It must not repair, remove or rename a
-// file: what to do with a damaged one is the caller's choice.
+// and memory faults into errors: ErrDamaged for a fault on mapped memory or
+// a panic bbolt raised, ErrPanic, naming the function, for a panic in the
+// caller's own code, which says nothing about the file). It must not
+// repair, remove or rename a file: what to do with a damaged one is the
+// caller's choice.
 package boltsafe
