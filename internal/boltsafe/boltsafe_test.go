@@ -95,7 +95,7 @@ func TestVerify(t *testing.T) {
 	})
 }
 
-func TestGuardTurnsPanicsIntoErrors(t *testing.T) {
+func TestGuardReturnsTheFunctionsOwnError(t *testing.T) {
 	want := errors.New("plain")
 	if err := Guard("some.db", func() error { return want }); err != want {
 		t.Fatalf("got %v, want the function's own error", err)
