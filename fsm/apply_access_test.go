@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
 
@@ -60,10 +58,7 @@ func TestCertRevokeDenyList(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := openTestFSMAt(t, path)
 	defer g.Close()
 	if !g.Access().IsRevoked("1f") || len(g.Access().RevokedList()) != 1 {
 		t.Errorf("deny list after reopen: %+v", g.Access().Revoked)

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scadad/scadad/fsm/fsmpb"
 	"github.com/scadad/scadad/internal/passhash"
 )
@@ -61,10 +59,7 @@ func TestOPCUATrustStore(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := openTestFSMAt(t, path)
 	defer g.Close()
 	if l := g.Access().OPCUATrustedList(); len(l) != 1 || l[0].Thumbprint != thumb {
 		t.Fatalf("trusted after reopen: %+v", l)

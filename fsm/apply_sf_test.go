@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-	"github.com/rs/zerolog"
 
 	"github.com/scadad/scadad/fsm/fsmpb"
 )
@@ -386,10 +385,7 @@ func TestIDsChangedEarlierInTheBatchAreSeen(t *testing.T) {
 // it was sent, in its place, after the commit and after a reopen.
 func TestBatchedEnqueueRecordsReadBackIntact(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openTestFSMAt(t, path)
 	w := newLogWriter(t)
 	payloadOf := func(i int) string {
 		switch i {
@@ -442,9 +438,7 @@ func TestBatchedEnqueueRecordsReadBackIntact(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if f, err = Open(path, Options{Logger: zerolog.Nop(), NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
+	f = openTestFSMAt(t, path)
 	defer f.Close()
 	check("reopened")
 }

@@ -19,11 +19,19 @@ import (
 
 func openTestFSM(t testing.TB) *FSM {
 	t.Helper()
-	f, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{Logger: zerolog.Nop(), NoSync: true})
+	f := openTestFSMAt(t, filepath.Join(t.TempDir(), "state.db"))
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// openTestFSMAt opens the state file at path for a test that closes it
+// itself (to reopen it, or to change it under the FSM).
+func openTestFSMAt(t testing.TB, path string) *FSM {
+	t.Helper()
+	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 

@@ -101,10 +101,7 @@ func futureEntry(t *testing.T, level Level, release string, bodyField protowire.
 // happens meanwhile, and a node that applies the level takes them on.
 func TestApplyStopsAtAnEntryAboveItsLevel(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openTestFSMAt(t, path)
 	w := newLogWriter(t)
 	mustOK(t, f, w.cmd(audit("before", "applied")))
 	src := openTestFSM(t)
@@ -240,10 +237,7 @@ func TestClusterLevel(t *testing.T) {
 // it found, what it reads and how to go back.
 func TestOpenRefusesANewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openTestFSMAt(t, path)
 	_ = f.Close()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -267,10 +261,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 // TestOpenMigratesAnEarlierFile: a v0.1.0 file has no features bucket.
 func TestOpenMigratesAnEarlierFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	f, err := Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openTestFSMAt(t, path)
 	w := newLogWriter(t)
 	mustOK(t, f, w.cmd(audit("k", "d")))
 	_ = f.Close()
@@ -282,10 +273,7 @@ func TestOpenMigratesAnEarlierFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = db.Close()
-	f, err = Open(path, Options{Logger: zerolog.Nop(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f = openTestFSMAt(t, path)
 	defer f.Close()
 	mustOK(t, f, w.cmd(recordFeatures("a", 2, "v0.2.0")))
 	if got, _ := f.NodeLevels(); len(got) != 1 {
