@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -104,7 +103,7 @@ func (a *applier) sfEnqueue(c *fsmpb.SFEnqueue, res *Result) error {
 			EnqueueStampUnixNano: a.cmd.StampUnixNano,
 			EnqueueActor:         a.cmd.Actor,
 		}
-		if err := a.putRecord(q, binary.BigEndian.AppendUint64(a.take(8), seq), stored); err != nil {
+		if err := a.putRecord(q, appendU64(a.take(8), seq), stored); err != nil {
 			return fmt.Errorf("store message %q: %w", m.Id, err)
 		}
 		loc := &fsmpb.MessageLocation{State: fsmpb.MessageState_MESSAGE_STATE_PENDING, Target: m.Target, Seq: seq}

@@ -68,11 +68,12 @@ var (
 	metaDeliveredSeq = []byte("delivered_seq")
 )
 
-func u64(v uint64) []byte {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], v)
-	return b[:]
-}
+// u64 is the key (and value) encoding of a number: big-endian, so keys
+// sort by value.
+func u64(v uint64) []byte { return appendU64(make([]byte, 0, 8), v) }
+
+// appendU64 appends u64's encoding of v to dst.
+func appendU64(dst []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(dst, v) }
 
 func getU64(b []byte) uint64 {
 	if len(b) != 8 {
